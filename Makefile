@@ -1,0 +1,35 @@
+# hvnet: the two commands are 'make run' and 'make test' (see README.md).
+VENV   := .venv
+HVNET  := $(VENV)/bin/hvnet
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lab lab-down lint bench clean
+
+setup:
+	@./.ci/setup-host
+
+## run: set up, bring up the built-in lab and open the terminal UI on it
+run: setup
+	$(HVNET) lab up
+	@if [ -t 0 ] && [ -t 1 ]; then $(HVNET) tui; else echo "no terminal: skipping the TUI (run '$(HVNET) tui')"; $(HVNET) status; fi
+
+## test: set up, then run the whole test suite (needs root: real OVS, namespaces)
+test: setup
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+lab: setup
+	$(HVNET) lab up
+
+lab-down:
+	@if [ -x $(HVNET) ]; then $(HVNET) lab down; else echo "no venv: nothing to do"; fi
+
+lint: setup
+	$(VENV)/bin/ruff check appliance tui tests
+	$(VENV)/bin/ruff format --check appliance tui tests
+
+bench: setup
+	$(PY) tests/bench/run.py
+
+clean: lab-down
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,323 @@
+"""``hvnet``: the command line.
+
+Each subcommand is a small function taking the parsed arguments and returning
+an exit code.  Expected failures are :class:`HvnetError` subclasses, printed as
+one message (plus a hint) with their exit code; there are no tracebacks for
+them.  ``--json`` output is meant for scripts and keeps units in key names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__, api, render
+from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError
+from .inventory import Inventory, Vif
+from .lab import Lab
+from .topology import DEFAULT_TOPOLOGY
+from .topology import load as load_topology
+
+log = logging.getLogger("hvnet")
+
+
+# -- status ------------------------------------------------------------------
+
+
+def _vlan_text(v: Vif) -> str:
+    if v.trunks_all_vlans:
+        return "trunk ALL"
+    trunks = ",".join(str(t) for t in v.trunks)
+    if v.vlan_mode == "access":
+        return f"access {v.tag}"
+    if v.vlan_mode == "trunk":
+        return f"trunk {trunks}"
+    return f"{v.vlan_mode} {v.tag}" + (f" +{trunks}" if trunks else "")
+
+
+def _ingress_text(v: Vif) -> str:
+    if not v.ingress_policing_rate_kbps:
+        return "-"
+    burst = v.ingress_policing_burst_kbit
+    return f"{v.ingress_policing_rate_kbps} kbit/s b{burst if burst else '8000(default)'}"
+
+
+def _traffic_cells(v: Vif, with_rates: bool) -> list[str]:
+    if with_rates:
+        if v.rates is None:
+            return ["-", "-"]
+        return [render.si(v.rates.rx_bps, "bit/s"), render.si(v.rates.tx_bps, "bit/s")]
+    return [render.count(v.counters.rx_packets) + " pkt", render.count(v.counters.tx_packets) + " pkt"]
+
+
+def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
+    h = inv.host
+    dps = ", ".join(f"{b.name} ({b.datapath_type})" for b in inv.bridges) or "none"
+    lines = [
+        f"host {h.hostname}  OVS {h.ovs_version or '?'}  db {h.db_target}",
+        f"bridges: {dps}",
+        "",
+    ]
+    vifs = [v for v in inv.vifs if all_ports or v.is_vif]
+    rx_head, tx_head = ("RX(VM sends)", "TX(to VM)") if with_rates else ("RX", "TX")
+    rows = []
+    for v in vifs:
+        drops = sum(x or 0 for x in (v.counters.rx_dropped, v.counters.tx_dropped))
+        errors = sum(x or 0 for x in (v.counters.rx_errors, v.counters.tx_errors))
+        rows.append(
+            [
+                v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-"),
+                v.port + ("+" + ",".join(v.alias_ports) if v.alias_ports else ""),
+                v.mac or "-",
+                _vlan_text(v),
+                _ingress_text(v),
+                render.kbps(v.egress_max_rate_kbps),
+                v.link_state or "-",
+                *_traffic_cells(v, with_rates),
+                f"{drops}/{errors}",
+            ]
+        )
+    if rows:
+        lines.append(
+            render.table(
+                ["VM", "PORT", "MAC", "VLAN", "INGRESS", "EGRESS", "LINK", rx_head, tx_head, "DROP/ERR"], rows
+            )
+        )
+    else:
+        lines.append("no VIFs on this switch" + ("" if all_ports else " (--all shows every port)"))
+    notes = []
+    for v in vifs:
+        if v.is_vif and v.trunks_all_vlans:
+            notes.append(f"warning: {v.port} has no tag and no trunks: it carries EVERY VLAN")
+        if v.error:
+            notes.append(f"error: {v.port}: {v.error}")
+        if v.ingress_policing_rate_kbps:
+            notes.append(f"note: {v.port} ingress policing is configured; enforcement has not been verified")
+    if with_rates and any(v.rates is None for v in vifs):
+        notes.append(
+            "note: '-' rates: no kernel counters for that interface and OVSDB statistics refresh every "
+            f"{api.OVSDB_STATS_INTERVAL_S:g} s; use --rates {api.OVSDB_STATS_INTERVAL_S:g} or more"
+        )
+    for m in inv.mirrors:
+        out = m.output_port or (f"VLAN {m.output_vlan}" if m.output_vlan is not None else "?")
+        notes.append(f"mirror {m.name} on {m.bridge} -> {out} (tx {render.count(m.tx_packets)} pkt)")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    conn = _connect(args)
+    with conn:
+        if args.rates:
+            live = api.LiveInventory(conn)
+            live.refresh()
+            time.sleep(args.rates)
+            conn.run_once()
+            inv = live.refresh()
+        else:
+            inv = api.read_inventory(conn)
+    if args.bridge:
+        if not any(b.name == args.bridge for b in inv.bridges):
+            raise HvnetError(
+                f"no bridge named {args.bridge!r}",
+                hint=f"bridges: {', '.join(b.name for b in inv.bridges) or 'none'}",
+            )
+        inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
+    if args.json:
+        _print_json(inv.to_json(all_ports=args.all))
+    else:
+        print(format_status(inv, all_ports=args.all, with_rates=bool(args.rates)))
+    return EXIT_OK
+
+
+# -- lab -----------------------------------------------------------------------
+
+
+def cmd_lab_up(args: argparse.Namespace) -> int:
+    topo = load_topology(args.topology)  # validated whole before anything is created
+    lab = Lab(log=log.info)
+    report = lab.up(topo)
+    if args.json:
+        _print_json({"db": report.db, "actions": report.actions, "guests": report.guests})
+        return EXIT_OK
+    for action in report.actions or ["already up; nothing to do"]:
+        print(f"  {action}")
+    print()
+    print(
+        render.table(
+            ["GUEST", "NAMESPACE", "VIF", "IP", "MAC"],
+            [[g["name"], g["namespace"], g["vif"], g["ip"], g["mac"]] for g in report.guests],
+        )
+    )
+    print(f"\nlab '{topo.name}' is up. hvnet finds it by itself; other tools need:")
+    print(f"  export HVNET_DB={report.db}")
+    print(f"  ovs-vsctl --db={report.db} show")
+    print(f"  ip netns exec {lab.ns_of(report.guests[0]['name']) if report.guests else 'NS'} ping ...")
+    return EXIT_OK
+
+
+def cmd_lab_down(args: argparse.Namespace) -> int:
+    report = Lab(log=log.info).down()
+    if args.json:
+        _print_json({"actions": report.actions})
+    else:
+        for action in report.actions or ["no lab here; nothing to do"]:
+            print(f"  {action}")
+    return EXIT_OK
+
+
+def cmd_lab_status(args: argparse.Namespace) -> int:
+    st = Lab().status()
+    if args.json:
+        _print_json(st)
+    else:
+        print(f"lab: {st['state']}" + (f" (topology {st['topology']})" if st["topology"] else ""))
+        print(f"run directory: {st['run_dir']}")
+        if st["db"]:
+            print(f"HVNET_DB={st['db']}")
+        for daemon, pid in st["daemons"].items():
+            print(f"  {daemon}: {'pid ' + str(pid) if pid else 'not running'}")
+        if st["guests"]:
+            print(
+                render.table(
+                    ["GUEST", "NAMESPACE", "VIF", "IP", "PRESENT"],
+                    [
+                        [
+                            g["name"],
+                            g["namespace"],
+                            g["vif"],
+                            g["ip"],
+                            "yes" if g["namespace_present"] and g["vif_present"] else "NO",
+                        ]
+                        for g in st["guests"]
+                    ],
+                )
+            )
+    return EXIT_OK if st["state"] == "up" else EXIT_FAILED
+
+
+# -- tui -------------------------------------------------------------------------
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from tui.app import run as run_tui  # the UI is optional for scripted use
+
+    conn = _connect(args)
+    return run_tui(conn)
+
+
+# -- plumbing ----------------------------------------------------------------------
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    conn = api.connect(
+        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout
+    )
+    log.debug("connected to %s", conn.target.describe())
+    return conn
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, not {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with :data:`EXIT_USAGE` and a one-line hint."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"hvnet: error: {message}\n  hint: '{self.prog} --help' lists what is allowed\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="hvnet",
+        description="Host networking for XenServer and KVM hypervisors: see and manage what Open vSwitch "
+        "does for your VMs.",
+        epilog="OVSDB target, first match wins: --db, $HVNET_DB, a running hvnet lab, "
+        "unix:/var/run/openvswitch/db.sock.\n\n" + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"hvnet {__version__}")
+    p.add_argument("--db", metavar="TARGET", help="OVSDB target: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")
+    p.add_argument("--ssl-key", metavar="FILE", help="private key for ssl: targets ($HVNET_SSL_KEY)")
+    p.add_argument("--ssl-cert", metavar="FILE", help="certificate for ssl: targets ($HVNET_SSL_CERT)")
+    p.add_argument("--ssl-ca", metavar="FILE", help="CA certificate for ssl: targets ($HVNET_SSL_CA)")
+    p.add_argument("--timeout", type=_positive_float, default=5.0, metavar="S", help="connect timeout (default 5 s)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
+
+    s = sub.add_parser("status", help="show the host's bridges and VIFs (VM, VLAN, QoS, mirrors, counters)")
+    s.add_argument("--json", action="store_true", help="machine-readable output (units in key names)")
+    s.add_argument("--all", action="store_true", help="include ports that are not VM interfaces")
+    s.add_argument("--bridge", metavar="BR", help="only this bridge")
+    s.add_argument(
+        "--rates", type=_positive_float, metavar="S", help="sample counters twice, S seconds apart, and show rates"
+    )
+    s.set_defaults(func=cmd_status)
+
+    lab = sub.add_parser("lab", help="the built-in lab: a private OVS with namespace guests (up, down, status)")
+    lsub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True, parser_class=_Parser)
+    up = lsub.add_parser("up", help="start the lab (idempotent)")
+    up.add_argument(
+        "--topology", default=str(DEFAULT_TOPOLOGY), metavar="FILE", help="topology YAML (default: the 2010 study's)"
+    )
+    up.add_argument("--json", action="store_true", help="machine-readable output")
+    up.set_defaults(func=cmd_lab_up)
+    down = lsub.add_parser("down", help="remove every namespace, veth, daemon and file the lab created")
+    down.add_argument("--json", action="store_true", help="machine-readable output")
+    down.set_defaults(func=cmd_lab_down)
+    st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(func=cmd_lab_status)
+
+    t = sub.add_parser("tui", help="open the terminal UI")
+    t.set_defaults(func=cmd_tui)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+        format="hvnet: %(message)s",
+        stream=sys.stderr,
+    )
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return func(args)
+    except HvnetError as exc:
+        print(f"hvnet: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("hvnet: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

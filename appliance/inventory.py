@@ -1,0 +1,428 @@
+"""The read model: what is on this host's switch, VIF by VIF.
+
+Built from the IDL replica in one pass (no per-row round trips), so a refresh
+of a 1000-port bridge costs about as much as one ``ovs-vsctl list``.  VM
+identity comes from the ``external_ids`` hypervisors set on Interfaces:
+
+* libvirt: ``attached-mac``, ``iface-id``, ``vm-id``, ``iface-status``;
+* XenServer: ``xs-vm-uuid``, ``xs-vif-uuid``, ``xs-network-uuid``,
+  ``attached-mac``, with ports named ``vif<domid>.<devid>`` -- and, for an HVM
+  guest, a second port ``tap<domid>.<devid>`` for the same VIF (the emulated
+  NIC used until PV drivers load).  The two are grouped into one VIF.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import counters as ctr
+from .names import NameSource, resolve_names
+from .ovsdb import Connection, c_json_parser_in_use
+
+# Columns the inventory reads; registering only these keeps the replica small.
+COLUMNS: dict[str, list[str]] = {
+    "Open_vSwitch": [
+        "bridges",
+        "cur_cfg",
+        "next_cfg",
+        "ovs_version",
+        "db_version",
+        "system_type",
+        "system_version",
+        "external_ids",
+        "datapath_types",
+        "iface_types",
+    ],
+    "Bridge": ["name", "ports", "datapath_type", "mirrors", "protocols", "fail_mode", "external_ids", "qos"],
+    "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "qos", "external_ids", "other_config"],
+    "Interface": [
+        "name",
+        "type",
+        "ofport",
+        "mac",
+        "mac_in_use",
+        "external_ids",
+        "ingress_policing_rate",
+        "ingress_policing_burst",
+        "link_state",
+        "admin_state",
+        "statistics",
+        "error",
+        "options",
+        "mtu",
+    ],
+    "QoS": ["type", "other_config", "queues", "external_ids"],
+    "Queue": ["other_config", "external_ids", "dscp"],
+    "Mirror": [
+        "name",
+        "select_all",
+        "select_src_port",
+        "select_dst_port",
+        "select_vlan",
+        "output_port",
+        "output_vlan",
+        "statistics",
+        "external_ids",
+        "snaplen",
+        "filter",
+    ],
+}
+
+_XEN_PORT = re.compile(r"^(?P<kind>vif|tap)(?P<domid>\d+)\.(?P<devid>\d+)$")
+_LIBVIRT_PORT = re.compile(r"^(?:vnet|macvtap)\d+$")
+_VM_ID_KEYS = ("xs-vm-uuid", "vm-id")
+_VIF_ID_KEYS = ("attached-mac", "iface-id", "vm-id", "xs-vif-uuid", "xs-vm-uuid")
+
+
+def parse_xen_port(name: str) -> tuple[str, int, int] | None:
+    """``vif3.0`` -> ("vif", 3, 0); ``tap3.0`` -> ("tap", 3, 0); else None."""
+    m = _XEN_PORT.match(name)
+    if not m:
+        return None
+    return m.group("kind"), int(m.group("domid")), int(m.group("devid"))
+
+
+def effective_vlan_mode(vlan_mode: str | None, tag: int | None) -> str:
+    """The VLAN mode OVS applies: an empty ``vlan_mode`` means access when a
+    tag is set and trunk otherwise (ovs-vswitchd.conf.db(5))."""
+    if vlan_mode:
+        return vlan_mode
+    return "access" if tag is not None else "trunk"
+
+
+def trunks_all_vlans(vlan_mode: str | None, tag: int | None, trunks: list[int]) -> bool:
+    """True when the port carries every VLAN: a trunk (explicit or by empty
+    mode without a tag) with an empty trunk list.  On a VM's VIF this is the
+    fail-open state an accidentally cleared tag produces."""
+    return effective_vlan_mode(vlan_mode, tag) == "trunk" and not trunks
+
+
+def hypervisor_of(ids: dict[str, str]) -> str | None:
+    if any(k.startswith("xs-") for k in ids):
+        return "xenserver"
+    if "vm-id" in ids or "iface-id" in ids:
+        return "libvirt"
+    return None
+
+
+@dataclass
+class MirrorInfo:
+    name: str
+    bridge: str
+    select_all: bool
+    select_src_ports: list[str]
+    select_dst_ports: list[str]
+    select_vlans: list[int]
+    output_port: str | None
+    output_vlan: int | None
+    tx_packets: int | None
+    tx_bytes: int | None
+    owner: str | None
+
+
+@dataclass
+class Vif:
+    """One VM interface (or, with ``is_vif=False``, any other port)."""
+
+    bridge: str
+    port: str
+    interface: str
+    type: str
+    is_vif: bool
+    ofport: int | None
+    mac: str | None
+    mac_in_use: str | None
+    hypervisor: str | None
+    vm_uuid: str | None
+    vm_name: str | None
+    vm_name_source: str | None
+    ids: dict[str, str]
+    xen_domid: int | None
+    xen_devid: int | None
+    alias_ports: list[str]
+    vlan_mode: str
+    vlan_mode_configured: str | None
+    tag: int | None
+    trunks: list[int]
+    trunks_all_vlans: bool
+    ingress_policing_rate_kbps: int
+    ingress_policing_burst_kbit: int
+    egress_qos_type: str | None
+    egress_max_rate_kbps: float | None
+    mirrors: list[dict[str, str]]
+    link_state: str | None
+    admin_state: str | None
+    mtu: int | None
+    error: str | None
+    counters: ctr.Counters = field(default_factory=ctr.Counters)
+    rates: ctr.Rates | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Machine-readable form; units are part of the key names."""
+        d = asdict(self)
+        d["counters_source"] = self.counters.source
+        d["counters"] = self.counters.as_dict()
+        d["rates"] = (
+            None
+            if self.rates is None
+            else {
+                "rx_bits_per_s": round(self.rates.rx_bps, 1),
+                "tx_bits_per_s": round(self.rates.tx_bps, 1),
+                "rx_packets_per_s": round(self.rates.rx_pps, 1),
+                "tx_packets_per_s": round(self.rates.tx_pps, 1),
+                "interval_s": round(self.rates.interval_s, 3),
+            }
+        )
+        return d
+
+
+@dataclass
+class BridgeInfo:
+    name: str
+    datapath_type: str
+    ports: int
+    mirrors: list[str]
+    protocols: list[str]
+    fail_mode: str | None
+
+
+@dataclass
+class HostInfo:
+    hostname: str
+    system_id: str | None
+    ovs_version: str | None
+    db_version: str | None
+    system_type: str | None
+    system_version: str | None
+    datapath_types: list[str]
+    bridge_datapath_types: list[str]
+    db_target: str
+    c_json_parser: bool
+
+
+@dataclass
+class Inventory:
+    host: HostInfo
+    bridges: list[BridgeInfo]
+    vifs: list[Vif]
+    mirrors: list[MirrorInfo]
+    read_at: float
+
+    def vif_by_port(self, name: str) -> Vif | None:
+        return next((v for v in self.vifs if v.port == name or name in v.alias_ports), None)
+
+    def to_json(self, all_ports: bool = False) -> dict[str, Any]:
+        return {
+            "host": asdict(self.host),
+            "bridges": [asdict(b) for b in self.bridges],
+            "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
+            "mirrors": [asdict(m) for m in self.mirrors],
+        }
+
+
+def _opt(value: list[Any]) -> Any:
+    """An optional OVSDB column reads as ``[]`` or ``[x]``."""
+    return value[0] if value else None
+
+
+def _stat_int(stats: dict[str, int], key: str) -> int | None:
+    v = stats.get(key)
+    return int(v) if v is not None else None
+
+
+def read(
+    conn: Connection,
+    *,
+    names: list[NameSource] | None = None,
+    kernel_counters: bool = True,
+) -> Inventory:
+    """Build the inventory from ``conn``'s replica (one pass, under its lock)."""
+    with conn.lock:
+        inv = _build(conn)
+    vm_uuids = {v.vm_uuid for v in inv.vifs if v.vm_uuid}
+    if names and vm_uuids:
+        resolved = resolve_names(names, vm_uuids)
+        for v in inv.vifs:
+            if v.vm_uuid in resolved:
+                v.vm_name, v.vm_name_source = resolved[v.vm_uuid]
+    if kernel_counters:
+        for v in inv.vifs:
+            kc = ctr.read_kernel(v.interface)
+            if kc is not None:
+                v.counters = kc
+    return inv
+
+
+def _build(conn: Connection) -> Inventory:
+    tables = conn.idl.tables
+    root = conn.root()
+    ext = dict(root.external_ids)
+
+    port_bridge: dict[Any, str] = {}
+    bridges: list[BridgeInfo] = []
+    for br in sorted(tables["Bridge"].rows.values(), key=lambda r: r.name):
+        for p in br.ports:
+            port_bridge[p.uuid] = br.name
+        bridges.append(
+            BridgeInfo(
+                name=br.name,
+                datapath_type=br.datapath_type or "system",
+                ports=len(br.ports),
+                mirrors=sorted(m.name for m in br.mirrors),
+                protocols=list(br.protocols),
+                fail_mode=_opt(br.fail_mode),
+            )
+        )
+
+    mirrors: list[MirrorInfo] = []
+    touching: dict[Any, list[dict[str, str]]] = {}
+    for br in tables["Bridge"].rows.values():
+        for m in br.mirrors:
+            stats = dict(m.statistics)
+            out_port = _opt(m.output_port)
+            info = MirrorInfo(
+                name=m.name,
+                bridge=br.name,
+                select_all=bool(m.select_all),
+                select_src_ports=sorted(p.name for p in m.select_src_port),
+                select_dst_ports=sorted(p.name for p in m.select_dst_port),
+                select_vlans=sorted(m.select_vlan),
+                output_port=out_port.name if out_port is not None else None,
+                output_vlan=_opt(m.output_vlan),
+                tx_packets=_stat_int(stats, "tx_packets"),
+                tx_bytes=_stat_int(stats, "tx_bytes"),
+                owner=dict(m.external_ids).get("hvnet-owner"),
+            )
+            mirrors.append(info)
+            for p in m.select_src_port:
+                touching.setdefault(p.uuid, []).append({"mirror": m.name, "role": "source"})
+            for p in m.select_dst_port:
+                touching.setdefault(p.uuid, []).append({"mirror": m.name, "role": "destination"})
+            if out_port is not None:
+                touching.setdefault(out_port.uuid, []).append({"mirror": m.name, "role": "output"})
+
+    vifs: list[Vif] = []
+    xen_groups: dict[tuple[str, int, int], list[Vif]] = {}
+    for port in tables["Port"].rows.values():
+        bridge = port_bridge.get(port.uuid)
+        if bridge is None:
+            continue  # a Port row not (yet) referenced by any bridge
+        ifaces = list(port.interfaces)
+        if not ifaces:
+            continue
+        iface = ifaces[0]  # VIF ports have exactly one interface; bonds are not VIFs
+        ids = dict(iface.external_ids)
+        tag = _opt(port.tag)
+        trunks = sorted(port.trunks)
+        mode = _opt(port.vlan_mode)
+        xen = parse_xen_port(port.name)
+        is_vif = len(ifaces) == 1 and (
+            any(k in ids for k in _VIF_ID_KEYS) or xen is not None or bool(_LIBVIRT_PORT.match(port.name))
+        )
+        qos = _opt(port.qos)
+        max_rate = None
+        if qos is not None and "max-rate" in qos.other_config:
+            try:
+                max_rate = int(qos.other_config["max-rate"]) / 1000.0
+            except ValueError:
+                max_rate = None
+        stats = dict(iface.statistics)
+        vm_uuid = next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
+        v = Vif(
+            bridge=bridge,
+            port=port.name,
+            interface=iface.name,
+            type=iface.type or "system",
+            is_vif=is_vif,
+            ofport=_opt(iface.ofport),
+            mac=ids.get("attached-mac"),
+            mac_in_use=_opt(iface.mac_in_use),
+            hypervisor=hypervisor_of(ids),
+            vm_uuid=vm_uuid,
+            vm_name=None,
+            vm_name_source=None,
+            ids=ids,
+            xen_domid=xen[1] if xen else None,
+            xen_devid=xen[2] if xen else None,
+            alias_ports=[],
+            vlan_mode=effective_vlan_mode(mode, tag),
+            vlan_mode_configured=mode,
+            tag=tag,
+            trunks=trunks,
+            trunks_all_vlans=trunks_all_vlans(mode, tag, trunks),
+            ingress_policing_rate_kbps=int(iface.ingress_policing_rate),
+            ingress_policing_burst_kbit=int(iface.ingress_policing_burst),
+            egress_qos_type=qos.type if qos is not None else None,
+            egress_max_rate_kbps=max_rate,
+            mirrors=touching.get(port.uuid, []),
+            link_state=_opt(iface.link_state),
+            admin_state=_opt(iface.admin_state),
+            mtu=_opt(iface.mtu),
+            error=_opt(iface.error),
+            counters=ctr.Counters.from_mapping(stats, "ovsdb") if stats else ctr.Counters(),
+        )
+        if xen is not None:
+            xen_groups.setdefault((bridge, xen[1], xen[2]), []).append(v)
+        vifs.append(v)
+
+    vifs = _group_xen_hvm(vifs, xen_groups)
+    vifs.sort(key=lambda v: (not v.is_vif, v.bridge, _natural(v.port)))
+    return Inventory(
+        host=HostInfo(
+            hostname=ext.get("hostname") or socket.gethostname(),
+            system_id=ext.get("system-id"),
+            ovs_version=_opt(root.ovs_version),
+            db_version=_opt(root.db_version),
+            system_type=_opt(root.system_type),
+            system_version=_opt(root.system_version),
+            datapath_types=sorted(root.datapath_types),
+            bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
+            db_target=conn.target.remote,
+            c_json_parser=c_json_parser_in_use(),
+        ),
+        bridges=bridges,
+        vifs=vifs,
+        mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
+        read_at=time.time(),
+    )
+
+
+def _group_xen_hvm(vifs: list[Vif], groups: dict[tuple[str, int, int], list[Vif]]) -> list[Vif]:
+    """Fold ``tapD.N`` into ``vifD.N`` (one HVM VIF shown once).
+
+    The ``vif`` port is kept as the entry (it carries the PV path and is
+    what XenServer's tools name); the ``tap`` port is listed in
+    ``alias_ports``.  A lone ``tap`` port stays an entry of its own.
+    """
+    drop: set[int] = set()
+    for members in groups.values():
+        vif = next((m for m in members if m.port.startswith("vif")), None)
+        taps = [m for m in members if m.port.startswith("tap")]
+        if vif is None or not taps:
+            continue
+        for tap in taps:
+            vif.alias_ports.append(tap.port)
+            if vif.vm_uuid is None and tap.vm_uuid is not None:
+                vif.vm_uuid = tap.vm_uuid
+            drop.add(id(tap))
+    return [v for v in vifs if id(v) not in drop]
+
+
+def _natural(name: str) -> list[Any]:
+    """Sort key that puts ``vif2.0`` before ``vif10.0``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def filter_vifs(vifs: Iterable[Vif], text: str) -> list[Vif]:
+    """VIFs whose VM name, port, MAC or VM uuid contains ``text`` (case-insensitive)."""
+    needle = text.lower()
+    return [
+        v
+        for v in vifs
+        if needle in " ".join(filter(None, [v.vm_name, v.port, v.mac, v.vm_uuid, *v.alias_ports])).lower()
+    ]

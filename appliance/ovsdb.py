@@ -1,0 +1,415 @@
+"""One connection to the Open_vSwitch database, through the OVSDB IDL.
+
+hvnet talks to OVSDB as a database, never by parsing tool output:
+
+* the schema is fetched from the server, so hvnet works with whatever OVS
+  version the host runs, and only the columns hvnet reads are registered
+  (a column the server lacks, e.g. ``Mirror.filter`` on older OVS, is simply
+  not available -- see :meth:`Connection.has_column`);
+* the IDL keeps an in-memory replica and reconnects by itself, with a short
+  back-off so a restarted ovsdb-server is picked up within about a second;
+* every user intent is one transaction: the caller's ``build`` function reads
+  the replica, calls ``row.verify(column)`` on what its decision depends on
+  and writes; on TRY_AGAIN (a concurrent change, or a reconnect) ``build`` is
+  run again against fresh state, until a deadline;
+* when ovs-vswitchd must have acted, the transaction increments
+  ``next_cfg`` and we wait until ``cur_cfg`` catches up.
+
+The IDL is single-threaded; a lock serialises it so that a background
+run-loop (TUI, agent) and foreground transactions can share one connection.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import ovs.db.idl
+import ovs.json
+import ovs.jsonrpc
+import ovs.poller
+import ovs.stream
+
+from .errors import ConflictError, HvnetError, OvsdbError, OvsdbUnreachable
+from .target import DbTarget
+
+log = logging.getLogger("hvnet.ovsdb")
+
+DB_NAME = "Open_vSwitch"
+
+Columns = Mapping[str, Iterable[str]]
+T = TypeVar("T")
+
+# Reconnect back-off (ms).  The OVS default grows to 8 s; an appliance that
+# must re-apply policy after an ovsdb-server restart wants to be back fast.
+_MIN_BACKOFF_MS = 250
+_MAX_BACKOFF_MS = 1000
+
+
+def c_json_parser_in_use() -> bool:
+    """True when the OVS C JSON parser (``ovs._json``) is in use.
+
+    The pure-Python parser is several times slower on large databases (1000+
+    ports); the set-up script links the distribution's build which has it.
+    """
+    return getattr(ovs.json, "PARSER", None) == getattr(ovs.json, "PARSER_C", "C")
+
+
+def _configure_ssl(target: DbTarget) -> None:
+    if target.ssl is not None:
+        ovs.stream.Stream.ssl_set_private_key_file(target.ssl.private_key)
+        ovs.stream.Stream.ssl_set_certificate_file(target.ssl.certificate)
+        ovs.stream.Stream.ssl_set_ca_cert_file(target.ssl.ca_cert)
+
+
+def _unreachable(target: DbTarget, reason: str) -> OvsdbUnreachable:
+    if target.source == "system default":
+        hint = (
+            "start Open vSwitch (systemctl start openvswitch-switch, or openvswitch on EL), "
+            "bring up the lab with 'hvnet lab up', or pass --db / set HVNET_DB"
+        )
+    elif target.source == "lab":
+        hint = "the lab's ovsdb-server is not answering: run 'hvnet lab down' then 'hvnet lab up'"
+    else:
+        hint = f"check that ovsdb-server listens on {target.remote}, or fix {target.source}"
+    return OvsdbUnreachable(f"cannot reach OVSDB at {target.describe()}: {reason}", hint=hint)
+
+
+def fetch_schema(target: DbTarget, timeout: float) -> dict[str, Any]:
+    """Ask the server for the Open_vSwitch schema (JSON), within ``timeout``."""
+    _configure_ssl(target)
+    deadline = time.monotonic() + timeout
+    err, stream = ovs.stream.Stream.open(target.remote)
+    if err:
+        raise _unreachable(target, os.strerror(err))
+    err, stream = ovs.stream.Stream.open_block((err, stream), int(timeout * 1000))
+    if err:
+        raise _unreachable(target, os.strerror(err) if err > 0 else "connection failed")
+    conn = ovs.jsonrpc.Connection(stream)
+    try:
+        request = ovs.jsonrpc.Message.create_request("get_schema", [DB_NAME])
+        conn.send(request)
+        while True:
+            conn.run()
+            err, msg = conn.recv()
+            if err == 0 and msg is not None and msg.id == request.id:
+                if msg.type == ovs.jsonrpc.Message.T_ERROR:
+                    raise _unreachable(target, f"server has no {DB_NAME} database ({msg.error})")
+                return msg.result
+            if err not in (0, errno.EAGAIN):
+                raise _unreachable(target, os.strerror(err) if err > 0 else "connection closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _unreachable(target, f"no answer within {timeout:g} s")
+            poller = ovs.poller.Poller()
+            conn.wait(poller)
+            conn.recv_wait(poller)
+            poller.timer_wait(int(remaining * 1000) + 1)
+            poller.block()
+    finally:
+        conn.close()
+
+
+@dataclass
+class TxnContext:
+    """What a transaction's ``build`` function gets: the replica and the txn."""
+
+    conn: Connection
+    txn: ovs.db.idl.Transaction
+
+    @property
+    def tables(self) -> dict[str, Any]:
+        return self.conn.idl.tables
+
+    def rows(self, table: str) -> Iterable[Any]:
+        return self.conn.idl.tables[table].rows.values()
+
+    def insert(self, table: str) -> Any:
+        return self.txn.insert(self.conn.idl.tables[table])
+
+    def root(self) -> Any:
+        """The single Open_vSwitch row."""
+        return self.conn.root()
+
+
+@dataclass
+class TxnResult:
+    """Outcome of :meth:`Connection.transact`."""
+
+    status: str  # "success" or "unchanged"
+    value: Any
+    attempts: int
+    next_cfg: int | None = None
+
+
+class Connection:
+    """A long-lived IDL connection to one OVSDB server.
+
+    Use :meth:`open` to connect and wait for the initial snapshot.  Reads go
+    through :attr:`idl` ``.tables`` (under :attr:`lock` if a background loop
+    is running); writes go through :meth:`transact`.
+    """
+
+    def __init__(self, target: DbTarget, columns: Columns, schema_json: dict[str, Any]) -> None:
+        self.target = target
+        self.lock = threading.RLock()
+        self._listeners: list[Callable[[], None]] = []
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._connected_seqno = -1
+        self.reconnects = 0
+        helper = ovs.db.idl.SchemaHelper(schema_json=schema_json)
+        self.schema_tables: dict[str, set[str]] = {
+            name: set(t["columns"]) for name, t in schema_json["tables"].items()
+        }
+        self.registered: dict[str, set[str]] = {}
+        for table, cols in columns.items():
+            if table not in self.schema_tables:
+                continue
+            present = [c for c in cols if c in self.schema_tables[table]]
+            helper.register_columns(table, present)
+            self.registered[table] = set(present)
+        self.idl = ovs.db.idl.Idl(target.remote, helper, probe_interval=5000)
+        # No public API sets the back-off; the session's Reconnect FSM has one.
+        self.idl._session.reconnect.set_backoff(_MIN_BACKOFF_MS, _MAX_BACKOFF_MS)
+
+    # -- opening ----------------------------------------------------------
+
+    @classmethod
+    def open(cls, target: DbTarget, columns: Columns, timeout: float = 5.0) -> Connection:
+        """Connect to ``target`` and wait for the initial database snapshot."""
+        start = time.monotonic()
+        schema = fetch_schema(target, timeout)
+        conn = cls(target, columns, schema)
+        conn._wait_synced(start + timeout)
+        log.debug(
+            "connected to %s; JSON parser: %s",
+            target.describe(),
+            "C (ovs._json)" if c_json_parser_in_use() else "pure Python (slow: install the OS package of the ovs library)",
+        )
+        return conn
+
+    def _wait_synced(self, deadline: float) -> None:
+        with self.lock:
+            while True:
+                self.idl.run()
+                if self.idl.has_ever_connected():
+                    self._connected_seqno = self.idl._session.get_seqno()
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _unreachable(self.target, "no database snapshot received")
+                self._block(remaining)
+
+    def _block(self, seconds: float, txn: ovs.db.idl.Transaction | None = None) -> None:
+        poller = ovs.poller.Poller()
+        self.idl.wait(poller)
+        if txn is not None:
+            txn.wait(poller)
+        poller.timer_wait(max(1, int(seconds * 1000)))
+        poller.block()
+
+    def close(self) -> None:
+        """Stop the background loop (if any) and close the session."""
+        self.stop()
+        with self.lock:
+            self.idl.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- state --------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        return self.idl._session.is_connected()
+
+    @property
+    def change_seqno(self) -> int:
+        return self.idl.change_seqno
+
+    def has_column(self, table: str, column: str) -> bool:
+        """Whether the server's schema has ``table.column`` and hvnet reads it."""
+        return column in self.registered.get(table, ())
+
+    def root(self) -> Any:
+        """The single ``Open_vSwitch`` row (raises if the database is empty)."""
+        rows = list(self.idl.tables["Open_vSwitch"].rows.values())
+        if not rows:
+            raise OvsdbError(
+                "the Open_vSwitch table is empty", hint="initialise the database: ovs-vsctl --no-wait init"
+            )
+        return rows[0]
+
+    def run_once(self, wait: float = 0.0) -> bool:
+        """Process pending messages; optionally block up to ``wait`` seconds first.
+
+        Returns True if the replica changed.  Used by foreground callers that
+        want fresh state (e.g. after someone else's change).
+        """
+        with self.lock:
+            before = self.idl.change_seqno
+            self.idl.run()
+            if wait > 0 and self.idl.change_seqno == before:
+                self._block(wait)
+                self.idl.run()
+            self._note_reconnect()
+            return self.idl.change_seqno != before
+
+    def _note_reconnect(self) -> None:
+        seqno = self.idl._session.get_seqno()
+        if self.is_connected and seqno != self._connected_seqno:
+            if self._connected_seqno >= 0:
+                self.reconnects += 1
+                log.info("reconnected to %s", self.target.remote)
+            self._connected_seqno = seqno
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Run the IDL until ``predicate()`` holds (True) or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                self.idl.run()
+                self._note_reconnect()
+                if predicate():
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._block(min(remaining, 0.5))
+
+    # -- transactions ---------------------------------------------------------
+
+    def transact(
+        self,
+        build: Callable[[TxnContext], T],
+        *,
+        comment: str | None = None,
+        wait_for_vswitchd: bool = False,
+        timeout: float = 10.0,
+    ) -> TxnResult:
+        """Run ``build`` inside one transaction and commit it.
+
+        ``build`` is re-run against fresh state after TRY_AGAIN (a verify
+        failure from a concurrent change, or a lost connection), so it must be
+        a pure function of the replica.  Raising inside ``build`` aborts.
+        """
+        deadline = time.monotonic() + timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            with self.lock:
+                self.idl.run()
+                self._note_reconnect()
+                seqno_before = self.idl.change_seqno
+                txn = ovs.db.idl.Transaction(self.idl)
+                if comment:
+                    txn.add_comment(comment)
+                try:
+                    value = build(TxnContext(self, txn))
+                    if wait_for_vswitchd:
+                        self.root().increment("next_cfg")
+                except BaseException:
+                    txn.abort()
+                    raise
+                status = self._commit(txn, deadline)
+            if status == ovs.db.idl.Transaction.SUCCESS or status == ovs.db.idl.Transaction.UNCHANGED:
+                next_cfg = None
+                if wait_for_vswitchd and status == ovs.db.idl.Transaction.SUCCESS:
+                    next_cfg = txn.get_increment_new_value()
+                    self.wait_for_vswitchd(next_cfg, max(1.0, deadline - time.monotonic()))
+                return TxnResult(
+                    status="success" if status == ovs.db.idl.Transaction.SUCCESS else "unchanged",
+                    value=value,
+                    attempts=attempts,
+                    next_cfg=next_cfg,
+                )
+            if status == ovs.db.idl.Transaction.TRY_AGAIN:
+                # A verify() failed because of a concurrent change, or the
+                # connection dropped: wait for new state, then re-plan.
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConflictError(
+                        f"transaction did not go through within {timeout:g} s ({attempts} attempts, "
+                        f"{'connected' if self.is_connected else 'not connected'})",
+                        hint="another client kept changing the same rows, or OVSDB is unreachable; retry",
+                    )
+                self.wait_for(lambda s=seqno_before: self.idl.change_seqno != s, min(0.5, remaining))
+                continue
+            if status == ovs.db.idl.Transaction.ERROR:
+                raise OvsdbError(f"OVSDB rejected the transaction: {txn.get_error()}")
+            raise OvsdbError(f"transaction ended with status {ovs.db.idl.Transaction.status_to_string(status)}")
+
+    def _commit(self, txn: ovs.db.idl.Transaction, deadline: float) -> int:
+        """Drive ``txn`` to a final status without ever blocking past ``deadline``."""
+        while True:
+            status = txn.commit()
+            if status != ovs.db.idl.Transaction.INCOMPLETE:
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                txn.abort()
+                return ovs.db.idl.Transaction.TRY_AGAIN
+            self.idl.run()
+            self._block(min(remaining, 0.5), txn)
+
+    def wait_for_vswitchd(self, next_cfg: int, timeout: float) -> None:
+        """Wait until ovs-vswitchd reports ``cur_cfg >= next_cfg``."""
+        if not self.wait_for(lambda: (self.root().cur_cfg or 0) >= next_cfg, timeout):
+            raise HvnetError(
+                f"ovs-vswitchd did not apply configuration {next_cfg} within {timeout:.0f} s "
+                f"(cur_cfg is {self.root().cur_cfg})",
+                hint="is ovs-vswitchd running and connected to this database?",
+            )
+
+    # -- background loop (TUI, agent) ----------------------------------------
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (from the loop thread) after every replica change."""
+        self._listeners.append(callback)
+
+    def start(self) -> None:
+        """Run the IDL in a background thread, notifying listeners on change.
+
+        Changes are pushed by the server (monitor updates); nothing polls the
+        database.  The thread wakes on socket activity or every 0.5 s.
+        """
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="hvnet-ovsdb", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self.lock:
+                before = self.idl.change_seqno
+                self.idl.run()
+                self._note_reconnect()
+                changed = self.idl.change_seqno != before
+                poller = ovs.poller.Poller()
+                self.idl.wait(poller)
+                poller.timer_wait(500)
+            if changed:
+                for callback in list(self._listeners):
+                    try:
+                        callback()
+                    except Exception:  # a listener bug must not kill the loop
+                        log.exception("OVSDB change listener failed")
+            poller.block()

@@ -1,0 +1,84 @@
+"""Running system programs: argument lists only, never a shell.
+
+Interface names and values come from files and operators; they are passed as
+separate argv elements so no quoting mistake can turn them into commands.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from .errors import CommandFailed, MissingTool
+
+# The Debian/EL package that provides each program, for "install X" hints.
+PACKAGE_OF = {
+    "ovs-vsctl": "openvswitch-switch (Debian) / openvswitch (EL)",
+    "ovs-appctl": "openvswitch-switch (Debian) / openvswitch (EL)",
+    "ovs-ofctl": "openvswitch-switch (Debian) / openvswitch (EL)",
+    "ovsdb-server": "openvswitch-switch (Debian) / openvswitch (EL)",
+    "ovsdb-tool": "openvswitch-switch (Debian) / openvswitch (EL)",
+    "ovs-vswitchd": "openvswitch-switch (Debian) / openvswitch (EL)",
+    "ip": "iproute2 (Debian) / iproute (EL)",
+    "ethtool": "ethtool",
+    "netperf": "netperf (Debian non-free; hvnet's netperf RPM on EL)",
+    "netserver": "netperf (Debian non-free; hvnet's netperf RPM on EL)",
+    "tcpdump": "tcpdump",
+    "arping": "arping (Debian) / iputils (EL)",
+    "ping": "iputils-ping (Debian) / iputils (EL)",
+}
+
+# Where root's tools live even when PATH is a user's minimal one.
+_EXTRA_PATH = ("/usr/sbin", "/sbin", "/usr/local/sbin")
+
+
+def which(program: str) -> str:
+    """Return the full path of ``program`` or raise :class:`MissingTool`."""
+    found = shutil.which(program)
+    if found is None:
+        for directory in _EXTRA_PATH:
+            candidate = os.path.join(directory, program)
+            if os.access(candidate, os.X_OK):
+                return candidate
+        pkg = PACKAGE_OF.get(program, program)
+        raise MissingTool(f"{program} is not installed", hint=f"install the package {pkg}")
+    return found
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` and return the completed process (text mode).
+
+    ``env`` entries are added to the current environment.  With ``check`` a
+    non-zero exit raises :class:`CommandFailed` carrying stderr.
+    """
+    args = [which(argv[0]), *argv[1:]]
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    proc = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        input=input_text,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise CommandFailed(list(argv), proc.returncode, proc.stderr or proc.stdout)
+    return proc
+
+
+def in_netns(netns: str, argv: Sequence[str]) -> list[str]:
+    """The argv that runs ``argv`` inside network namespace ``netns``."""
+    return ["ip", "netns", "exec", netns, *argv]

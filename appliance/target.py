@@ -1,0 +1,103 @@
+"""Which OVS database to talk to.
+
+Resolution order, first match wins:
+
+1. the ``--db`` option;
+2. the ``HVNET_DB`` environment variable;
+3. a running hvnet lab (its ``db.sock``);
+4. the system default ``unix:/var/run/openvswitch/db.sock``.
+
+The chosen target is reported together with *why* it was chosen, so that an
+"unreachable" error can say what was tried and what to do about it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+SYSTEM_DB = "unix:/var/run/openvswitch/db.sock"
+
+_TARGET_RE = re.compile(
+    r"^(?:unix:(?P<path>/.+)"
+    r"|(?P<proto>tcp|ssl):(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.\-]+):(?P<port>[0-9]{1,5}))$"
+)
+
+
+@dataclass(frozen=True)
+class SslOptions:
+    """Key, certificate and CA certificate for ``ssl:`` targets."""
+
+    private_key: str
+    certificate: str
+    ca_cert: str
+
+
+@dataclass(frozen=True)
+class DbTarget:
+    """A resolved OVSDB remote and the reason it was chosen."""
+
+    remote: str
+    source: str  # "--db", "HVNET_DB", "lab", "system default"
+    ssl: SslOptions | None = None
+
+    @property
+    def is_unix(self) -> bool:
+        return self.remote.startswith("unix:")
+
+    def describe(self) -> str:
+        return f"{self.remote} (from {self.source})"
+
+
+def validate_remote(remote: str, source: str) -> str:
+    """Check that ``remote`` is a ``unix:``, ``tcp:`` or ``ssl:`` target."""
+    m = _TARGET_RE.match(remote)
+    if not m or (m.group("port") and not 0 < int(m.group("port")) < 65536):
+        raise UsageError(
+            f"{source}: invalid OVSDB target {remote!r}",
+            hint="use unix:/path/to/db.sock, tcp:HOST:PORT or ssl:HOST:PORT",
+        )
+    return remote
+
+
+def resolve(
+    db: str | None = None,
+    *,
+    ssl_key: str | None = None,
+    ssl_cert: str | None = None,
+    ssl_ca: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> DbTarget:
+    """Resolve the database target (see the module docstring for the order)."""
+    env = os.environ if environ is None else environ
+    if db:
+        remote, source = validate_remote(db, "--db"), "--db"
+    elif env.get("HVNET_DB"):
+        remote, source = validate_remote(env["HVNET_DB"], "HVNET_DB"), "HVNET_DB"
+    else:
+        from .lab import running_lab_db  # local import: lab pulls in topology code
+
+        lab_db = running_lab_db(env)
+        if lab_db:
+            remote, source = lab_db, "lab"
+        else:
+            remote, source = SYSTEM_DB, "system default"
+    ssl = None
+    if remote.startswith("ssl:"):
+        key = ssl_key or env.get("HVNET_SSL_KEY")
+        cert = ssl_cert or env.get("HVNET_SSL_CERT")
+        ca = ssl_ca or env.get("HVNET_SSL_CA")
+        missing = [n for n, v in (("--ssl-key", key), ("--ssl-cert", cert), ("--ssl-ca", ca)) if not v]
+        if missing:
+            raise UsageError(
+                f"ssl target {remote} needs {', '.join(missing)}",
+                hint="pass the options or set HVNET_SSL_KEY, HVNET_SSL_CERT and HVNET_SSL_CA",
+            )
+        for label, path in (("--ssl-key", key), ("--ssl-cert", cert), ("--ssl-ca", ca)):
+            if not os.path.isfile(str(path)):
+                raise UsageError(f"{label}: no such file: {path}")
+        ssl = SslOptions(private_key=str(key), certificate=str(cert), ca_cert=str(ca))
+    return DbTarget(remote=remote, source=source, ssl=ssl)
