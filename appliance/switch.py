@@ -194,8 +194,14 @@ class Switch:
     # -- tools against this instance ----------------------------------------
 
     def vsctl(self, *args: str, check: bool = True) -> str:
-        """``ovs-vsctl`` against this database (tests use it as a witness)."""
-        return proc.run(["ovs-vsctl", f"--db={self.remote}", "--timeout=10", *args], env=self.env, check=check).stdout
+        """``ovs-vsctl`` against this database (tests use it as a witness).
+
+        Without a running ovs-vswitchd, ``--no-wait`` is added: there is no
+        one to bump ``cur_cfg`` and ovs-vsctl would wait for it forever.
+        """
+        no_wait = [] if self.pid("ovs-vswitchd") else ["--no-wait"]
+        argv = ["ovs-vsctl", f"--db={self.remote}", "--timeout=10", *no_wait, *args]
+        return proc.run(argv, env=self.env, check=check).stdout
 
     def appctl(self, daemon: str, *args: str, check: bool = True) -> str:
         return proc.run(["ovs-appctl", "-t", self.ctl(daemon), *args], env=self.env, check=check).stdout

@@ -1,0 +1,111 @@
+"""Topology validation: every bad-input class names file:line, field and what is allowed."""
+
+from pathlib import Path
+
+import pytest
+
+from appliance import topology
+from appliance.errors import ConfigError
+
+GOOD = """\
+name: t
+bridges:
+  - name: br0
+guests:
+  - name: A
+    ip: 10.0.0.1/24
+    tag: 1
+  - name: B
+    ip: 10.0.0.2/24
+    trunks: "10,20-21"
+    vlan_mode: trunk
+"""
+
+
+def load_text(tmp_path: Path, text: str) -> topology.Topology:
+    f = tmp_path / "topo.yaml"
+    f.write_text(text)
+    return topology.load(f)
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        load_text(tmp_path, text)
+    return [str(p) for p in exc.value.problems]
+
+
+def test_default_topology_is_the_2010_study() -> None:
+    t = topology.load(topology.DEFAULT_TOPOLOGY)
+    assert [b.name for b in t.bridges] == ["xenbr0"]
+    assert [(g.name, g.address, g.tag, g.vif) for g in t.guests] == [
+        ("VM1", "192.168.0.150", 1, "vif1.0"),
+        ("VM2", "192.168.0.151", 1, "vif2.0"),
+        ("VM3", "192.168.0.152", 2, "vif3.0"),
+    ]
+    assert t.hypervisor == "xenserver"
+
+
+def test_good_topology_defaults(tmp_path) -> None:
+    t = load_text(tmp_path, GOOD)
+    a, b = t.guests
+    assert a.bridge == "br0" and a.vif == "vif1.0" and a.domid == 1
+    assert b.trunks == (10, 20, 21) and b.vlan_mode == "trunk"
+    assert a.mac.startswith("02:") and a.mac != b.mac
+    # ids are stable across loads
+    assert a.vm_uuid(t.name) == load_text(tmp_path, GOOD).guests[0].vm_uuid(t.name)
+
+
+def test_unknown_keys(tmp_path) -> None:
+    out = problems(tmp_path, GOOD.replace("    tag: 1\n", "    tag: 1\n    colour: red\n") + "extra: 1\n")
+    assert any("topo.yaml:8: guests[0].colour: unknown key; allowed:" in p and "vlan_mode" in p for p in out)
+    assert any(":13: extra: unknown key; allowed: bridges, description, guests, hypervisor, name" in p for p in out)
+
+
+@pytest.mark.parametrize("tag, msg", [(4095, "reserved"), (5000, "outside 0..4094"), (-1, "outside 0..4094"), ('"x"', "integer")])
+def test_tag_outside_range(tmp_path, tag, msg) -> None:
+    (p,) = problems(tmp_path, GOOD.replace("tag: 1", f"tag: {tag}"))
+    assert p.startswith(f"{tmp_path / 'topo.yaml'}:7: guests[0].tag: ")
+    assert msg in p
+
+
+def test_duplicate_names_and_ips(tmp_path) -> None:
+    text = GOOD.replace("name: B", "name: A").replace("10.0.0.2/24", "10.0.0.1/24")
+    out = problems(tmp_path, text)
+    assert any(":8: guests[1].name: duplicate guest name 'A' (also guests[0])" in p for p in out)
+    assert any(":9: guests[1].ip: duplicate IP 10.0.0.1 (also guests[0])" in p for p in out)
+
+
+@pytest.mark.parametrize(
+    "old, new, field",
+    [
+        ("name: A", "name: 1bad", "guests[0].name"),
+        ("name: A", "name: has space", "guests[0].name"),
+        ("- name: br0", "- name: bridge-name-too-long", "bridges[0].name"),
+        ("- name: br0", "- name: br/0", "bridges[0].name"),
+        ("ip: 10.0.0.1/24", "ip: 10.0.0.1", "guests[0].ip"),
+        ("ip: 10.0.0.1/24", "ip: 10.0.0.0/24", "guests[0].ip"),
+        ("ip: 10.0.0.1/24", "ip: 10.0.0.300/24", "guests[0].ip"),
+        ("tag: 1", "tag: 1\n    mac: 01:00:00:00:00:01", "guests[0].mac"),
+        ("tag: 1", "tag: 1\n    vif: br0", "guests[0].vif"),
+        ("tag: 1", "tag: 1\n    bridge: nope", "guests[0].bridge"),
+        ('trunks: "10,20-21"', 'trunks: "10,,20"', "guests[1].trunks"),
+        ("vlan_mode: trunk", "vlan_mode: hybrid", "guests[1].vlan_mode"),
+        ("vlan_mode: trunk", "vlan_mode: access", "guests[1].trunks"),
+    ],
+)
+def test_invalid_values(tmp_path, old, new, field) -> None:
+    out = problems(tmp_path, GOOD.replace(old, new, 1))
+    assert any(f": {field}: " in p for p in out), out
+    assert all(p.startswith(str(tmp_path / "topo.yaml") + ":") for p in out)
+
+
+def test_missing_bridges_and_bad_shapes(tmp_path) -> None:
+    out = problems(tmp_path, "guests: {}\n")
+    assert any("bridges: required" in p for p in out)
+    assert any("guests: must be a list" in p for p in out)
+    assert problems(tmp_path, "- a\n") == [f"{tmp_path / 'topo.yaml'}:1: (document): a topology is a mapping with 'bridges' and 'guests'"]
+
+
+def test_all_problems_reported_at_once(tmp_path) -> None:
+    text = GOOD.replace("tag: 1", "tag: 9999").replace("name: B", "name: 'B B'")
+    assert len(problems(tmp_path, text)) == 2
