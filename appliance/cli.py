@@ -85,9 +85,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         )
     if rows:
         lines.append(
-            render.table(
-                ["VM", "PORT", "MAC", "VLAN", "INGRESS", "EGRESS", "LINK", rx_head, tx_head, "DROP/ERR"], rows
-            )
+            render.table(["VM", "PORT", "MAC", "VLAN", "INGRESS", "EGRESS", "LINK", rx_head, tx_head, "DROP/ERR"], rows)
         )
     else:
         lines.append("no VIFs on this switch" + ("" if all_ports else " (--all shows every port)"))
@@ -217,9 +215,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def _connect(args: argparse.Namespace) -> Any:
-    conn = api.connect(
-        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout
-    )
+    conn = api.connect(args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout)
     log.debug("connected to %s", conn.target.describe())
     return conn
 

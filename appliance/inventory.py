@@ -23,6 +23,7 @@ from typing import Any
 from . import counters as ctr
 from .names import NameSource, resolve_names
 from .ovsdb import Connection, c_json_parser_in_use
+from .ovsdb import column as col
 
 # Columns the inventory reads; registering only these keeps the replica small.
 COLUMNS: dict[str, list[str]] = {
@@ -261,50 +262,50 @@ def read(
 def _build(conn: Connection) -> Inventory:
     tables = conn.idl.tables
     root = conn.root()
-    ext = dict(root.external_ids)
+    ext = dict(col(root, "external_ids"))
 
     port_bridge: dict[Any, str] = {}
     bridges: list[BridgeInfo] = []
     for br in sorted(tables["Bridge"].rows.values(), key=lambda r: r.name):
-        for p in br.ports:
-            port_bridge[p.uuid] = br.name
+        for p in col(br, "ports"):
+            port_bridge[p.uuid] = col(br, "name")
         bridges.append(
             BridgeInfo(
-                name=br.name,
-                datapath_type=br.datapath_type or "system",
-                ports=len(br.ports),
-                mirrors=sorted(m.name for m in br.mirrors),
-                protocols=list(br.protocols),
-                fail_mode=_opt(br.fail_mode),
+                name=col(br, "name"),
+                datapath_type=col(br, "datapath_type") or "system",
+                ports=len(col(br, "ports")),
+                mirrors=sorted(col(m, "name") for m in col(br, "mirrors")),
+                protocols=list(col(br, "protocols")),
+                fail_mode=_opt(col(br, "fail_mode")),
             )
         )
 
     mirrors: list[MirrorInfo] = []
     touching: dict[Any, list[dict[str, str]]] = {}
     for br in tables["Bridge"].rows.values():
-        for m in br.mirrors:
-            stats = dict(m.statistics)
-            out_port = _opt(m.output_port)
+        for m in col(br, "mirrors"):
+            stats = dict(col(m, "statistics"))
+            out_port = _opt(col(m, "output_port"))
             info = MirrorInfo(
-                name=m.name,
-                bridge=br.name,
-                select_all=bool(m.select_all),
-                select_src_ports=sorted(p.name for p in m.select_src_port),
-                select_dst_ports=sorted(p.name for p in m.select_dst_port),
-                select_vlans=sorted(m.select_vlan),
-                output_port=out_port.name if out_port is not None else None,
-                output_vlan=_opt(m.output_vlan),
+                name=col(m, "name"),
+                bridge=col(br, "name"),
+                select_all=bool(col(m, "select_all")),
+                select_src_ports=sorted(col(p, "name") for p in col(m, "select_src_port")),
+                select_dst_ports=sorted(col(p, "name") for p in col(m, "select_dst_port")),
+                select_vlans=sorted(col(m, "select_vlan")),
+                output_port=col(out_port, "name") if out_port is not None else None,
+                output_vlan=_opt(col(m, "output_vlan")),
                 tx_packets=_stat_int(stats, "tx_packets"),
                 tx_bytes=_stat_int(stats, "tx_bytes"),
-                owner=dict(m.external_ids).get("hvnet-owner"),
+                owner=dict(col(m, "external_ids")).get("hvnet-owner"),
             )
             mirrors.append(info)
-            for p in m.select_src_port:
-                touching.setdefault(p.uuid, []).append({"mirror": m.name, "role": "source"})
-            for p in m.select_dst_port:
-                touching.setdefault(p.uuid, []).append({"mirror": m.name, "role": "destination"})
+            for p in col(m, "select_src_port"):
+                touching.setdefault(p.uuid, []).append({"mirror": col(m, "name"), "role": "source"})
+            for p in col(m, "select_dst_port"):
+                touching.setdefault(p.uuid, []).append({"mirror": col(m, "name"), "role": "destination"})
             if out_port is not None:
-                touching.setdefault(out_port.uuid, []).append({"mirror": m.name, "role": "output"})
+                touching.setdefault(out_port.uuid, []).append({"mirror": col(m, "name"), "role": "output"})
 
     vifs: list[Vif] = []
     xen_groups: dict[tuple[str, int, int], list[Vif]] = {}
@@ -312,36 +313,36 @@ def _build(conn: Connection) -> Inventory:
         bridge = port_bridge.get(port.uuid)
         if bridge is None:
             continue  # a Port row not (yet) referenced by any bridge
-        ifaces = list(port.interfaces)
+        ifaces = list(col(port, "interfaces"))
         if not ifaces:
             continue
         iface = ifaces[0]  # VIF ports have exactly one interface; bonds are not VIFs
-        ids = dict(iface.external_ids)
-        tag = _opt(port.tag)
-        trunks = sorted(port.trunks)
-        mode = _opt(port.vlan_mode)
-        xen = parse_xen_port(port.name)
+        ids = dict(col(iface, "external_ids"))
+        tag = _opt(col(port, "tag"))
+        trunks = sorted(col(port, "trunks"))
+        mode = _opt(col(port, "vlan_mode"))
+        xen = parse_xen_port(col(port, "name"))
         is_vif = len(ifaces) == 1 and (
-            any(k in ids for k in _VIF_ID_KEYS) or xen is not None or bool(_LIBVIRT_PORT.match(port.name))
+            any(k in ids for k in _VIF_ID_KEYS) or xen is not None or bool(_LIBVIRT_PORT.match(col(port, "name")))
         )
-        qos = _opt(port.qos)
+        qos = _opt(col(port, "qos"))
         max_rate = None
-        if qos is not None and "max-rate" in qos.other_config:
+        if qos is not None and "max-rate" in col(qos, "other_config"):
             try:
-                max_rate = int(qos.other_config["max-rate"]) / 1000.0
+                max_rate = int(col(qos, "other_config")["max-rate"]) / 1000.0
             except ValueError:
                 max_rate = None
-        stats = dict(iface.statistics)
+        stats = dict(col(iface, "statistics"))
         vm_uuid = next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
         v = Vif(
             bridge=bridge,
-            port=port.name,
-            interface=iface.name,
-            type=iface.type or "system",
+            port=col(port, "name"),
+            interface=col(iface, "name"),
+            type=col(iface, "type") or "system",
             is_vif=is_vif,
-            ofport=_opt(iface.ofport),
+            ofport=_opt(col(iface, "ofport")),
             mac=ids.get("attached-mac"),
-            mac_in_use=_opt(iface.mac_in_use),
+            mac_in_use=_opt(col(iface, "mac_in_use")),
             hypervisor=hypervisor_of(ids),
             vm_uuid=vm_uuid,
             vm_name=None,
@@ -355,15 +356,15 @@ def _build(conn: Connection) -> Inventory:
             tag=tag,
             trunks=trunks,
             trunks_all_vlans=trunks_all_vlans(mode, tag, trunks),
-            ingress_policing_rate_kbps=int(iface.ingress_policing_rate),
-            ingress_policing_burst_kbit=int(iface.ingress_policing_burst),
-            egress_qos_type=qos.type if qos is not None else None,
+            ingress_policing_rate_kbps=int(col(iface, "ingress_policing_rate")),
+            ingress_policing_burst_kbit=int(col(iface, "ingress_policing_burst")),
+            egress_qos_type=col(qos, "type") if qos is not None else None,
             egress_max_rate_kbps=max_rate,
             mirrors=touching.get(port.uuid, []),
-            link_state=_opt(iface.link_state),
-            admin_state=_opt(iface.admin_state),
-            mtu=_opt(iface.mtu),
-            error=_opt(iface.error),
+            link_state=_opt(col(iface, "link_state")),
+            admin_state=_opt(col(iface, "admin_state")),
+            mtu=_opt(col(iface, "mtu")),
+            error=_opt(col(iface, "error")),
             counters=ctr.Counters.from_mapping(stats, "ovsdb") if stats else ctr.Counters(),
         )
         if xen is not None:
@@ -376,18 +377,18 @@ def _build(conn: Connection) -> Inventory:
         host=HostInfo(
             hostname=ext.get("hostname") or socket.gethostname(),
             system_id=ext.get("system-id"),
-            ovs_version=_opt(root.ovs_version),
-            db_version=_opt(root.db_version),
-            system_type=_opt(root.system_type),
-            system_version=_opt(root.system_version),
-            datapath_types=sorted(root.datapath_types),
+            ovs_version=_opt(col(root, "ovs_version")),
+            db_version=_opt(col(root, "db_version")),
+            system_type=_opt(col(root, "system_type")),
+            system_version=_opt(col(root, "system_version")),
+            datapath_types=sorted(col(root, "datapath_types")),
             bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
             db_target=conn.target.remote,
             c_json_parser=c_json_parser_in_use(),
         ),
         bridges=bridges,
         vifs=vifs,
-        mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
+        mirrors=sorted(mirrors, key=lambda m: (m.bridge, col(m, "name"))),
         read_at=time.time(),
     )
 

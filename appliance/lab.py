@@ -169,7 +169,11 @@ class Lab:
         """Refuse to adopt namespaces or interfaces that exist but are not ours."""
         mine_ns = set(self._recorded("namespaces"))
         mine_if = set(self._recorded("interfaces"))
-        clashes = [f"namespace {self.ns_of(g.name)}" for g in t.guests if _ns_exists(self.ns_of(g.name)) and self.ns_of(g.name) not in mine_ns]
+        clashes = [
+            f"namespace {self.ns_of(g.name)}"
+            for g in t.guests
+            if _ns_exists(self.ns_of(g.name)) and self.ns_of(g.name) not in mine_ns
+        ]
         clashes += [f"interface {g.vif}" for g in t.guests if _link_exists(g.vif) and g.vif not in mine_if]
         clashes += [
             f"interface {b.name}" for b in t.bridges if _link_exists(b.name) and b.name not in self._recorded("bridges")
@@ -293,7 +297,7 @@ class Lab:
                 port.name = g.vif
                 port.interfaces = [iface]
             else:
-                iface = list(port.interfaces)[0]
+                iface = next(iter(port.interfaces))
             if all(p.uuid != port.uuid for p in bridge_ports[g.bridge]):
                 bridge_ports[g.bridge].append(port)
             port.tag = [] if g.tag is None else [g.tag]
@@ -377,8 +381,10 @@ class Lab:
                 }
             )
         daemons = {d: self.switch.pid(d) for d in ("ovsdb-server", "ovs-vswitchd")}
-        complete = bool(self.state) and all(daemons.values()) and all(
-            g["namespace_present"] and g["vif_present"] for g in guests
+        complete = (
+            bool(self.state)
+            and all(daemons.values())
+            and all(g["namespace_present"] and g["vif_present"] for g in guests)
         )
         return {
             "run_dir": str(self.run_dir),
@@ -394,4 +400,3 @@ class Lab:
     def guest_exec(self, guest: str, argv: list[str], timeout: float = 30.0, check: bool = False) -> Any:
         """Run ``argv`` inside ``guest``'s namespace."""
         return proc.run(proc.in_netns(self.ns_of(guest), argv), timeout=timeout, check=check)
-

@@ -149,7 +149,9 @@ def resolve_names(sources: list[NameSource], vm_uuids: Iterable[str]) -> dict[st
     return found
 
 
-def default_sources(lab_names: dict[str, str] | None, env: dict[str, str] | os._Environ[str] | None = None) -> list[NameSource]:
+def default_sources(
+    lab_names: dict[str, str] | None, env: dict[str, str] | os._Environ[str] | None = None
+) -> list[NameSource]:
     """libvirt (when the binding and a URI are there), XAPI (when configured), the lab."""
     env = os.environ if env is None else env
     sources: list[NameSource] = []

@@ -116,6 +116,22 @@ def fetch_schema(target: DbTarget, timeout: float) -> dict[str, Any]:
         conn.close()
 
 
+def column(row: Any, name: str) -> Any:
+    """Read ``row.name`` for a read-only pass over the replica, fast.
+
+    ``Row.__getattr__`` converts set and map columns to Python, back to a
+    Datum (to merge pending mutations) and to Python again; for a row with no
+    pending changes one conversion is enough.  On a 1000-port bridge this
+    halves the inventory refresh.  Rows being modified take the normal path.
+    """
+    data = row._data
+    if data is not None and not row._changes and not row._mutations:
+        datum = data.get(name)
+        if datum is not None:
+            return datum.to_python(row._uuid_to_row)
+    return getattr(row, name)
+
+
 @dataclass
 class TxnContext:
     """What a transaction's ``build`` function gets: the replica and the txn."""
@@ -165,9 +181,7 @@ class Connection:
         self._connected_seqno = -1
         self.reconnects = 0
         helper = ovs.db.idl.SchemaHelper(schema_json=schema_json)
-        self.schema_tables: dict[str, set[str]] = {
-            name: set(t["columns"]) for name, t in schema_json["tables"].items()
-        }
+        self.schema_tables: dict[str, set[str]] = {name: set(t["columns"]) for name, t in schema_json["tables"].items()}
         self.registered: dict[str, set[str]] = {}
         for table, cols in columns.items():
             if table not in self.schema_tables:
@@ -191,7 +205,9 @@ class Connection:
         log.debug(
             "connected to %s; JSON parser: %s",
             target.describe(),
-            "C (ovs._json)" if c_json_parser_in_use() else "pure Python (slow: install the OS package of the ovs library)",
+            "C (ovs._json)"
+            if c_json_parser_in_use()
+            else "pure Python (slow: install the OS package of the ovs library)",
         )
         return conn
 

@@ -171,7 +171,9 @@ def from_document(doc: yamldoc.Document) -> Topology:
 
         bridge = rg.get("bridge", bridges[0].name if len(bridges) == 1 else None)
         if bridge is None:
-            bad((*path, "bridge"), f"required when there are several bridges; one of: {', '.join(sorted(bridge_names))}")
+            bad(
+                (*path, "bridge"), f"required when there are several bridges; one of: {', '.join(sorted(bridge_names))}"
+            )
             ok = False
         elif bridge not in bridge_names:
             bad((*path, "bridge"), f"unknown bridge {bridge!r}; defined: {', '.join(sorted(bridge_names)) or 'none'}")

@@ -9,16 +9,17 @@ Duplicate keys, which PyYAML silently accepts, are reported as errors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import yaml
 
 from .errors import ConfigError, Problem
 
-PathKey = tuple[str | int, ...]
+# (typing forms: this module is evaluated at run time on Python 3.9 too)
+PathKey = tuple[Union[str, int], ...]
 
 
 @dataclass
@@ -60,7 +61,7 @@ def _convert(node: yaml.Node, path: PathKey, doc: Document, problems: list[Probl
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = yaml.SafeLoader.construct_object(_LOADER, key_node, deep=True)
-            if not isinstance(key, str | int | float | bool) or key is None:
+            if not isinstance(key, (str, int, float, bool)) or key is None:
                 problems.append(
                     Problem(doc.file, key_node.start_mark.line + 1, dotted(path), "keys must be plain scalars")
                 )
@@ -93,11 +94,19 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    first: [
+        (tag, rx)
+        for tag, rx in resolvers
+        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^(?:[-+]?(?:[0-9][0-9]*)?\.[0-9]+(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+)$"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -126,5 +125,3 @@ def test_missing_topology_file(lab_env) -> None:
     res = run_hvnet("lab", "up", "--topology", "/nonexistent.yaml", env=env)
     assert res.returncode == 2 and "/nonexistent.yaml: (file): cannot read" in res.stderr
     assert not run_dir.exists()
-
-

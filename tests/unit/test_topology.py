@@ -61,7 +61,9 @@ def test_unknown_keys(tmp_path) -> None:
     assert any(":13: extra: unknown key; allowed: bridges, description, guests, hypervisor, name" in p for p in out)
 
 
-@pytest.mark.parametrize("tag, msg", [(4095, "reserved"), (5000, "outside 0..4094"), (-1, "outside 0..4094"), ('"x"', "integer")])
+@pytest.mark.parametrize(
+    "tag, msg", [(4095, "reserved"), (5000, "outside 0..4094"), (-1, "outside 0..4094"), ('"x"', "integer")]
+)
 def test_tag_outside_range(tmp_path, tag, msg) -> None:
     (p,) = problems(tmp_path, GOOD.replace("tag: 1", f"tag: {tag}"))
     assert p.startswith(f"{tmp_path / 'topo.yaml'}:7: guests[0].tag: ")
@@ -103,7 +105,9 @@ def test_missing_bridges_and_bad_shapes(tmp_path) -> None:
     out = problems(tmp_path, "guests: {}\n")
     assert any("bridges: required" in p for p in out)
     assert any("guests: must be a list" in p for p in out)
-    assert problems(tmp_path, "- a\n") == [f"{tmp_path / 'topo.yaml'}:1: (document): a topology is a mapping with 'bridges' and 'guests'"]
+    assert problems(tmp_path, "- a\n") == [
+        f"{tmp_path / 'topo.yaml'}:1: (document): a topology is a mapping with 'bridges' and 'guests'"
+    ]
 
 
 def test_all_problems_reported_at_once(tmp_path) -> None:
