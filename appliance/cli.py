@@ -30,22 +30,11 @@ log = logging.getLogger("hvnet")
 # -- status ------------------------------------------------------------------
 
 
-def _vlan_text(v: Vif) -> str:
-    if v.trunks_all_vlans:
-        return "trunk ALL"
-    trunks = ",".join(str(t) for t in v.trunks)
-    if v.vlan_mode == "access":
-        return f"access {v.tag}"
-    if v.vlan_mode == "trunk":
-        return f"trunk {trunks}"
-    return f"{v.vlan_mode} {v.tag}" + (f" +{trunks}" if trunks else "")
-
-
 def _ingress_text(v: Vif) -> str:
     if not v.ingress_policing_rate_kbps:
         return "-"
     burst = v.ingress_policing_burst_kbit
-    return f"{v.ingress_policing_rate_kbps} kbit/s b{burst if burst else '8000(default)'}"
+    return f"{v.ingress_policing_rate_kbps} kbit/s burst {burst if burst else '8000 (default)'} kbit"
 
 
 def _traffic_cells(v: Vif, with_rates: bool) -> list[str]:
@@ -68,19 +57,17 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     rx_head, tx_head = ("RX(VM sends)", "TX(to VM)") if with_rates else ("RX", "TX")
     rows = []
     for v in vifs:
-        drops = sum(x or 0 for x in (v.counters.rx_dropped, v.counters.tx_dropped))
-        errors = sum(x or 0 for x in (v.counters.rx_errors, v.counters.tx_errors))
         rows.append(
             [
                 v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-"),
                 v.port + ("+" + ",".join(v.alias_ports) if v.alias_ports else ""),
                 v.mac or "-",
-                _vlan_text(v),
+                v.vlan_summary(),
                 _ingress_text(v),
                 render.kbps(v.egress_max_rate_kbps),
                 v.link_state or "-",
                 *_traffic_cells(v, with_rates),
-                f"{drops}/{errors}",
+                f"{v.drops}/{v.errors}",
             ]
         )
     if rows:
@@ -104,7 +91,8 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         )
     for m in inv.mirrors:
         out = m.output_port or (f"VLAN {m.output_vlan}" if m.output_vlan is not None else "?")
-        notes.append(f"mirror {m.name} on {m.bridge} -> {out} (tx {render.count(m.tx_packets)} pkt)")
+        sent = "not reported yet" if m.tx_packets is None else f"{render.count(m.tx_packets)} pkt"
+        notes.append(f"mirror {m.name} on {m.bridge} -> {out} (sent {sent})")
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)

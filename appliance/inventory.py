@@ -163,6 +163,26 @@ class Vif:
     counters: ctr.Counters = field(default_factory=ctr.Counters)
     rates: ctr.Rates | None = None
 
+    def vlan_summary(self) -> str:
+        """``access 1``, ``trunk 10,20``, ``native-untagged 10 +20,21``, or
+        ``trunk ALL`` for the fail-open state of a port carrying every VLAN."""
+        if self.trunks_all_vlans:
+            return "trunk ALL"
+        trunks = ",".join(str(t) for t in self.trunks)
+        if self.vlan_mode == "access":
+            return f"access {self.tag}"
+        if self.vlan_mode == "trunk":
+            return f"trunk {trunks}"
+        return f"{self.vlan_mode} {self.tag}" + (f" +{trunks}" if trunks else "")
+
+    @property
+    def drops(self) -> int:
+        return (self.counters.rx_dropped or 0) + (self.counters.tx_dropped or 0)
+
+    @property
+    def errors(self) -> int:
+        return (self.counters.rx_errors or 0) + (self.counters.tx_errors or 0)
+
     def to_json(self) -> dict[str, Any]:
         """Machine-readable form; units are part of the key names."""
         d = asdict(self)
@@ -388,7 +408,7 @@ def _build(conn: Connection) -> Inventory:
         ),
         bridges=bridges,
         vifs=vifs,
-        mirrors=sorted(mirrors, key=lambda m: (m.bridge, col(m, "name"))),
+        mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
         read_at=time.time(),
     )
 

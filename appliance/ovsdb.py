@@ -202,13 +202,13 @@ class Connection:
         schema = fetch_schema(target, timeout)
         conn = cls(target, columns, schema)
         conn._wait_synced(start + timeout)
-        log.debug(
-            "connected to %s; JSON parser: %s",
-            target.describe(),
-            "C (ovs._json)"
-            if c_json_parser_in_use()
-            else "pure Python (slow: install the OS package of the ovs library)",
-        )
+        if c_json_parser_in_use():
+            log.debug("connected to %s; JSON parser: C (ovs._json)", target.describe())
+        else:
+            log.warning(
+                "the OVS Python library is using its pure-Python JSON parser (slow on large hosts); "
+                "install the OS package (python3-openvswitch) that has the C extension"
+            )
         return conn
 
     def _wait_synced(self, deadline: float) -> None:

@@ -42,7 +42,7 @@ def count(value: int | None) -> str:
 
 
 def kbps(value: float | None) -> str:
-    """A rate configured in kbit/s, shown with its unit."""
+    """A rate configured in kbit/s, shown in kbit/s (the unit OVS takes)."""
     if not value:
         return "-"
-    return si(value * 1000, "bit/s", 1 if value % 1000 else 0)
+    return f"{value:g} kbit/s"

@@ -212,3 +212,44 @@ def test_second_lab_does_not_adopt_foreign_devices(lab: Lab, tmp_path, mode) -> 
     assert res.returncode == 1
     assert "namespace hvnet-VM1" in res.stderr and "not part of the lab" in res.stderr
     assert not (tmp_path / "lab2").exists()
+
+
+def test_qos_policing_and_mirrors_in_inventory(lab: Lab) -> None:
+    """Egress QoS, ingress policing and mirrors set by another tool are all reported, with units."""
+    vsctl(lab, "set", "Interface", "vif1.0", "ingress_policing_rate=10240", "ingress_policing_burst=1024")
+    vsctl(
+        lab, "set", "Port", "vif2.0", "qos=@q", "--", "--id=@q", "create", "QoS", "type=linux-htb",
+        "other-config:max-rate=20000000",
+    )  # fmt: skip
+    vsctl(
+        lab, "--", "--id=@src", "get", "Port", "vif1.0", "--", "--id=@out", "get", "Port", "vif3.0",
+        "--", "--id=@m", "create", "Mirror", "name=m1", "select-src-port=@src", "output-port=@out",
+        "--", "add", "Bridge", "xenbr0", "mirrors", "@m",
+    )  # fmt: skip
+    try:
+        out = json.loads(run_hvnet("status", "--json").stdout)
+        vifs = {v["port"]: v for v in out["vifs"]}
+        assert (vifs["vif1.0"]["ingress_policing_rate_kbps"], vifs["vif1.0"]["ingress_policing_burst_kbit"]) == (
+            10240,
+            1024,
+        )
+        assert vifs["vif2.0"]["egress_qos_type"] == "linux-htb"
+        assert vifs["vif2.0"]["egress_max_rate_kbps"] == 20000
+        assert vifs["vif1.0"]["mirrors"] == [{"mirror": "m1", "role": "source"}]
+        assert vifs["vif3.0"]["mirrors"] == [{"mirror": "m1", "role": "output"}]
+        (m,) = out["mirrors"]
+        assert (m["name"], m["select_src_ports"], m["output_port"], m["bridge"]) == (
+            "m1",
+            ["vif1.0"],
+            "vif3.0",
+            "xenbr0",
+        )
+        human = run_hvnet("status").stdout
+        assert "10240 kbit/s burst 1024 kbit" in human
+        assert "20000 kbit/s" in human
+        assert "vif1.0 ingress policing is configured; enforcement has not been verified" in human
+        assert "mirror m1 on xenbr0 -> vif3.0" in human
+    finally:
+        vsctl(lab, "--", "--id=@m", "get", "Mirror", "m1", "--", "remove", "Bridge", "xenbr0", "mirrors", "@m")
+        vsctl(lab, "clear", "Port", "vif2.0", "qos")
+        vsctl(lab, "set", "Interface", "vif1.0", "ingress_policing_rate=0", "ingress_policing_burst=0")

@@ -3,6 +3,7 @@ topologies are refused before anything is created."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -125,3 +126,34 @@ def test_missing_topology_file(lab_env) -> None:
     res = run_hvnet("lab", "up", "--topology", "/nonexistent.yaml", env=env)
     assert res.returncode == 2 and "/nonexistent.yaml: (file): cannot read" in res.stderr
     assert not run_dir.exists()
+
+
+LIBVIRT_TOPOLOGY = """\
+name: kvm-lab
+hypervisor: libvirt
+bridges: [{name: br-kvm}]
+guests:
+  - {name: web, ip: 10.20.0.1/24, tag: 10, vif: vnet0}
+  - {name: router, ip: 10.20.0.254/24, vlan_mode: native-untagged, tag: 10, trunks: "20-21", vif: vnet1}
+"""
+
+
+def test_libvirt_convention_and_trunk_modes(lab_env, tmp_path) -> None:
+    env, _run_dir = lab_env
+    topo = tmp_path / "kvm.yaml"
+    topo.write_text(LIBVIRT_TOPOLOGY)
+    res = run_hvnet("lab", "up", "--topology", str(topo), env=env)
+    assert res.returncode == 0, res.stderr
+    out = run_hvnet("status", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    vifs = {v["port"]: v for v in json.loads(out.stdout)["vifs"]}
+    web, router = vifs["vnet0"], vifs["vnet1"]
+    assert web["hypervisor"] == "libvirt" and set(web["ids"]) == {"vm-id", "iface-id", "iface-status", "attached-mac"}
+    assert web["vm_name"] == "web" and web["vm_uuid"] == web["ids"]["vm-id"]
+    assert (router["vlan_mode"], router["tag"], router["trunks"]) == ("native-untagged", 10, [20, 21])
+    assert router["trunks_all_vlans"] is False
+    # native-untagged VLAN 10 + access VLAN 10: they talk
+    ping = subprocess.run(
+        ["ip", "netns", "exec", "hvnet-web", "ping", "-c", "1", "-W", "2", "10.20.0.254"], capture_output=True
+    )
+    assert ping.returncode == 0

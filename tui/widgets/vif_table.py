@@ -10,33 +10,19 @@ from appliance.inventory import Vif
 COLUMNS = ("VM", "Port", "MAC", "VLAN", "Ingress", "Egress", "RX", "TX", "Drop/Err")
 
 
-def vlan_text(v: Vif) -> str:
-    if v.trunks_all_vlans:
-        return "trunk ALL!"
-    if v.vlan_mode == "access":
-        return f"access {v.tag}"
-    trunks = ",".join(str(t) for t in v.trunks)
-    if v.vlan_mode == "trunk":
-        return f"trunk {trunks}"
-    return f"{v.vlan_mode} {v.tag}" + (f" +{trunks}" if trunks else "")
-
-
 def row_for(v: Vif) -> tuple[str, ...]:
-    drops = sum(x or 0 for x in (v.counters.rx_dropped, v.counters.tx_dropped))
-    errors = sum(x or 0 for x in (v.counters.rx_errors, v.counters.tx_errors))
     rx = render.si(v.rates.rx_bps, "bit/s") if v.rates else "-"
     tx = render.si(v.rates.tx_bps, "bit/s") if v.rates else "-"
-    ingress = f"{render.kbps(v.ingress_policing_rate_kbps)}" if v.ingress_policing_rate_kbps else "-"
     return (
         v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-"),
         v.port,
         v.mac or "-",
-        vlan_text(v),
-        ingress,
+        v.vlan_summary(),
+        render.kbps(v.ingress_policing_rate_kbps),
         render.kbps(v.egress_max_rate_kbps),
         rx,
         tx,
-        f"{drops}/{errors}",
+        f"{v.drops}/{v.errors}",
     )
 
 
