@@ -27,6 +27,7 @@ from typing import Any
 from . import proc
 from .errors import LabError
 from .ovsdb import Connection, TxnContext
+from .ovsdb import column as col
 from .switch import Switch
 from .target import DbTarget
 from .topology import Guest, Topology
@@ -45,6 +46,26 @@ LAB_COLUMNS: dict[str, list[str]] = {
     "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "external_ids"],
     "Interface": ["name", "type", "ofport", "external_ids", "error"],
 }
+
+
+def _existing(row: Any, column: str, default: Any) -> Any:
+    """A column's current value, or ``default`` for a row inserted in this txn."""
+    try:
+        return getattr(row, column)
+    except AttributeError:
+        return default
+
+
+def _assign(row: Any, column: str, value: Any) -> None:
+    """Write ``value`` unless the row already holds it (rows compare by uuid)."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, list):
+            return sorted(str(getattr(x, "uuid", x)) for x in v)
+        return v
+
+    if norm(_existing(row, column, None)) != norm(value):
+        setattr(row, column, value)
 
 
 def lab_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
@@ -257,16 +278,17 @@ class Lab:
     def _configure(self, ctx: TxnContext, t: Topology) -> None:
         """Bridges, ports and VIF identities as ``t`` says, in one transaction.
 
-        Idempotent: existing rows are updated in place, missing ones inserted.
+        Idempotent: existing rows are updated in place (only where they
+        differ, so a second ``up`` commits nothing), missing ones inserted.
         """
         root = ctx.root()
         ids = dict(root.external_ids)
         ids.setdefault("system-id", str(uuid.uuid4()))
         ids["hostname"] = socket.gethostname()
-        root.external_ids = ids
+        _assign(root, "external_ids", ids)
 
-        bridges = {b.name: b for b in ctx.rows("Bridge")}
-        ports = {p.name: p for p in ctx.rows("Port")}
+        bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
+        ports = {col(p, "name"): p for p in ctx.rows("Port")}
         root_bridges = list(root.bridges)
         for b in t.bridges:
             row = bridges.get(b.name)
@@ -283,11 +305,11 @@ class Lab:
                 row.external_ids = {}
                 root_bridges.append(row)
                 bridges[b.name] = row
-            row.datapath_type = b.datapath_type
-            row.setkey("external_ids", "hvnet-lab", t.name)
-        root.bridges = root_bridges
+            _assign(row, "datapath_type", b.datapath_type)
+            _assign(row, "external_ids", {**_existing(row, "external_ids", {}), "hvnet-lab": t.name})
+        _assign(root, "bridges", root_bridges)
 
-        bridge_ports: dict[str, list[Any]] = {name: list(row.ports) for name, row in bridges.items()}
+        bridge_ports: dict[str, list[Any]] = {b.name: list(bridges[b.name].ports) for b in t.bridges}
         for g in t.guests:
             port = ports.get(g.vif)
             if port is None:
@@ -300,12 +322,12 @@ class Lab:
                 iface = next(iter(port.interfaces))
             if all(p.uuid != port.uuid for p in bridge_ports[g.bridge]):
                 bridge_ports[g.bridge].append(port)
-            port.tag = [] if g.tag is None else [g.tag]
-            port.trunks = list(g.trunks)
-            port.vlan_mode = [] if g.vlan_mode is None else [g.vlan_mode]
-            iface.external_ids = self._vif_ids(t, g)
+            _assign(port, "tag", [] if g.tag is None else [g.tag])
+            _assign(port, "trunks", list(g.trunks))
+            _assign(port, "vlan_mode", [] if g.vlan_mode is None else [g.vlan_mode])
+            _assign(iface, "external_ids", self._vif_ids(t, g))
         for name, plist in bridge_ports.items():
-            bridges[name].ports = plist
+            _assign(bridges[name], "ports", plist)
 
     @staticmethod
     def _vif_ids(t: Topology, g: Guest) -> dict[str, str]:

@@ -65,15 +65,18 @@ def run(
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
-    proc = subprocess.run(
-        args,
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        input=input_text,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=timeout,
+            input=input_text,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(list(argv), -1, f"no result within {timeout:g} s") from None
     if check and proc.returncode != 0:
         raise CommandFailed(list(argv), proc.returncode, proc.stderr or proc.stdout)
     return proc
