@@ -144,7 +144,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     )
     print(f"\nlab '{topo.name}' is up. hvnet finds it by itself; other tools need:")
     print(f"  export HVNET_DB={report.db}")
-    print(f"  ovs-vsctl --db={report.db} show")
+    print(f"  ovs-vsctl --db={report.db} list-ports {topo.bridges[0].name}")
     print(f"  ip netns exec {lab.ns_of(report.guests[0]['name']) if report.guests else 'NS'} ping ...")
     return EXIT_OK
 
