@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, api, render
-from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError
+from . import __version__, api, proc, render
+from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError, UsageError
 from .inventory import Inventory, Vif
 from .lab import Lab
 from .topology import DEFAULT_TOPOLOGY
@@ -189,6 +189,49 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
     return EXIT_OK if st["state"] == "up" else EXIT_FAILED
 
 
+# -- isolation -------------------------------------------------------------------
+
+
+def cmd_isolation_check(args: argparse.Namespace) -> int:
+    from datetime import datetime
+    from pathlib import Path
+
+    from .isolation import check, report
+    from .isolation import scenario as scenario_mod
+
+    sc = scenario_mod.load(args.file)  # validated whole before anything is touched
+    methods = check.METHODS if args.method == "both" else (args.method,)
+    if "traffic" in methods:
+        if os.geteuid() != 0:
+            raise UsageError("the traffic method needs root (captures and probes inside the guests' namespaces)",
+                             hint="run as root, or use --method trace")  # fmt: skip
+        proc.which("tcpdump")
+    lab = Lab()
+    status = lab.status()
+    if status["state"] == "down":
+        raise UsageError(
+            f"no lab is up; scenario {sc.name} runs on the lab topology {sc.topology.file}",
+            hint=f"hvnet lab up --topology {sc.topology.file}",
+        )
+    missing = [g for g in sc.guests if g not in {x["name"] for x in status["guests"]}]
+    if missing:
+        raise UsageError(
+            f"the lab that is up (topology {status['topology']}) has no guest {', '.join(missing)}",
+            hint=f"hvnet lab down && hvnet lab up --topology {sc.topology.file}",
+        )
+    out_dir = None
+    if "traffic" in methods:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        out_dir = Path(args.out) if args.out else Path("/var/tmp/hvnet/isolation") / f"{sc.name}-{stamp}"
+    with _connect(args) as conn:
+        result = check.run_check(conn, lab, sc, methods, out_dir)
+    if args.json:
+        _print_json(report.to_json(result))
+    else:
+        print(report.format_result(result))
+    return result.exit_code
+
+
 # -- tui -------------------------------------------------------------------------
 
 
@@ -272,6 +315,15 @@ def build_parser() -> argparse.ArgumentParser:
     st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=cmd_lab_status)
+
+    iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
+    isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)
+    ic = isub.add_parser("check", help="run a scenario (vlan-tests/*.yaml); exit 0 match, 1 leak/block, 2 undecided")
+    ic.add_argument("file", metavar="FILE", help="scenario YAML")
+    ic.add_argument("--method", choices=("traffic", "trace", "both"), default="both", help="default: both")
+    ic.add_argument("--json", action="store_true", help="machine-readable output")
+    ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/tmp/hvnet/isolation/...)")
+    ic.set_defaults(func=cmd_isolation_check)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.set_defaults(func=cmd_tui)

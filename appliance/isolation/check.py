@@ -1,0 +1,333 @@
+"""Run an isolation scenario: apply its settings, run the methods, compare, restore.
+
+The scenario's VLAN settings and mirrors are applied in one OVSDB transaction
+(mirrors marked ``hvnet-owner``) and undone in one transaction afterwards,
+whatever happens in between.  The expected matrix is derived from the
+configuration then in force (or taken from the file); each method's observed
+matrix is compared cell by cell.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import HvnetError
+from ..inventory import Inventory
+from ..lab import Lab
+from ..ovsdb import Connection, TxnContext
+from ..ovsdb import column as col
+from . import model, trace, traffic
+from .scenario import _UNSET, Scenario
+
+OWNER = "hvnet-owner"
+
+METHODS = ("traffic", "trace")
+
+
+@dataclass
+class Evidence:
+    """Why a cell reads "yes": the first matching frame and where it was captured."""
+
+    time: float
+    src_mac: str
+    src_ip: str
+    vlan: int | None
+    pcap: str
+
+
+@dataclass
+class MethodResult:
+    method: str
+    cells: dict[tuple[str, str], str] = field(default_factory=dict)
+    reasons: dict[tuple[str, str], str] = field(default_factory=dict)  # why unknown
+    evidence: dict[tuple[str, str], Evidence] = field(default_factory=dict)
+    replies: dict[tuple[str, str], bool] = field(default_factory=dict)  # (sender, replier) -> reply seen
+    error: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckResult:
+    scenario: str
+    guests: list[str]
+    expected: model.Expected
+    methods: dict[str, MethodResult]
+    out_dir: str | None
+    duration_s: float = 0.0
+
+    def verdicts(self, method: str) -> dict[tuple[str, str], str]:
+        m = self.methods[method]
+        if m.error:
+            return {cell: "unknown" for cell in self.expected.cells}
+        return {cell: model.compare(exp, m.cells.get(cell, model.UNKNOWN)) for cell, exp in self.expected.cells.items()}
+
+    @property
+    def exit_code(self) -> int:
+        """0 all match, 1 a leak or unexpected block, 2 something could not be decided."""
+        all_verdicts = [v for m in self.methods for v in self.verdicts(m).values()]
+        if any(v in ("leak", "blocked") for v in all_verdicts):
+            return 1
+        if any(v == "unknown" for v in all_verdicts) or any(m.error for m in self.methods.values()):
+            return 2
+        return 0
+
+
+# -- applying and undoing the scenario's settings ------------------------------
+
+
+def _ports_by_name(ctx: TxnContext) -> dict[str, Any]:
+    return {col(p, "name"): p for p in ctx.rows("Port")}
+
+
+def apply_settings(conn: Connection, sc: Scenario, vif_of: dict[str, str]) -> dict[str, Any]:
+    """Apply VLAN overrides and mirrors in one transaction; return what to restore."""
+    if not sc.vlans and not sc.mirrors:
+        return {}
+
+    def build(ctx: TxnContext) -> dict[str, Any]:
+        ports = _ports_by_name(ctx)
+        snapshot: dict[str, Any] = {"ports": {}, "mirrors": [m.name for m in sc.mirrors]}
+        for ov in sc.vlans:
+            port = ports.get(vif_of[ov.guest])
+            if port is None:
+                raise HvnetError(f"port {vif_of[ov.guest]} of guest {ov.guest} is not on the switch")
+            for column in ("tag", "trunks", "vlan_mode"):
+                port.verify(column)
+            snapshot["ports"][col(port, "name")] = {
+                "tag": list(port.tag), "trunks": list(port.trunks), "vlan_mode": list(port.vlan_mode),
+            }  # fmt: skip
+            if ov.tag is not _UNSET:
+                port.tag = [] if ov.tag is None else [ov.tag]
+            if ov.trunks is not _UNSET:
+                port.trunks = list(ov.trunks)
+            if ov.vlan_mode is not _UNSET:
+                port.vlan_mode = [] if ov.vlan_mode is None else [ov.vlan_mode]
+        bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
+        for m in sc.mirrors:
+            out_port = ports[vif_of[m.output]]
+            bridge = next(b for b in bridges.values() if any(p.uuid == out_port.uuid for p in b.ports))
+            bridge.verify("mirrors")
+            if any(col(x, "name") == m.name for x in bridge.mirrors):
+                raise HvnetError(f"bridge {col(bridge, 'name')} already has a mirror named {m.name!r}")
+            row = ctx.insert("Mirror")
+            row.name = m.name
+            row.select_all = m.select_all
+            row.select_src_port = [ports[vif_of[g]] for g in m.select_src]
+            row.select_dst_port = [ports[vif_of[g]] for g in m.select_dst]
+            row.select_vlan = list(m.select_vlans)
+            row.output_port = [out_port]
+            row.external_ids = {OWNER: f"isolation:{sc.name}"}
+            bridge.mirrors = [*bridge.mirrors, row]
+        return snapshot
+
+    return conn.transact(build, comment=f"hvnet isolation {sc.name}: apply", wait_for_vswitchd=True).value
+
+
+def restore_settings(conn: Connection, sc: Scenario, snapshot: dict[str, Any]) -> None:
+    """Undo :func:`apply_settings`: port VLAN columns back, our mirrors removed."""
+    if not snapshot:
+        return
+
+    def build(ctx: TxnContext) -> None:
+        ports = _ports_by_name(ctx)
+        for name, before in snapshot["ports"].items():
+            port = ports.get(name)
+            if port is not None:  # a port removed meanwhile has nothing to restore
+                port.tag, port.trunks, port.vlan_mode = before["tag"], before["trunks"], before["vlan_mode"]
+        mine = f"isolation:{sc.name}"
+        for bridge in ctx.rows("Bridge"):
+            keep = [m for m in bridge.mirrors if col(m, "external_ids").get(OWNER) != mine]
+            if len(keep) != len(bridge.mirrors):
+                bridge.mirrors = keep
+
+    conn.transact(build, comment=f"hvnet isolation {sc.name}: restore", wait_for_vswitchd=True)
+
+
+# -- the configuration as the model sees it -------------------------------------
+
+
+def port_vlans(inv: Inventory, vif_of: dict[str, str]) -> dict[str, model.PortVlan]:
+    out = {}
+    for guest, port in vif_of.items():
+        v = inv.vif_by_port(port)
+        if v is not None:
+            out[guest] = model.PortVlan(v.bridge, v.vlan_mode_configured, v.tag, tuple(v.trunks))
+    return out
+
+
+def mirror_specs(inv: Inventory, vif_of: dict[str, str]) -> list[model.MirrorSpec]:
+    guest_of = {port: guest for guest, port in vif_of.items()}
+    return [
+        model.MirrorSpec(
+            name=m.name,
+            bridge=m.bridge,
+            output=guest_of.get(m.output_port or ""),
+            select_all=m.select_all,
+            select_src=frozenset(guest_of[p] for p in m.select_src_ports if p in guest_of),
+            select_dst=frozenset(guest_of[p] for p in m.select_dst_ports if p in guest_of),
+            select_vlans=frozenset(m.select_vlans),
+        )
+        for m in inv.mirrors
+    ]
+
+
+def unused_address(ips: list[str]) -> str:
+    """The highest host address of the guests' subnet that no guest uses."""
+    iface = ipaddress.ip_interface(ips[0])
+    used = {str(ipaddress.ip_interface(i).ip) for i in ips}
+    for host in reversed(list(iface.network.hosts())):
+        if str(host) not in used:
+            return str(host)
+    raise HvnetError(f"no unused address left in {iface.network}")
+
+
+# -- the two methods ----------------------------------------------------------------
+
+
+def run_trace(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
+    res = MethodResult("trace")
+    guest_of = {port: guest for guest, port in vif_of.items()}
+    odp_cache: dict[str, dict[int, str]] = {}
+    for sender in sc.guests:
+        g = sc.topology.guest(sender)
+        v = inv.vif_by_port(vif_of[sender])
+        if v is None:
+            for listener in sc.guests:
+                if listener != sender:
+                    res.cells[(listener, sender)] = model.UNKNOWN
+                    res.reasons[(listener, sender)] = f"{vif_of[sender]} is not on the switch"
+            continue
+        if v.bridge not in odp_cache:
+            odp_cache[v.bridge] = trace.parse_dpif_show(lab.switch.appctl("ovs-vswitchd", "dpif/show"), v.bridge)
+        target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
+        out = lab.switch.appctl(
+            "ovs-vswitchd", "ofproto/trace", v.bridge, trace.arp_flow(v.port, g.mac, g.address, target)
+        )
+        heard = {
+            guest_of[d.port]: d
+            for d in trace.deliveries(trace.datapath_actions(out), odp_cache[v.bridge])
+            if d.port in guest_of
+        }
+        for listener in sc.guests:
+            if listener != sender:
+                res.cells[(listener, sender)] = model.YES if listener in heard else model.NO
+    return res
+
+
+def run_traffic(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str], out_dir: Path) -> MethodResult:
+    res = MethodResult("traffic")
+    eps = []
+    for name in sc.guests:
+        g = sc.topology.guest(name)
+        v = inv.vif_by_port(vif_of[name])
+        eps.append(
+            traffic.Endpoint(name, lab.ns_of(name), g.address, g.mac, v.bridge if v else "", v.ofport if v else None)
+        )
+    unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
+    run = traffic.run(eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir, lab.switch.env)
+    res.stats = {
+        "probes_sent": run.probes_sent,
+        "window_s": round(run.window_s, 3),
+        "controls_sent": len(run.controls_sent),
+        "pcaps": {n: str(c.pcap) for n, c in run.captures.items()},
+    }
+    by_ep = {e.name: e for e in eps}
+    mac_of = {e.name: e.mac for e in eps}
+    for listener in sc.guests:
+        cap = run.captures.get(listener)
+        frames = cap.frames if cap and not cap.error else []
+        heard_control = any(f.sender_mac == traffic.CONTROL_MAC for f in frames)
+        heard_any_peer = any(f.sender_mac in mac_of.values() and f.sender_mac != mac_of[listener] for f in frames)
+        for sender in sc.guests:
+            if sender == listener:
+                continue
+            cell = (listener, sender)
+            if listener in run.down or sender in run.down:
+                who = listener if listener in run.down else sender
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = f"{who} is down: {run.down[who]}"
+                continue
+            if cap is None or cap.error:
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = f"no capture on {listener}: {cap.error if cap else 'not started'}"
+                continue
+            s_ep = by_ep[sender]
+            hits = [f for f in frames if f.is_request and f.sender_mac == s_ep.mac and f.sender_ip == s_ep.ip]
+            scap = run.captures.get(sender)
+            sent = scap is not None and any(f.sender_mac == s_ep.mac and f.is_request for f in scap.frames)
+            res.replies[(sender, listener)] = scap is not None and any(
+                f.op == 2 and f.sender_ip == by_ep[listener].ip for f in scap.frames
+            )
+            if hits:
+                res.cells[cell] = model.YES
+                f = hits[0]
+                res.evidence[cell] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(cap.pcap))
+            elif not (heard_control or heard_any_peer):
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = f"{listener}'s capture heard no positive control, so a 'No' is not proven"
+            elif not sent:
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = f"{sender}'s own capture does not show its probes leaving"
+            else:
+                res.cells[cell] = model.NO
+    return res
+
+
+def run_check(
+    conn: Connection,
+    lab: Lab,
+    sc: Scenario,
+    methods: tuple[str, ...] = METHODS,
+    out_dir: Path | None = None,
+) -> CheckResult:
+    from ..api import read_inventory
+
+    started = time.monotonic()
+    vif_of = {name: sc.topology.guest(name).vif for name in sc.guests}
+    inv = read_inventory(conn)
+    missing = [f"{g} ({p})" for g, p in vif_of.items() if inv.vif_by_port(p) is None]
+    if missing and "traffic" in methods and len(missing) == len(vif_of):
+        raise HvnetError(
+            f"none of the scenario's guests are on this switch: {', '.join(missing)}",
+            hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}",
+        )
+    snapshot = apply_settings(conn, sc, vif_of)
+    try:
+        if snapshot:
+            # cur_cfg only says ovs-vswitchd read the change; flows already in
+            # the datapath cache are revalidated asynchronously and would keep
+            # switching frames the old way for a moment.
+            lab.switch.appctl("ovs-vswitchd", "revalidator/wait", check=False)
+        conn.run_once()
+        inv = read_inventory(conn)
+        ports = port_vlans(inv, vif_of)
+        if sc.matrix is not None:
+            expected = model.Expected(guests=list(sc.guests), cells=dict(sc.matrix))
+        else:
+            unknown_ports = [g for g in sc.guests if g not in ports]
+            if unknown_ports:
+                raise HvnetError(f"cannot derive expectations: no port on the switch for {', '.join(unknown_ports)}")
+            expected = model.derive(ports, mirror_specs(inv, vif_of), sc.guests)
+        results: dict[str, MethodResult] = {}
+        if "trace" in methods:
+            results["trace"] = run_trace(lab, sc, inv, vif_of)
+        if "traffic" in methods:
+            if out_dir is None:
+                raise HvnetError("the traffic method needs an output directory for its captures")
+            results["traffic"] = run_traffic(lab, sc, inv, vif_of, out_dir)
+    finally:
+        restore_settings(conn, sc, snapshot)
+        if snapshot:
+            lab.switch.appctl("ovs-vswitchd", "revalidator/wait", check=False)
+    return CheckResult(
+        scenario=sc.name,
+        guests=list(sc.guests),
+        expected=expected,
+        methods=results,
+        out_dir=str(out_dir) if out_dir else None,
+        duration_s=time.monotonic() - started,
+    )

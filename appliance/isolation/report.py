@@ -1,0 +1,108 @@
+"""Printing an isolation result: the study's table, differences marked, evidence listed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from .. import render
+from . import model
+from .check import CheckResult
+
+WORD = {model.YES: "Yes", model.NO: "No", model.EXCEPTION: "Yes*", model.UNKNOWN: "?"}
+MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
+
+
+def _table(result: CheckResult, cell_text) -> str:
+    guests = result.guests
+    rows = [[g, *[("/" if g == s else cell_text((g, s))) for s in guests]] for g in guests]
+    return render.table(["hears \u2193 from \u2192", *guests], rows)
+
+
+def format_result(result: CheckResult) -> str:
+    methods = list(result.methods)
+    verdicts = {m: result.verdicts(m) for m in methods}
+    lines = [
+        f"isolation check {result.scenario}: {', '.join(methods)}"
+        + (f" (each cell: {' / '.join(methods)})" if len(methods) > 1 else ""),
+        "",
+        "expected (Yes* = copy by a mirror, a declared exception):",
+        _table(result, lambda c: WORD[result.expected.cells[c]]),
+        "",
+        "observed ('!' differs from expected, '?' unknown):",
+    ]
+
+    def observed(cell: tuple[str, str]) -> str:
+        parts = []
+        for m in methods:
+            mr = result.methods[m]
+            value = model.UNKNOWN if mr.error else mr.cells.get(cell, model.UNKNOWN)
+            parts.append(WORD[value].rstrip("*") + MARK[verdicts[m][cell]])
+        return " / ".join(parts)
+
+    lines.append(_table(result, observed))
+    problems = []
+    for m in methods:
+        mr = result.methods[m]
+        if mr.error:
+            problems.append(f"{m}: could not run: {mr.error}")
+            continue
+        for cell, verdict in sorted(verdicts[m].items()):
+            listener, sender = cell
+            if verdict == "leak":
+                ev = mr.evidence.get(cell)
+                where = (
+                    f": frame at {ev.time:.6f} from {ev.src_mac} {ev.src_ip}"
+                    f"{f' VLAN {ev.vlan}' if ev.vlan is not None else ' untagged'} in {ev.pcap}"
+                    if ev
+                    else ""
+                )
+                problems.append(f"{m}: LEAK: {listener} hears {sender}{where}")
+            elif verdict == "blocked":
+                problems.append(f"{m}: UNEXPECTED BLOCK: {listener} does not hear {sender}")
+            elif verdict == "unknown":
+                problems.append(f"{m}: unknown: {listener} hears {sender}? {mr.reasons.get(cell, 'not decided')}")
+    if problems:
+        lines += ["", *problems]
+    if result.expected.exceptions:
+        lines += ["", "declared isolation exceptions (mirror copies):"]
+        for (listener, sender), names in sorted(result.expected.exceptions.items()):
+            lines.append(f"  {listener} receives {sender}'s traffic via mirror {', '.join(names)}")
+    t = result.methods.get("traffic")
+    if t and not t.error:
+        lines += [
+            "",
+            f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
+            f"{t.stats.get('controls_sent', 0)} positive controls; captures in {result.out_dir}",
+        ]
+    verdict = {0: "PASS: isolation as expected", 1: "FAIL: isolation differs from expected", 2: "INCOMPLETE: not every cell could be decided"}[result.exit_code]  # fmt: skip
+    lines += ["", f"{verdict} ({result.duration_s:.1f} s)"]
+    return "\n".join(lines)
+
+
+def to_json(result: CheckResult) -> dict[str, Any]:
+    def cells(d: dict[tuple[str, str], Any]) -> list[dict[str, Any]]:
+        return [{"listener": k[0], "sender": k[1], "value": v} for k, v in sorted(d.items())]
+
+    out: dict[str, Any] = {
+        "scenario": result.scenario,
+        "guests": result.guests,
+        "exit_code": result.exit_code,
+        "duration_s": round(result.duration_s, 3),
+        "out_dir": result.out_dir,
+        "expected": cells(result.expected.cells),
+        "exceptions": [
+            {"listener": k[0], "sender": k[1], "mirrors": v} for k, v in sorted(result.expected.exceptions.items())
+        ],
+        "methods": {},
+    }
+    for name, mr in result.methods.items():
+        out["methods"][name] = {
+            "error": mr.error,
+            "observed": cells(mr.cells),
+            "verdicts": cells(result.verdicts(name)),
+            "unknown_reasons": cells(mr.reasons),
+            "evidence": [{"listener": k[0], "sender": k[1], **asdict(v)} for k, v in sorted(mr.evidence.items())],
+            "stats": mr.stats,
+        }
+    return out

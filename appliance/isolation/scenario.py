@@ -1,0 +1,236 @@
+"""Isolation scenarios (``vlan-tests/*.yaml``), validated whole before anything runs.
+
+A scenario names the lab topology it runs on, the guests taking part,
+optional VLAN settings and mirrors applied for the run (and undone after),
+how many probes each guest sends per target, and the expectation: ``derive``
+(computed from the VLAN configuration in force, mirror copies declared as
+exceptions) or an explicit ``matrix`` of who hears whom (row hears column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import validate, yamldoc
+from ..errors import ConfigError, Problem
+from ..topology import Topology
+from ..topology import load as load_topology
+
+_TOP = {"name", "description", "topology", "guests", "vlans", "mirrors", "probes_per_target", "expect"}
+_VLAN_KEYS = {"tag", "trunks", "vlan_mode"}
+_MIRROR_KEYS = {"name", "select_src", "select_dst", "select_all", "select_vlans", "output"}
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class VlanOverride:
+    """VLAN settings for one guest's port during the run (``_UNSET`` fields are left alone)."""
+
+    guest: str
+    tag: Any = _UNSET  # int, or None to clear the tag
+    trunks: Any = _UNSET  # tuple of ints
+    vlan_mode: Any = _UNSET  # str, or None to clear
+
+
+@dataclass(frozen=True)
+class MirrorDef:
+    name: str
+    output: str
+    select_src: tuple[str, ...] = ()
+    select_dst: tuple[str, ...] = ()
+    select_all: bool = False
+    select_vlans: tuple[int, ...] = ()
+
+
+@dataclass
+class Scenario:
+    name: str
+    file: str
+    description: str
+    topology: Topology
+    guests: list[str]
+    vlans: list[VlanOverride] = field(default_factory=list)
+    mirrors: list[MirrorDef] = field(default_factory=list)
+    probes_per_target: int = 1
+    matrix: dict[tuple[str, str], str] | None = None  # None: derive
+
+    @property
+    def derive(self) -> bool:
+        return self.matrix is None
+
+
+def load(path: str | Path) -> Scenario:
+    return from_document(yamldoc.load(path))
+
+
+def _guest_list(value: Any, path: yamldoc.PathKey, known: set[str], bad) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
+        bad(path, "must be a list of guest names")
+        return ()
+    for i, g in enumerate(value):
+        if g not in known:
+            bad((*path, i), f"unknown guest {g!r}; guests: {', '.join(sorted(known))}")
+    return tuple(value)
+
+
+def from_document(doc: yamldoc.Document) -> Scenario:
+    problems: list[Problem] = []
+
+    def bad(path: yamldoc.PathKey, message: str) -> None:
+        problems.append(doc.problem(path, message))
+
+    data = doc.data
+    if not isinstance(data, dict):
+        raise ConfigError([doc.problem((), "a scenario is a mapping with 'topology' and 'expect'")])
+    for key in data:
+        if key not in _TOP:
+            bad((key,), f"unknown key; allowed: {', '.join(sorted(_TOP))}")
+
+    name = data.get("name", Path(doc.file).stem)
+    if not isinstance(name, str) or not name:
+        bad(("name",), "must be a non-empty string")
+        name = Path(doc.file).stem
+    topo_ref = data.get("topology")
+    if not isinstance(topo_ref, str):
+        raise ConfigError(
+            [*problems, doc.problem(("topology",), "required: the lab topology file (relative to this file)")]
+        )
+    topo_path = (Path(doc.file).parent / topo_ref).resolve()
+    try:
+        topology = load_topology(topo_path)
+    except ConfigError as exc:
+        raise ConfigError(
+            [*problems, doc.problem(("topology",), f"topology {topo_ref} is invalid: {exc.problems[0]}")]
+        ) from None
+    known = {g.name for g in topology.guests}
+
+    guests = list(_guest_list(data.get("guests", sorted(known)), ("guests",), known, bad))
+    if len(guests) < 2:
+        bad(("guests",), "an isolation check needs at least two guests")
+    if len(set(guests)) != len(guests):
+        bad(("guests",), "a guest is listed twice")
+    taking_part = set(guests)
+
+    vlans: list[VlanOverride] = []
+    raw_vlans = data.get("vlans", {})
+    if not isinstance(raw_vlans, dict):
+        bad(("vlans",), "must map guest names to {tag, trunks, vlan_mode}")
+        raw_vlans = {}
+    for guest, settings in raw_vlans.items():
+        path: yamldoc.PathKey = ("vlans", guest)
+        if guest not in known:
+            bad(path, f"unknown guest {guest!r}; guests: {', '.join(sorted(known))}")
+            continue
+        if not isinstance(settings, dict) or not settings:
+            bad(path, "must be a mapping with tag, trunks and/or vlan_mode")
+            continue
+        kwargs: dict[str, Any] = {}
+        for key, value in settings.items():
+            if key not in _VLAN_KEYS:
+                bad((*path, key), f"unknown key; allowed: {', '.join(sorted(_VLAN_KEYS))}")
+                continue
+            try:
+                if key == "tag":
+                    kwargs["tag"] = None if value is None else validate.vlan_id(value)
+                elif key == "trunks":
+                    kwargs["trunks"] = () if value is None else tuple(validate.vlan_list(value))
+                else:
+                    kwargs["vlan_mode"] = None if value is None else validate.vlan_mode(value)
+            except ValueError as exc:
+                bad((*path, key), str(exc))
+        vlans.append(VlanOverride(guest=guest, **kwargs))
+
+    mirrors: list[MirrorDef] = []
+    raw_mirrors = data.get("mirrors", [])
+    if not isinstance(raw_mirrors, list):
+        bad(("mirrors",), "must be a list of mirrors")
+        raw_mirrors = []
+    seen_mirrors: set[str] = set()
+    for i, rm in enumerate(raw_mirrors):
+        path = ("mirrors", i)
+        if not isinstance(rm, dict):
+            bad(path, "each mirror is a mapping with name, output and a selection")
+            continue
+        for key in rm:
+            if key not in _MIRROR_KEYS:
+                bad((*path, key), f"unknown key; allowed: {', '.join(sorted(_MIRROR_KEYS))}")
+        mname = rm.get("name")
+        if not isinstance(mname, str) or not mname:
+            bad((*path, "name"), "required: the mirror's name")
+            continue
+        if mname in seen_mirrors:
+            bad((*path, "name"), f"duplicate mirror name {mname!r}")
+        seen_mirrors.add(mname)
+        output = rm.get("output")
+        if output not in known:
+            bad(
+                (*path, "output"),
+                f"required: the guest whose VIF receives the copies; guests: {', '.join(sorted(known))}",
+            )
+            continue
+        src = _guest_list(rm.get("select_src", []), (*path, "select_src"), known, bad)
+        dst = _guest_list(rm.get("select_dst", []), (*path, "select_dst"), known, bad)
+        select_all = rm.get("select_all", False)
+        if not isinstance(select_all, bool):
+            bad((*path, "select_all"), "must be true or false")
+            select_all = False
+        try:
+            svlans = tuple(validate.vlan_list(rm["select_vlans"])) if rm.get("select_vlans") is not None else ()
+        except ValueError as exc:
+            bad((*path, "select_vlans"), str(exc))
+            svlans = ()
+        if not (src or dst or select_all):
+            bad(path, "selects nothing: give select_src, select_dst or select_all: true")
+        if output in src or output in dst:
+            bad((*path, "output"), f"output {output} is also a selected port; OVS would loop the copies")
+        mirrors.append(MirrorDef(mname, output, src, dst, select_all, svlans))
+
+    probes = data.get("probes_per_target", 1)
+    if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 100:
+        bad(("probes_per_target",), "must be an integer 1..100")
+        probes = 1
+
+    expect = data.get("expect")
+    matrix: dict[tuple[str, str], str] | None = None
+    if expect == "derive":
+        pass
+    elif isinstance(expect, dict) and set(expect) == {"matrix"} and isinstance(expect["matrix"], dict):
+        matrix = {}
+        raw = expect["matrix"]
+        for listener in guests:
+            row = raw.get(listener)
+            if not isinstance(row, dict):
+                bad(("expect", "matrix", listener) if listener in raw else ("expect", "matrix"),
+                    f"row {listener} missing: each guest maps every other guest to yes or no")  # fmt: skip
+                continue
+            for sender in guests:
+                if sender == listener:
+                    continue
+                value = row.get(sender)
+                if value not in ("yes", "no"):
+                    bad(("expect", "matrix", listener, sender),
+                        f"must be yes or no (does {listener} hear {sender}?), not {value!r}")  # fmt: skip
+                else:
+                    matrix[(listener, sender)] = value
+            for extra in set(row) - taking_part:
+                bad(("expect", "matrix", listener, extra), f"{extra!r} is not a guest of this scenario")
+        for extra in set(raw) - taking_part:
+            bad(("expect", "matrix", extra), f"{extra!r} is not a guest of this scenario")
+    else:
+        bad(("expect",), "required: 'derive', or {matrix: {LISTENER: {SENDER: yes|no}}}")
+
+    if problems:
+        raise ConfigError(problems)
+    return Scenario(
+        name=name,
+        file=doc.file,
+        description=str(data.get("description", "")),
+        topology=topology,
+        guests=guests,
+        vlans=vlans,
+        mirrors=mirrors,
+        probes_per_target=probes,
+        matrix=matrix,
+    )

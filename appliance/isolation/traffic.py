@@ -1,0 +1,239 @@
+"""The traffic method: real ARP broadcasts, real captures, inside the guests.
+
+Order matters and is enforced: neighbour caches flushed, a capture armed on
+every guest (``arp or (vlan and arp)``: tagged frames reach trunk ports),
+*then* every probe goes out in one window -- each guest asks who-has for
+every other guest's address and for one unused address (a pure broadcast) --
+and only then are the captures stopped.  Probes are written to raw packet
+sockets opened inside each guest's namespace, so hundreds of probes cost
+milliseconds, not one process each.
+
+A positive control is sent to every guest: an ARP frame the switch puts
+straight onto the guest's port (OpenFlow packet-out).  A guest whose capture
+lacks it -- and heard no one else -- cannot prove a "No": its cells are
+"unknown", never "No".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import proc
+from .pcap import ArpFrame, read_arp
+
+CLONE_NEWNET = 0x40000000
+CONTROL_MAC = "02:68:76:6e:65:74"  # "hvnet": the positive-control frames' sender
+CAPTURE_FILTER = "arp or (vlan and arp)"
+SETTLE_S = 0.4  # after the last probe: replies cross the userspace datapath
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A guest as the traffic method needs it."""
+
+    name: str
+    netns: str
+    ip: str
+    mac: str
+    bridge: str
+    ofport: int | None
+
+
+@dataclass
+class Capture:
+    guest: str
+    pcap: Path
+    frames: list[ArpFrame] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class TrafficRun:
+    captures: dict[str, Capture]
+    down: dict[str, str]  # guest -> reason it could not take part
+    probes_sent: int
+    window_s: float
+    controls_sent: list[str]
+
+
+def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
+    """A broadcast ARP who-has, padded to the 60-byte Ethernet minimum."""
+    mac = bytes.fromhex(src_mac.replace(":", ""))
+    frame = (
+        b"\xff" * 6
+        + mac
+        + b"\x08\x06"
+        + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+        + mac
+        + ipaddress.IPv4Address(src_ip).packed
+        + bytes(6)
+        + ipaddress.IPv4Address(target_ip).packed
+    )
+    return frame + bytes(60 - len(frame))
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def open_raw_socket(netns: str, ifname: str = "eth0") -> socket.socket:
+    """A raw packet socket on ``ifname`` inside ``netns``.
+
+    A socket belongs to the namespace it was created in, so a short-lived
+    thread enters the namespace (setns affects only the calling thread),
+    creates the socket and exits; the socket stays usable from anywhere.
+    """
+    result: dict[str, object] = {}
+
+    def enter() -> None:
+        fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+        try:
+            if _libc().setns(fd, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({netns}): {os.strerror(err)}")
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            s.bind((ifname, 0))
+            result["sock"] = s
+        except OSError as exc:
+            result["error"] = exc
+        finally:
+            os.close(fd)
+
+    t = threading.Thread(target=enter, name=f"netns-{netns}")
+    t.start()
+    t.join()
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    return result["sock"]  # type: ignore[return-value]
+
+
+def guest_down_reason(ep: Endpoint) -> str | None:
+    """Why ``ep`` cannot send or capture, or None if it can."""
+    if not os.path.exists(f"/run/netns/{ep.netns}"):
+        return f"namespace {ep.netns} does not exist"
+    res = proc.run(["ip", "-n", ep.netns, "-o", "link", "show", "eth0"], check=False)
+    if res.returncode != 0:
+        return "eth0 is missing"
+    flags = res.stdout.partition("<")[2].partition(">")[0].split(",")
+    if "UP" not in flags:
+        return "eth0 is down"
+    return None
+
+
+def _arm_captures(
+    endpoints: list[Endpoint], out_dir: Path, timeout: float
+) -> dict[str, tuple[subprocess.Popen, Capture]]:
+    tcpdump = proc.which("tcpdump")
+    running: dict[str, tuple[subprocess.Popen, Capture]] = {}
+    for ep in endpoints:
+        pcap = out_dir / f"{ep.name}.pcap"
+        argv = ["ip", "netns", "exec", ep.netns, tcpdump, "-i", "eth0", "-U", "--immediate-mode", "-nn",
+                "-s", "128", "-w", str(pcap), CAPTURE_FILTER]  # fmt: skip
+        p = subprocess.Popen([proc.which("ip"), *argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        running[ep.name] = (p, Capture(ep.name, pcap))
+    # tcpdump says "listening on ..." once its socket is open: only then is a
+    # probe sure to be seen.
+    deadline = time.monotonic() + timeout
+    pending = {p.stderr.fileno(): (name, p) for name, (p, _c) in running.items() if p.stderr}
+    while pending and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(pending), [], [], max(0.0, deadline - time.monotonic()))
+        for fd in ready:
+            name, p = pending.pop(fd)
+            line = p.stderr.readline().decode(errors="replace") if p.stderr else ""
+            if "listening on" not in line:
+                running[name][1].error = f"tcpdump did not start: {line.strip() or 'no output'}"
+    for name, _p in pending.values():
+        running[name][1].error = f"tcpdump not ready within {timeout:g} s"
+    return running
+
+
+def _send_control(ep: Endpoint, switch_env: Mapping[str, str]) -> bool:
+    if ep.ofport is None or ep.ofport < 1:
+        return False
+    frame = arp_request(CONTROL_MAC, "0.0.0.0", ep.ip).hex()
+    res = proc.run(
+        ["ovs-ofctl", "packet-out", ep.bridge, f"in_port=controller,packet={frame},actions=output:{ep.ofport}"],
+        env=dict(switch_env),
+        check=False,
+    )
+    return res.returncode == 0
+
+
+def run(
+    endpoints: list[Endpoint],
+    unused_ips: dict[str, str],
+    probes_per_target: int,
+    out_dir: Path,
+    switch_env: Mapping[str, str],
+) -> TrafficRun:
+    """Capture on every guest, probe from every guest, collect the frames."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    down: dict[str, str] = {}
+    live: list[Endpoint] = []
+    for ep in endpoints:
+        reason = guest_down_reason(ep)
+        if reason:
+            down[ep.name] = reason
+        else:
+            live.append(ep)
+    for ep in live:
+        proc.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
+
+    running = _arm_captures(live, out_dir, timeout=10.0)
+    probes = 0
+    controls: list[str] = []
+    started = time.monotonic()
+    try:
+        sockets = {ep.name: open_raw_socket(ep.netns) for ep in live}
+        try:
+            for ep in live:
+                if _send_control(ep, switch_env):
+                    controls.append(ep.name)
+            frames = {
+                ep.name: [arp_request(ep.mac, ep.ip, other.ip) for other in endpoints if other is not ep]
+                + ([arp_request(ep.mac, ep.ip, unused_ips[ep.name])] if ep.name in unused_ips else [])
+                for ep in live
+            }
+            for _ in range(probes_per_target):
+                for ep in live:
+                    s = sockets[ep.name]
+                    for frame in frames[ep.name]:
+                        s.send(frame)
+                        probes += 1
+            time.sleep(SETTLE_S)
+        finally:
+            for s in sockets.values():
+                s.close()
+    finally:
+        window = time.monotonic() - started
+        for p, _c in running.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p, cap in running.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                cap.error = cap.error or "tcpdump did not stop"
+    captures = {}
+    for name, (_p, cap) in running.items():
+        if cap.error is None:
+            try:
+                cap.frames = read_arp(cap.pcap)
+            except (OSError, ValueError) as exc:
+                cap.error = f"cannot read {cap.pcap}: {exc}"
+        captures[name] = cap
+    return TrafficRun(captures=captures, down=down, probes_sent=probes, window_s=window, controls_sent=controls)
