@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,17 +66,17 @@ def switch(tmp_path: Path) -> Iterator[Switch]:
         sw.stop()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """The default (2010 study) lab, up for the module, down afterwards."""
+@contextmanager
+def lab_up(topology_file: Path, run_dir: Path) -> Iterator[Lab]:
+    """A lab on ``topology_file`` found through HVNET_LAB_DIR, torn down and
+    checked to be gone afterwards, even when the body fails."""
     _require_root_and_ovs()
-    run_dir = tmp_path_factory.mktemp("lab") / "run"
     before_ns, before_links = netns_list(), links()
     the_lab = Lab(run_dir)
-    the_lab.up(load_topology(DEFAULT_TOPOLOGY))
     old = os.environ.get("HVNET_LAB_DIR")
     os.environ["HVNET_LAB_DIR"] = str(run_dir)
     try:
+        the_lab.up(load_topology(topology_file))
         yield the_lab
     finally:
         if old is None:
@@ -86,3 +87,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         leaked_ns = netns_list() - before_ns
         leaked_links = links() - before_links
         assert not leaked_ns and not leaked_links, f"lab left {leaked_ns} {leaked_links}"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The default (2010 study) lab, up for the module, down afterwards."""
+    with lab_up(DEFAULT_TOPOLOGY, tmp_path_factory.mktemp("lab") / "run") as the_lab:
+        yield the_lab

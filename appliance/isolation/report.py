@@ -10,6 +10,11 @@ from . import model
 from .check import CheckResult
 
 WORD = {model.YES: "Yes", model.NO: "No", model.EXCEPTION: "Yes*", model.UNKNOWN: "?"}
+VERDICT = {
+    0: "PASS: isolation as expected",
+    1: "FAIL: isolation differs from expected",
+    2: "INCOMPLETE: not every cell could be decided",
+}
 MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
 
 
@@ -75,7 +80,7 @@ def format_result(result: CheckResult) -> str:
             f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
             f"{t.stats.get('controls_sent', 0)} positive controls; captures in {result.out_dir}",
         ]
-    verdict = {0: "PASS: isolation as expected", 1: "FAIL: isolation differs from expected", 2: "INCOMPLETE: not every cell could be decided"}[result.exit_code]  # fmt: skip
+    verdict = VERDICT[result.exit_code]
     lines += ["", f"{verdict} ({result.duration_s:.1f} s)"]
     return "\n".join(lines)
 

@@ -106,7 +106,7 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         ) from None
     known = {g.name for g in topology.guests}
 
-    guests = list(_guest_list(data.get("guests", sorted(known)), ("guests",), known, bad))
+    guests = list(_guest_list(data.get("guests", [g.name for g in topology.guests]), ("guests",), known, bad))
     if len(guests) < 2:
         bad(("guests",), "an isolation check needs at least two guests")
     if len(set(guests)) != len(guests):

@@ -76,9 +76,8 @@ def deliveries(actions: str, odp_ports: dict[int, str]) -> list[Delivery]:
             out.append(Delivery(port, vlans[-1] if vlans else None))
         elif m := _PUSH.match(action):
             vlans.append(int(m.group("vid")))
-        elif action.startswith("pop_vlan"):
-            if vlans:
-                vlans.pop()
+        elif action.startswith("pop_vlan") and vlans:
+            vlans.pop()
     return out
 
 

@@ -124,12 +124,72 @@ def bench_inventory() -> list[str]:
     ]
 
 
+def _isolation_files(tmp: Path, n: int, vlans: int) -> Path:
+    topo = tmp / f"topo-{n}.yaml"
+    lines = [f"name: bench-{n}", "bridges: [{name: brbench}]", "guests:"]
+    lines += [f"  - {{name: g{i:02d}, ip: 10.77.0.{i}/24, tag: {100 + i % vlans}}}" for i in range(1, n + 1)]
+    topo.write_text("\n".join(lines) + "\n")
+    sc = tmp / f"scenario-{n}.yaml"
+    sc.write_text(f"name: bench-{n}\ntopology: {topo.name}\nexpect: derive\n")
+    return sc
+
+
+def bench_isolation() -> list[str]:
+    from appliance.isolation import check, scenario
+    from appliance.lab import Lab
+
+    times: dict[int, list[float]] = {}
+    probes: dict[int, int] = {}
+    with tempfile.TemporaryDirectory(prefix="hvnet-bench-iso-") as tmp:
+        for n, vlans in ((6, 2), (24, 4)):
+            sc = scenario.load(_isolation_files(Path(tmp), n, vlans))
+            lab = Lab(Path(tmp) / f"lab{n}")
+            try:
+                lab.up(sc.topology)
+                with ovsdb.Connection.open(DbTarget(lab.db, "lab"), COLUMNS) as conn:
+                    for rep in range(4):
+                        start = time.perf_counter()
+                        res = check.run_check(conn, lab, sc, ("traffic",), Path(tmp) / f"out{n}-{rep}")
+                        elapsed = time.perf_counter() - start
+                        if rep:  # the first run warms caches (tcpdump, ARP tables, megaflows)
+                            times.setdefault(n, []).append(elapsed)
+                        assert res.exit_code == 0, f"bench scenario with {n} guests did not pass"
+                        probes[n] = res.methods["traffic"].stats["probes_sent"]
+            finally:
+                lab.down()
+        many = scenario.load(ROOT / "vlan-tests" / "many-vlans.yaml")
+        lab = Lab(Path(tmp) / "lab-many")
+        try:
+            lab.up(many.topology)
+            with ovsdb.Connection.open(DbTarget(lab.db, "lab"), COLUMNS) as conn:
+                res = check.run_check(conn, lab, many, check.METHODS, Path(tmp) / "out-many")
+        finally:
+            lab.down()
+        verdicts = [v for m in res.methods for v in res.verdicts(m).values()]
+        many_line = (
+            f"  many-vlans (12 guests / 4 VLANs, traffic + trace): {res.methods['traffic'].stats['probes_sent']} probes, "
+            f"{verdicts.count('leak')} leaks, {verdicts.count('unknown')} unknown cells, {res.duration_s:.2f} s"
+        )
+    t6, t24 = statistics.median(times[6]), statistics.median(times[24])
+    ratio = t24 / t6
+    return [
+        "isolation check, traffic method (median of 3 after a warm-up, one run)",
+        f"  6 guests / 2 VLANs      {t6 * 1000:8.1f} ms   ({probes[6]} probes)",
+        f"  24 guests / 4 VLANs     {t24 * 1000:8.1f} ms   ({probes[24]} probes; "
+        f"{ratio:.2f}x the 6-guest time; target <= 3x: {'MET' if ratio <= 3 else 'NOT MET'})",
+        many_line,
+    ]
+
+
 def main() -> int:
     if os.geteuid() != 0:
         print("bench: needs root (it starts a private ovsdb-server)", file=sys.stderr)
         return 1
     print("hvnet benchmarks\n")
     for line in bench_inventory():
+        print(line)
+    print()
+    for line in bench_isolation():
         print(line)
     return 0
 
