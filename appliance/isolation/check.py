@@ -207,11 +207,9 @@ def run_trace(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) ->
         out = lab.switch.appctl(
             "ovs-vswitchd", "ofproto/trace", v.bridge, trace.arp_flow(v.port, g.mac, g.address, target)
         )
-        heard = {
-            guest_of[d.port]: d
-            for d in trace.deliveries(trace.datapath_actions(out), odp_cache[v.bridge])
-            if d.port in guest_of
-        }
+        actions = trace.datapath_actions(out)
+        res.stats.setdefault("datapath_actions", {})[sender] = actions or "drop"
+        heard = {guest_of[d.port]: d for d in trace.deliveries(actions, odp_cache[v.bridge]) if d.port in guest_of}
         for listener in sc.guests:
             if listener != sender:
                 res.cells[(listener, sender)] = model.YES if listener in heard else model.NO
@@ -313,12 +311,15 @@ def run_check(
                 raise HvnetError(f"cannot derive expectations: no port on the switch for {', '.join(unknown_ports)}")
             expected = model.derive(ports, mirror_specs(inv, vif_of), sc.guests)
         results: dict[str, MethodResult] = {}
-        if "trace" in methods:
-            results["trace"] = run_trace(lab, sc, inv, vif_of)
-        if "traffic" in methods:
-            if out_dir is None:
-                raise HvnetError("the traffic method needs an output directory for its captures")
-            results["traffic"] = run_traffic(lab, sc, inv, vif_of, out_dir)
+        for method in METHODS:  # a fixed order, so tables read the same every time
+            if method not in methods:
+                continue
+            if method == "trace":
+                results["trace"] = run_trace(lab, sc, inv, vif_of)
+            else:
+                if out_dir is None:
+                    raise HvnetError("the traffic method needs an output directory for its captures")
+                results["traffic"] = run_traffic(lab, sc, inv, vif_of, out_dir)
     finally:
         restore_settings(conn, sc, snapshot)
         if snapshot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from .. import render
@@ -57,11 +58,13 @@ def format_result(result: CheckResult) -> str:
             if verdict == "leak":
                 ev = mr.evidence.get(cell)
                 where = (
-                    f": frame at {ev.time:.6f} from {ev.src_mac} {ev.src_ip}"
+                    f": frame at {datetime.fromtimestamp(ev.time).strftime('%H:%M:%S.%f')} from {ev.src_mac} {ev.src_ip}"
                     f"{f' VLAN {ev.vlan}' if ev.vlan is not None else ' untagged'} in {ev.pcap}"
                     if ev
                     else ""
                 )
+                if m == "trace":
+                    where = f": datapath actions for {sender}'s broadcast: {mr.stats['datapath_actions'][sender]}"
                 problems.append(f"{m}: LEAK: {listener} hears {sender}{where}")
             elif verdict == "blocked":
                 problems.append(f"{m}: UNEXPECTED BLOCK: {listener} does not hear {sender}")
@@ -108,6 +111,7 @@ def to_json(result: CheckResult) -> dict[str, Any]:
             "verdicts": cells(result.verdicts(name)),
             "unknown_reasons": cells(mr.reasons),
             "evidence": [{"listener": k[0], "sender": k[1], **asdict(v)} for k, v in sorted(mr.evidence.items())],
+            "replies": [{"sender": k[0], "replier": k[1], "reply_seen": v} for k, v in sorted(mr.replies.items())],
             "stats": mr.stats,
         }
     return out
