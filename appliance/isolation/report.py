@@ -58,7 +58,7 @@ def format_result(result: CheckResult) -> str:
             if verdict == "leak":
                 ev = mr.evidence.get(cell)
                 where = (
-                    f": frame at {datetime.fromtimestamp(ev.time).strftime('%H:%M:%S.%f')} from {ev.src_mac} {ev.src_ip}"
+                    f": frame at {datetime.fromtimestamp(ev.time):%H:%M:%S.%f} from {ev.src_mac} {ev.src_ip}"
                     f"{f' VLAN {ev.vlan}' if ev.vlan is not None else ' untagged'} in {ev.pcap}"
                     if ev
                     else ""
