@@ -213,7 +213,21 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
             f"no lab is up; scenario {sc.name} runs on the lab topology {sc.topology.file}",
             hint=f"hvnet lab up --topology {sc.topology.file}",
         )
-    missing = [g for g in sc.guests if g not in {x["name"] for x in status["guests"]}]
+    in_lab = {x["name"]: x for x in status["guests"]}
+    missing = [g for g in sc.guests if g not in in_lab]
+    differ = [
+        g
+        for g in sc.guests
+        if g in in_lab
+        and (in_lab[g]["ip"], in_lab[g]["mac"], in_lab[g]["vif"])
+        != (sc.topology.guest(g).ip, sc.topology.guest(g).mac, sc.topology.guest(g).vif)
+    ]
+    if differ:
+        raise UsageError(
+            f"guest {', '.join(differ)} in the lab that is up (topology {status['topology']}) differs from "
+            f"the scenario's topology {sc.topology.file} (IP, MAC or VIF)",
+            hint=f"hvnet lab down && hvnet lab up --topology {sc.topology.file}",
+        )
     if missing:
         raise UsageError(
             f"the lab that is up (topology {status['topology']}) has no guest {', '.join(missing)}",
@@ -223,7 +237,8 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     if "traffic" in methods:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         out_dir = Path(args.out) if args.out else Path("/var/tmp/hvnet/isolation") / f"{sc.name}-{stamp}"
-    with _connect(args) as conn:
+    # The check drives the lab's own switch, whatever --db or HVNET_DB say.
+    with api.connect(lab.db, timeout=args.timeout) as conn:
         result = check.run_check(conn, lab, sc, methods, out_dir)
     if args.json:
         _print_json(report.to_json(result))

@@ -120,7 +120,7 @@ def test_rates_are_measured_not_invented(lab: Lab) -> None:
 
 
 def test_external_change_and_trunk_all_warning(lab: Lab) -> None:
-    """An ovs-vsctl change shows up; a cleared tag is flagged as carrying every VLAN."""
+    """A change made with ovs-vsctl appears; a cleared tag is flagged as carrying every VLAN."""
     vsctl(lab, "clear", "Port", "vif3.0", "tag")
     try:
         res = run_hvnet("status", "--json")
