@@ -128,7 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_lab_up(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)  # validated whole before anything is created
-    lab = Lab(log=log.info)
+    lab = Lab()
     report = lab.up(topo)
     if args.json:
         _print_json({"db": report.db, "actions": report.actions, "guests": report.guests})
@@ -150,7 +150,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
 
 
 def cmd_lab_down(args: argparse.Namespace) -> int:
-    report = Lab(log=log.info).down()
+    report = Lab().down()
     if args.json:
         _print_json({"actions": report.actions})
     else:

@@ -19,7 +19,6 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,10 +124,9 @@ class LabReport:
 class Lab:
     """One lab instance rooted at ``run_dir``."""
 
-    def __init__(self, run_dir: str | Path | None = None, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, run_dir: str | Path | None = None) -> None:
         self.switch = Switch(run_dir or lab_dir())
         self.run_dir = self.switch.run_dir
-        self._log = log or (lambda _msg: None)
         self.state: dict[str, Any] = _read_state(self.run_dir) or {}
 
     # -- state file ---------------------------------------------------------

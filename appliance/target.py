@@ -44,10 +44,6 @@ class DbTarget:
     source: str  # "--db", "HVNET_DB", "lab", "system default"
     ssl: SslOptions | None = None
 
-    @property
-    def is_unix(self) -> bool:
-        return self.remote.startswith("unix:")
-
     def describe(self) -> str:
         return f"{self.remote} (from {self.source})"
 

@@ -12,7 +12,6 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import validate, yamldoc
 from .errors import ConfigError, Problem
@@ -99,9 +98,7 @@ def from_document(doc: yamldoc.Document) -> Topology:
     data = doc.data
     if not isinstance(data, dict):
         raise ConfigError([doc.problem((), "a topology is a mapping with 'bridges' and 'guests'")])
-    for key in data:
-        if key not in _TOP_KEYS:
-            bad((key,), f"unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    problems += doc.unknown_keys(data, (), _TOP_KEYS)
 
     name = data.get("name", Path(doc.file).stem)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
@@ -122,9 +119,7 @@ def from_document(doc: yamldoc.Document) -> Topology:
         if not isinstance(rb, dict):
             bad(path, "each bridge is a mapping with 'name' (and optional 'datapath_type')")
             continue
-        for key in rb:
-            if key not in _BRIDGE_KEYS:
-                bad((*path, key), f"unknown key; allowed: {', '.join(sorted(_BRIDGE_KEYS))}")
+        problems += doc.unknown_keys(rb, path, _BRIDGE_KEYS)
         try:
             bname = validate.ifname(rb.get("name"))
         except ValueError as exc:
@@ -154,11 +149,9 @@ def from_document(doc: yamldoc.Document) -> Topology:
         if not isinstance(rg, dict):
             bad(path, "each guest is a mapping with 'name' and 'ip'")
             continue
-        ok = True
-        for key in rg:
-            if key not in _GUEST_KEYS:
-                bad((*path, key), f"unknown key; allowed: {', '.join(sorted(_GUEST_KEYS))}")
-                ok = False
+        unknown = doc.unknown_keys(rg, path, _GUEST_KEYS)
+        problems += unknown
+        ok = not unknown
         gname = rg.get("name")
         if not isinstance(gname, str) or not _GUEST_NAME.match(gname):
             bad((*path, "name"), "required: 1-24 characters, a letter first, then letters, digits, '_' or '-'")
@@ -275,19 +268,3 @@ def from_document(doc: yamldoc.Document) -> Topology:
     if problems:
         raise ConfigError(problems)
     return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests))
-
-
-def describe(t: Topology) -> list[dict[str, Any]]:
-    """Rows for a human summary of the guests."""
-    return [
-        {
-            "guest": g.name,
-            "vif": g.vif,
-            "bridge": g.bridge,
-            "ip": g.ip,
-            "mac": g.mac,
-            "tag": g.tag,
-            "trunks": validate.format_vlan_list(list(g.trunks)),
-        }
-        for g in t.guests
-    ]

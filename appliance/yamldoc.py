@@ -43,6 +43,11 @@ class Document:
         """A :class:`Problem` located at ``path`` in this document."""
         return Problem(self.file, self.line(path), dotted(path), message)
 
+    def unknown_keys(self, mapping: dict[str, Any], path: PathKey, allowed: set[str]) -> list[Problem]:
+        """One problem per key of ``mapping`` (found at ``path``) not in ``allowed``."""
+        listed = ", ".join(sorted(allowed))
+        return [self.problem((*path, k), f"unknown key; allowed: {listed}") for k in mapping if k not in allowed]
+
 
 def dotted(path: PathKey) -> str:
     """``("guests", 2, "tag")`` -> ``guests[2].tag`` (the field in messages)."""

@@ -300,19 +300,18 @@ def run_check(
 
     started = time.monotonic()
     vif_of = {name: sc.topology.guest(name).vif for name in sc.guests}
-    inv = read_inventory(conn)
-    missing = [f"{g} ({p})" for g, p in vif_of.items() if inv.vif_by_port(p) is None]
-    if missing and "traffic" in methods and len(missing) == len(vif_of):
-        raise HvnetError(
-            f"none of the scenario's guests are on this switch: {', '.join(missing)}",
-            hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}",
-        )
     snapshot = apply_settings(conn, sc, vif_of)
     try:
         if snapshot:
             _flush_datapath_flows(lab)
         conn.run_once()
         inv = read_inventory(conn)
+        if "traffic" in methods and all(inv.vif_by_port(p) is None for p in vif_of.values()):
+            listed = ", ".join(f"{g} ({p})" for g, p in vif_of.items())
+            raise HvnetError(
+                f"none of the scenario's guests are on this switch: {listed}",
+                hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}",
+            )
         ports = port_vlans(inv, vif_of)
         if sc.matrix is not None:
             expected = model.Expected(guests=list(sc.guests), cells=dict(sc.matrix))

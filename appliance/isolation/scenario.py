@@ -84,9 +84,7 @@ def from_document(doc: yamldoc.Document) -> Scenario:
     data = doc.data
     if not isinstance(data, dict):
         raise ConfigError([doc.problem((), "a scenario is a mapping with 'topology' and 'expect'")])
-    for key in data:
-        if key not in _TOP:
-            bad((key,), f"unknown key; allowed: {', '.join(sorted(_TOP))}")
+    problems += doc.unknown_keys(data, (), _TOP)
 
     name = data.get("name", Path(doc.file).stem)
     if not isinstance(name, str) or not name:
@@ -126,10 +124,10 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         if not isinstance(settings, dict) or not settings:
             bad(path, "must be a mapping with tag, trunks and/or vlan_mode")
             continue
+        problems += doc.unknown_keys(settings, path, _VLAN_KEYS)
         kwargs: dict[str, Any] = {}
         for key, value in settings.items():
             if key not in _VLAN_KEYS:
-                bad((*path, key), f"unknown key; allowed: {', '.join(sorted(_VLAN_KEYS))}")
                 continue
             try:
                 if key == "tag":
@@ -153,9 +151,7 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         if not isinstance(rm, dict):
             bad(path, "each mirror is a mapping with name, output and a selection")
             continue
-        for key in rm:
-            if key not in _MIRROR_KEYS:
-                bad((*path, key), f"unknown key; allowed: {', '.join(sorted(_MIRROR_KEYS))}")
+        problems += doc.unknown_keys(rm, path, _MIRROR_KEYS)
         mname = rm.get("name")
         if not isinstance(mname, str) or not mname:
             bad((*path, "name"), "required: the mirror's name")
