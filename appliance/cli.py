@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, api, proc, render
+from . import __version__, api, cli_policy, proc, render
 from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError, UsageError
 from .inventory import Inventory, Vif
 from .lab import Lab
@@ -339,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--json", action="store_true", help="machine-readable output")
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/tmp/hvnet/isolation/...)")
     ic.set_defaults(func=cmd_isolation_check)
+
+    cli_policy.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.set_defaults(func=cmd_tui)

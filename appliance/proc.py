@@ -47,6 +47,14 @@ def which(program: str) -> str:
     return found
 
 
+def which_optional(program: str) -> str | None:
+    """Like :func:`which`, but ``None`` when the program is absent."""
+    try:
+        return which(program)
+    except MissingTool:
+        return None
+
+
 def run(
     argv: Sequence[str],
     *,

@@ -1,0 +1,443 @@
+"""Applying intents: plan, one transaction, meters, verification, rollback, audit.
+
+:class:`PolicyEngine` is what the CLI, the TUI and the agent hold.  Every
+intent -- a policy file, ``vif set``, ``mirror add``, a rollback -- goes
+through :meth:`PolicyEngine.apply_changes` or :meth:`PolicyEngine.apply`:
+
+1. plan against a snapshot of the replica (inside the transaction's build
+   function, so a TRY_AGAIN re-plans against fresh state);
+2. commit everything in one OVSDB transaction, waiting for ovs-vswitchd;
+3. bring the OpenFlow meters in line with what was committed -- if that
+   fails, the OVSDB part is restored with the inverse changes;
+4. re-read and verify (ports have an ofport, no Interface error, policing
+   installed by the mechanism that was chosen), a few times ~1 s apart;
+5. write the rollback record and one audit line.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import api
+from ..errors import ConfigError, HvnetError, Problem
+from ..names import resolve_names
+from ..ovsdb import Connection, TxnContext
+from . import journal, openflow, planner, writer
+from .model import DEAD, Policy
+from .planner import Change, Plan, PlanOptions
+from .state import State, VlanCols
+from .state import read as read_state
+
+log = logging.getLogger("hvnet.policy")
+
+VERIFY_ATTEMPTS = 4
+VERIFY_INTERVAL_S = 1.0
+
+
+@dataclass
+class Enforcement:
+    """What a VIF's limits are enforced by, and whether that was observed."""
+
+    port: str
+    kind: str  # "ingress" | "egress"
+    mechanism: str  # "meter" | "tc" | "htb"
+    verified: bool | None  # None: could not be checked
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass
+class ApplyResult:
+    plan: Plan
+    status: str  # "applied" | "unchanged" | "dry-run" | "rolled back" | "failed"
+    attempts: int = 0
+    enforcement: list[Enforcement] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # verification findings
+    isolated: dict[str, str] = field(default_factory=dict)  # port -> reason (fail-closed)
+    record_id: str | None = None
+    openflow: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("applied", "unchanged", "dry-run") and not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "ok": self.ok,
+            "attempts": self.attempts,
+            "changes": [journal.change_to_json(c) | _texts(c) for c in self.plan.changes],
+            "warnings": self.plan.warnings,
+            "problems": self.problems,
+            "isolated": self.isolated,
+            "enforcement": [e.to_json() for e in self.enforcement],
+            "record_id": self.record_id,
+        }
+
+
+def _texts(c: Change) -> dict[str, str]:
+    return {"before_text": c.describe(c.before), "after_text": c.describe(c.after)}
+
+
+class PolicyEngine:
+    """Plans and applies policies on one open OVSDB connection."""
+
+    def __init__(self, conn: Connection, *, command: str = "hvnet", audit: bool = True) -> None:
+        self.conn = conn
+        self.command = command
+        self.audit = audit
+        self.remote = conn.target.remote
+        self.of = openflow.OpenFlow.for_target(conn.target)
+        self._names_sources = api.name_sources(conn.target)
+        self._names: dict[str, str] = {}
+        self._tc_police: bool | None = None
+        self.force_policing: str | None = None
+
+    def __enter__(self) -> PolicyEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+    # -- reading ---------------------------------------------------------------
+
+    def vm_names(self, state: State | None = None) -> dict[str, str]:
+        """VM uuid -> name, looked up once per new uuid."""
+        with self.conn.lock:
+            uuids = {p.vm_uuid for p in (state or read_state(self.conn)).ports.values() if p.vm_uuid}
+        missing = uuids - set(self._names)
+        if missing and self._names_sources:
+            for u, (name, _src) in resolve_names(self._names_sources, missing).items():
+                self._names[u] = name
+        return self._names
+
+    def snapshot(self) -> State:
+        with self.conn.lock:
+            state = read_state(self.conn)
+        names = self.vm_names(state)
+        for p in state.ports.values():
+            if p.vm_uuid:
+                p.vm_name = names.get(p.vm_uuid)
+        return state
+
+    def options(self) -> PlanOptions:
+        if self._tc_police is None:
+            self._tc_police = openflow.tc_police_works()
+        return PlanOptions(tc_police=self._tc_police, openflow=self.of is not None)
+
+    def plan(self, policy: Policy) -> Plan:
+        return planner.plan(self._forced(policy), self.snapshot(), self.options())
+
+    def _forced(self, policy: Policy) -> Policy:
+        if self.force_policing is None:
+            return policy
+        from dataclasses import replace
+
+        from .model import Ingress
+
+        rules = [
+            replace(r, ingress=replace(r.ingress, mechanism=self.force_policing))
+            if isinstance(r.ingress, Ingress)
+            else r
+            for r in policy.vifs
+        ]
+        return replace(policy, vifs=rules, policing=self.force_policing)
+
+    # -- applying --------------------------------------------------------------
+
+    def apply(self, policy: Policy, *, dry_run: bool = False, verify: bool = True, wait: bool = True) -> ApplyResult:
+        """Make the switch match ``policy``; all or nothing."""
+        policy = self._forced(policy)
+        options = self.options()
+        names = self.vm_names()
+
+        def make_plan(state: State) -> Plan:
+            for p in state.ports.values():
+                if p.vm_uuid:
+                    p.vm_name = names.get(p.vm_uuid)
+            return planner.plan(policy, state, options)
+
+        return self._run(make_plan, dry_run=dry_run, verify=verify, wait=wait)
+
+    def apply_changes(
+        self, changes: list[Change], *, label: str, guarded: bool = True, wait: bool = True
+    ) -> ApplyResult:
+        """Apply given changes (a rollback): each only if the row is still as it expects."""
+
+        def make_plan(state: State) -> Plan:
+            result = Plan()
+            for c in changes:
+                current = current_value(state, c)
+                if guarded and current != c.before:
+                    result.warnings.append(
+                        f"{c.target} {c.kind}: left as is, changed since "
+                        f"(now {c.describe(current)}, expected {c.describe(c.before)})"
+                    )
+                    continue
+                result.changes.append(c)
+            return result
+
+        return self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label)
+
+    def _run(
+        self,
+        make_plan: Callable[[State], Plan],
+        *,
+        dry_run: bool,
+        verify: bool,
+        wait: bool,
+        label: str | None = None,
+    ) -> ApplyResult:
+        if dry_run:
+            with self.conn.lock:
+                state = read_state(self.conn)
+            return ApplyResult(make_plan(state), "dry-run")
+
+        def build(ctx: TxnContext) -> Plan:
+            plan = make_plan(read_state(ctx.conn))
+            writer.write(ctx, plan.changes)
+            return plan
+
+        txn = self.conn.transact(build, comment=label or self.command, wait_for_vswitchd=wait, timeout=15.0)
+        plan: Plan = txn.value
+        result = ApplyResult(plan, "applied" if plan.changes else "unchanged", attempts=txn.attempts)
+        if not plan.changes and not self._openflow_drift():
+            self._audit(plan.changes, "unchanged")
+            return result
+        try:
+            result.openflow = self.sync_openflow(plan.bridges() or None)
+        except HvnetError as exc:
+            log.error("OpenFlow meters failed after the OVSDB commit: %s; restoring", exc)
+            self._restore(plan.changes, wait)
+            self._audit(plan.changes, f"rolled back: meters failed: {exc.message}")
+            result.status = "rolled back"
+            result.problems.append(f"meter installation failed ({exc.message}); the OVSDB changes were undone")
+            return result
+        if verify and wait:
+            self._verify(plan, result)
+        if plan.changes:
+            record = journal.new_record(self.remote, label or self.command, plan.changes)
+            result.record_id = record["id"]
+            if self.audit:
+                journal.save_last(self.remote, record)
+        outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
+        self._audit(plan.changes, outcome, isolated=result.isolated or None)
+        return result
+
+    def _audit(self, changes: list[Change], result: str, **extra: Any) -> None:
+        if self.audit:
+            journal.audit(self.remote, self.command, changes, result, **{k: v for k, v in extra.items() if v})
+
+    def _restore(self, changes: list[Change], wait: bool) -> None:
+        inverse = [c.inverse() for c in reversed(changes)]
+
+        def build(ctx: TxnContext) -> None:
+            state = read_state(ctx.conn)
+            writer.write(ctx, [c for c in inverse if current_value(state, c) == c.before])
+
+        self.conn.transact(build, comment="hvnet: restore after failure", wait_for_vswitchd=wait, timeout=15.0)
+        try:
+            self.sync_openflow({c.bridge for c in changes})
+        except HvnetError as exc:
+            log.error("could not bring meters back in line after restoring: %s", exc)
+
+    # -- OpenFlow ----------------------------------------------------------------
+
+    def _openflow_drift(self) -> bool:
+        if self.of is None:
+            return False
+        with self.conn.lock:
+            state = read_state(self.conn)
+        for br in state.bridges:
+            want = openflow.wanted(state, br)
+            if not want and not self.of.available(br):
+                continue
+            if not self.of.available(br):
+                return True
+            inst = self.of.read(br)
+            if {k: None for k in inst.flows} != {k: None for k in want}:
+                return True
+            for ofport, w in want.items():
+                if inst.meters.get(inst.flows[ofport]) != (w.rate_kbps, w.burst_kbit):
+                    return True
+        return False
+
+    def sync_openflow(self, bridges: set[str] | None = None) -> dict[str, Any]:
+        """Make meters/flows match the OVSDB record on ``bridges`` (all when None)."""
+        if self.of is None:
+            return {}
+        with self.conn.lock:
+            state = read_state(self.conn)
+        out: dict[str, Any] = {}
+        for br in sorted(bridges or state.bridges):
+            if br not in state.bridges:
+                continue
+            want = openflow.wanted(state, br)
+            if not self.of.available(br):
+                if want:
+                    raise HvnetError(
+                        f"cannot install meters on {br}: no OpenFlow management socket in {self.of.rundir}",
+                        hint="is ovs-vswitchd running on this host?",
+                    )
+                continue
+            res = self.of.sync(br, want)
+            out[br] = {"added": res.added, "modified": res.modified, "removed_ofports": res.removed}
+        return out
+
+    # -- verification --------------------------------------------------------------
+
+    def _verify(self, plan: Plan, result: ApplyResult) -> None:
+        ports = sorted({c.name for c in plan.changes if c.kind in ("vlan", "ingress", "egress")})
+        tunnels = sorted(
+            {c.after.tunnel.name for c in plan.changes if c.kind == "mirror" and c.after and c.after.tunnel}
+        )
+        bad: dict[str, str] = {}
+        for attempt in range(VERIFY_ATTEMPTS):
+            with self.conn.lock:
+                self.conn.idl.run()
+                state = read_state(self.conn)
+            bad = {}
+            for name in ports + tunnels:
+                p = state.ports.get(name)
+                if p is None:
+                    bad[name] = "port disappeared"
+                elif p.error:
+                    bad[name] = f"interface error: {p.error}"
+                elif p.ofport is None or p.ofport < 0:
+                    bad[name] = "ovs-vswitchd could not add the port (ofport -1)"
+            if not bad:
+                break
+            if attempt + 1 < VERIFY_ATTEMPTS:
+                self.conn.wait_for(lambda: False, VERIFY_INTERVAL_S)
+        for name, why in sorted(bad.items()):
+            result.problems.append(f"{name}: {why}")
+        self._check_enforcement(plan, state, result)
+        # Fail closed: a VIF whose VLAN was being set but that the switch did not take goes dead.
+        dead = [n for n in bad if n in state.ports and any(c.kind == "vlan" and c.name == n for c in plan.changes)]
+        if dead:
+            self._isolate(dead, state, result, {n: bad[n] for n in dead})
+
+    def _isolate(self, names: list[str], state: State, result: ApplyResult, why: dict[str, str]) -> None:
+        dead_cols = VlanCols.of(DEAD)
+
+        def build(ctx: TxnContext) -> None:
+            fresh = read_state(ctx.conn)
+            changes = [
+                Change("vlan", fresh.ports[n].bridge, n, fresh.ports[n].vlan, dead_cols)
+                for n in names
+                if n in fresh.ports and fresh.ports[n].vlan != dead_cols
+            ]
+            writer.write(ctx, changes)
+
+        self.conn.transact(build, comment="hvnet: isolate VIFs whose policy failed", timeout=10.0)
+        for n in names:
+            result.isolated[n] = f"{why[n]}; moved to dead VLAN 4095 (isolated) instead of leaving it half-configured"
+
+    def _check_enforcement(self, plan: Plan, state: State, result: ApplyResult) -> None:
+        touched = {(c.name, c.kind) for c in plan.changes if c.kind in ("ingress", "egress")}
+        by_bridge: dict[str, openflow.Installed] = {}
+        for name, kind in sorted(touched):
+            p = state.ports.get(name)
+            if p is None:
+                continue
+            if kind == "ingress":
+                eff = p.police.effective()
+                if eff is None:
+                    continue
+                if eff.mechanism == "meter":
+                    if self.of is None or not self.of.available(p.bridge):
+                        result.enforcement.append(Enforcement(name, kind, "meter", None, "no OpenFlow access"))
+                        continue
+                    inst = by_bridge.get(p.bridge) or self.of.read(p.bridge, stats=True)
+                    by_bridge[p.bridge] = inst
+                    meter = inst.flows.get(p.ofport or -1)
+                    ok = meter is not None and inst.meters.get(meter) == (eff.rate_kbps, eff.burst_kbit)
+                    detail = (
+                        f"meter {meter}: {eff.rate_kbps} kbit/s burst {eff.burst_kbit} kbit installed, "
+                        f"flow in_port={p.ofport}; band has dropped {inst.band_drops.get(meter, 0)} packets"
+                        if ok
+                        else "meter or its flow is missing from the switch"
+                    )
+                    result.enforcement.append(Enforcement(name, kind, "meter", ok, detail))
+                    if not ok:
+                        result.problems.append(f"{name}: ingress policing not installed ({detail})")
+                else:
+                    police, _ = openflow.tc_enforcement(p.interface)
+                    if police is None:
+                        detail = "tc cannot inspect this interface here; enforcement not verified"
+                    elif police:
+                        detail = "tc police filter installed on the interface's ingress"
+                    else:
+                        detail = (
+                            "NOT enforced: OVS could not install the tc police action (this kernel lacks it); "
+                            "use mechanism meter"
+                        )
+                        result.problems.append(f"{name}: ingress policing configured but not enforced by tc")
+                    result.enforcement.append(Enforcement(name, kind, "tc", police, detail))
+            else:
+                eff = p.qos.effective() if p.qos else None
+                if eff is None:
+                    continue
+                _, htb = openflow.tc_enforcement(p.interface)
+                detail = (
+                    "htb qdisc installed on the interface"
+                    if htb
+                    else ("tc cannot inspect this interface here" if htb is None else "NOT enforced: no htb qdisc")
+                )
+                if htb is False:
+                    result.problems.append(f"{name}: egress shaping configured but no htb qdisc on the interface")
+                result.enforcement.append(Enforcement(name, kind, "htb", htb, detail))
+
+
+def current_value(state: State, c: Change) -> Any:
+    """The stored value ``c`` is about, read from ``state`` (for guards and drift)."""
+    if c.kind in ("vlan", "ingress", "egress"):
+        p = state.ports.get(c.name)
+        if p is None:
+            return _GONE
+        return {"vlan": p.vlan, "ingress": p.police, "egress": p.qos}[c.kind]
+    if c.kind == "mirror":
+        m = state.mirrors.get((c.bridge, c.name))
+        return m.cols if m is not None else None
+    if c.kind == "protocols":
+        b = state.bridges.get(c.name)
+        return b.protocols if b is not None else _GONE
+    raise ValueError(c.kind)
+
+
+class _Gone:
+    def __repr__(self) -> str:
+        return "(gone)"
+
+
+_GONE = _Gone()
+
+
+def require_one(state: State, text: str, what: str) -> str:
+    """Resolve a CLI VIF argument (``vif1.0``, ``vm:VM3``, ``mac:...``) to exactly one port."""
+    from .load import parse_selector
+    from .model import Selector
+
+    try:
+        kind, pattern = parse_selector(text)
+    except ValueError as exc:
+        raise ConfigError([Problem("command line", None, what, str(exc))]) from None
+    ports = planner.select(state, Selector(kind, pattern), vifs_only=True)
+    if len(ports) != 1:
+        listing = ", ".join(p.name for p in ports[:6])
+        raise ConfigError(
+            [
+                Problem(
+                    "command line",
+                    None,
+                    what,
+                    f"{kind} {pattern} matches {len(ports)} VIFs{': ' + listing if listing else ''}; "
+                    "this command needs exactly one",
+                )
+            ]
+        )
+    return ports[0].name

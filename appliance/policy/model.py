@@ -1,0 +1,211 @@
+"""The desired-state vocabulary: what a policy file (or a CLI command) asks for.
+
+Everything here is plain, immutable data.  Three states exist for every
+setting of a VIF or bridge: ``None`` leaves the switch alone, a value sets it,
+and :data:`REMOVE` takes it away.  The planner compares these with the
+switch's current state (:mod:`.state`); nothing in this module touches OVS.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+OWNER_KEY = "hvnet-owner"
+OWNER = "hvnet"
+# Interface external_ids that record meter-enforced policing (the switch has
+# no column for it; the OpenFlow meter and flow are derived from these).
+POLICE_RATE_KEY = "hvnet-police-rate-kbps"
+POLICE_BURST_KEY = "hvnet-police-burst-kbit"
+TUNNEL_MIRROR_KEY = "hvnet-mirror"
+
+DEAD_VLAN = 4095
+MIN_BURST_KBIT = 12  # one 1500-byte frame
+MAX_MIRRORS_PER_BRIDGE = 32
+MECHANISMS = ("auto", "tc", "meter")
+
+
+class _Remove:
+    """The explicit "take this away" value (``remove`` or ``null`` in YAML)."""
+
+    _instance: _Remove | None = None
+
+    def __new__(cls) -> _Remove:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "REMOVE"
+
+
+REMOVE = _Remove()
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which VIF(s) a rule is about: by VM name, VM uuid, MAC or port name.
+
+    Exact by default; ``*``, ``?`` and ``[...]`` make it a glob.  ``where`` is
+    the ``file:line: field`` the selector came from, for messages.
+    """
+
+    kind: str  # "vm" | "vm_uuid" | "mac" | "port"
+    pattern: str
+    optional: bool = False
+    path: tuple[Any, ...] = ()
+
+    KINDS = ("vm", "vm_uuid", "mac", "port")
+
+    @property
+    def is_glob(self) -> bool:
+        return any(c in self.pattern for c in "*?[")
+
+    def matches(self, value: str | None) -> bool:
+        if value is None:
+            return False
+        if self.kind == "mac":
+            value = value.lower()
+        if self.is_glob:
+            return fnmatch.fnmatchcase(value, self.pattern)
+        return value == self.pattern
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.pattern}"
+
+
+@dataclass(frozen=True)
+class Vlan:
+    """A VIF's whole VLAN configuration, as OVS applies it.
+
+    ``trunks`` empty in trunk or native modes means "every VLAN" -- hvnet
+    writes that only when ``all_vlans`` says so explicitly.
+    """
+
+    mode: str  # access | trunk | native-tagged | native-untagged
+    tag: int | None = None
+    trunks: tuple[int, ...] = ()
+
+    @property
+    def trunks_every_vlan(self) -> bool:
+        return self.mode != "access" and not self.trunks
+
+    @property
+    def is_dead(self) -> bool:
+        return self.mode == "trunk" and self.trunks == (DEAD_VLAN,)
+
+    def describe(self) -> str:
+        from ..validate import format_vlan_list
+
+        if self.is_dead:
+            return f"dead VLAN {DEAD_VLAN} (isolated)"
+        if self.mode == "access":
+            return f"access tag {self.tag}" if self.tag is not None else "access untagged"
+        trunks = format_vlan_list(list(self.trunks)) if self.trunks else "ALL"
+        if self.mode == "trunk":
+            return f"trunk {trunks}"
+        return f"{self.mode} tag {self.tag} trunks {trunks}"
+
+
+DEAD = Vlan("trunk", None, (DEAD_VLAN,))
+
+
+@dataclass(frozen=True)
+class Ingress:
+    """Ingress policing (what the VM may send): kbit/s and burst in kbit."""
+
+    rate_kbps: int
+    burst_kbit: int
+    mechanism: str = "auto"  # auto | tc | meter (resolved by the planner)
+
+    def describe(self) -> str:
+        return f"{self.rate_kbps} kbit/s burst {self.burst_kbit} kbit"
+
+
+@dataclass(frozen=True)
+class Egress:
+    """Egress shaping (what the VM may receive): linux-htb max-rate."""
+
+    rate_kbps: int
+    burst_kbit: int | None = None
+
+    def describe(self) -> str:
+        burst = f" burst {self.burst_kbit} kbit" if self.burst_kbit else ""
+        return f"max {self.rate_kbps} kbit/s{burst}"
+
+
+Setting = Union[None, _Remove, Any]
+
+
+@dataclass
+class VifRule:
+    """One ``vifs:`` entry: a selector and what to set on what it selects."""
+
+    selector: Selector
+    vlan: Vlan | _Remove | None = None
+    ingress: Ingress | _Remove | None = None
+    egress: Egress | _Remove | None = None
+    path: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class MirrorOutput:
+    """Where a mirror's copies go: a port, an RSPAN VLAN, or a GRE/ERSPAN collector."""
+
+    kind: str  # "port" | "vlan" | "gre" | "erspan"
+    port: Selector | None = None
+    vlan: int | None = None
+    remote_ip: str | None = None
+    erspan_idx: int = 1
+    key: int | None = None
+
+    def describe(self) -> str:
+        if self.kind == "port":
+            return f"port {self.port.pattern if self.port else '?'}"
+        if self.kind == "vlan":
+            return f"RSPAN VLAN {self.vlan}"
+        return f"{self.kind.upper()} to {self.remote_ip}"
+
+
+@dataclass
+class MirrorRule:
+    """One mirror on one bridge (``bridges.<br>.mirrors.<name>``)."""
+
+    bridge: str
+    name: str
+    remove: bool = False
+    select_all: bool = False
+    src: tuple[Selector, ...] = ()
+    dst: tuple[Selector, ...] = ()
+    vlans: tuple[int, ...] = ()
+    output: MirrorOutput | None = None
+    snaplen: int | None = None
+    filter: str | None = None
+    allow_isolation_exception: bool = False
+    path: tuple[Any, ...] = ()
+
+
+@dataclass
+class Policy:
+    """A whole policy file (or the fragment a CLI command builds)."""
+
+    source: str = "(command line)"
+    vifs: list[VifRule] = field(default_factory=list)
+    mirrors: list[MirrorRule] = field(default_factory=list)
+    bridges: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # named bridges -> path
+    policing: str = "auto"
+    lines: dict[tuple[Any, ...], int] = field(default_factory=dict)
+
+    def line(self, path: tuple[Any, ...]) -> int | None:
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return None
+
+
+def default_burst_kbit(rate_kbps: int) -> int:
+    """80% of the rate, never below one MTU-sized frame (12 kbit)."""
+    return max(MIN_BURST_KBIT, int(rate_kbps * 0.8))

@@ -1,0 +1,237 @@
+"""Ingress policing with OpenFlow meters, for switches where tc policing does not work.
+
+OVS implements ``ingress_policing_rate`` with the kernel's tc police action;
+on kernels without it (and on userspace/DPDK datapaths) OVS merely logs a
+warning and the limit is silently not enforced.  A meter per VIF plus one
+flow ``in_port=VIF actions=meter:N,NORMAL`` polices on every datapath.
+
+Meters and flows live outside OVSDB and vanish when ovs-vswitchd restarts,
+so hvnet treats them as *derived* state: the desired meters are recorded on
+the Interface (``external_ids:hvnet-police-*``) inside the policy
+transaction, and :func:`sync` makes the OpenFlow tables match that record.
+Flows carry hvnet's cookie; a meter is hvnet's when one of those flows uses
+it.  Nothing else on the bridge is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import proc
+from ..errors import CommandFailed, HvnetError
+from ..target import DbTarget
+from .state import State
+
+COOKIE = 0x68766E6574  # "hvnet"
+PRIORITY = 100
+_FLOW = re.compile(r"cookie=(0x[0-9a-f]+).*?priority=(\d+)(?:,(\S*))?\s+actions=(\S+)")
+_IN_PORT = re.compile(r"(?:^|,)in_port=(\d+)(?:,|$)")
+_METER_ACTION = re.compile(r"meter:(\d+)")
+_METER = re.compile(r"meter=(\d+)\s+(.*?)bands=\s*type=drop\s+rate=(\d+)(?:\s+burst_size=(\d+))?", re.S)
+_METER_STATS = re.compile(r"meter:(\d+)\s.*?bands:\s*0:\s*packet_count:(\d+)\s+byte_count:(\d+)", re.S)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One VIF's meter as the OVSDB record asks for it."""
+
+    port: str
+    ofport: int
+    rate_kbps: int
+    burst_kbit: int
+
+
+@dataclass
+class Installed:
+    """hvnet's flows and every meter, as ``ovs-ofctl`` dumps them."""
+
+    flows: dict[int, int] = field(default_factory=dict)  # in_port -> meter id
+    meters: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (rate kbit/s, burst kbit)
+    foreign_flows: list[str] = field(default_factory=list)
+    band_drops: dict[int, int] = field(default_factory=dict)  # id -> packets dropped by the band
+
+
+@dataclass
+class SyncResult:
+    added: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.modified or self.removed)
+
+
+def wanted(state: State, bridge: str) -> dict[int, Wanted]:
+    """Meters the OVSDB record asks for on ``bridge``, by OpenFlow port number."""
+    out = {}
+    for p in state.ports.values():
+        if p.bridge == bridge and p.police.meter_rate_kbps and p.ofport and p.ofport > 0:
+            out[p.ofport] = Wanted(p.name, p.ofport, p.police.meter_rate_kbps, p.police.meter_burst_kbit or 0)
+    return out
+
+
+def parse_flows(text: str) -> tuple[dict[int, int], list[str]]:
+    """hvnet's flows (in_port -> meter) and the other flows (besides the default NORMAL one)."""
+    ours: dict[int, int] = {}
+    foreign: list[str] = []
+    for line in text.splitlines():
+        m = _FLOW.search(line)
+        if not m:
+            continue
+        cookie, priority, match, actions = int(m.group(1), 16), int(m.group(2)), m.group(3) or "", m.group(4)
+        if cookie == COOKIE:
+            ip = _IN_PORT.search(match)
+            mt = _METER_ACTION.search(actions)
+            if ip and mt:
+                ours[int(ip.group(1))] = int(mt.group(1))
+            continue
+        if priority == 0 and not match and actions == "NORMAL":
+            continue
+        foreign.append(line.strip())
+    return ours, foreign
+
+
+def parse_meters(text: str) -> dict[int, tuple[int, int]]:
+    return {int(m.group(1)): (int(m.group(3)), int(m.group(4) or 0)) for m in _METER.finditer(text)}
+
+
+def parse_meter_stats(text: str) -> dict[int, int]:
+    return {int(m.group(1)): int(m.group(2)) for m in _METER_STATS.finditer(text)}
+
+
+class OpenFlow:
+    """ovs-ofctl against a bridge's management socket in ovs-vswitchd's run directory."""
+
+    def __init__(self, rundir: str | Path) -> None:
+        self.rundir = Path(rundir)
+
+    @staticmethod
+    def for_target(target: DbTarget) -> OpenFlow | None:
+        """Local unix-socket databases only: the run directory is the socket's directory."""
+        if not target.remote.startswith("unix:"):
+            return None
+        return OpenFlow(Path(target.remote[5:]).parent)
+
+    def available(self, bridge: str) -> bool:
+        return (self.rundir / f"{bridge}.mgmt").exists()
+
+    def _switch(self, bridge: str) -> str:
+        return f"unix:{self.rundir / (bridge + '.mgmt')}"
+
+    def _ofctl(self, *args: str, stdin: str | None = None) -> str:
+        argv = [proc.which("ovs-ofctl"), "-O", "OpenFlow13", *args]
+        try:
+            out = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            raise HvnetError(f"{' '.join(argv)} timed out after 30 s") from None
+        if out.returncode != 0:
+            raise CommandFailed(argv, out.returncode, out.stderr)
+        return out.stdout
+
+    def read(self, bridge: str, *, stats: bool = False) -> Installed:
+        sw = self._switch(bridge)
+        flows, foreign = parse_flows(self._ofctl("--no-names", "--no-stats", "dump-flows", sw))
+        inst = Installed(flows=flows, meters=parse_meters(self._ofctl("dump-meters", sw)), foreign_flows=foreign)
+        if stats:
+            inst.band_drops = parse_meter_stats(self._ofctl("meter-stats", sw))
+        return inst
+
+    def sync(self, bridge: str, want: dict[int, Wanted]) -> SyncResult:
+        """Make hvnet's meters and flows on ``bridge`` exactly ``want``."""
+        result = SyncResult()
+        sw = self._switch(bridge)
+        inst = self.read(bridge)
+        if want and inst.foreign_flows:
+            raise HvnetError(
+                f"bridge {bridge} has OpenFlow flows not made by hvnet ({len(inst.foreign_flows)}, e.g. "
+                f"{inst.foreign_flows[0]!r}); meter policing would bypass them",
+                hint="use mechanism: tc for this bridge's VIFs, or remove the flows",
+            )
+        for ofport, meter in sorted(inst.flows.items()):
+            if ofport not in want:
+                self._ofctl("del-meters", sw, f"meter={meter}")  # deleting a meter deletes its flows
+                self._ofctl("--strict", "del-flows", sw, f"cookie={COOKIE:#x}/-1,priority={PRIORITY},in_port={ofport}")
+                result.removed.append(ofport)
+                inst.meters.pop(meter, None)
+        used = set(inst.meters)
+        new_flows = []
+        for ofport, w in sorted(want.items()):
+            spec = f"kbps,burst,stats,bands=type=drop,rate={w.rate_kbps},burst_size={w.burst_kbit}"
+            meter = inst.flows.get(ofport)
+            if meter is not None and meter in inst.meters:
+                if inst.meters[meter] != (w.rate_kbps, w.burst_kbit):
+                    self._ofctl("mod-meter", sw, f"meter={meter},{spec}")
+                    result.modified.append(w.port)
+                continue
+            meter = ofport if ofport not in used else _lowest_free(used)
+            used.add(meter)
+            self._ofctl("add-meter", sw, f"meter={meter},{spec}")
+            new_flows.append(f"cookie={COOKIE:#x},priority={PRIORITY},in_port={ofport},actions=meter:{meter},NORMAL")
+            result.added.append(w.port)
+        if new_flows:
+            self._ofctl("add-flows", sw, "-", stdin="\n".join(new_flows) + "\n")
+        return result
+
+
+def _lowest_free(used: set[int]) -> int:
+    i = 1
+    while i in used:
+        i += 1
+    return i
+
+
+def tc_police_works(cache_dir: str | Path = "/run/hvnet") -> bool:
+    """Whether this kernel can run tc's police action (what ``ingress_policing_rate`` needs).
+
+    Probed once per boot on a veth pair in a throwaway namespace -- the only
+    reliable answer (the module may be built in, absent, or blacklisted) --
+    and cached per kernel release.  Without root the answer is "no": hvnet
+    then prefers meters, which it can verify.
+    """
+    release = os.uname().release
+    cache = Path(cache_dir) / f"tc-police-{release}"
+    try:
+        return cache.read_text().strip() == "yes"
+    except OSError:
+        pass
+    if os.geteuid() != 0 or proc.which_optional("tc") is None:
+        return False
+    ns = f"hvnet-tcprobe-{os.getpid()}"
+    ok = False
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=10)
+        steps = [
+            ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
+            ["tc", "-n", ns, "qdisc", "add", "dev", "p0", "handle", "ffff:", "ingress"],
+            ["tc", "-n", ns, "filter", "add", "dev", "p0", "parent", "ffff:", "protocol", "all", "prio", "49",
+             "basic", "police", "rate", "1000kbit", "burst", "100k", "drop"],
+        ]  # fmt: skip
+        ok = all(subprocess.run(s, capture_output=True, timeout=10).returncode == 0 for s in steps)
+    except (subprocess.SubprocessError, OSError):
+        ok = False
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text("yes\n" if ok else "no\n")
+    except OSError:
+        pass
+    return ok
+
+
+def tc_enforcement(interface: str) -> tuple[bool | None, bool | None]:
+    """(tc police installed on ingress, htb qdisc on egress) for a host interface; None if unknown."""
+    if proc.which_optional("tc") is None:
+        return None, None
+    filt = subprocess.run(
+        ["tc", "filter", "show", "dev", interface, "parent", "ffff:"], capture_output=True, text=True, timeout=10
+    )
+    qdisc = subprocess.run(["tc", "qdisc", "show", "dev", interface], capture_output=True, text=True, timeout=10)
+    if filt.returncode != 0 and qdisc.returncode != 0:
+        return None, None
+    return ("police" in filt.stdout, "htb" in qdisc.stdout)

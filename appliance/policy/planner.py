@@ -1,0 +1,422 @@
+"""Planning: desired state (a :class:`~.model.Policy`) against current state (a :class:`~.state.State`).
+
+A pure function.  It resolves selectors, refuses what must not be done
+(problems carry ``file:line: field``), and returns the list of changes with
+their before and after values as stored columns.  The same plan drives
+``hvnet plan`` (printed), ``apply`` (written in one transaction), ``verify``
+(any change is drift) and rollback (each change inverted).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import ConfigError, Problem
+from ..yamldoc import dotted
+from .model import (
+    DEAD,
+    MAX_MIRRORS_PER_BRIDGE,
+    OWNER,
+    OWNER_KEY,
+    REMOVE,
+    Egress,
+    Ingress,
+    MirrorRule,
+    Policy,
+    Selector,
+    Vlan,
+)
+from .state import MirrorCols, PoliceCols, PortState, QosCols, QueueCols, State, TunnelCols, VlanCols
+
+KINDS = ("vlan", "ingress", "egress", "mirror", "protocols")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting of one row going from ``before`` to ``after`` (stored-column values)."""
+
+    kind: str  # one of KINDS
+    bridge: str
+    name: str  # port name (vlan/ingress/egress), mirror name, or bridge name (protocols)
+    before: Any
+    after: Any
+    vm: str | None = None
+    note: str = ""
+
+    def inverse(self) -> Change:
+        return Change(self.kind, self.bridge, self.name, self.after, self.before, self.vm, "rollback")
+
+    @property
+    def target(self) -> str:
+        if self.kind == "mirror":
+            return f"mirror {self.name} on {self.bridge}"
+        if self.kind == "protocols":
+            return f"bridge {self.name}"
+        return f"{self.name}" + (f" ({self.vm})" if self.vm else "")
+
+    def describe(self, value: Any) -> str:
+        return describe(self.kind, value)
+
+
+def describe(kind: str, value: Any) -> str:
+    """Human text for a stored value, units included."""
+    if kind == "vlan":
+        return value.effective().describe() if value is not None else "-"
+    if kind == "ingress":
+        eff = value.effective() if value is not None else None
+        return f"{eff.describe()} ({eff.mechanism})" if eff else "none"
+    if kind == "egress":
+        if value is None:
+            return "none"
+        eff = value.effective()
+        owner = "" if value.owned else ", not hvnet's"
+        return f"{eff.describe()}{owner}" if eff else f"QoS {value.type}{owner}"
+    if kind == "mirror":
+        if value is None:
+            return "absent"
+        return describe_mirror(value)
+    if kind == "protocols":
+        return ",".join(value) if value else "(default)"
+    return str(value)
+
+
+def describe_mirror(m: MirrorCols) -> str:
+    from ..validate import format_vlan_list
+
+    sel = []
+    if m.select_all:
+        sel.append("all ports")
+    if m.src:
+        sel.append("src " + ",".join(m.src))
+    if m.dst:
+        sel.append("dst " + ",".join(m.dst))
+    if m.vlans:
+        sel.append("vlans " + format_vlan_list(list(m.vlans)))
+    if m.tunnel is not None:
+        out = f"{m.tunnel.type.upper()} to {dict(m.tunnel.options).get('remote_ip')} via {m.tunnel.name}"
+    elif m.output_port:
+        out = f"port {m.output_port}"
+    elif m.output_vlan is not None:
+        out = f"RSPAN VLAN {m.output_vlan}"
+    else:
+        out = "no output"
+    extra = (f" snaplen {m.snaplen} B" if m.snaplen else "") + (f" filter {m.filter}" if m.filter else "")
+    return f"{' '.join(sel) or 'nothing'} -> {out}{extra}"
+
+
+@dataclass
+class PlanOptions:
+    """Facts about the host the planner needs but must not go and find out itself."""
+
+    tc_police: bool = False  # the kernel's tc police action works (probed)
+    openflow: bool = True  # hvnet can reach ovs-vswitchd's OpenFlow management sockets
+    allow_isolation_exception: bool = False
+
+
+@dataclass
+class Plan:
+    changes: list[Change] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    matched: dict[str, list[str]] = field(default_factory=dict)  # rule field -> ports
+    dead: dict[str, str] = field(default_factory=dict)  # port -> why it is isolated
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+    def bridges(self) -> set[str]:
+        return {c.bridge for c in self.changes}
+
+
+def tunnel_port_name(bridge: str, mirror: str) -> str:
+    """A stable kernel-legal name for a mirror's tunnel port (``mir`` + 8 hex)."""
+    return f"mir{zlib.crc32(f'{bridge}/{mirror}'.encode()):08x}"
+
+
+def owned_qos(egress: Egress) -> QosCols:
+    """The QoS row (linux-htb, one queue) hvnet writes for an egress cap; rates in bit/s."""
+    rate_bps = str(egress.rate_kbps * 1000)
+    q_config = {"max-rate": rate_bps}
+    if egress.burst_kbit:
+        q_config["burst"] = str(egress.burst_kbit * 1000)
+    owner = ((OWNER_KEY, OWNER),)
+    return QosCols(
+        "linux-htb",
+        (("max-rate", rate_bps),),
+        owner,
+        (QueueCols(0, tuple(sorted(q_config.items())), owner, None),),
+    )
+
+
+class _Problems:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.items: list[Problem] = []
+
+    def add(self, path: tuple[Any, ...], message: str) -> None:
+        self.items.append(Problem(self.policy.source, self.policy.line(path), dotted(path), message))
+
+
+def select(state: State, sel: Selector, *, vifs_only: bool) -> list[PortState]:
+    """The ports ``sel`` picks, in name order."""
+    out = []
+    for p in state.ports.values():
+        if vifs_only and not p.is_vif and sel.kind != "port":
+            continue
+        value = {"vm": p.vm_name, "vm_uuid": p.vm_uuid, "mac": p.mac, "port": p.name}[sel.kind]
+        if sel.matches(value):
+            out.append(p)
+    return sorted(out, key=lambda p: p.name)
+
+
+def _nothing_matched(state: State, sel: Selector) -> str:
+    known = sorted({p.vm_name for p in state.vifs() if p.vm_name}) if sel.kind == "vm" else []
+    if sel.kind == "port":
+        known = sorted(p.name for p in state.vifs())
+    hint = f" (known: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''})" if known else ""
+    return f"{sel} matches no VIF on this switch{hint}; mark the rule 'optional: true' if that is expected"
+
+
+def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Plan:
+    """Compute the changes that make ``state`` satisfy ``policy`` (raises ConfigError)."""
+    opts = options or PlanOptions()
+    problems = _Problems(policy)
+    result = Plan()
+
+    for br, path in policy.bridges.items():
+        if br not in state.bridges:
+            problems.add(path, f"bridge {br} does not exist (bridges: {', '.join(sorted(state.bridges)) or 'none'})")
+
+    # -- VIF rules: resolve, merge, detect conflicts --------------------------
+    wanted: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {}
+    for rule in policy.vifs:
+        ports = select(state, rule.selector, vifs_only=True)
+        result.matched[dotted(rule.selector.path)] = [p.name for p in ports]
+        if not ports:
+            if not rule.selector.optional:
+                problems.add(rule.selector.path, _nothing_matched(state, rule.selector))
+            continue
+        for p in ports:
+            slots = wanted.setdefault(p.name, {})
+            for kind in ("vlan", "ingress", "egress"):
+                value = getattr(rule, kind)
+                if value is None:
+                    continue
+                if kind in slots and slots[kind][0] != value:
+                    other = slots[kind][1]
+                    problems.add(
+                        (*rule.path, kind),
+                        f"conflicts with {dotted(other)} (line {policy.line(other)}) for {p.name}: "
+                        "two rules give this VIF different settings",
+                    )
+                    continue
+                slots[kind] = (value, (*rule.path, kind))
+
+    protocols_needed: set[str] = set()
+    for name in sorted(wanted):
+        port = state.ports[name]
+        for kind, (value, path) in wanted[name].items():
+            change = _vif_change(kind, value, port, path, policy, opts, problems, result)
+            if change is not None:
+                result.changes.append(change)
+            if kind == "ingress" and isinstance(value, Ingress):
+                mech = value.mechanism if value.mechanism != "auto" else ("tc" if opts.tc_police else "meter")
+                if mech == "meter":
+                    protocols_needed.add(port.bridge)
+
+    # -- mirrors -------------------------------------------------------------
+    counts = {br: len(b.mirrors) for br, b in state.bridges.items()}
+    for rule in policy.mirrors:
+        change = _mirror_change(rule, state, opts, problems, result, counts)
+        if change is not None:
+            result.changes.append(change)
+
+    for br in sorted(protocols_needed):
+        b = state.bridges[br]
+        if b.protocols and "OpenFlow13" not in b.protocols:
+            after = tuple(sorted({*b.protocols, "OpenFlow13"}))
+            result.changes.append(
+                Change("protocols", br, br, b.protocols, after, note="OpenFlow 1.3 is needed for meters")
+            )
+
+    if problems.items:
+        raise ConfigError(problems.items)
+    return result
+
+
+def _vif_change(
+    kind: str,
+    value: Any,
+    port: PortState,
+    path: tuple[Any, ...],
+    policy: Policy,
+    opts: PlanOptions,
+    problems: _Problems,
+    result: Plan,
+) -> Change | None:
+    vm = port.vm_name
+    if kind == "vlan":
+        note = ""
+        if value is REMOVE:
+            value = DEAD
+            note = "VLAN removed: the VIF is isolated in the dead VLAN 4095 rather than left trunking every VLAN"
+            result.dead[port.name] = note
+        assert isinstance(value, Vlan)
+        if port.vlan.effective() == value:
+            return None
+        return Change("vlan", port.bridge, port.name, port.vlan, VlanCols.of(value), vm, note)
+
+    if kind == "ingress":
+        if value is REMOVE:
+            after = PoliceCols()
+        else:
+            assert isinstance(value, Ingress)
+            mech = value.mechanism
+            if mech == "auto":
+                mech = "tc" if opts.tc_police else "meter"
+            if mech == "meter" and not opts.openflow:
+                problems.add(
+                    path,
+                    "meter policing needs ovs-vswitchd's OpenFlow socket on this host (the database is remote); "
+                    "use mechanism: tc, or run hvnet on the hypervisor",
+                )
+                return None
+            if mech == "meter" and port.iface_type not in ("system", "internal", "tap", "dpdk", "dpdkvhostuser"):
+                result.warnings.append(f"{port.name}: meter on a {port.iface_type} interface")
+            if mech == "tc":
+                after = PoliceCols(value.rate_kbps, value.burst_kbit)
+            else:
+                after = PoliceCols(0, 0, value.rate_kbps, value.burst_kbit)
+        if port.police == after:
+            return None
+        return Change("ingress", port.bridge, port.name, port.police, after, vm)
+
+    # egress
+    if value is REMOVE:
+        if port.qos is None:
+            return None
+        note = "" if port.qos.owned else "QoS not created by hvnet: detached from the port, row left in place"
+        return Change("egress", port.bridge, port.name, port.qos, None, vm, note)
+    assert isinstance(value, Egress)
+    if port.qos is not None and port.qos.effective() == value:
+        return None
+    note = ""
+    if port.qos is not None and not port.qos.owned:
+        note = f"replaces a QoS ({port.qos.type}) not created by hvnet; that row is left in place"
+    return Change("egress", port.bridge, port.name, port.qos, owned_qos(value), vm, note)
+
+
+def _resolve_ports(sels: tuple[Selector, ...], state: State, bridge: str, problems: _Problems) -> tuple[str, ...]:
+    names: set[str] = set()
+    for sel in sels:
+        ports = [p for p in select(state, sel, vifs_only=False) if p.bridge == bridge]
+        if not ports:
+            problems.add(sel.path, f"{sel} matches no port on bridge {bridge}")
+        names.update(p.name for p in ports)
+    return tuple(sorted(names))
+
+
+def _mirror_change(
+    rule: MirrorRule,
+    state: State,
+    opts: PlanOptions,
+    problems: _Problems,
+    result: Plan,
+    counts: dict[str, int],
+) -> Change | None:
+    if rule.bridge not in state.bridges:
+        return None  # reported once for the bridge
+    current = state.mirrors.get((rule.bridge, rule.name))
+    if rule.remove:
+        if current is None:
+            return None
+        counts[rule.bridge] -= 1
+        return Change("mirror", rule.bridge, rule.name, current.cols, None)
+
+    src = _resolve_ports(rule.src, state, rule.bridge, problems)
+    dst = _resolve_ports(rule.dst, state, rule.bridge, problems)
+    out = rule.output
+    assert out is not None
+    output_port = None
+    output_vlan = None
+    tunnel = None
+    if out.kind == "port":
+        assert out.port is not None
+        ports = [p for p in select(state, out.port, vifs_only=False) if p.bridge == rule.bridge]
+        if len(ports) != 1:
+            problems.add(
+                (*rule.path, "output", "port"),
+                f"{out.port} must name exactly one port on bridge {rule.bridge} (matches {len(ports)})",
+            )
+            return None
+        target = ports[0]
+        output_port = target.name
+        if target.name in src or target.name in dst or rule.select_all:
+            problems.add(
+                (*rule.path, "output", "port"),
+                f"output port {target.name} is also a selected port; a mirror cannot output to what it selects",
+            )
+        if target.is_vif and not (rule.allow_isolation_exception or opts.allow_isolation_exception):
+            who = f"VM {target.vm_name}'s" if target.vm_name else "a VM's"
+            problems.add(
+                (*rule.path, "output", "port"),
+                f"output port {target.name} is {who} interface: the VM would receive copies of "
+                f"{'the selected VLANs' if rule.vlans else 'every VLAN'} (an isolation exception); "
+                "set allow_isolation_exception: true (--allow-isolation-exception) if that is intended",
+            )
+    elif out.kind == "vlan":
+        output_vlan = out.vlan
+        result.warnings.append(
+            f"mirror {rule.name}: RSPAN VLAN {out.vlan} must be in flood_vlans (MAC learning off) on every "
+            "physical switch on the path, or the copies will be learned and dropped"
+        )
+    else:
+        options = {"remote_ip": str(out.remote_ip)}
+        if out.key is not None:
+            options["key"] = str(out.key)
+        if out.kind == "erspan":
+            options.update({"erspan_ver": "1", "erspan_idx": str(out.erspan_idx)})
+        name = tunnel_port_name(rule.bridge, rule.name)
+        tunnel = TunnelCols(name, out.kind, tuple(sorted(options.items())))
+        output_port = name
+        existing = state.ports.get(name)
+        if existing is not None and existing.owner_mirror != rule.name:
+            problems.add((*rule.path, "output"), f"port {name} exists and is not this mirror's tunnel")
+    if rule.filter is not None and not state.has_mirror_filter:
+        problems.add(
+            (*rule.path, "filter"),
+            f"this OVS ({state.ovs_version or 'unknown version'}) has no Mirror filter column; remove the filter",
+        )
+    if rule.snaplen is not None and not state.has_mirror_snaplen:
+        problems.add((*rule.path, "snaplen"), "this OVS has no Mirror snaplen column; remove snaplen")
+
+    ext = current.cols.external_ids if current is not None else ((OWNER_KEY, OWNER),)
+    after = MirrorCols(
+        select_all=rule.select_all,
+        src=src,
+        dst=dst,
+        vlans=tuple(rule.vlans),
+        output_port=output_port,
+        output_vlan=output_vlan,
+        snaplen=rule.snaplen,
+        filter=rule.filter,
+        external_ids=ext,
+        tunnel=tunnel,
+    )
+    if current is None:
+        counts[rule.bridge] += 1
+        if counts[rule.bridge] > MAX_MIRRORS_PER_BRIDGE:
+            problems.add(
+                rule.path,
+                f"this would be mirror number {counts[rule.bridge]} on bridge {rule.bridge}; "
+                f"OVS allows at most {MAX_MIRRORS_PER_BRIDGE} per bridge",
+            )
+            return None
+        return Change("mirror", rule.bridge, rule.name, None, after)
+    if current.cols.same_config(after):
+        return None
+    return Change(
+        "mirror", rule.bridge, rule.name, current.cols, replace(after, external_ids=current.cols.external_ids)
+    )

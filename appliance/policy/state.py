@@ -1,0 +1,340 @@
+"""The switch as the planner sees it: a plain snapshot of the rows a policy touches.
+
+Taken from the IDL replica in one pass, under the connection's lock.  The
+snapshot keeps the raw column values (``vlan_mode`` unset is not the same
+row as ``vlan_mode=access``), so that a rollback can put back exactly what
+was there; the planner compares *effective* settings, so that an export
+applied back plans nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..inventory import _LIBVIRT_PORT, _VIF_ID_KEYS, _VM_ID_KEYS, parse_xen_port
+from ..ovsdb import Connection
+from ..ovsdb import column as col
+from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, Vlan
+
+# Everything the policy engine reads or writes.
+COLUMNS: dict[str, list[str]] = {
+    "Open_vSwitch": ["bridges", "cur_cfg", "next_cfg", "ovs_version", "external_ids"],
+    "Bridge": ["name", "ports", "mirrors", "protocols", "datapath_type", "external_ids"],
+    "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "qos", "external_ids"],
+    "Interface": [
+        "name",
+        "type",
+        "ofport",
+        "error",
+        "mac_in_use",
+        "external_ids",
+        "options",
+        "ingress_policing_rate",
+        "ingress_policing_burst",
+    ],
+    "QoS": ["type", "other_config", "queues", "external_ids"],
+    "Queue": ["other_config", "external_ids", "dscp"],
+    "Mirror": [
+        "name",
+        "select_all",
+        "select_src_port",
+        "select_dst_port",
+        "select_vlan",
+        "output_port",
+        "output_vlan",
+        "snaplen",
+        "filter",
+        "external_ids",
+        "statistics",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class VlanCols:
+    """A Port's VLAN columns exactly as stored."""
+
+    vlan_mode: str | None = None
+    tag: int | None = None
+    trunks: tuple[int, ...] = ()
+
+    def effective(self) -> Vlan:
+        mode = self.vlan_mode or ("access" if self.tag is not None else "trunk")
+        # OVS ignores the tag of a trunk port and the trunks of an access port.
+        tag = None if mode == "trunk" else self.tag
+        trunks = () if mode == "access" else tuple(sorted(self.trunks))
+        return Vlan(mode, tag, trunks)
+
+    @staticmethod
+    def of(vlan: Vlan) -> VlanCols:
+        return VlanCols(vlan.mode, vlan.tag, tuple(vlan.trunks))
+
+
+@dataclass(frozen=True)
+class PoliceCols:
+    """Ingress policing as stored: the tc columns and hvnet's meter record."""
+
+    rate_kbps: int = 0
+    burst_kbit: int = 0
+    meter_rate_kbps: int | None = None
+    meter_burst_kbit: int | None = None
+
+    def effective(self) -> Ingress | None:
+        if self.meter_rate_kbps:
+            return Ingress(self.meter_rate_kbps, self.meter_burst_kbit or 0, "meter")
+        if self.rate_kbps:
+            # OVS's own default for an unset burst is 8000 kbit.
+            return Ingress(self.rate_kbps, self.burst_kbit or 8000, "tc")
+        return None
+
+
+@dataclass(frozen=True)
+class QueueCols:
+    number: int
+    other_config: tuple[tuple[str, str], ...] = ()
+    external_ids: tuple[tuple[str, str], ...] = ()
+    dscp: int | None = None
+
+
+@dataclass(frozen=True)
+class QosCols:
+    """A Port's QoS row (and its queues), as stored."""
+
+    type: str
+    other_config: tuple[tuple[str, str], ...] = ()
+    external_ids: tuple[tuple[str, str], ...] = ()
+    queues: tuple[QueueCols, ...] = ()
+    uuid: str | None = field(default=None, compare=False)  # to re-attach a row that still exists
+
+    @property
+    def owned(self) -> bool:
+        return dict(self.external_ids).get(OWNER_KEY) == OWNER
+
+    def effective(self) -> Egress | None:
+        """The egress cap this QoS enforces, if it is one hvnet can express."""
+        if self.type != "linux-htb":
+            return None
+        try:
+            rate = int(dict(self.other_config)["max-rate"]) // 1000
+        except (KeyError, ValueError):
+            return None
+        burst = None
+        q0 = next((q for q in self.queues if q.number == 0), None)
+        if q0 is not None and "burst" in dict(q0.other_config):
+            try:
+                burst = int(dict(q0.other_config)["burst"]) // 1000
+            except ValueError:
+                burst = None
+        return Egress(rate, burst)
+
+
+@dataclass(frozen=True)
+class TunnelCols:
+    """A tunnel port hvnet creates as a mirror's remote output."""
+
+    name: str
+    type: str  # gre | erspan
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class MirrorCols:
+    """A Mirror row, with ports by name."""
+
+    select_all: bool = False
+    src: tuple[str, ...] = ()
+    dst: tuple[str, ...] = ()
+    vlans: tuple[int, ...] = ()
+    output_port: str | None = None
+    output_vlan: int | None = None
+    snaplen: int | None = None
+    filter: str | None = None
+    external_ids: tuple[tuple[str, str], ...] = ()
+    tunnel: TunnelCols | None = None
+
+    @property
+    def owned(self) -> bool:
+        return dict(self.external_ids).get(OWNER_KEY) == OWNER
+
+    def same_config(self, other: MirrorCols) -> bool:
+        """Equal in everything the switch acts on (ownership marks aside)."""
+        a = (self.select_all, self.src, self.dst, self.vlans, self.output_port, self.output_vlan)
+        b = (other.select_all, other.src, other.dst, other.vlans, other.output_port, other.output_vlan)
+        return a == b and self.snaplen == other.snaplen and self.filter == other.filter and self.tunnel == other.tunnel
+
+
+@dataclass
+class PortState:
+    name: str
+    bridge: str
+    interface: str
+    iface_type: str
+    vlan: VlanCols
+    police: PoliceCols
+    qos: QosCols | None
+    ofport: int | None
+    error: str | None
+    mac: str | None  # the VM's MAC (attached-mac), else the MAC in use
+    vm_uuid: str | None
+    vm_name: str | None = None
+    is_vif: bool = False
+    owner_mirror: str | None = None  # set on tunnel ports hvnet made for a mirror
+    n_interfaces: int = 1
+
+
+@dataclass
+class BridgeState:
+    name: str
+    protocols: tuple[str, ...]
+    datapath_type: str
+    ports: tuple[str, ...]
+    mirrors: tuple[str, ...]
+
+
+@dataclass
+class MirrorState:
+    bridge: str
+    name: str
+    cols: MirrorCols
+    statistics: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class State:
+    """What the planner plans against."""
+
+    ports: dict[str, PortState] = field(default_factory=dict)
+    bridges: dict[str, BridgeState] = field(default_factory=dict)
+    mirrors: dict[tuple[str, str], MirrorState] = field(default_factory=dict)
+    has_mirror_filter: bool = False
+    has_mirror_snaplen: bool = True
+    ovs_version: str | None = None
+
+    def vifs(self) -> list[PortState]:
+        return [p for p in self.ports.values() if p.is_vif]
+
+
+def _opt(value: list[Any]) -> Any:
+    return value[0] if value else None
+
+
+def _items(mapping: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(mapping.items()))
+
+
+def qos_cols(qos: Any) -> QosCols:
+    queues = []
+    for number, q in sorted(col(qos, "queues").items()):
+        queues.append(
+            QueueCols(int(number), _items(col(q, "other_config")), _items(col(q, "external_ids")), _opt(col(q, "dscp")))
+        )
+    return QosCols(
+        col(qos, "type"),
+        _items(col(qos, "other_config")),
+        _items(col(qos, "external_ids")),
+        tuple(queues),
+        uuid=str(qos.uuid),
+    )
+
+
+def read(conn: Connection, vm_names: dict[str, str] | None = None) -> State:
+    """Snapshot ``conn``'s replica (caller holds ``conn.lock`` or runs inside a transaction)."""
+    tables = conn.idl.tables
+    state = State(
+        has_mirror_filter=conn.has_column("Mirror", "filter"),
+        has_mirror_snaplen=conn.has_column("Mirror", "snaplen"),
+    )
+    root = conn.root()
+    state.ovs_version = _opt(col(root, "ovs_version")) if root is not None else None
+    port_bridge: dict[Any, str] = {}
+    for br in tables["Bridge"].rows.values():
+        name = col(br, "name")
+        ports = col(br, "ports")
+        for p in ports:
+            port_bridge[p.uuid] = name
+        state.bridges[name] = BridgeState(
+            name=name,
+            protocols=tuple(col(br, "protocols")),
+            datapath_type=col(br, "datapath_type") or "system",
+            ports=tuple(sorted(col(p, "name") for p in ports)),
+            mirrors=tuple(sorted(col(m, "name") for m in col(br, "mirrors"))),
+        )
+    for port in tables["Port"].rows.values():
+        bridge = port_bridge.get(port.uuid)
+        ifaces = list(col(port, "interfaces"))
+        if bridge is None or not ifaces:
+            continue
+        iface = ifaces[0]
+        ids = dict(col(iface, "external_ids"))
+        name = col(port, "name")
+        qos = _opt(col(port, "qos"))
+        meter_rate = ids.get(POLICE_RATE_KEY)
+        meter_burst = ids.get(POLICE_BURST_KEY)
+        vm_uuid = next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
+        ofport = _opt(col(iface, "ofport"))
+        state.ports[name] = PortState(
+            name=name,
+            bridge=bridge,
+            interface=col(iface, "name"),
+            iface_type=col(iface, "type") or "system",
+            vlan=VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks")))),
+            police=PoliceCols(
+                int(col(iface, "ingress_policing_rate")),
+                int(col(iface, "ingress_policing_burst")),
+                int(meter_rate) if meter_rate and meter_rate.isdigit() else None,
+                int(meter_burst) if meter_burst and meter_burst.isdigit() else None,
+            ),
+            qos=qos_cols(qos) if qos is not None else None,
+            ofport=ofport,
+            error=_opt(col(iface, "error")),
+            mac=(ids.get("attached-mac") or _opt(col(iface, "mac_in_use")) or "").lower() or None,
+            vm_uuid=vm_uuid,
+            vm_name=(vm_names or {}).get(vm_uuid) if vm_uuid else None,
+            is_vif=len(ifaces) == 1
+            and (
+                any(k in ids for k in _VIF_ID_KEYS)
+                or parse_xen_port(name) is not None
+                or bool(_LIBVIRT_PORT.match(name))
+            ),
+            owner_mirror=dict(col(port, "external_ids")).get(TUNNEL_MIRROR_KEY)
+            if dict(col(port, "external_ids")).get(OWNER_KEY) == OWNER
+            else None,
+            n_interfaces=len(ifaces),
+        )
+    for br in tables["Bridge"].rows.values():
+        bname = col(br, "name")
+        for m in col(br, "mirrors"):
+            cols = mirror_cols(conn, m)
+            if cols.output_port and cols.output_port in state.ports:
+                tp = state.ports[cols.output_port]
+                if tp.owner_mirror is not None:
+                    cols = _with_tunnel(cols, tables, cols.output_port)
+            state.mirrors[(bname, col(m, "name"))] = MirrorState(
+                bname, col(m, "name"), cols, {k: int(v) for k, v in col(m, "statistics").items()}
+            )
+    return state
+
+
+def mirror_cols(conn: Connection, m: Any) -> MirrorCols:
+    out = _opt(col(m, "output_port"))
+    return MirrorCols(
+        select_all=bool(col(m, "select_all")),
+        src=tuple(sorted(col(p, "name") for p in col(m, "select_src_port"))),
+        dst=tuple(sorted(col(p, "name") for p in col(m, "select_dst_port"))),
+        vlans=tuple(sorted(col(m, "select_vlan"))),
+        output_port=col(out, "name") if out is not None else None,
+        output_vlan=_opt(col(m, "output_vlan")),
+        snaplen=_opt(col(m, "snaplen")) if conn.has_column("Mirror", "snaplen") else None,
+        filter=_opt(col(m, "filter")) if conn.has_column("Mirror", "filter") else None,
+        external_ids=_items(col(m, "external_ids")),
+    )
+
+
+def _with_tunnel(cols: MirrorCols, tables: Any, port_name: str) -> MirrorCols:
+    for port in tables["Port"].rows.values():
+        if col(port, "name") == port_name:
+            iface = next(iter(col(port, "interfaces")))
+            tunnel = TunnelCols(port_name, col(iface, "type"), _items(col(iface, "options")))
+            return MirrorCols(**{**cols.__dict__, "tunnel": tunnel})
+    return cols

@@ -1,0 +1,233 @@
+"""Writing a plan into one OVSDB transaction.
+
+Runs inside :meth:`Connection.transact`'s ``build``: every column the plan was
+computed from is ``verify()``-ed before it is written, so a concurrent change
+by another client turns the commit into TRY_AGAIN and the whole intent is
+re-planned against fresh state -- never a silent overwrite, never half of one
+operator's change mixed with half of another's.
+
+Set-valued columns shared with other writers (a bridge's ``ports`` and
+``mirrors``) are mutated (add/remove one element) instead of rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ovsdb import TxnContext
+from ..ovsdb import column as col
+from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY
+from .planner import Change
+from .state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
+
+
+class _Rows:
+    """Name indexes over the replica, built once per transaction attempt."""
+
+    def __init__(self, ctx: TxnContext) -> None:
+        self.ctx = ctx
+        self.ports = {col(p, "name"): p for p in ctx.rows("Port")}
+        self.bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
+        self.mirrors = {(col(b, "name"), col(m, "name")): m for b in ctx.rows("Bridge") for m in col(b, "mirrors")}
+        self._qos_users: dict[Any, int] | None = None
+        self.inserted_ports: dict[str, Any] = {}
+
+    def port(self, name: str) -> Any:
+        return self.inserted_ports.get(name) or self.ports.get(name)
+
+    def qos_users(self) -> dict[Any, int]:
+        if self._qos_users is None:
+            users: dict[Any, int] = {}
+            for p in self.ports.values():
+                for q in col(p, "qos"):
+                    users[q.uuid] = users.get(q.uuid, 0) + 1
+            self._qos_users = users
+        return self._qos_users
+
+
+def write(ctx: TxnContext, changes: list[Change]) -> None:
+    """Write ``changes`` (already planned against this replica) into ``ctx.txn``."""
+    rows = _Rows(ctx)
+    for change in changes:
+        _WRITERS[change.kind](rows, change)
+
+
+def _verify(row: Any, *columns: str) -> None:
+    for c in columns:
+        row.verify(c)
+
+
+def _write_vlan(rows: _Rows, ch: Change) -> None:
+    port = rows.ports[ch.name]
+    _verify(port, "vlan_mode", "tag", "trunks")
+    after: VlanCols = ch.after
+    port.vlan_mode = [after.vlan_mode] if after.vlan_mode else []
+    port.tag = [after.tag] if after.tag is not None else []
+    port.trunks = list(after.trunks)
+
+
+def _write_ingress(rows: _Rows, ch: Change) -> None:
+    port = rows.ports[ch.name]
+    iface = next(iter(col(port, "interfaces")))
+    _verify(iface, "ingress_policing_rate", "ingress_policing_burst", "external_ids")
+    after: PoliceCols = ch.after
+    iface.ingress_policing_rate = after.rate_kbps
+    iface.ingress_policing_burst = after.burst_kbit
+    ids = dict(col(iface, "external_ids"))
+    ids.pop(POLICE_RATE_KEY, None)
+    ids.pop(POLICE_BURST_KEY, None)
+    if after.meter_rate_kbps:
+        ids[POLICE_RATE_KEY] = str(after.meter_rate_kbps)
+        ids[POLICE_BURST_KEY] = str(after.meter_burst_kbit or 0)
+    iface.external_ids = ids
+
+
+def _insert_qos(rows: _Rows, cols: QosCols) -> Any:
+    qos = rows.ctx.insert("QoS")
+    _fill_qos(rows, qos, cols, existing_queues={})
+    return qos
+
+
+def _fill_qos(rows: _Rows, qos: Any, cols: QosCols, existing_queues: dict[int, Any]) -> None:
+    qos.type = cols.type
+    qos.other_config = dict(cols.other_config)
+    qos.external_ids = dict(cols.external_ids)
+    queues = {}
+    for q in cols.queues:
+        row = existing_queues.pop(q.number, None) or rows.ctx.insert("Queue")
+        row.other_config = dict(q.other_config)
+        row.external_ids = dict(q.external_ids)
+        row.dscp = [q.dscp] if q.dscp is not None else []
+        queues[q.number] = row
+    qos.queues = queues
+    for leftover in existing_queues.values():
+        if dict(col(leftover, "external_ids")).get(OWNER_KEY) == OWNER:
+            leftover.delete()
+
+
+def _delete_owned_qos(rows: _Rows, qos: Any) -> None:
+    """Delete an hvnet-owned QoS (and owned queues) once no port uses it."""
+    if dict(col(qos, "external_ids")).get(OWNER_KEY) != OWNER:
+        return
+    if rows.qos_users().get(qos.uuid, 0) > 0:
+        return
+    for q in col(qos, "queues").values():
+        if dict(col(q, "external_ids")).get(OWNER_KEY) == OWNER:
+            q.delete()
+    qos.delete()
+
+
+def _write_egress(rows: _Rows, ch: Change) -> None:
+    port = rows.ports[ch.name]
+    _verify(port, "qos")
+    old = list(col(port, "qos"))
+    old_row = old[0] if old else None
+    after: QosCols | None = ch.after
+    users = rows.qos_users()
+    if after is None:
+        port.qos = []
+        if old_row is not None:
+            users[old_row.uuid] -= 1
+            _delete_owned_qos(rows, old_row)
+        return
+    if after.uuid is not None:
+        # Rollback of a QoS that was detached: re-attach the row if it still exists.
+        table = rows.ctx.tables["QoS"].rows
+        existing = next((r for u, r in table.items() if str(u) == after.uuid), None)
+        if existing is not None:
+            port.qos = [existing]
+            users[existing.uuid] = users.get(existing.uuid, 0) + 1
+            if old_row is not None and old_row.uuid != existing.uuid:
+                users[old_row.uuid] -= 1
+                _delete_owned_qos(rows, old_row)
+            return
+    if (
+        old_row is not None
+        and dict(col(old_row, "external_ids")).get(OWNER_KEY) == OWNER
+        and users.get(old_row.uuid, 0) == 1
+    ):
+        _verify(old_row, "type", "other_config", "queues")
+        _fill_qos(rows, old_row, after, dict(col(old_row, "queues")))
+        return
+    port.qos = [_insert_qos(rows, after)]
+    if old_row is not None:
+        users[old_row.uuid] -= 1
+        _delete_owned_qos(rows, old_row)
+
+
+def _insert_tunnel(rows: _Rows, bridge: Any, tunnel: TunnelCols, mirror: str) -> Any:
+    iface = rows.ctx.insert("Interface")
+    iface.name = tunnel.name
+    iface.type = tunnel.type
+    iface.options = dict(tunnel.options)
+    iface.external_ids = {OWNER_KEY: OWNER, TUNNEL_MIRROR_KEY: mirror}
+    port = rows.ctx.insert("Port")
+    port.name = tunnel.name
+    port.interfaces = [iface]
+    port.external_ids = {OWNER_KEY: OWNER, TUNNEL_MIRROR_KEY: mirror}
+    bridge.addvalue("ports", port)
+    rows.inserted_ports[tunnel.name] = port
+    return port
+
+
+def _remove_tunnel(rows: _Rows, bridge: Any, tunnel: TunnelCols, mirror: str) -> None:
+    port = rows.ports.get(tunnel.name)
+    if port is None:
+        return
+    ids = dict(col(port, "external_ids"))
+    if ids.get(OWNER_KEY) != OWNER or ids.get(TUNNEL_MIRROR_KEY) != mirror:
+        return  # not ours: never delete it
+    bridge.delvalue("ports", port)
+    port.delete()
+
+
+def _write_mirror(rows: _Rows, ch: Change) -> None:
+    bridge = rows.bridges[ch.bridge]
+    current = rows.mirrors.get((ch.bridge, ch.name))
+    before: MirrorCols | None = ch.before
+    after: MirrorCols | None = ch.after
+    if before is not None and before.tunnel is not None and (after is None or after.tunnel != before.tunnel):
+        _remove_tunnel(rows, bridge, before.tunnel, ch.name)
+    if after is None:
+        if current is not None:
+            bridge.delvalue("mirrors", current)
+            current.delete()
+        return
+    if after.tunnel is not None and (before is None or before.tunnel != after.tunnel):
+        existing = rows.ports.get(after.tunnel.name)
+        if existing is None or (before is not None and before.tunnel is not None):
+            _insert_tunnel(rows, bridge, after.tunnel, ch.name)
+    if current is None:
+        current = rows.ctx.insert("Mirror")
+        current.name = ch.name
+        bridge.addvalue("mirrors", current)
+    else:
+        _verify(current, "select_all", "select_src_port", "select_dst_port", "select_vlan", "output_port")
+        _verify(current, "output_vlan")
+    current.select_all = after.select_all
+    current.select_src_port = [rows.port(n) for n in after.src if rows.port(n) is not None]
+    current.select_dst_port = [rows.port(n) for n in after.dst if rows.port(n) is not None]
+    current.select_vlan = list(after.vlans)
+    out = rows.port(after.output_port) if after.output_port else None
+    current.output_port = [out] if out is not None else []
+    current.output_vlan = [after.output_vlan] if after.output_vlan is not None else []
+    if rows.ctx.conn.has_column("Mirror", "snaplen"):
+        current.snaplen = [after.snaplen] if after.snaplen else []
+    if rows.ctx.conn.has_column("Mirror", "filter"):
+        current.filter = [after.filter] if after.filter else []
+    current.external_ids = dict(after.external_ids)
+
+
+def _write_protocols(rows: _Rows, ch: Change) -> None:
+    bridge = rows.bridges[ch.name]
+    _verify(bridge, "protocols")
+    bridge.protocols = list(ch.after)
+
+
+_WRITERS = {
+    "vlan": _write_vlan,
+    "ingress": _write_ingress,
+    "egress": _write_egress,
+    "mirror": _write_mirror,
+    "protocols": _write_protocols,
+}
