@@ -429,6 +429,32 @@ def cmd_mirror_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    import logging
+
+    from .policy.agent import Agent
+
+    path = args.policy or os.environ.get("HVNET_POLICY") or DEFAULT_POLICY
+    load(path)  # refuse to start on an invalid policy, before connecting
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s hvnet-agent %(levelname)s %(message)s"))
+    root = logging.getLogger("hvnet")
+    root.handlers[:] = [handler]
+    root.propagate = False
+    root.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
+    columns = {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
+    conn = api.connect(
+        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout, columns=columns
+    )
+    agent = Agent(conn, path)
+    if args.policing:
+        agent.engine.force_policing = args.policing
+    agent.install_signal_handlers()
+    agent.run()
+    conn.close()
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------
 
 
@@ -504,6 +530,11 @@ def register(sub: Any) -> None:
     r.add_argument("--pending", help=argparse.SUPPRESS)
     r.add_argument("--at", help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_rollback)
+
+    ag = sub.add_parser("agent", help="keep the policy in force as VIFs come and go (foreground)")
+    ag.add_argument("--policy", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
+    policing(ag)
+    ag.set_defaults(func=cmd_agent)
 
     vif = sub.add_parser("vif", help="set a VIF's VLAN (mode, tag, trunks)")
     vsub = vif.add_subparsers(dest="vif_command", metavar="ACTION", required=True, parser_class=type(vif))

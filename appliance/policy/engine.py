@@ -96,6 +96,7 @@ class PolicyEngine:
         self._names: dict[str, str] = {}
         self._tc_police: bool | None = None
         self.force_policing: str | None = None
+        self.lenient = False  # the agent's planning mode (see PlanOptions.lenient)
 
     def __enter__(self) -> PolicyEngine:
         return self
@@ -127,7 +128,7 @@ class PolicyEngine:
     def options(self) -> PlanOptions:
         if self._tc_police is None:
             self._tc_police = openflow.tc_police_works()
-        return PlanOptions(tc_police=self._tc_police, openflow=self.of is not None)
+        return PlanOptions(tc_police=self._tc_police, openflow=self.of is not None, lenient=self.lenient)
 
     def plan(self, policy: Policy) -> Plan:
         return planner.plan(self._forced(policy), self.snapshot(), self.options())

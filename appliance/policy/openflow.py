@@ -28,8 +28,6 @@ from .state import State
 
 COOKIE = 0x68766E6574  # "hvnet"
 PRIORITY = 100
-_FLOW = re.compile(r"cookie=(0x[0-9a-f]+).*?priority=(\d+)(?:,(\S*))?\s+actions=(\S+)")
-_IN_PORT = re.compile(r"(?:^|,)in_port=(\d+)(?:,|$)")
 _METER_ACTION = re.compile(r"meter:(\d+)")
 _METER = re.compile(r"meter=(\d+)\s+(.*?)bands=\s*type=drop\s+rate=(\d+)(?:\s+burst_size=(\d+))?", re.S)
 _METER_STATS = re.compile(r"meter:(\d+)\s.*?bands:\s*0:\s*packet_count:(\d+)\s+byte_count:(\d+)", re.S)
@@ -75,22 +73,45 @@ def wanted(state: State, bridge: str) -> dict[int, Wanted]:
     return out
 
 
+_FLOW_FLAGS = {"reset_counts", "send_flow_rem", "check_overlap", "no_packet_counts", "no_byte_counts"}
+_FLOW_META = {"duration", "n_packets", "n_bytes", "idle_age", "hard_age", "idle_timeout", "hard_timeout", "importance"}
+
+
+def parse_flow(line: str) -> tuple[int, int, int, list[str], str] | None:
+    """One ``dump-flows`` line -> (cookie, table, priority, match fields, actions)."""
+    if "actions=" not in line:
+        return None
+    head, actions = line.strip().split("actions=", 1)
+    cookie, table, priority, match = 0, 0, 32768, []
+    for token in (t for t in re.split(r"[,\s]+", head) if t):
+        key, _, value = token.partition("=")
+        if key == "cookie":
+            cookie = int(value, 16)
+        elif key == "table":
+            table = int(value)
+        elif key == "priority":
+            priority = int(value)
+        elif key not in _FLOW_META and token not in _FLOW_FLAGS:
+            match.append(token)
+    return cookie, table, priority, match, actions.strip()
+
+
 def parse_flows(text: str) -> tuple[dict[int, int], list[str]]:
     """hvnet's flows (in_port -> meter) and the other flows (besides the default NORMAL one)."""
     ours: dict[int, int] = {}
     foreign: list[str] = []
     for line in text.splitlines():
-        m = _FLOW.search(line)
-        if not m:
+        flow = parse_flow(line)
+        if flow is None:
             continue
-        cookie, priority, match, actions = int(m.group(1), 16), int(m.group(2)), m.group(3) or "", m.group(4)
+        cookie, table, priority, match, actions = flow
         if cookie == COOKIE:
-            ip = _IN_PORT.search(match)
-            mt = _METER_ACTION.search(actions)
-            if ip and mt:
-                ours[int(ip.group(1))] = int(mt.group(1))
+            in_port = next((m[8:] for m in match if m.startswith("in_port=")), None)
+            meter = _METER_ACTION.search(actions)
+            if in_port is not None and in_port.isdigit() and meter:
+                ours[int(in_port)] = int(meter.group(1))
             continue
-        if priority == 0 and not match and actions == "NORMAL":
+        if table == 0 and priority == 0 and not match and actions == "NORMAL":
             continue
         foreign.append(line.strip())
     return ours, foreign

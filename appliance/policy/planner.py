@@ -46,7 +46,7 @@ class Change:
     note: str = ""
 
     def inverse(self) -> Change:
-        return Change(self.kind, self.bridge, self.name, self.after, self.before, self.vm, "rollback")
+        return Change(self.kind, self.bridge, self.name, self.after, self.before, self.vm)
 
     @property
     def target(self) -> str:
@@ -113,6 +113,9 @@ class PlanOptions:
     tc_police: bool = False  # the kernel's tc police action works (probed)
     openflow: bool = True  # hvnet can reach ovs-vswitchd's OpenFlow management sockets
     allow_isolation_exception: bool = False
+    # The agent's mode: VIFs come and go, so a selector matching nothing is not
+    # an error, and a VIF two rules disagree about is isolated, not refused.
+    lenient: bool = False
 
 
 @dataclass
@@ -186,16 +189,17 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
     result = Plan()
 
     for br, path in policy.bridges.items():
-        if br not in state.bridges:
+        if br not in state.bridges and not opts.lenient:
             problems.add(path, f"bridge {br} does not exist (bridges: {', '.join(sorted(state.bridges)) or 'none'})")
 
     # -- VIF rules: resolve, merge, detect conflicts --------------------------
     wanted: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {}
+    conflicted: set[str] = set()
     for rule in policy.vifs:
         ports = select(state, rule.selector, vifs_only=True)
         result.matched[dotted(rule.selector.path)] = [p.name for p in ports]
         if not ports:
-            if not rule.selector.optional:
+            if not (rule.selector.optional or opts.lenient):
                 problems.add(rule.selector.path, _nothing_matched(state, rule.selector))
             continue
         for p in ports:
@@ -206,6 +210,11 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
                     continue
                 if kind in slots and slots[kind][0] != value:
                     other = slots[kind][1]
+                    if opts.lenient:
+                        if kind == "vlan":
+                            slots[kind] = (REMOVE, (*rule.path, kind))
+                            conflicted.add(p.name)
+                        continue
                     problems.add(
                         (*rule.path, kind),
                         f"conflicts with {dotted(other)} (line {policy.line(other)}) for {p.name}: "
@@ -219,6 +228,10 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
         port = state.ports[name]
         for kind, (value, path) in wanted[name].items():
             change = _vif_change(kind, value, port, path, policy, opts, problems, result)
+            if name in conflicted and kind == "vlan":
+                result.dead[name] = "two policy rules give this VIF different VLANs: isolated in dead VLAN 4095"
+                if change is not None:
+                    change = replace(change, note=result.dead[name])
             if change is not None:
                 result.changes.append(change)
             if kind == "ingress" and isinstance(value, Ingress):
@@ -335,8 +348,11 @@ def _mirror_change(
         counts[rule.bridge] -= 1
         return Change("mirror", rule.bridge, rule.name, current.cols, None)
 
-    src = _resolve_ports(rule.src, state, rule.bridge, problems)
-    dst = _resolve_ports(rule.dst, state, rule.bridge, problems)
+    src = _resolve_ports(rule.src, state, rule.bridge, problems, opts.lenient)
+    dst = _resolve_ports(rule.dst, state, rule.bridge, problems, opts.lenient)
+    if opts.lenient and not (rule.select_all or src or dst or rule.vlans):
+        result.warnings.append(f"mirror {rule.name}: none of its selected ports is present; left as it is")
+        return None
     out = rule.output
     assert out is not None
     output_port = None
@@ -345,6 +361,9 @@ def _mirror_change(
     if out.kind == "port":
         assert out.port is not None
         ports = [p for p in select(state, out.port, vifs_only=False) if p.bridge == rule.bridge]
+        if len(ports) != 1 and opts.lenient:
+            result.warnings.append(f"mirror {rule.name}: output port {out.port.pattern} is not present; left as is")
+            return None
         if len(ports) != 1:
             problems.add(
                 (*rule.path, "output", "port"),

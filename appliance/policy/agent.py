@@ -1,0 +1,227 @@
+"""``hvnet agent``: keep the policy in force while hypervisors re-plug VIFs.
+
+libvirt and the XenServer hotplug scripts ``del-port`` + ``add-port`` a VM's
+VIF on every start, reboot and migration, which wipes any tag or QoS written
+straight into OVS.  The agent holds one OVSDB connection, is woken by the
+server's monitor updates (no polling of the database), and re-applies the
+policy within about a second of a VIF (re)appearing.
+
+It also checks the OpenFlow meters every couple of seconds (ovs-vswitchd
+forgets them when it restarts, without any OVSDB change to say so), reloads
+the policy on SIGHUP, and deletes hvnet-owned QoS/Queue/Mirror rows and
+tunnel ports left behind by VIFs that are gone -- only after seeing them
+orphaned in two consecutive observations at least a second apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, HvnetError
+from ..ovsdb import Connection, TxnContext
+from ..ovsdb import column as col
+from .engine import PolicyEngine
+from .load import load
+from .model import OWNER, OWNER_KEY, TUNNEL_MIRROR_KEY, Policy
+
+log = logging.getLogger("hvnet.agent")
+
+DEBOUNCE_S = 0.02  # let a del-port/add-port pair in separate transactions land together
+TICK_S = 2.0  # meter check and orphan observation period
+
+
+class Agent:
+    """Reconciles the switch with a policy file, event-driven."""
+
+    def __init__(self, conn: Connection, policy_path: str | Path, *, tick: float = TICK_S) -> None:
+        self.conn = conn
+        self.policy_path = str(policy_path)
+        self.tick = tick
+        self.engine = PolicyEngine(conn, command="hvnet agent")
+        self.engine.lenient = True
+        self.policy: Policy = load(self.policy_path)  # invalid at start: refuse to run
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._orphans_seen: dict[tuple[str, str], float] = {}
+        self._reconnects = conn.reconnects
+        self._vswitchd_pid: int | None = None
+        self._last_error = ""
+        self.applied = 0  # reconciles that changed something (for tests and status)
+
+    # -- control ----------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        self._reload.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
+
+    # -- main loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.conn.add_listener(self.wake)
+        self.conn.start()
+        log.info("agent started: policy %s, database %s", self.policy_path, self.conn.target.remote)
+        next_tick = 0.0
+        try:
+            while not self._stop.is_set():
+                timeout = max(0.0, next_tick - time.monotonic())
+                woken = self._wake.wait(timeout)
+                if self._stop.is_set():
+                    break
+                if woken:
+                    time.sleep(DEBOUNCE_S)
+                    self._wake.clear()
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self._do_reload()
+                ticking = time.monotonic() >= next_tick
+                if ticking:
+                    next_tick = time.monotonic() + self.tick
+                self.reconcile(tick=ticking)
+        finally:
+            self.conn.stop()
+            log.info("agent stopped")
+
+    def _do_reload(self) -> None:
+        try:
+            self.policy = load(self.policy_path)
+            log.info("policy reloaded from %s", self.policy_path)
+        except ConfigError as exc:
+            log.error("policy reload refused, keeping the previous one: %s", exc)
+
+    def reconcile(self, *, tick: bool = False) -> None:
+        """One pass: apply what differs; on a tick also meters and orphans."""
+        if not self.conn.is_connected:
+            return
+        if self.conn.reconnects != self._reconnects:
+            self._reconnects = self.conn.reconnects
+            log.warning("reconnected to the database (%d reconnects); re-applying the policy", self._reconnects)
+        try:
+            if tick:
+                self._check_vswitchd()
+            result = self.engine.apply(self.policy, verify=False)
+            if result.plan.changes:
+                self.applied += 1
+                for c in result.plan.changes:
+                    log.info("re-applied %s %s: %s -> %s", c.target, c.kind, c.describe(c.before), c.describe(c.after))
+            for port, why in result.plan.dead.items():
+                log.warning("%s: %s", port, why)
+            if result.openflow and any(v.get("added") or v.get("removed_ofports") for v in result.openflow.values()):
+                log.info("meters brought in line: %s", result.openflow)
+            for p in result.problems:
+                log.error("%s", p)
+            if tick:
+                self._collect_orphans()
+            self._last_error = ""
+        except HvnetError as exc:
+            text = str(exc)
+            if text != self._last_error:  # say it once, not on every wake-up
+                log.error("could not apply the policy: %s", text)
+                self._last_error = text
+
+    def _check_vswitchd(self) -> None:
+        of = self.engine.of
+        if of is None:
+            return
+        try:
+            pid = int((of.rundir / "ovs-vswitchd.pid").read_text().strip())
+        except (OSError, ValueError):
+            return
+        if self._vswitchd_pid is not None and pid != self._vswitchd_pid:
+            log.warning("ovs-vswitchd restarted (pid %d -> %d): re-installing meters", self._vswitchd_pid, pid)
+        self._vswitchd_pid = pid
+
+    # -- garbage ------------------------------------------------------------------
+
+    def _orphans(self) -> dict[tuple[str, str], Any]:
+        """hvnet-owned rows nothing uses any more, by (table, uuid)."""
+        out: dict[tuple[str, str], Any] = {}
+        tables = self.conn.idl.tables
+        policy_mirrors = {(m.bridge, m.name) for m in self.policy.mirrors if not m.remove}
+
+        def owned(row: Any) -> bool:
+            return dict(col(row, "external_ids")).get(OWNER_KEY) == OWNER
+
+        used_qos = {q.uuid for p in tables["Port"].rows.values() for q in col(p, "qos")}
+        for u, qos in tables["QoS"].rows.items():
+            if owned(qos) and u not in used_qos:
+                out[("QoS", str(u))] = qos
+        used_queues = {
+            q.uuid
+            for u, qos in tables["QoS"].rows.items()
+            if ("QoS", str(u)) not in out
+            for q in col(qos, "queues").values()
+        }
+        for u, q in tables["Queue"].rows.items():
+            if owned(q) and u not in used_queues:
+                out[("Queue", str(u))] = q
+        mirror_names = set()
+        for br in tables["Bridge"].rows.values():
+            for m in col(br, "mirrors"):
+                mirror_names.add(col(m, "name"))
+                if not owned(m) or (col(br, "name"), col(m, "name")) in policy_mirrors:
+                    continue
+                selects = col(m, "select_all") or col(m, "select_src_port") or col(m, "select_dst_port")
+                outputs = col(m, "output_port") or col(m, "output_vlan")
+                if not (selects or col(m, "select_vlan")) or not outputs:
+                    out[("Mirror", str(m.uuid))] = (br, m)
+        for br in tables["Bridge"].rows.values():
+            for p in col(br, "ports"):
+                ids = dict(col(p, "external_ids"))
+                if ids.get(OWNER_KEY) == OWNER and ids.get(TUNNEL_MIRROR_KEY) not in mirror_names:
+                    out[("Port", str(p.uuid))] = (br, p)
+        return out
+
+    def _collect_orphans(self) -> None:
+        now = time.monotonic()
+        with self.conn.lock:
+            current = self._orphans()
+        seen_before = {k for k, t in self._orphans_seen.items() if now - t >= 1.0}
+        ripe = [k for k in current if k in seen_before]
+        self._orphans_seen = {k: self._orphans_seen.get(k, now) for k in current}
+        if not ripe:
+            return
+
+        def build(ctx: TxnContext) -> list[str]:
+            fresh = self._orphans()
+            gone = []
+            for key in ripe:
+                if key not in fresh:
+                    continue  # used again since: keep it
+                table, _ = key
+                obj = fresh[key]
+                if table in ("QoS", "Queue"):
+                    obj.delete()
+                elif table == "Mirror":
+                    br, m = obj
+                    br.delvalue("mirrors", m)
+                    m.delete()
+                else:
+                    br, p = obj
+                    br.delvalue("ports", p)
+                    p.delete()
+                gone.append(f"{table} {key[1][:8]}")
+            return gone
+
+        result = self.conn.transact(build, comment="hvnet agent: remove orphaned hvnet rows", timeout=10.0)
+        if result.value:
+            log.info("removed rows orphaned by VIFs that are gone: %s", ", ".join(result.value))
+            for key in ripe:
+                self._orphans_seen.pop(key, None)
