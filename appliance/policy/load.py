@@ -44,7 +44,7 @@ _SELECT_KEYS = {"all", "src", "dst", "vlans"}
 _OUTPUT_KEYS = {"port", "vlan", "gre", "erspan", "key", "idx"}
 _REMOVE_WORDS = ("remove", "absent")
 
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)(?:bit|bps|b)?(?:/s)?\s*$", re.IGNORECASE)
+_RATE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmg]?)(?:bit|bps|b)?(?:/s)?\s*$", re.IGNORECASE)
 _FACTORS = {"": 1, "k": 1, "m": 1000, "g": 1000 * 1000}
 
 

@@ -321,11 +321,13 @@ def _vif_change(
     return Change("egress", port.bridge, port.name, port.qos, owned_qos(value), vm, note)
 
 
-def _resolve_ports(sels: tuple[Selector, ...], state: State, bridge: str, problems: _Problems) -> tuple[str, ...]:
+def _resolve_ports(
+    sels: tuple[Selector, ...], state: State, bridge: str, problems: _Problems, lenient: bool
+) -> tuple[str, ...]:
     names: set[str] = set()
     for sel in sels:
         ports = [p for p in select(state, sel, vifs_only=False) if p.bridge == bridge]
-        if not ports:
+        if not ports and not lenient:
             problems.add(sel.path, f"{sel} matches no port on bridge {bridge}")
         names.update(p.name for p in ports)
     return tuple(sorted(names))
