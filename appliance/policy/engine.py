@@ -218,6 +218,8 @@ class PolicyEngine:
             result.status = "rolled back"
             result.problems.append(f"meter installation failed ({exc.message}); the OVSDB changes were undone")
             return result
+        if self.of is not None and wait and any(c.kind in ("vlan", "mirror") for c in plan.changes):
+            self.of.purge_datapath()
         if verify and wait:
             self._verify(plan, result)
         if plan.changes:

@@ -154,6 +154,33 @@ class OpenFlow:
             raise CommandFailed(argv, out.returncode, out.stderr)
         return out.stdout
 
+    def _vswitchd_ctl(self) -> str | None:
+        fixed = self.rundir / "ovs-vswitchd.ctl"  # hvnet's lab names it so
+        if fixed.exists():
+            return str(fixed)
+        try:
+            pid = int((self.rundir / "ovs-vswitchd.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        ctl = self.rundir / f"ovs-vswitchd.{pid}.ctl"
+        return str(ctl) if ctl.exists() else None
+
+    def purge_datapath(self) -> bool:
+        """Drop cached datapath flows so every packet meets the new VLAN/mirror configuration.
+
+        After a VLAN or mirror change, flows already in the datapath were seen
+        to keep forwarding the old way (and a new mirror to get no copies)
+        even after ``revalidator/wait``; a purge costs one upcall per active
+        flow.  Returns False when ovs-vswitchd's control socket is not here.
+        """
+        ctl = self._vswitchd_ctl()
+        if ctl is None:
+            return False
+        appctl = proc.which("ovs-appctl")
+        for command in ("revalidator/purge", "revalidator/wait"):
+            subprocess.run([appctl, "-t", ctl, command], capture_output=True, timeout=30, check=False)
+        return True
+
     def read(self, bridge: str, *, stats: bool = False) -> Installed:
         sw = self._switch(bridge)
         flows, foreign = parse_flows(self._ofctl("--no-names", "--no-stats", "dump-flows", sw))

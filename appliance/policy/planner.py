@@ -374,7 +374,7 @@ def _mirror_change(
             return None
         target = ports[0]
         output_port = target.name
-        if target.name in src or target.name in dst or rule.select_all:
+        if target.name in src or target.name in dst:
             problems.add(
                 (*rule.path, "output", "port"),
                 f"output port {target.name} is also a selected port; a mirror cannot output to what it selects",
@@ -414,8 +414,12 @@ def _mirror_change(
         problems.add((*rule.path, "snaplen"), "this OVS has no Mirror snaplen column; remove snaplen")
 
     ext = current.cols.external_ids if current is not None else ((OWNER_KEY, OWNER),)
+    # OVS applies select_vlan on top of the port selection: VLANs alone mean
+    # "every port, these VLANs", which OVS spells select_all + select_vlan.
+    # (With select_all, OVS never mirrors the output port's own traffic.)
+    vlan_only = bool(rule.vlans) and not (src or dst or rule.src or rule.dst)
     after = MirrorCols(
-        select_all=rule.select_all,
+        select_all=rule.select_all or vlan_only,
         src=src,
         dst=dst,
         vlans=tuple(rule.vlans),
