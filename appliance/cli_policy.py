@@ -446,7 +446,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     conn = api.connect(
         args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout, columns=columns
     )
-    agent = Agent(conn, path)
+    agent = Agent(conn, path, tick=args.tick)
     if args.policing:
         agent.engine.force_policing = args.policing
     agent.install_signal_handlers()
@@ -534,6 +534,7 @@ def register(sub: Any) -> None:
     ag = sub.add_parser("agent", help="keep the policy in force as VIFs come and go (foreground)")
     ag.add_argument("--policy", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
     policing(ag)
+    ag.add_argument("--tick", type=float, default=2.0, help=argparse.SUPPRESS)
     ag.set_defaults(func=cmd_agent)
 
     vif = sub.add_parser("vif", help="set a VIF's VLAN (mode, tag, trunks)")
