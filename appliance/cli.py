@@ -34,7 +34,8 @@ def _ingress_text(v: Vif) -> str:
     if not v.ingress_policing_rate_kbps:
         return "-"
     burst = v.ingress_policing_burst_kbit
-    return f"{v.ingress_policing_rate_kbps} kbit/s burst {burst if burst else '8000 (default)'} kbit"
+    how = f" ({v.ingress_mechanism})" if v.ingress_mechanism else ""
+    return f"{v.ingress_policing_rate_kbps} kbit/s burst {burst if burst else '8000 (default)'} kbit{how}"
 
 
 def _traffic_cells(v: Vif, with_rates: bool) -> list[str]:
@@ -83,7 +84,10 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         if v.error:
             notes.append(f"error: {v.port}: {v.error}")
         if v.ingress_policing_rate_kbps:
-            notes.append(f"note: {v.port} ingress policing is configured; enforcement has not been verified")
+            notes.append(
+                f"note: {v.port} ingress policing is configured ({v.ingress_mechanism}); 'hvnet verify' or "
+                "'hvnet apply' checks that it is installed"
+            )
     if with_rates and any(v.rates is None for v in vifs):
         notes.append(
             "note: '-' rates: no kernel counters for that interface and OVSDB statistics refresh every "

@@ -162,6 +162,8 @@ class Vif:
     error: str | None
     counters: ctr.Counters = field(default_factory=ctr.Counters)
     rates: ctr.Rates | None = None
+    # "tc" (ingress_policing_rate columns) or "meter" (hvnet's OpenFlow meter record)
+    ingress_mechanism: str | None = None
 
     def vlan_summary(self) -> str:
         """``access 1``, ``trunk 10,20``, ``native-untagged 10 +20,21``, or
@@ -354,6 +356,8 @@ def _build(conn: Connection) -> Inventory:
                 max_rate = None
         stats = dict(col(iface, "statistics"))
         vm_uuid = next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
+        meter_rate = _int_or_zero(ids.get("hvnet-police-rate-kbps"))
+        meter_burst = _int_or_zero(ids.get("hvnet-police-burst-kbit"))
         v = Vif(
             bridge=bridge,
             port=col(port, "name"),
@@ -376,8 +380,9 @@ def _build(conn: Connection) -> Inventory:
             tag=tag,
             trunks=trunks,
             trunks_all_vlans=trunks_all_vlans(mode, tag, trunks),
-            ingress_policing_rate_kbps=int(col(iface, "ingress_policing_rate")),
-            ingress_policing_burst_kbit=int(col(iface, "ingress_policing_burst")),
+            ingress_policing_rate_kbps=meter_rate or int(col(iface, "ingress_policing_rate")),
+            ingress_policing_burst_kbit=meter_burst if meter_rate else int(col(iface, "ingress_policing_burst")),
+            ingress_mechanism="meter" if meter_rate else ("tc" if col(iface, "ingress_policing_rate") else None),
             egress_qos_type=col(qos, "type") if qos is not None else None,
             egress_max_rate_kbps=max_rate,
             mirrors=touching.get(port.uuid, []),
@@ -411,6 +416,10 @@ def _build(conn: Connection) -> Inventory:
         mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
         read_at=time.time(),
     )
+
+
+def _int_or_zero(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
 
 
 def _group_xen_hvm(vifs: list[Vif], groups: dict[tuple[str, int, int], list[Vif]]) -> list[Vif]:
