@@ -15,8 +15,10 @@ from ..validate import format_vlan_list
 from .state import MirrorCols, PortState, State
 
 
-def _vlan(p: PortState) -> dict[str, Any]:
+def _vlan(p: PortState) -> Any:
     v = p.vlan.effective()
+    if v.is_dead:
+        return "remove"  # what isolates a VIF in the dead VLAN (4095 cannot be asked for directly)
     out: dict[str, Any] = {"mode": v.mode}
     if v.tag is not None:
         out["tag"] = v.tag
@@ -64,7 +66,7 @@ def to_policy(state: State, *, by: str = "mac") -> dict[str, Any]:
 def _mirror(m: MirrorCols, state: State) -> dict[str, Any] | None:
     spec: dict[str, Any] = {}
     if m.select_all:
-        spec["select"] = "all"
+        spec["select"] = {"all": True, "vlans": format_vlan_list(list(m.vlans))} if m.vlans else "all"
     else:
         sel: dict[str, Any] = {}
         if m.src:

@@ -404,6 +404,9 @@ def mirror_output(value: Any) -> MirrorOutput:
         if k not in _OUTPUT_KEYS:
             raise FieldError(f"output.{k}", "unknown key; allowed: port, vlan, gre, erspan, key, idx")
     kind = kinds[0]
+    for k in ("key", "idx"):
+        if k in value and kind not in ("gre", "erspan"):
+            raise FieldError(f"output.{k}", f"{k} is a tunnel setting (gre/erspan outputs only)")
     if kind == "port":
         try:
             sk, pattern = parse_selector(value["port"])

@@ -118,7 +118,15 @@ def parse_flows(text: str) -> tuple[dict[int, int], list[str]]:
 
 
 def parse_meters(text: str) -> dict[int, tuple[int, int]]:
-    return {int(m.group(1)): (int(m.group(3)), int(m.group(4) or 0)) for m in _METER.finditer(text)}
+    """meter id -> (rate, burst) of its drop band; meters with other bands map to (0, 0)."""
+    out = {}
+    for block in re.split(r"(?=\bmeter=\d)", text):
+        head = re.match(r"meter=(\d+)", block)
+        if head is None:
+            continue
+        m = _METER.match(block)
+        out[int(head.group(1))] = (int(m.group(3)), int(m.group(4) or 0)) if m else (0, 0)
+    return out
 
 
 def parse_meter_stats(text: str) -> dict[int, int]:

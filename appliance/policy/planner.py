@@ -159,14 +159,16 @@ class _Problems:
         self.items: list[Problem] = []
 
     def add(self, path: tuple[Any, ...], message: str) -> None:
-        self.items.append(Problem(self.policy.source, self.policy.line(path), dotted(path), message))
+        problem = Problem(self.policy.source, self.policy.line(path), dotted(path), message)
+        if problem not in self.items:
+            self.items.append(problem)
 
 
 def select(state: State, sel: Selector, *, vifs_only: bool) -> list[PortState]:
     """The ports ``sel`` picks, in name order."""
     out = []
     for p in state.ports.values():
-        if vifs_only and not p.is_vif and sel.kind != "port":
+        if vifs_only and not p.is_vif and (sel.kind != "port" or sel.is_glob):
             continue
         value = {"vm": p.vm_name, "vm_uuid": p.vm_uuid, "mac": p.mac, "port": p.name}[sel.kind]
         if sel.matches(value):
@@ -241,7 +243,7 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
 
     # -- mirrors -------------------------------------------------------------
     counts = {br: len(b.mirrors) for br, b in state.bridges.items()}
-    for rule in policy.mirrors:
+    for rule in sorted(policy.mirrors, key=lambda r: not r.remove):  # removals free slots first
         change = _mirror_change(rule, state, opts, problems, result, counts)
         if change is not None:
             result.changes.append(change)
@@ -302,6 +304,8 @@ def _vif_change(
                 after = PoliceCols(value.rate_kbps, value.burst_kbit)
             else:
                 after = PoliceCols(0, 0, value.rate_kbps, value.burst_kbit)
+            if port.police.effective() == Ingress(value.rate_kbps, value.burst_kbit, mech):
+                return None
         if port.police == after:
             return None
         return Change("ingress", port.bridge, port.name, port.police, after, vm)

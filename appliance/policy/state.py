@@ -63,6 +63,8 @@ class VlanCols:
         mode = self.vlan_mode or ("access" if self.tag is not None else "trunk")
         # OVS ignores the tag of a trunk port and the trunks of an access port.
         tag = None if mode == "trunk" else self.tag
+        if mode == "access" and tag is None:
+            tag = 0  # OVS treats an untagged access port as VLAN 0
         trunks = () if mode == "access" else tuple(sorted(self.trunks))
         return Vlan(mode, tag, trunks)
 
