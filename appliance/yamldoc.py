@@ -29,6 +29,8 @@ class Document:
     file: str
     data: Any
     lines: dict[PathKey, int] = field(default_factory=dict)
+    # Duplicate keys found while parsing (only when parsed with strict=False).
+    problems: list[Problem] = field(default_factory=list)
 
     def line(self, path: PathKey) -> int | None:
         """Line of ``path`` (1-based), falling back to the nearest parent."""
@@ -122,8 +124,12 @@ _Loader.add_implicit_resolver(
 _LOADER = _Loader("")
 
 
-def parse(text: str, file: str) -> Document:
-    """Parse YAML ``text`` (named ``file`` in errors) into a :class:`Document`."""
+def parse(text: str, file: str, *, strict: bool = True) -> Document:
+    """Parse YAML ``text`` (named ``file`` in errors) into a :class:`Document`.
+
+    Duplicate keys raise at once when ``strict``; otherwise they are left in
+    ``Document.problems`` for the caller to report with its own findings.
+    """
     doc = Document(file=file, data=None)
     try:
         root = yaml.compose(text, Loader=_Loader)
@@ -137,12 +143,13 @@ def parse(text: str, file: str) -> Document:
         return doc
     problems: list[Problem] = []
     doc.data = _convert(root, (), doc, problems)
-    if problems:
+    if problems and strict:
         raise ConfigError(problems)
+    doc.problems = problems
     return doc
 
 
-def load(path: str | Path) -> Document:
+def load(path: str | Path, *, strict: bool = True) -> Document:
     """Read and parse the YAML file at ``path``."""
     p = Path(path)
     try:
@@ -151,4 +158,4 @@ def load(path: str | Path) -> Document:
         raise ConfigError([Problem(str(p), None, "(file)", f"cannot read: {exc.strerror}")]) from None
     except UnicodeDecodeError:
         raise ConfigError([Problem(str(p), None, "(file)", "not UTF-8 text")]) from None
-    return parse(text, str(p))
+    return parse(text, str(p), strict=strict)

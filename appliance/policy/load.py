@@ -106,15 +106,15 @@ def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
 
 def load(path: str | Path) -> Policy:
     """Read and validate the policy file at ``path``."""
-    return from_document(yamldoc.load(path))
+    return from_document(yamldoc.load(path, strict=False))
 
 
 def parse(text: str, file: str) -> Policy:
-    return from_document(yamldoc.parse(text, file))
+    return from_document(yamldoc.parse(text, file, strict=False))
 
 
 def from_document(doc: yamldoc.Document) -> Policy:
-    problems: list[Problem] = []
+    problems: list[Problem] = list(doc.problems)
 
     def bad(path: yamldoc.PathKey, message: str) -> None:
         problems.append(doc.problem(path, message))
@@ -122,9 +122,12 @@ def from_document(doc: yamldoc.Document) -> Policy:
     policy = Policy(source=doc.file, lines=dict(doc.lines))
     data = doc.data
     if data is None:
+        if problems:
+            raise ConfigError(problems)
         return policy  # an empty policy asks for nothing
     if not isinstance(data, dict):
-        raise ConfigError([doc.problem((), "a policy is a mapping with keys: " + ", ".join(sorted(_TOP_KEYS)))])
+        allowed = ", ".join(sorted(_TOP_KEYS))
+        raise ConfigError([*problems, doc.problem((), f"a policy is a mapping with keys: {allowed}")])
     problems += doc.unknown_keys(data, (), _TOP_KEYS)
     if "version" in data and data["version"] != 1:
         bad(("version",), f"unsupported version {data['version']!r}; allowed: 1")

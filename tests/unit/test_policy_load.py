@@ -853,11 +853,6 @@ def test_good_rules_are_kept_between_bad_ones() -> None:
     check(one_problem(text), 5, "vifs[1].vlan.tag")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="yamldoc.parse raises on duplicate keys before the policy is validated, "
-    "so the other problems in the file are reported only on the next run",
-)
 def test_duplicate_key_is_reported_with_the_other_problems() -> None:
     text = """\
         vifs:
