@@ -324,3 +324,22 @@ def test_concurrent_applies_never_mix(lab: Lab, tmp_path: Path) -> None:
         tags = {vsctl(lab, "get", "port", p, "tag") for p in TAGS}
         assert tags in ({"10"}, {"20"}), tags
         reset(lab, TAGS)
+
+
+def test_vif_the_switch_cannot_take_is_isolated(lab: Lab) -> None:
+    """Fail closed: a VIF whose VLAN setting ovs-vswitchd could not apply ends in the dead VLAN."""
+    vsctl(lab, "add-port", "xenbr0", "vif9.0", "--", "set", "interface", "vif9.0",
+          "external_ids:attached-mac=02:00:00:00:09:01", "external_ids:xs-vm-uuid=0000-9")  # fmt: skip
+    try:
+        res = hv("vif", "set", "vif9.0", "--tag", "3", "--json")
+        assert res.returncode == 1, res.stdout + res.stderr
+        out = json.loads(res.stdout)
+        assert "vif9.0" in out["isolated"] and "dead VLAN 4095" in out["isolated"]["vif9.0"]
+        assert any("vif9.0" in p for p in out["problems"])
+        assert vsctl(lab, "get", "port", "vif9.0", "vlan_mode") == "trunk"
+        assert vsctl(lab, "get", "port", "vif9.0", "trunks") == "[4095]"
+        assert vsctl(lab, "get", "port", "vif9.0", "tag") == "[]"
+        text = hv("vif", "set", "vif9.0", "--tag", "3").stdout
+        assert "ISOLATED vif9.0" in text
+    finally:
+        vsctl(lab, "--if-exists", "del-port", "vif9.0")
