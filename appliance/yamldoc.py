@@ -92,7 +92,11 @@ def _convert(node: yaml.Node, path: PathKey, doc: Document, problems: list[Probl
     return yaml.SafeLoader.construct_object(_LOADER, node, deep=True)
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (3x faster on a 1000-VIF policy).
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):  # type: ignore[misc,valid-type]
     """SafeLoader with YAML 1.2 scalars.
 
     YAML 1.1 reads ``52:54:00:12:34:56`` as a base-60 integer and ``no`` or

@@ -198,7 +198,7 @@ def record_changes(record: dict[str, Any]) -> list[Change]:
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")  # one line: the C encoder
     os.replace(tmp, path)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Union
 
 OWNER_KEY = "hvnet-owner"
@@ -58,7 +59,7 @@ class Selector:
 
     KINDS = ("vm", "vm_uuid", "mac", "port")
 
-    @property
+    @cached_property
     def is_glob(self) -> bool:
         return any(c in self.pattern for c in "*?[")
 

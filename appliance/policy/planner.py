@@ -164,8 +164,23 @@ class _Problems:
             self.items.append(problem)
 
 
-def select(state: State, sel: Selector, *, vifs_only: bool) -> list[PortState]:
+class _Index:
+    """Exact-value lookups over a state's ports, built once per plan (1000 rules x 1000 ports)."""
+
+    def __init__(self, state: State) -> None:
+        self.by: dict[str, dict[str, list[PortState]]] = {k: {} for k in Selector.KINDS}
+        for p in state.ports.values():
+            mac = p.mac.lower() if p.mac else None
+            for kind, value in (("vm", p.vm_name), ("vm_uuid", p.vm_uuid), ("mac", mac), ("port", p.name)):
+                if value is not None:
+                    self.by[kind].setdefault(value, []).append(p)
+
+
+def select(state: State, sel: Selector, *, vifs_only: bool, index: _Index | None = None) -> list[PortState]:
     """The ports ``sel`` picks, in name order."""
+    if index is not None and not sel.is_glob:
+        found = index.by[sel.kind].get(sel.pattern, [])
+        return sorted((p for p in found if p.is_vif or not vifs_only or sel.kind == "port"), key=lambda p: p.name)
     out = []
     for p in state.ports.values():
         if vifs_only and not p.is_vif and (sel.kind != "port" or sel.is_glob):
@@ -197,8 +212,9 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
     # -- VIF rules: resolve, merge, detect conflicts --------------------------
     wanted: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {}
     conflicted: set[str] = set()
+    index = _Index(state)
     for rule in policy.vifs:
-        ports = select(state, rule.selector, vifs_only=True)
+        ports = select(state, rule.selector, vifs_only=True, index=index)
         result.matched[dotted(rule.selector.path)] = [p.name for p in ports]
         if not ports:
             if not (rule.selector.optional or opts.lenient):

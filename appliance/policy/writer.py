@@ -61,9 +61,14 @@ def _write_vlan(rows: _Rows, ch: Change) -> None:
     port = rows.ports[ch.name]
     _verify(port, "vlan_mode", "tag", "trunks")
     after: VlanCols = ch.after
-    port.vlan_mode = [after.vlan_mode] if after.vlan_mode else []
-    port.tag = [after.tag] if after.tag is not None else []
-    port.trunks = list(after.trunks)
+    before: VlanCols | None = ch.before
+    # Only what changes is written (python-ovs would send unchanged columns too).
+    if before is None or before.vlan_mode != after.vlan_mode:
+        port.vlan_mode = [after.vlan_mode] if after.vlan_mode else []
+    if before is None or before.tag != after.tag:
+        port.tag = [after.tag] if after.tag is not None else []
+    if before is None or tuple(before.trunks) != tuple(after.trunks):
+        port.trunks = list(after.trunks)
 
 
 def _write_ingress(rows: _Rows, ch: Change) -> None:
@@ -71,15 +76,18 @@ def _write_ingress(rows: _Rows, ch: Change) -> None:
     iface = next(iter(col(port, "interfaces")))
     _verify(iface, "ingress_policing_rate", "ingress_policing_burst", "external_ids")
     after: PoliceCols = ch.after
-    iface.ingress_policing_rate = after.rate_kbps
-    iface.ingress_policing_burst = after.burst_kbit
-    ids = dict(col(iface, "external_ids"))
-    ids.pop(POLICE_RATE_KEY, None)
-    ids.pop(POLICE_BURST_KEY, None)
+    before: PoliceCols | None = ch.before
+    if before is None or before.rate_kbps != after.rate_kbps:
+        iface.ingress_policing_rate = after.rate_kbps
+    if before is None or before.burst_kbit != after.burst_kbit:
+        iface.ingress_policing_burst = after.burst_kbit
+    current = dict(col(iface, "external_ids"))
+    ids = {k: v for k, v in current.items() if k not in (POLICE_RATE_KEY, POLICE_BURST_KEY)}
     if after.meter_rate_kbps:
         ids[POLICE_RATE_KEY] = str(after.meter_rate_kbps)
         ids[POLICE_BURST_KEY] = str(after.meter_burst_kbit or 0)
-    iface.external_ids = ids
+    if ids != current:
+        iface.external_ids = ids
 
 
 def _insert_qos(rows: _Rows, cols: QosCols) -> Any:

@@ -387,6 +387,11 @@ def main() -> int:
     for line in bench_policy():
         print(line)
     print()
+    from agent_latency import bench_agent
+
+    for line in bench_agent():
+        print(line)
+    print()
     for line in bench_isolation():
         print(line)
     return 0

@@ -293,8 +293,11 @@ def test_no_commit_rolls_back_unless_committed(lab: Lab, tmp_path: Path) -> None
         time.sleep(0.2)
     assert vsctl(lab, "get", "port", "vif3.0", "tag") == "2"
     assert config(lab) == before
-    audit = (Path(lab.switch.run_dir) / "audit.jsonl").read_text().splitlines()
-    assert "automatic rollback" in json.loads(audit[-1])["command"]
+    audit = Path(lab.switch.run_dir) / "audit.jsonl"
+    deadline = time.monotonic() + 10  # the watcher audits after verifying the rollback
+    while time.monotonic() < deadline and "automatic rollback" not in audit.read_text().splitlines()[-1]:
+        time.sleep(0.1)
+    assert "automatic rollback" in json.loads(audit.read_text().splitlines()[-1])["command"]
 
     # Committed in time: the change stays, and the watcher is gone.
     res = hv("apply", f, "--no-commit", "--timeout", "5")
