@@ -85,8 +85,8 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
             notes.append(f"error: {v.port}: {v.error}")
         if v.ingress_policing_rate_kbps:
             notes.append(
-                f"note: {v.port} ingress policing is configured ({v.ingress_mechanism}); 'hvnet verify' or "
-                "'hvnet apply' checks that it is installed"
+                f"note: {v.port} ingress policing is configured ({v.ingress_mechanism}); enforcement has not "
+                "been verified here ('hvnet verify FILE' checks it)"
             )
     if with_rates and any(v.rates is None for v in vifs):
         notes.append(

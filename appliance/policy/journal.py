@@ -197,7 +197,7 @@ def record_changes(record: dict[str, Any]) -> list[Change]:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent hvnet processes
     tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")  # one line: the C encoder
     os.replace(tmp, path)
 

@@ -247,7 +247,7 @@ def test_qos_policing_and_mirrors_in_inventory(lab: Lab) -> None:
         human = run_hvnet("status").stdout
         assert "10240 kbit/s burst 1024 kbit" in human
         assert "20000 kbit/s" in human
-        assert "vif1.0 ingress policing is configured; enforcement has not been verified" in human
+        assert "vif1.0 ingress policing is configured (tc); enforcement has not been verified" in human
         assert "mirror m1 on xenbr0 -> vif3.0" in human
     finally:
         vsctl(lab, "--", "--id=@m", "get", "Mirror", "m1", "--", "remove", "Bridge", "xenbr0", "mirrors", "@m")
