@@ -65,6 +65,9 @@ def test_ingress_meter_limits_what_the_vm_sends(tlab: Lab) -> None:
     assert 0.7 * limit <= udp <= 1.1 * limit, udp
     hv("qos", "clear", "vm:VM1")
     free = netperf(tlab, "TCP_STREAM")
+    print(
+        f"ingress meter {LIMIT_KBPS} kbit/s: TCP {tcp:.2f} Mbit/s, UDP received {udp:.2f} Mbit/s, unlimited {free:.0f}"
+    )
     assert free > 5 * limit, free
 
 
@@ -78,6 +81,7 @@ def test_egress_shaping_limits_what_the_vm_receives(tlab: Lab) -> None:
     assert 5 < tcp <= 22, tcp
     hv("qos", "clear", "vm:VM2")
     free = netperf(tlab, "TCP_STREAM")
+    print(f"egress htb 20000 kbit/s: TCP {tcp:.2f} Mbit/s, unlimited {free:.0f} Mbit/s")
     assert free > 60, free
 
 
@@ -119,6 +123,7 @@ def test_mirror_delivers_selected_traffic_only(tlab: Lab, tmp_path: Path) -> Non
     cap = Capture(tlab, "MON", tmp_path / "ports.pcap")
     ping(tlab, "VM1", "VM2", 200)
     text = cap.stop()
+    print(f"mirror by port: {requests(text, 'VM1', 'VM2')} of 200 echo requests captured")
     assert requests(text, "VM1", "VM2") >= 198, text[-500:]
     hv("mirror", "del", "watch-vm1")
 
@@ -129,6 +134,9 @@ def test_mirror_delivers_selected_traffic_only(tlab: Lab, tmp_path: Path) -> Non
     ping(tlab, "VM3", "VM4", 100)
     ping(tlab, "VM1", "VM2", 100)
     text = cap.stop()
+    print(
+        f"mirror by VLAN 1: {requests(text, 'VM1', 'VM2')}/100 from VLAN 1, {requests(text, 'VM3', 'VM4')}/100 VLAN 2"
+    )
     assert requests(text, "VM1", "VM2") >= 99, text[-500:]
     assert requests(text, "VM3", "VM4") == 0
     stats = {m["name"]: m for m in hv("mirror", "list")["mirrors"]}
