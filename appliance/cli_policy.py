@@ -360,7 +360,8 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
     try:
         output = mirror_output(spec)
     except FieldError as exc:
-        raise _cli_problem("--" + exc.field.replace(".", "-").replace("output-", "output-"), str(exc)) from None
+        flag = {"output.key": "--key", "output.idx": "--key"}.get(exc.field, "--output-" + exc.field.split(".")[-1])
+        raise _cli_problem(flag, str(exc)) from None
     rule = MirrorRule(args.bridge, args.name, output=output, snaplen=args.snaplen, filter=args.filter)
     rule.allow_isolation_exception = args.allow_isolation_exception
     for field, values in (("--src", args.src), ("--dst", args.dst)):
