@@ -9,7 +9,6 @@ them.  ``--json`` output is meant for scripts and keeps units in key names.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -121,7 +120,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
     if args.json:
-        _print_json(inv.to_json(all_ports=args.all))
+        render.print_json(inv.to_json(all_ports=args.all))
     else:
         print(format_status(inv, all_ports=args.all, with_rates=bool(args.rates)))
     return EXIT_OK
@@ -135,7 +134,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     lab = Lab()
     report = lab.up(topo)
     if args.json:
-        _print_json({"db": report.db, "actions": report.actions, "guests": report.guests})
+        render.print_json({"db": report.db, "actions": report.actions, "guests": report.guests})
         return EXIT_OK
     for action in report.actions or ["already up; nothing to do"]:
         print(f"  {action}")
@@ -156,7 +155,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
 def cmd_lab_down(args: argparse.Namespace) -> int:
     report = Lab().down()
     if args.json:
-        _print_json({"actions": report.actions})
+        render.print_json({"actions": report.actions})
     else:
         for action in report.actions or ["no lab here; nothing to do"]:
             print(f"  {action}")
@@ -166,7 +165,7 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
 def cmd_lab_status(args: argparse.Namespace) -> int:
     st = Lab().status()
     if args.json:
-        _print_json(st)
+        render.print_json(st)
     else:
         print(f"lab: {st['state']}" + (f" (topology {st['topology']})" if st["topology"] else ""))
         print(f"run directory: {st['run_dir']}")
@@ -245,7 +244,7 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     with api.connect(lab.db, timeout=args.timeout) as conn:
         result = check.run_check(conn, lab, sc, methods, out_dir)
     if args.json:
-        _print_json(report.to_json(result))
+        render.print_json(report.to_json(result))
     else:
         print(report.format_result(result))
     return result.exit_code
@@ -268,11 +267,6 @@ def _connect(args: argparse.Namespace) -> Any:
     conn = api.connect(args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout)
     log.debug("connected to %s", conn.target.describe())
     return conn
-
-
-def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
 
 
 def _positive_float(text: str) -> float:

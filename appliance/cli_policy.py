@@ -35,6 +35,7 @@ from .policy import (
     load,
     require_one,
 )
+from .policy.engine import change_json
 from .policy.load import (
     FieldError,
     egress_from_fields,
@@ -58,12 +59,6 @@ def _engine(args: argparse.Namespace) -> PolicyEngine:
 
 def _command_line() -> str:
     return " ".join(["hvnet", *sys.argv[1:]])
-
-
-def _json(obj: Any) -> None:
-    from .cli import _print_json
-
-    _print_json(obj)
 
 
 def _policy_file(args: argparse.Namespace) -> str:
@@ -111,7 +106,7 @@ def format_result(result: ApplyResult) -> str:
 
 def _finish(args: argparse.Namespace, result: ApplyResult) -> int:
     if args.json:
-        _json(result.to_json())
+        render.print_json(result.to_json())
     else:
         print(format_result(result))
     return EXIT_OK if result.ok else EXIT_FAILED
@@ -125,16 +120,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
         plan = eng.plan(policy)
     if args.json:
-        _json({"changes": [_change_json(c) for c in plan.changes], "warnings": plan.warnings, "matched": plan.matched})
+        render.print_json(
+            {"changes": [change_json(c) for c in plan.changes], "warnings": plan.warnings, "matched": plan.matched}
+        )
     else:
         print("\n".join([format_plan(plan), *format_warnings(plan)]))
         if plan.changes:
             print(f"{len(plan.changes)} change(s); nothing was changed (plan only)")
     return EXIT_OK
-
-
-def _change_json(c: Any) -> dict[str, Any]:
-    return {**journal.change_to_json(c), "before_text": c.describe(c.before), "after_text": c.describe(c.after)}
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -171,7 +164,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     policy = load(_policy_file(args))
     with _engine(args) as eng:
         plan = eng.plan(policy)
-        of_drift = eng._openflow_drift()
+        of_drift = eng.openflow_drift()
     drift = [
         {"target": c.target, "setting": c.kind, "expected": c.describe(c.after), "found": c.describe(c.before)}
         for c in plan.changes
@@ -179,7 +172,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if of_drift:
         drift.append({"target": "OpenFlow", "setting": "meters", "expected": "as recorded in OVSDB", "found": "differ"})
     if args.json:
-        _json({"in_sync": not drift, "drift": drift, "warnings": plan.warnings})
+        render.print_json({"in_sync": not drift, "drift": drift, "warnings": plan.warnings})
     elif drift:
         print(render.table(["TARGET", "SETTING", "EXPECTED", "FOUND"], [list(d.values()) for d in drift]))
         print(f"drift: {len(drift)} setting(s) differ from {_policy_file(args)}")
@@ -193,7 +186,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         state = eng.snapshot()
     header = f"# hvnet policy exported {datetime.now():%Y-%m-%d %H:%M:%S} from {eng.remote}\n"
     if args.json:
-        _json(export.to_policy(state, by=args.by))
+        render.print_json(export.to_policy(state, by=args.by))
         return EXIT_OK
     text = export.to_yaml(state, by=args.by, header=header)
     if args.out:
@@ -237,7 +230,7 @@ def _stop_watcher(pending: dict[str, Any]) -> None:
 
 def _out(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
     if args.json:
-        _json(obj)
+        render.print_json(obj)
     else:
         print(text)
 
@@ -303,8 +296,6 @@ def cmd_vif_set(args: argparse.Namespace) -> int:
             elif args.trunks is not None and cur.mode == "access":
                 mode = "trunk"
         tag = args.tag if args.tag is not None else (cur.tag if mode != "trunk" else None)
-        if mode == "trunk":
-            tag = None if args.tag is None else args.tag
         trunks: Any = args.trunks
         if trunks is None and mode != "access":
             trunks = ",".join(str(t) for t in cur.trunks) if cur.trunks else None
@@ -422,7 +413,7 @@ def cmd_mirror_list(args: argparse.Namespace) -> int:
         rows.append([br, name, entry["owner"], entry["config"], render.count(stats.get("tx_packets")) + " pkt",
                      render.si(stats["tx_bytes"], "B") if "tx_bytes" in stats else "-"])  # fmt: skip
     if args.json:
-        _json({"mirrors": out})
+        render.print_json({"mirrors": out})
     elif rows:
         print(render.table(["BRIDGE", "MIRROR", "OWNER", "SELECT -> OUTPUT", "TX", "TX BYTES"], rows))
     else:

@@ -6,7 +6,10 @@ Every number carries its unit; a value that was not measured is shown as
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -46,3 +49,9 @@ def kbps(value: float | None) -> str:
     if not value:
         return "-"
     return f"{value:g} kbit/s"
+
+
+def print_json(obj: Any) -> None:
+    """``--json`` output: indented, key order kept, anything unusual as text."""
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")

@@ -27,7 +27,7 @@ from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from .engine import PolicyEngine
 from .load import load
-from .model import OWNER, OWNER_KEY, TUNNEL_MIRROR_KEY, Policy
+from .model import TUNNEL_MIRROR_KEY, Policy, is_owned
 
 log = logging.getLogger("hvnet.agent")
 
@@ -140,9 +140,8 @@ class Agent:
         of = self.engine.of
         if of is None:
             return
-        try:
-            pid = int((of.rundir / "ovs-vswitchd.pid").read_text().strip())
-        except (OSError, ValueError):
+        pid = of.vswitchd_pid()
+        if pid is None:
             return
         if self._vswitchd_pid is not None and pid != self._vswitchd_pid:
             log.warning("ovs-vswitchd restarted (pid %d -> %d): re-installing meters", self._vswitchd_pid, pid)
@@ -157,7 +156,7 @@ class Agent:
         policy_mirrors = {(m.bridge, m.name) for m in self.policy.mirrors if not m.remove}
 
         def owned(row: Any) -> bool:
-            return dict(col(row, "external_ids")).get(OWNER_KEY) == OWNER
+            return is_owned(col(row, "external_ids"))
 
         used_qos = {q.uuid for p in tables["Port"].rows.values() for q in col(p, "qos")}
         for u, qos in tables["QoS"].rows.items():
@@ -185,7 +184,7 @@ class Agent:
         for br in tables["Bridge"].rows.values():
             for p in col(br, "ports"):
                 ids = dict(col(p, "external_ids"))
-                if ids.get(OWNER_KEY) == OWNER and ids.get(TUNNEL_MIRROR_KEY) not in mirror_names:
+                if is_owned(ids) and ids.get(TUNNEL_MIRROR_KEY) not in mirror_names:
                     out[("Port", str(p.uuid))] = (br, p)
         return out
 

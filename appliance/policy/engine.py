@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .. import api
@@ -28,7 +28,7 @@ from ..names import resolve_names
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from . import journal, openflow, planner, writer
-from .model import DEAD, Policy
+from .model import DEAD, Ingress, Policy
 from .planner import Change, Plan, PlanOptions
 from .state import State, VlanCols
 from .state import read as read_state
@@ -73,7 +73,7 @@ class ApplyResult:
             "status": self.status,
             "ok": self.ok,
             "attempts": self.attempts,
-            "changes": [journal.change_to_json(c) | _texts(c) for c in self.plan.changes],
+            "changes": [change_json(c) for c in self.plan.changes],
             "warnings": self.plan.warnings,
             "problems": self.problems,
             "isolated": self.isolated,
@@ -82,8 +82,9 @@ class ApplyResult:
         }
 
 
-def _texts(c: Change) -> dict[str, str]:
-    return {"before_text": c.describe(c.before), "after_text": c.describe(c.after)}
+def change_json(c: Change) -> dict[str, Any]:
+    """A change for ``--json`` output: stored values plus their human descriptions."""
+    return {**journal.change_to_json(c), "before_text": c.describe(c.before), "after_text": c.describe(c.after)}
 
 
 class PolicyEngine:
@@ -109,35 +110,31 @@ class PolicyEngine:
 
     # -- reading ---------------------------------------------------------------
 
-    def vm_names(self, state: State | None = None) -> dict[str, str]:
-        """VM uuid -> name, looked up once per new uuid."""
+    def _refresh_names(self) -> None:
+        """Look up the names of VMs not seen before (libvirt/XAPI calls: outside any transaction)."""
         if not self._names_sources:
-            return self._names
-        if state is not None:
-            uuids = {p.vm_uuid for p in state.ports.values() if p.vm_uuid}
-        else:
-            with self.conn.lock:
-                uuids = {
-                    ids[k]
-                    for i in self.conn.idl.tables["Interface"].rows.values()
-                    for ids in (col(i, "external_ids"),)
-                    for k in _VM_ID_KEYS
-                    if k in ids
-                }
+            return
+        with self.conn.lock:
+            uuids = {
+                ids[k]
+                for i in self.conn.idl.tables["Interface"].rows.values()
+                for ids in (col(i, "external_ids"),)
+                for k in _VM_ID_KEYS
+                if k in ids
+            }
         missing = uuids - set(self._names)
-        if missing and self._names_sources:
+        if missing:
             for u, (name, _src) in resolve_names(self._names_sources, missing).items():
                 self._names[u] = name
-        return self._names
+
+    def _read(self, conn: Connection) -> State:
+        """The planner's snapshot, VM names attached (caller holds the lock or is in a transaction)."""
+        return read_state(conn, self._names)
 
     def snapshot(self) -> State:
+        self._refresh_names()
         with self.conn.lock:
-            state = read_state(self.conn)
-        names = self.vm_names(state)
-        for p in state.ports.values():
-            if p.vm_uuid:
-                p.vm_name = names.get(p.vm_uuid)
-        return state
+            return self._read(self.conn)
 
     def options(self) -> PlanOptions:
         if self._tc_police is None and self.force_policing in (None, "auto"):
@@ -150,10 +147,6 @@ class PolicyEngine:
     def _forced(self, policy: Policy) -> Policy:
         if self.force_policing is None:
             return policy
-        from dataclasses import replace
-
-        from .model import Ingress
-
         rules = [
             replace(r, ingress=replace(r.ingress, mechanism=self.force_policing))
             if isinstance(r.ingress, Ingress)
@@ -168,26 +161,17 @@ class PolicyEngine:
         """Make the switch match ``policy``; all or nothing."""
         policy = self._forced(policy)
         options = self.options()
-        names = self.vm_names()
+        self._refresh_names()
+        return self._run(lambda state: planner.plan(policy, state, options), dry_run=dry_run, verify=verify, wait=wait)
 
-        def make_plan(state: State) -> Plan:
-            for p in state.ports.values():
-                if p.vm_uuid:
-                    p.vm_name = names.get(p.vm_uuid)
-            return planner.plan(policy, state, options)
-
-        return self._run(make_plan, dry_run=dry_run, verify=verify, wait=wait)
-
-    def apply_changes(
-        self, changes: list[Change], *, label: str, guarded: bool = True, wait: bool = True
-    ) -> ApplyResult:
+    def apply_changes(self, changes: list[Change], *, label: str, wait: bool = True) -> ApplyResult:
         """Apply given changes (a rollback): each only if the row is still as it expects."""
 
         def make_plan(state: State) -> Plan:
             result = Plan()
             for c in changes:
                 current = current_value(state, c)
-                if guarded and current != c.before:
+                if current != c.before:
                     result.warnings.append(
                         f"{c.target} {c.kind}: left as is, changed since "
                         f"(now {c.describe(current)}, expected {c.describe(c.before)})"
@@ -209,11 +193,11 @@ class PolicyEngine:
     ) -> ApplyResult:
         if dry_run:
             with self.conn.lock:
-                state = read_state(self.conn)
+                state = self._read(self.conn)
             return ApplyResult(make_plan(state), "dry-run")
 
         def build(ctx: TxnContext) -> Plan:
-            plan = make_plan(read_state(ctx.conn))
+            plan = make_plan(self._read(ctx.conn))
             writer.write(ctx, plan.changes)
             return plan
 
@@ -228,10 +212,9 @@ class PolicyEngine:
                 gc.enable()
         plan: Plan = txn.value
         result = ApplyResult(plan, "applied" if plan.changes else "unchanged", attempts=txn.attempts)
-        if not plan.changes and not self._openflow_drift():
-            self._audit(plan.changes, "unchanged")
-            return result
         try:
+            # Meters live outside OVSDB: with nothing to commit they may still have drifted
+            # (ovs-vswitchd restarted); sync compares first and changes only what differs.
             if not plan.changes or any(_touches_meters(c) for c in plan.changes):
                 result.openflow = self.sync_openflow(plan.bridges() or None)
         except HvnetError as exc:
@@ -246,6 +229,10 @@ class PolicyEngine:
             self._audit(plan.changes, f"rolled back: meters failed: {exc.message}")
             result.status = "rolled back"
             result.problems.append(f"meter installation failed ({exc.message}); the OVSDB changes were undone")
+            return result
+        if not plan.changes and not any(v["added"] or v["modified"] or v["removed_ofports"]
+                                        for v in result.openflow.values()):  # fmt: skip
+            self._audit(plan.changes, "unchanged")
             return result
         if self.of is not None and wait and any(c.kind in ("vlan", "mirror") for c in plan.changes):
             self.of.purge_datapath()
@@ -279,23 +266,20 @@ class PolicyEngine:
 
     # -- OpenFlow ----------------------------------------------------------------
 
-    def _openflow_drift(self) -> bool:
+    def openflow_drift(self) -> bool:
+        """Whether hvnet's meters/flows differ from the OVSDB record (``hvnet verify``)."""
         if self.of is None:
             return False
         with self.conn.lock:
             state = read_state(self.conn)
         for br in state.bridges:
             want = openflow.wanted(state, br)
-            if not want and not self.of.available(br):
-                continue
             if not self.of.available(br):
-                return True
-            inst = self.of.read(br)
-            if {k: None for k in inst.flows} != {k: None for k in want}:
-                return True
-            for ofport, w in want.items():
-                if inst.meters.get(inst.flows[ofport]) != (w.rate_kbps, w.burst_kbit):
+                if want:
                     return True
+                continue
+            if openflow.diff(self.of.read(br), want).changed:
+                return True
         return False
 
     def sync_openflow(self, bridges: set[str] | None = None) -> dict[str, Any]:
@@ -331,7 +315,7 @@ class PolicyEngine:
         for attempt in range(VERIFY_ATTEMPTS):
             with self.conn.lock:
                 self.conn.idl.run()
-                state = read_state(self.conn)
+                state = self._read(self.conn)
             bad = {}
             for name in ports + tunnels:
                 p = state.ports.get(name)

@@ -106,10 +106,6 @@ def to_yaml(state: State, *, by: str = "mac", header: str = "") -> str:
     doc = to_policy(state, by=by)
     names = {p.name: p.vm_name for p in state.ports.values() if p.vm_name}
     text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
-    # Say which VM each rule is about (the selector may be a MAC).
-    lines = []
-    for line in text.splitlines():
-        lines.append(line)
-    out = "\n".join(lines) + "\n"
+    # Say which VM each port belongs to (the selectors may be MACs).
     comment = "".join(f"#   {port}: {vm}\n" for port, vm in sorted(names.items()))
-    return (header + ("# VMs on this switch:\n" + comment if comment else "")) + out
+    return header + ("# VMs on this switch:\n" + comment if comment else "") + text

@@ -207,6 +207,11 @@ class Policy:
         return None
 
 
+def is_owned(external_ids: Any) -> bool:
+    """Whether a row with these ``external_ids`` (mapping or pairs) was created by hvnet."""
+    return dict(external_ids).get(OWNER_KEY) == OWNER
+
+
 def default_burst_kbit(rate_kbps: int) -> int:
     """80% of the rate, never below one MTU-sized frame (12 kbit)."""
     return max(MIN_BURST_KBIT, int(rate_kbps * 0.8))

@@ -162,13 +162,18 @@ class OpenFlow:
             raise CommandFailed(argv, out.returncode, out.stderr)
         return out.stdout
 
+    def vswitchd_pid(self) -> int | None:
+        try:
+            return int((self.rundir / "ovs-vswitchd.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
     def _vswitchd_ctl(self) -> str | None:
         fixed = self.rundir / "ovs-vswitchd.ctl"  # hvnet's lab names it so
         if fixed.exists():
             return str(fixed)
-        try:
-            pid = int((self.rundir / "ovs-vswitchd.pid").read_text().strip())
-        except (OSError, ValueError):
+        pid = self.vswitchd_pid()
+        if pid is None:
             return None
         ctl = self.rundir / f"ovs-vswitchd.{pid}.ctl"
         return str(ctl) if ctl.exists() else None
@@ -199,7 +204,6 @@ class OpenFlow:
 
     def sync(self, bridge: str, want: dict[int, Wanted]) -> SyncResult:
         """Make hvnet's meters and flows on ``bridge`` exactly ``want``."""
-        result = SyncResult()
         sw = self._switch(bridge)
         inst = self.read(bridge)
         if want and inst.foreign_flows:
@@ -208,30 +212,63 @@ class OpenFlow:
                 f"{inst.foreign_flows[0]!r}); meter policing would bypass them",
                 hint="use mechanism: tc for this bridge's VIFs, or remove the flows",
             )
-        for ofport, meter in sorted(inst.flows.items()):
-            if ofport not in want:
-                self._ofctl("del-meters", sw, f"meter={meter}")  # deleting a meter deletes its flows
-                self._ofctl("--strict", "del-flows", sw, f"cookie={COOKIE:#x}/-1,priority={PRIORITY},in_port={ofport}")
-                result.removed.append(ofport)
-                inst.meters.pop(meter, None)
-        used = set(inst.meters)
-        new_flows = []
-        for ofport, w in sorted(want.items()):
-            spec = f"kbps,burst,stats,bands=type=drop,rate={w.rate_kbps},burst_size={w.burst_kbit}"
-            meter = inst.flows.get(ofport)
-            if meter is not None and meter in inst.meters:
-                if inst.meters[meter] != (w.rate_kbps, w.burst_kbit):
-                    self._ofctl("mod-meter", sw, f"meter={meter},{spec}")
-                    result.modified.append(w.port)
-                continue
-            meter = ofport if ofport not in used else _lowest_free(used)
-            used.add(meter)
-            self._ofctl("add-meter", sw, f"meter={meter},{spec}")
-            new_flows.append(f"cookie={COOKIE:#x},priority={PRIORITY},in_port={ofport},actions=meter:{meter},NORMAL")
-            result.added.append(w.port)
-        if new_flows:
-            self._ofctl("add-flows", sw, "-", stdin="\n".join(new_flows) + "\n")
-        return result
+        todo = diff(inst, want)
+        for ofport, meter in todo.remove:
+            self._ofctl("del-meters", sw, f"meter={meter}")  # deleting a meter deletes its flows
+            self._ofctl("--strict", "del-flows", sw, f"cookie={COOKIE:#x}/-1,priority={PRIORITY},in_port={ofport}")
+        for meter, w in todo.modify:
+            self._ofctl("mod-meter", sw, f"meter={meter},{_meter_spec(w)}")
+        for meter, w in todo.add:
+            self._ofctl("add-meter", sw, f"meter={meter},{_meter_spec(w)}")
+        if todo.add:
+            flows = [
+                f"cookie={COOKIE:#x},priority={PRIORITY},in_port={w.ofport},actions=meter:{meter},NORMAL"
+                for meter, w in todo.add
+            ]
+            self._ofctl("add-flows", sw, "-", stdin="\n".join(flows) + "\n")
+        return SyncResult(
+            added=[w.port for _, w in todo.add],
+            modified=[w.port for _, w in todo.modify],
+            removed=[ofport for ofport, _ in todo.remove],
+        )
+
+
+@dataclass
+class MeterDiff:
+    """What :meth:`OpenFlow.sync` must do: (ofport, meter) to remove, (meter, Wanted) to modify/add."""
+
+    remove: list[tuple[int, int]] = field(default_factory=list)
+    modify: list[tuple[int, Wanted]] = field(default_factory=list)
+    add: list[tuple[int, Wanted]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.remove or self.modify or self.add)
+
+
+def diff(inst: Installed, want: dict[int, Wanted]) -> MeterDiff:
+    """Compare installed meters/flows with the wanted ones; new meters get the port's number if free."""
+    out = MeterDiff()
+    meters = dict(inst.meters)
+    for ofport, meter in sorted(inst.flows.items()):
+        if ofport not in want:
+            out.remove.append((ofport, meter))
+            meters.pop(meter, None)
+    used = set(meters)
+    for ofport, w in sorted(want.items()):
+        meter = inst.flows.get(ofport)
+        if meter is not None and meter in meters:
+            if meters[meter] != (w.rate_kbps, w.burst_kbit):
+                out.modify.append((meter, w))
+            continue
+        meter = ofport if ofport not in used else _lowest_free(used)
+        used.add(meter)
+        out.add.append((meter, w))
+    return out
+
+
+def _meter_spec(w: Wanted) -> str:
+    return f"kbps,burst,stats,bands=type=drop,rate={w.rate_kbps},burst_size={w.burst_kbit}"
 
 
 def _lowest_free(used: set[int]) -> int:

@@ -245,7 +245,7 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
     for name in sorted(wanted):
         port = state.ports[name]
         for kind, (value, path) in wanted[name].items():
-            change = _vif_change(kind, value, port, path, policy, opts, problems, result)
+            change = _vif_change(kind, value, port, path, opts, problems, result)
             if name in conflicted and kind == "vlan":
                 result.dead[name] = "two policy rules give this VIF different VLANs: isolated in dead VLAN 4095"
                 if change is not None:
@@ -282,7 +282,6 @@ def _vif_change(
     value: Any,
     port: PortState,
     path: tuple[Any, ...],
-    policy: Policy,
     opts: PlanOptions,
     problems: _Problems,
     result: Plan,

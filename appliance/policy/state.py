@@ -9,13 +9,13 @@ applied back plans nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..inventory import _LIBVIRT_PORT, _VIF_ID_KEYS, _VM_ID_KEYS, parse_xen_port
 from ..ovsdb import Connection
 from ..ovsdb import column as col
-from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, Vlan
+from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, Vlan, is_owned
 
 # Everything the policy engine reads or writes.
 COLUMNS: dict[str, list[str]] = {
@@ -111,7 +111,7 @@ class QosCols:
 
     @property
     def owned(self) -> bool:
-        return dict(self.external_ids).get(OWNER_KEY) == OWNER
+        return is_owned(self.external_ids)
 
     def effective(self) -> Egress | None:
         """The egress cap this QoS enforces, if it is one hvnet can express."""
@@ -157,7 +157,7 @@ class MirrorCols:
 
     @property
     def owned(self) -> bool:
-        return dict(self.external_ids).get(OWNER_KEY) == OWNER
+        return is_owned(self.external_ids)
 
     def same_config(self, other: MirrorCols) -> bool:
         """Equal in everything the switch acts on (ownership marks aside)."""
@@ -300,7 +300,7 @@ def read(conn: Connection, vm_names: dict[str, str] | None = None) -> State:
                 or bool(_LIBVIRT_PORT.match(name))
             ),
             owner_mirror=dict(col(port, "external_ids")).get(TUNNEL_MIRROR_KEY)
-            if dict(col(port, "external_ids")).get(OWNER_KEY) == OWNER
+            if is_owned(col(port, "external_ids"))
             else None,
             n_interfaces=len(ifaces),
         )
@@ -308,10 +308,11 @@ def read(conn: Connection, vm_names: dict[str, str] | None = None) -> State:
         bname = col(br, "name")
         for m in col(br, "mirrors"):
             cols = mirror_cols(conn, m)
-            if cols.output_port and cols.output_port in state.ports:
-                tp = state.ports[cols.output_port]
-                if tp.owner_mirror is not None:
-                    cols = _with_tunnel(cols, tables, cols.output_port)
+            out = _opt(col(m, "output_port"))
+            if out is not None and cols.output_port in state.ports and state.ports[cols.output_port].owner_mirror:
+                iface = next(iter(col(out, "interfaces")))
+                tunnel = TunnelCols(cols.output_port, col(iface, "type"), _items(col(iface, "options")))
+                cols = replace(cols, tunnel=tunnel)
             state.mirrors[(bname, col(m, "name"))] = MirrorState(
                 bname, col(m, "name"), cols, {k: int(v) for k, v in col(m, "statistics").items()}
             )
@@ -331,12 +332,3 @@ def mirror_cols(conn: Connection, m: Any) -> MirrorCols:
         filter=_opt(col(m, "filter")) if conn.has_column("Mirror", "filter") else None,
         external_ids=_items(col(m, "external_ids")),
     )
-
-
-def _with_tunnel(cols: MirrorCols, tables: Any, port_name: str) -> MirrorCols:
-    for port in tables["Port"].rows.values():
-        if col(port, "name") == port_name:
-            iface = next(iter(col(port, "interfaces")))
-            tunnel = TunnelCols(port_name, col(iface, "type"), _items(col(iface, "options")))
-            return MirrorCols(**{**cols.__dict__, "tunnel": tunnel})
-    return cols

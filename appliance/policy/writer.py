@@ -16,7 +16,7 @@ from typing import Any
 
 from ..ovsdb import TxnContext
 from ..ovsdb import column as col
-from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY
+from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, is_owned
 from .planner import Change
 from .state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
 
@@ -109,18 +109,18 @@ def _fill_qos(rows: _Rows, qos: Any, cols: QosCols, existing_queues: dict[int, A
         queues[q.number] = row
     qos.queues = queues
     for leftover in existing_queues.values():
-        if dict(col(leftover, "external_ids")).get(OWNER_KEY) == OWNER:
+        if is_owned(col(leftover, "external_ids")):
             leftover.delete()
 
 
 def _delete_owned_qos(rows: _Rows, qos: Any) -> None:
     """Delete an hvnet-owned QoS (and owned queues) once no port uses it."""
-    if dict(col(qos, "external_ids")).get(OWNER_KEY) != OWNER:
+    if not is_owned(col(qos, "external_ids")):
         return
     if rows.qos_users().get(qos.uuid, 0) > 0:
         return
     for q in col(qos, "queues").values():
-        if dict(col(q, "external_ids")).get(OWNER_KEY) == OWNER:
+        if is_owned(col(q, "external_ids")):
             q.delete()
     qos.delete()
 
@@ -149,11 +149,7 @@ def _write_egress(rows: _Rows, ch: Change) -> None:
                 users[old_row.uuid] -= 1
                 _delete_owned_qos(rows, old_row)
             return
-    if (
-        old_row is not None
-        and dict(col(old_row, "external_ids")).get(OWNER_KEY) == OWNER
-        and users.get(old_row.uuid, 0) == 1
-    ):
+    if old_row is not None and is_owned(col(old_row, "external_ids")) and users.get(old_row.uuid, 0) == 1:
         _verify(old_row, "type", "other_config", "queues")
         _fill_qos(rows, old_row, after, dict(col(old_row, "queues")))
         return
@@ -183,7 +179,7 @@ def _remove_tunnel(rows: _Rows, bridge: Any, tunnel: TunnelCols, mirror: str) ->
     if port is None:
         return
     ids = dict(col(port, "external_ids"))
-    if ids.get(OWNER_KEY) != OWNER or ids.get(TUNNEL_MIRROR_KEY) != mirror:
+    if not is_owned(ids) or ids.get(TUNNEL_MIRROR_KEY) != mirror:
         return  # not ours: never delete it
     bridge.delvalue("ports", port)
     port.delete()

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from appliance.policy import export, journal, planner
-from appliance.policy.model import DEAD_VLAN, OWNER, OWNER_KEY, Egress
+from appliance.policy.model import DEAD_VLAN, Egress
 from appliance.policy.planner import Change, PlanOptions, owned_qos, tunnel_port_name
 from appliance.policy.state import (
     BridgeState,
@@ -24,29 +24,9 @@ from appliance.policy.state import (
     VlanCols,
 )
 
+from .policy_states import OWNED, vif
+
 load = importlib.import_module("appliance.policy.load")
-
-OWNED = ((OWNER_KEY, OWNER),)
-
-
-def vif(name: str, vm: str, n: int, tag: int | None, **kw) -> PortState:
-    fields = {
-        "name": name,
-        "bridge": "xenbr0",
-        "interface": name,
-        "iface_type": "system",
-        "vlan": VlanCols(None, tag, ()),
-        "police": PoliceCols(),
-        "qos": None,
-        "ofport": n,
-        "error": None,
-        "mac": f"52:54:00:00:00:0{n}",
-        "vm_uuid": f"00000000-0000-0000-0000-00000000000{n}",
-        "vm_name": vm,
-        "is_vif": True,
-    }
-    fields.update(kw)
-    return PortState(**fields)
 
 
 def port(name: str, bridge: str = "xenbr0", **kw) -> PortState:

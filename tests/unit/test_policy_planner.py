@@ -25,30 +25,11 @@ from appliance.policy.state import (
     VlanCols,
 )
 
+from .policy_states import OWNED, vif
+
 load = importlib.import_module("appliance.policy.load")
 
 FILE = "p.yaml"
-OWNED = ((OWNER_KEY, OWNER),)
-
-
-def vif(name: str, vm: str, n: int, tag: int | None, **kw) -> PortState:
-    fields = {
-        "name": name,
-        "bridge": "xenbr0",
-        "interface": name,
-        "iface_type": "system",
-        "vlan": VlanCols(None, tag, ()),
-        "police": PoliceCols(),
-        "qos": None,
-        "ofport": n,
-        "error": None,
-        "mac": f"52:54:00:00:00:0{n}",
-        "vm_uuid": f"00000000-0000-0000-0000-00000000000{n}",
-        "vm_name": vm,
-        "is_vif": True,
-    }
-    fields.update(kw)
-    return PortState(**fields)
 
 
 def uplink(name: str = "eth1", bridge: str = "xenbr0") -> PortState:
