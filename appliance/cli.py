@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, api, cli_policy, proc, render
+from . import __version__, api, cli_policy, cli_suite, proc, render
 from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError, UsageError
 from .inventory import Inventory, Vif
 from .lab import Lab
@@ -210,32 +210,7 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
                              hint="run as root, or use --method trace")  # fmt: skip
         proc.which("tcpdump")
     lab = Lab()
-    status = lab.status()
-    if status["state"] == "down":
-        raise UsageError(
-            f"no lab is up; scenario {sc.name} runs on the lab topology {sc.topology.file}",
-            hint=f"hvnet lab up --topology {sc.topology.file}",
-        )
-    in_lab = {x["name"]: x for x in status["guests"]}
-    missing = [g for g in sc.guests if g not in in_lab]
-    differ = [
-        g
-        for g in sc.guests
-        if g in in_lab
-        and (in_lab[g]["ip"], in_lab[g]["mac"], in_lab[g]["vif"])
-        != (sc.topology.guest(g).ip, sc.topology.guest(g).mac, sc.topology.guest(g).vif)
-    ]
-    if differ:
-        raise UsageError(
-            f"guest {', '.join(differ)} in the lab that is up (topology {status['topology']}) differs from "
-            f"the scenario's topology {sc.topology.file} (IP, MAC or VIF)",
-            hint=f"hvnet lab down && hvnet lab up --topology {sc.topology.file}",
-        )
-    if missing:
-        raise UsageError(
-            f"the lab that is up (topology {status['topology']}) has no guest {', '.join(missing)}",
-            hint=f"hvnet lab down && hvnet lab up --topology {sc.topology.file}",
-        )
+    lab.require_guests(sc.topology, sc.guests)
     out_dir = None
     if "traffic" in methods:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -339,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     ic.set_defaults(func=cmd_isolation_check)
 
     cli_policy.register(sub)
+    cli_suite.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.set_defaults(func=cmd_tui)

@@ -10,6 +10,7 @@ successive reads; :class:`RateMeter` is pure so it is tested on its own.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields
 
 SYSFS_NET = "/sys/class/net"
@@ -119,3 +120,39 @@ class RateMeter:
         for key in list(self._last):
             if key not in keys:
                 del self._last[key]
+
+
+_OFCTL_PORT = re.compile(r'^\s*port\s+(?:"([^"]+)"|(\S+)):\s*rx\s+(.*)$')
+_OFCTL_TX = re.compile(r"^\s*tx\s+(.*)$")
+
+
+def parse_ofctl_ports(text: str) -> dict[str, Counters]:
+    """``ovs-ofctl --names dump-ports BRIDGE`` -> counters per port name, as OVS itself counted them.
+
+    Unlike the kernel's counters these include what the switch dropped (a
+    full socket buffer towards a VIF, a meter) -- the drops a step must show.
+    """
+    out: dict[str, Counters] = {}
+    name: str | None = None
+    values: dict[str, int] = {}
+
+    def fields_of(rest: str, prefix: str) -> None:
+        for part in rest.split(","):
+            key, _, value = part.strip().partition("=")
+            target = {"pkts": "packets", "bytes": "bytes", "drop": "dropped", "errs": "errors"}.get(key)
+            if target and value.strip().isdigit():
+                values[f"{prefix}_{target}"] = int(value)
+
+    for line in text.splitlines():
+        m = _OFCTL_PORT.match(line)
+        if m:
+            name = m.group(1) or m.group(2).rstrip(":")
+            values = {}
+            fields_of(m.group(3), "rx")
+            continue
+        t = _OFCTL_TX.match(line)
+        if t and name is not None:
+            fields_of(t.group(1), "tx")
+            out[name] = Counters.from_mapping(values, "openflow")
+            name = None
+    return out

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import proc
-from .errors import LabError
+from .errors import LabError, UsageError
 from .ovsdb import Connection, TxnContext
 from .ovsdb import column as col
 from .switch import Switch
@@ -414,6 +414,40 @@ class Lab:
             "daemons": daemons,
             "guests": guests,
         }
+
+    def require_guests(self, topology: Topology, names: list[str]) -> dict[str, dict[str, Any]]:
+        """The lab's records of ``names``, refusing a lab whose guests differ from ``topology``'s.
+
+        A suite or scenario written for one topology must not run against
+        another lab that happens to use the same guest names.
+        """
+        status = self.status()
+        if status["state"] == "down":
+            raise UsageError(f"no lab is up; this needs the lab topology {topology.file}",
+                             hint=f"hvnet lab up --topology {topology.file}")  # fmt: skip
+        in_lab = {x["name"]: x for x in status["guests"]}
+        missing = [g for g in names if g not in in_lab]
+        if missing:
+            raise UsageError(
+                f"the lab that is up (topology {status['topology']}) has no guest {', '.join(missing)}",
+                hint=f"hvnet lab down && hvnet lab up --topology {topology.file}",
+            )
+        differ = [
+            g for g in names
+            if (in_lab[g]["ip"], in_lab[g]["mac"], in_lab[g]["vif"])
+            != (topology.guest(g).ip, topology.guest(g).mac, topology.guest(g).vif)
+        ]  # fmt: skip
+        if differ:
+            raise UsageError(
+                f"guest {', '.join(differ)} in the lab that is up (topology {status['topology']}) differs from "
+                f"{topology.file} (IP, MAC or VIF)",
+                hint=f"hvnet lab down && hvnet lab up --topology {topology.file}",
+            )
+        absent = [g for g in names if not (in_lab[g]["namespace_present"] and in_lab[g]["vif_present"])]
+        if absent:
+            raise UsageError(f"guest {', '.join(absent)} is recorded but its namespace or VIF is gone",
+                             hint="hvnet lab down && hvnet lab up")  # fmt: skip
+        return {g: in_lab[g] for g in names}
 
     # -- guests ----------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import proc
+from ..counters import Counters, parse_ofctl_ports
 from ..errors import CommandFailed, HvnetError
 from ..target import DbTarget
 from .state import State
@@ -161,6 +162,10 @@ class OpenFlow:
         if out.returncode != 0:
             raise CommandFailed(argv, out.returncode, out.stderr)
         return out.stdout
+
+    def port_counters(self, bridge: str) -> dict[str, Counters]:
+        """Every port's counters as OVS counted them (drops included), by port name."""
+        return parse_ofctl_ports(self._ofctl("--names", "dump-ports", self._switch(bridge)))
 
     def vswitchd_pid(self) -> int | None:
         try:

@@ -1,0 +1,263 @@
+"""``hvnet suite``: run netperf suites, report, compare, list.
+
+Thin: argument handling and terminal progress; the work is in
+:mod:`appliance.netperf`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from . import api, render
+from .errors import EXIT_FAILED, EXIT_OK, UsageError
+from .lab import Lab
+from .netperf import compare as compare_mod
+from .netperf import report, results
+from .netperf import suite as suite_mod
+from .netperf.runner import Event, Runner
+from .policy import COLUMNS
+
+
+class Progress:
+    """One status line redrawn in place on a terminal; plain lines otherwise (logs, CI)."""
+
+    def __init__(self, stream: Any = sys.stderr, quiet: bool = False) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.quiet = quiet
+        self.step = 0
+        self.last = ""
+
+    def __call__(self, e: Event) -> None:
+        if self.quiet and e.kind not in ("warning",):
+            return
+        if e.kind == "step" and e.step is not None:
+            self.step = e.step.index + 1
+        if e.kind in ("warning", "info", "done") or not self.tty:
+            self._clear()
+            prefix = "warning: " if e.kind == "warning" else ""
+            print(f"{prefix}{e.message}", file=self.stream, flush=True)
+            return
+        self.last = e.message if e.kind == "repetition" else self.last
+        self._draw(e)
+
+    def _draw(self, e: Event) -> None:
+        width = shutil.get_terminal_size((80, 24)).columns
+        done = self.step - (0 if e.kind == "repetition" else 1)
+        frac = max(0.0, min(1.0, done / e.steps_total)) if e.steps_total else 0.0
+        bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
+        eta = "-" if e.eta_s is None else time.strftime("%H:%M:%S", time.gmtime(e.eta_s))
+        line = f"[{bar}] step {self.step}/{e.steps_total} ETA {eta} | {self.last or e.message}"
+        self.stream.write("\r" + line[: width - 1].ljust(width - 1))
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            width = shutil.get_terminal_size((80, 24)).columns
+            self.stream.write("\r" + " " * (width - 1) + "\r")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,4,8, not {text!r}") from None
+    if not values or any(not 1 <= v <= suite_mod.MAX_CONCURRENCY for v in values):
+        raise argparse.ArgumentTypeError(f"concurrency values are 1..{suite_mod.MAX_CONCURRENCY}")
+    return values
+
+
+def _bounded(lo: int, hi: int, what: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{what} must be {lo}..{hi}, not {v}")
+        return v
+
+    return parse
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    s = suite_mod.load(args.file)  # validated whole before anything is touched
+    if args.concurrency or args.duration or args.repetitions:
+        s = s.with_overrides(concurrency=args.concurrency, duration=args.duration, repetitions=args.repetitions)
+    out_dir = Path(args.out) if args.out else results.runs_dir() / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UsageError(
+            f"{out_dir} exists and is not empty; a run directory holds one run", hint="give a new --out directory"
+        )
+    lab = Lab()
+    progress = Progress(quiet=args.json)
+    with api.connect(lab.db if lab.is_up() else args.db, timeout=args.timeout, columns=COLUMNS) as conn:
+        runner = Runner(s, lab=lab, conn=conn, out_dir=out_dir, on_event=progress)
+        previous = signal.getsignal(signal.SIGINT)
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            # First Ctrl-C: stop cleanly (instances stopped by PID, partial results saved).
+            runner.stop("interrupted (Ctrl-C)")
+            signal.signal(signal.SIGINT, previous)
+
+        signal.signal(signal.SIGINT, on_sigint)
+        try:
+            doc = runner.run()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if args.json:
+        render.print_json({"run": str(out_dir), "state": doc["state"], "steps": len(doc["steps"])})
+    else:
+        print(report.text(doc))
+        print(f"\nrun directory: {out_dir}  (hvnet suite report {out_dir})")
+    return EXIT_OK if doc["state"] == "complete" else EXIT_FAILED
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    doc = results.load(args.run)
+    if args.json:
+        render.print_json(doc)
+        return EXIT_OK
+    print(report.text(doc))
+    if not args.no_plots:
+        from .netperf import plots
+
+        written = plots.write(doc, Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
+        for p in written:
+            print(f"plot: {p}")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    base, new = results.load(args.base), results.load(args.new)
+    result = compare_mod.compare(base, new, threshold_pct=args.threshold)
+    if args.json:
+        render.print_json(result.to_json())
+    else:
+        print(compare_mod.text(result))
+    return EXIT_FAILED if result.regressions else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    shipped = []
+    for p in suite_mod.shipped():
+        try:
+            s = suite_mod.load(p)
+            shipped.append(
+                {
+                    "suite": s.name,
+                    "file": str(p),
+                    "steps": len(s.steps()),
+                    "minutes": round(s.estimated_seconds() / 60, 1),
+                    "description": s.description,
+                }
+            )
+        except UsageError as exc:
+            shipped.append({"suite": p.stem, "file": str(p), "error": str(exc)})
+    runs = results.list_runs(Path(args.runs) if args.runs else None)
+    if args.json:
+        render.print_json({"suites": shipped, "runs": runs})
+        return EXIT_OK
+    print(
+        render.table(
+            ["suite", "steps", "min (at least)", "description"],
+            [
+                [
+                    s["suite"],
+                    str(s.get("steps", "-")),
+                    str(s.get("minutes", "-")),
+                    s.get("description") or s.get("error", ""),
+                ]
+                for s in shipped
+            ],
+        )
+    )
+    where = args.runs or results.runs_dir()
+    if runs:
+        print(f"\nruns in {where}:")
+        print(
+            render.table(
+                ["run", "suite", "started", "state", "steps", "lost"],
+                [
+                    [r["run"], r["suite"], r["started"] or "-", r["state"], str(r["steps"]), str(r["lost"])]
+                    for r in runs
+                ],
+            )
+        )
+    else:
+        print(f"\nno runs in {where}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    s = suite_mod.load(args.file)
+    print(
+        f"{s.file}: valid: {len(s.tests)} test(s), {len(s.cases)} case(s), {len(s.steps())} step(s), "
+        f"at least {s.estimated_seconds() / 60:.1f} min"
+    )
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("suite", help="netperf suites: run, report, compare, list")
+    ss = p.add_subparsers(dest="suite_command", metavar="COMMAND", required=True)
+
+    r = ss.add_parser("run", help="run a suite (a file, or a shipped suite's name) and save a run directory")
+    r.add_argument("file", metavar="SUITE", help="suite YAML, or the name of a shipped suite (e.g. quick)")
+    r.add_argument(
+        "--out", metavar="DIR", help=f"run directory (default $HVNET_RUNS_DIR or {results.DEFAULT_RUNS_DIR}/SUITE-TIME)"
+    )
+    r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
+    r.add_argument(
+        "--duration",
+        type=_bounded(1, suite_mod.MAX_DURATION_S, "--duration"),
+        metavar="S",
+        help="replace every test's duration (seconds)",
+    )
+    r.add_argument(
+        "--repetitions",
+        type=_bounded(1, suite_mod.MAX_REPETITIONS, "--repetitions"),
+        metavar="N",
+        help="replace every test's repetitions",
+    )
+    r.add_argument("--json", action="store_true", help="print only the run directory and state as JSON")
+    r.set_defaults(func=cmd_run)
+
+    rp = ss.add_parser("report", help="print a run's tables and write its plots (no re-run)")
+    rp.add_argument("run", metavar="RUN", help="run directory")
+    rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    rp.add_argument("--json", action="store_true", help="print results.json")
+    rp.set_defaults(func=cmd_report)
+
+    c = ss.add_parser("compare", help="compare two runs; exit 1 on a significant regression beyond the threshold")
+    c.add_argument("base", metavar="BASE", help="the reference run directory")
+    c.add_argument("new", metavar="NEW", help="the run to judge")
+    c.add_argument("--threshold", type=_threshold, default=5.0, metavar="PCT", help="tolerated change (default 5%%)")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_compare)
+
+    ls = ss.add_parser("list", help="shipped suites and past runs")
+    ls.add_argument("--runs", metavar="DIR", help="where runs are kept (default $HVNET_RUNS_DIR)")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=cmd_list)
+
+    v = ss.add_parser("validate", help="check a suite file and print what it would run; runs nothing")
+    v.add_argument("file", metavar="SUITE")
+    v.set_defaults(func=cmd_validate)
+
+
+def _threshold(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"threshold must be a percentage, not {text!r}") from None
+    if not 0 <= v <= 1000:
+        raise argparse.ArgumentTypeError("threshold must be 0..1000 (%)")
+    return v

@@ -1,0 +1,240 @@
+"""Processes the runner starts: netservers, and batches of netperf instances started together.
+
+Concurrent netperfs are not synchronised by netperf itself; started one
+after another, the first runs alone for as long as the rest take to spawn.
+A batch therefore pre-spawns every instance as a tiny launcher that reports
+"ready" and blocks on a shared pipe; when all are ready the pipe is closed,
+every launcher wakes at once, stamps ``CLOCK_MONOTONIC`` (shared by all
+processes) and ``exec``s netperf in place, keeping its PID.  The stamps give
+the start spread that is reported with every step.
+
+Every process is started in its own session, so a Ctrl-C at the terminal
+reaches hvnet only; hvnet then stops exactly the PIDs it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import psutil
+
+from .. import proc
+
+# The launcher: ready byte, wait for the release, stamp the time, become netperf.
+_LAUNCHER = (
+    "import os,sys,time\n"
+    "os.write(int(sys.argv[2]),b'r');os.close(int(sys.argv[2]))\n"
+    "os.read(int(sys.argv[1]),1)\n"
+    "os.write(2,b'hvnet-start %d\\n'%time.monotonic_ns())\n"
+    "os.execv(sys.argv[3],sys.argv[3:])"
+)
+START_MARK = "hvnet-start "
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a process runs: a lab guest's network namespace (more kinds come with VM guests)."""
+
+    name: str
+    netns: Optional[str]
+    address: Optional[str] = None
+    vif: Optional[str] = None
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return proc.in_netns(self.netns, argv) if self.netns else list(argv)
+
+
+class Netserver:
+    """A netserver hvnet started in a guest; stopped by its PID (and the children it forked)."""
+
+    def __init__(self, endpoint: Endpoint, port: int, log: Path) -> None:
+        self.endpoint = endpoint
+        self.port = port
+        self.log = log
+        self.popen: Optional[subprocess.Popen[bytes]] = None
+
+    def start(self) -> None:
+        argv = self.endpoint.wrap([proc.which("netserver"), "-D", "-4", "-p", str(self.port)])
+        with open(self.log, "ab") as log:
+            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def exit_status(self) -> Optional[int]:
+        return self.popen.poll() if self.popen else None
+
+    def stop(self) -> None:
+        if self.popen is None:
+            return
+        stop_tree(self.popen)
+        self.popen = None
+
+
+def stop_tree(popen: subprocess.Popen, grace: float = 2.0) -> None:
+    """SIGTERM a process we started and the children it forked, then SIGKILL what is left."""
+    try:
+        children = psutil.Process(popen.pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    for p in [popen, *children]:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    try:
+        popen.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(timeout=grace)
+    _, alive = psutil.wait_procs(children, timeout=grace)
+    for c in alive:
+        try:
+            c.kill()
+        except psutil.Error:
+            pass
+
+
+@dataclass
+class Outcome:
+    """How one instance ended."""
+
+    returncode: Optional[int]
+    cpu_s: float  # user + system seconds netperf used (from wait4's rusage)
+    timed_out: Optional[float] = None
+    started_ns: Optional[int] = None
+
+
+@dataclass
+class Batch:
+    """N instances, pre-spawned and released together."""
+
+    argvs: list[list[str]]
+    endpoint: Endpoint
+    out_dir: Path
+    popens: list[subprocess.Popen] = field(default_factory=list)
+    released_ns: Optional[int] = None
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+
+    def out_path(self, i: int) -> Path:
+        return self.out_dir / f"instance-{i:03d}.out"
+
+    def err_path(self, i: int) -> Path:
+        return self.out_dir / f"instance-{i:03d}.err"
+
+    def spawn(self, ready_timeout: float = 30.0) -> None:
+        """Start every launcher and wait until all are blocked on the release pipe."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        go_r, self._go_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        try:
+            for i, argv in enumerate(self.argvs):
+                cmd = self.endpoint.wrap([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(go_r), str(ready_w), *argv])
+                with open(self.out_path(i), "wb") as out, open(self.err_path(i), "wb") as err:
+                    self.popens.append(
+                        subprocess.Popen(cmd, stdout=out, stderr=err, pass_fds=(go_r, ready_w), start_new_session=True)
+                    )
+        finally:
+            os.close(go_r)
+            os.close(ready_w)
+        got = 0
+        deadline = time.monotonic() + ready_timeout
+        os.set_blocking(ready_r, False)
+        try:
+            while got < len(self.argvs) and time.monotonic() < deadline:
+                try:
+                    chunk = os.read(ready_r, 4096)
+                except BlockingIOError:
+                    time.sleep(0.002)
+                    continue
+                if not chunk:  # every launcher has exited or closed its end
+                    break
+                got += len(chunk)
+        finally:
+            os.close(ready_r)
+        self.ready = got
+
+    def release(self) -> int:
+        """Let every ready launcher go; returns the release time (monotonic ns)."""
+        self.released_ns = time.monotonic_ns()
+        os.close(self._go_w)
+        return self.released_ns
+
+    def wait(self, deadline_s: float, should_stop: Callable[[], bool]) -> None:
+        """Reap every instance (rusage included); stop the ones still running at the deadline or on request.
+
+        Each PID is waited for by number (``wait4(pid, WNOHANG)``), never
+        ``wait(-1)``: other threads' subprocesses must keep their exit status.
+        """
+        pending = dict(enumerate(self.popens))
+        end = time.monotonic() + deadline_s
+        stopped: Optional[float] = None  # seconds after which instances were stopped
+        killed = False
+        while pending:
+            for i, p in list(pending.items()):
+                try:
+                    pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pid, status, usage = p.pid, 0, None
+                if pid == 0:
+                    continue
+                p.returncode = os.waitstatus_to_exitcode(status) if usage is not None else p.returncode
+                cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
+                self.outcomes[i] = Outcome(p.returncode, cpu, stopped)
+                del pending[i]
+            if not pending:
+                break
+            now = time.monotonic()
+            if stopped is None and (now > end or should_stop()):
+                stopped = deadline_s if now > end else 0.0
+                for p in pending.values():
+                    _signal(p, signal.SIGTERM)
+                end = now + 2.0
+            elif stopped is not None and not killed and now > end:
+                for p in pending.values():
+                    _signal(p, signal.SIGKILL)
+                killed = True
+            time.sleep(0.05)
+        for i in range(len(self.popens)):
+            self.outcomes[i].started_ns = read_start(self.err_path(i))
+
+    def kill(self) -> None:
+        """Stop every instance still running (error paths); by PID, only ours."""
+        for p in self.popens:
+            if p.poll() is None:
+                _signal(p, signal.SIGKILL)
+                p.wait()
+
+
+def _signal(p: subprocess.Popen, sig: int) -> None:
+    try:
+        p.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+def read_start(err: Path) -> Optional[int]:
+    try:
+        for line in err.read_text(errors="replace").splitlines():
+            if line.startswith(START_MARK):
+                return int(line[len(START_MARK) :])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def strip_start(text: str) -> str:
+    """netperf's own stderr, without the launcher's stamp."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith(START_MARK))

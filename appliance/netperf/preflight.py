@@ -1,0 +1,168 @@
+"""Checks before a suite starts anything: fail fast, with the reason, or warn.
+
+A 60-second x 7-step suite that dies at step 5 on a file-descriptor limit,
+or whose TCP_CRR steps silently measure port exhaustion, wastes the run.
+Everything checkable is checked first: the tools and their version, the
+endpoints, the limits the concurrency needs, and the ephemeral port range
+against what TCP_CRR will consume.  Reaching the netserver is checked by the
+runner once it has started it (see :meth:`appliance.netperf.runner.Runner`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import psutil
+
+from .. import proc
+from ..errors import HvnetError
+from .launch import Endpoint
+from .suite import Suite
+
+MIN_NETPERF = (2, 5)  # omni output selectors (-k) and latency percentiles (-j)
+TIME_WAIT_S = 60  # Linux TCP_TIMEWAIT_LEN: fixed, not a sysctl
+FDS_PER_INSTANCE = 4  # hvnet's side: output files while spawning, the launcher's pipes
+PROCS_PER_INSTANCE = 2  # a netperf, and the netserver child serving it
+
+
+class PreflightFailed(HvnetError):
+    """The suite cannot run here as written; nothing was started."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        head = reasons[0] if len(reasons) == 1 else f"{len(reasons)} problems:\n  " + "\n  ".join(reasons)
+        super().__init__(f"preflight failed: {head}")
+        self.reasons = reasons
+
+
+@dataclass
+class Preflight:
+    netperf: str = ""
+    netserver: Optional[str] = None
+    netperf_version: Optional[str] = None
+    failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def raise_if_failed(self) -> None:
+        if self.failures:
+            raise PreflightFailed(self.failures)
+
+
+def parse_version(text: str) -> Optional[tuple[int, ...]]:
+    m = re.search(r"[Nn]etperf version (\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+def port_range(text: str) -> Optional[tuple[int, int]]:
+    parts = text.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def crr_ceiling(ports: int, duration_s: int) -> float:
+    """Connections per second one client address can open for ``duration_s`` before ports run out.
+
+    Every closed connection holds its port in TIME_WAIT for 60 s; within the
+    first 60 s nothing comes back, so a test can use ``ports`` connections
+    plus what TIME_WAIT returns after 60 s.
+    """
+    if duration_s <= TIME_WAIT_S:
+        return ports / duration_s
+    return (ports + ports * (duration_s - TIME_WAIT_S) / TIME_WAIT_S) / duration_s
+
+
+def check(suite: Suite, client: Endpoint, *, managed_server: bool) -> Preflight:
+    """Everything that can be checked before starting a process that matters."""
+    pf = Preflight()
+    try:
+        pf.netperf = proc.which("netperf")
+    except HvnetError as exc:
+        pf.failures.append(str(exc))
+        return pf
+    if managed_server:
+        try:
+            pf.netserver = proc.which("netserver")
+        except HvnetError as exc:
+            pf.failures.append(str(exc))
+    try:
+        out = subprocess.run([pf.netperf, "-V"], capture_output=True, text=True, timeout=10, check=False)
+        version = parse_version(out.stdout + out.stderr)
+    except (OSError, subprocess.TimeoutExpired):
+        version = None
+    if version is None:
+        pf.failures.append(f"{pf.netperf} -V did not report a netperf version")
+    else:
+        pf.netperf_version = ".".join(map(str, version))
+        if version[:2] < MIN_NETPERF:
+            pf.failures.append(
+                f"netperf {pf.netperf_version} is too old: hvnet reads omni output selectors and latency "
+                f"percentiles, netperf {'.'.join(map(str, MIN_NETPERF))} or later"
+            )
+
+    _limits(suite, pf)
+    if any(t.type == "TCP_CRR" for t in suite.tests):
+        _ports(suite, client, pf)
+    return pf
+
+
+def _limits(suite: Suite, pf: Preflight) -> None:
+    peak = max(max(t.concurrency) for t in suite.tests)
+    need_fds = peak * FDS_PER_INSTANCE + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need_fds:
+        if hard == resource.RLIM_INFINITY or hard >= need_fds:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need_fds, hard))
+            pf.facts["nofile_raised_to"] = need_fds
+        else:
+            pf.failures.append(
+                f"open-file limit {soft} (hard {hard}) is below the {need_fds} that concurrency {peak} needs; "
+                "raise it (ulimit -n, or LimitNOFILE= in the unit)"
+            )
+    nproc_soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if nproc_soft != resource.RLIM_INFINITY:
+        uid = os.getuid()
+        mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid)
+        need = mine + peak * PROCS_PER_INSTANCE + 16
+        if nproc_soft < need:
+            pf.failures.append(
+                f"process limit {nproc_soft} leaves no room for {peak * PROCS_PER_INSTANCE} more processes "
+                f"({mine} running as uid {uid}); raise it (ulimit -u)"
+            )
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            pid_max = int(fh.read())
+        if len(psutil.pids()) + peak * PROCS_PER_INSTANCE > pid_max:
+            pf.failures.append(f"kernel.pid_max {pid_max} is too low for concurrency {peak}")
+    except (OSError, ValueError):
+        pass
+    pf.facts["peak_concurrency"] = peak
+
+
+def _ports(suite: Suite, client: Endpoint, pf: Preflight) -> None:
+    """TCP_CRR opens one connection per transaction: compare what it may need with the port range."""
+    argv = client.wrap(["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/net/ipv4/tcp_tw_reuse"])
+    out = proc.run(argv, timeout=10)
+    lines = out.stdout.splitlines() if out.returncode == 0 else []
+    rng = port_range(lines[0]) if lines else None
+    if rng is None:
+        pf.warnings.append("could not read the client's ephemeral port range; TCP_CRR port exhaustion not checked")
+        return
+    ports = rng[1] - rng[0] + 1
+    reuse = lines[1].strip() if len(lines) > 1 else "?"
+    pf.facts["ephemeral_ports"] = {"range": list(rng), "count": ports, "tcp_tw_reuse": reuse}
+    for t in suite.tests:
+        if t.type != "TCP_CRR":
+            continue
+        ceiling = crr_ceiling(ports, t.duration)
+        pf.warnings.append(
+            f"{t.name}: TCP_CRR above {ceiling:,.0f} connections/s in total runs out of ephemeral ports in "
+            f"{t.duration} s ({ports} ports {rng[0]}-{rng[1]}, TIME_WAIT {TIME_WAIT_S} s, tcp_tw_reuse={reuse}); "
+            "steps that reach it are flagged"
+        )
+        pf.facts.setdefault("crr_ceiling_per_s", {})[t.name] = round(ceiling, 1)

@@ -1,0 +1,142 @@
+"""A run directory: raw netperf outputs, ``results.json`` (versioned) and ``results.csv``.
+
+Everything a report, a plot or a comparison needs is in ``results.json``,
+so they are regenerated without re-running.  The file is rewritten after
+every step (atomically), so an interrupted run leaves a readable partial
+result, marked ``"partial": true`` with the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import HvnetError, UsageError
+
+SCHEMA = "hvnet.netperf.results"
+SCHEMA_VERSION = 1
+RESULTS = "results.json"
+CSV = "results.csv"
+DEFAULT_RUNS_DIR = Path("/var/tmp/hvnet/runs")
+
+
+class NotARun(UsageError):
+    """A directory that holds no hvnet run."""
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("HVNET_RUNS_DIR", str(DEFAULT_RUNS_DIR)))
+
+
+def write(run_dir: Path, doc: dict[str, Any]) -> None:
+    """Save ``results.json`` and ``results.csv`` atomically (a reader never sees half a file)."""
+    tmp = run_dir / f".{RESULTS}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, run_dir / RESULTS)
+    tmp_csv = run_dir / f".{CSV}.{os.getpid()}.tmp"
+    with open(tmp_csv, "w", newline="") as fh:
+        write_csv(fh, doc)
+    os.replace(tmp_csv, run_dir / CSV)
+
+
+CSV_COLUMNS = (
+    "step",
+    "test",
+    "type",
+    "case",
+    "message_size",
+    "concurrency",
+    "repetition",
+    "units",
+    "instances",
+    "ok",
+    "lost",
+    "sum",
+    "mean",
+    "min",
+    "max",
+    "jain",
+    "retransmissions",
+    "sent_mbps",
+    "received_mbps",
+    "udp_loss_pct",
+    "latency_mean_us",
+    "latency_p99_us",
+    "start_spread_ms",
+    "host_pct",
+    "vswitchd_pct_of_core",
+    "netperf_pct_of_core",
+    "netserver_pct_of_core",
+    "lost_reasons",
+)
+
+
+def write_csv(fh: Any, doc: dict[str, Any]) -> None:
+    """One row per step repetition: the figures a spreadsheet wants, units in their own column."""
+    w = csv.writer(fh)
+    w.writerow(CSV_COLUMNS)
+    for step in doc.get("steps", []):
+        for rep in step.get("repetitions", []):
+            agg, cpu = rep.get("aggregate", {}), rep.get("cpu", {})
+            row = {
+                "step": step["key"],
+                "test": step["test"],
+                "type": step["type"],
+                "case": step["case"],
+                "message_size": step.get("message_size"),
+                "concurrency": step["concurrency"],
+                "repetition": rep["repetition"],
+                "units": step["units"],
+                "start_spread_ms": rep.get("start_spread_ms"),
+                "lost_reasons": "; ".join(f"{n}x {r}" for r, n in agg.get("lost_reasons", {}).items()),
+                **{k: agg.get(k) for k in CSV_COLUMNS if k in agg and k != "lost_reasons"},
+                **{
+                    k: cpu.get(k)
+                    for k in ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
+                },
+            }
+            w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """A run's ``results.json`` (``path`` is the run directory or the file); refuses anything else."""
+    p = Path(path)
+    f = p / RESULTS if p.is_dir() else p
+    if not f.exists():
+        raise NotARun(f"{path} is not an hvnet run: no {RESULTS}", hint="runs are listed by 'hvnet suite list'")
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise NotARun(f"{f} is not a readable hvnet run: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise NotARun(f"{f} is not an hvnet run (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+    if doc.get("version") != SCHEMA_VERSION:
+        raise HvnetError(f"{f}: results version {doc.get('version')!r}; this hvnet reads version {SCHEMA_VERSION}")
+    return doc
+
+
+def list_runs(base: Optional[Path] = None) -> list[dict[str, Any]]:
+    """Past runs under the runs directory, newest first (name, suite, when, state, steps)."""
+    base = base or runs_dir()
+    out = []
+    for f in sorted(base.glob(f"*/{RESULTS}")):
+        try:
+            doc = load(f)
+        except HvnetError:
+            continue
+        meta = doc["meta"]
+        out.append(
+            {
+                "run": str(f.parent),
+                "suite": meta["suite"]["name"],
+                "started": meta.get("started"),
+                "state": doc["state"],
+                "steps": len(doc["steps"]),
+                "lost": sum(s.get("summary", {}).get("lost", 0) for s in doc["steps"]),
+            }
+        )
+    out.sort(key=lambda r: r["started"] or "", reverse=True)
+    return out

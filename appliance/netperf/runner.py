@@ -1,0 +1,478 @@
+"""The suite runner: preflight -> setup -> steps -> restore, saving as it goes.
+
+Public API (what ``hvnet suite run`` and the TUI use)::
+
+    runner = Runner(suite, lab=Lab(), conn=conn, out_dir=path, on_event=callback)
+    doc = runner.run()          # results document, also saved in out_dir
+    runner.stop()               # from another thread or a signal handler: stop cleanly
+
+``on_event`` receives :class:`Event` objects (progress, per-repetition
+aggregates, warnings) from the runner's thread; it must not block.
+
+What a step does: spawn its instances (pre-spawned, released together, see
+:mod:`.launch`), sample CPU while they run, reap them with their rusage,
+read the switch's port counters before and after, parse each instance's
+omni output, aggregate.  A lost instance is recorded with its reason and the
+step goes on.  A policy fragment (the suite's ``setup``, then each case's)
+is applied with the policy engine -- one transaction, verified, meters
+where tc cannot police -- and undone afterwards even when the run fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .. import __version__
+from ..errors import HvnetError
+from ..lab import Lab
+from ..ovsdb import Connection
+from ..policy import Change, Policy, PolicyEngine, export
+from ..policy.openflow import OpenFlow
+from . import aggregate, omni, results
+from .launch import Batch, Endpoint, Netserver, strip_start
+from .preflight import Preflight, PreflightFailed, check
+from .sampler import CpuSampler, interval_for
+from .suite import Case, Step, Suite
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 15.0  # beyond the test length before an instance counts as hung
+CRR_EXHAUSTION_FRACTION = 0.9
+
+
+@dataclass
+class Event:
+    """Progress the runner reports (to the terminal bar, the TUI, a log)."""
+
+    kind: str  # "info" | "warning" | "step" | "repetition" | "done"
+    message: str = ""
+    step: Optional[Step] = None
+    steps_total: int = 0
+    repetition: Optional[int] = None
+    aggregate: Optional[dict[str, Any]] = None
+    elapsed_s: float = 0.0
+    eta_s: Optional[float] = None
+
+
+@dataclass
+class _CaseState:
+    changes: list[Change] = field(default_factory=list)
+    enforcement: list[dict[str, Any]] = field(default_factory=list)
+    policing: Optional[dict[str, Any]] = None
+    mirrors: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Runner:
+    def __init__(
+        self,
+        suite: Suite,
+        *,
+        lab: Lab,
+        conn: Connection,
+        out_dir: Path,
+        on_event: Optional[Callable[[Event], None]] = None,
+    ) -> None:
+        self.suite = suite
+        self.lab = lab
+        self.conn = conn
+        self.out_dir = Path(out_dir)
+        self.on_event = on_event or (lambda e: None)
+        self._stop = threading.Event()
+        self._stop_reason = "stopped by the operator"
+        self._t0 = 0.0
+        self._done_s = 0.0  # planned seconds of the steps finished (for the ETA)
+        self.engine = PolicyEngine(conn, command="hvnet suite run")
+        self.of = OpenFlow.for_target(conn.target)
+        self.netserver: Optional[Netserver] = None
+        self.doc: dict[str, Any] = {}
+
+    # -- control -----------------------------------------------------------------
+
+    def stop(self, reason: str = "stopped by the operator") -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _emit(self, kind: str, message: str = "", **kw: Any) -> None:
+        elapsed = time.monotonic() - self._t0
+        total = self.suite.estimated_seconds()
+        eta = max(0.0, total - self._done_s) if total else None
+        try:
+            self.on_event(Event(kind, message, steps_total=len(self.steps), elapsed_s=elapsed, eta_s=eta, **kw))
+        except Exception:  # a broken progress display must not break a measurement
+            log.exception("progress callback failed")
+
+    # -- endpoints -----------------------------------------------------------------
+
+    def _endpoints(self) -> tuple[Endpoint, Optional[Endpoint], str]:
+        wanted = [self.suite.client] + ([self.suite.server.guest] if self.suite.server.guest else [])
+        in_lab = self.lab.require_guests(self.suite.topology, wanted)
+        c = in_lab[self.suite.client]
+        client = Endpoint(c["name"], c["namespace"], c["ip"].split("/")[0], c["vif"])
+        if self.suite.server.guest:
+            s = in_lab[self.suite.server.guest]
+            server = Endpoint(s["name"], s["namespace"], s["ip"].split("/")[0], s["vif"])
+            return client, server, server.address or ""
+        return client, None, self.suite.server.address or ""
+
+    # -- the run ---------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        self._t0 = time.monotonic()
+        self.steps = self.suite.steps()
+        client, server, address = self._endpoints()
+        pf = check(self.suite, client, managed_server=server is not None)
+        pf.raise_if_failed()
+        self.client, self.server_ep, self.address = client, server, address
+        self.netperf = pf.netperf
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "raw").mkdir(exist_ok=True)
+        self.doc = self._new_doc(pf)
+        for w in pf.warnings:
+            self._warn(w)
+        setup = _CaseState()
+        state = "failed"
+        try:
+            self._start_netserver()
+            if self.suite.setup is not None:
+                setup = self._apply(self.suite.setup, "setup")
+            self.doc["meta"]["setup"] = {"enforcement": setup.enforcement, "policing": setup.policing}
+            self.doc["meta"]["policy_snapshot"] = export.to_yaml(self.engine.snapshot())
+            self._save()
+            for case in self.suite.cases:
+                if self.stopping:
+                    break
+                self._run_case(case, setup)
+            state = "partial" if self.stopping else "complete"
+        except KeyboardInterrupt:
+            self._stop_reason = "interrupted (Ctrl-C)"
+            state = "partial"
+        except HvnetError as exc:
+            self.doc["error"] = str(exc)
+            raise
+        finally:
+            try:
+                if setup.changes:
+                    self._restore(setup.changes, "setup")
+            finally:
+                if self.netserver is not None:
+                    self.netserver.stop()
+                self.doc["state"] = state
+                self.doc["partial"] = state != "complete"
+                if state == "partial":
+                    self.doc["partial_reason"] = self._stop_reason
+                self.doc["meta"]["finished"] = _now()
+                self._save()
+        self._emit("done", f"{state}: {len(self.doc['steps'])} of {len(self.steps)} steps")
+        return self.doc
+
+    def _new_doc(self, pf: Preflight) -> dict[str, Any]:
+        state = self.engine.snapshot()
+        s = self.suite
+        return {
+            "schema": results.SCHEMA,
+            "version": results.SCHEMA_VERSION,
+            "state": "running",
+            "partial": True,
+            "meta": {
+                "hvnet_version": __version__,
+                "host": socket.gethostname(),
+                "kernel": os.uname().release,
+                "ovs_version": state.ovs_version,
+                "datapath_types": sorted({b.datapath_type or "system" for b in state.bridges.values()}),
+                "netperf_version": pf.netperf_version,
+                "suite": {
+                    "name": s.name,
+                    "file": str(Path(s.file).resolve()),
+                    "sha256": s.sha256,
+                    "description": s.description,
+                },
+                "command": sys.argv,
+                "client": {"guest": self.client.name, "address": self.client.address, "vif": self.client.vif},
+                "server": {
+                    "guest": s.server.guest,
+                    "address": self.address,
+                    "port": s.server.port,
+                    "managed": s.server.managed,
+                },
+                "preflight": {"warnings": pf.warnings, "facts": pf.facts},
+                "started": _now(),
+                "warnings": [],
+            },
+            "steps": [],
+        }
+
+    def _save(self) -> None:
+        results.write(self.out_dir, self.doc)
+
+    def _warn(self, message: str) -> None:
+        self.doc["meta"]["warnings"].append(message)
+        self._emit("warning", message)
+
+    # -- netserver -------------------------------------------------------------------
+
+    def _start_netserver(self) -> None:
+        if self.server_ep is not None:
+            self.netserver = Netserver(self.server_ep, self.suite.server.port, self.out_dir / "netserver.log")
+            self.netserver.start()
+            self.doc["meta"]["server"]["netserver_pid"] = self.netserver.pid
+        deadline = time.monotonic() + 5.0
+        last = ""
+        while time.monotonic() < deadline:
+            probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
+            out = _run(self.client.wrap(probe), 10.0)
+            if out[0] == 0 and "THROUGHPUT=" in out[1]:
+                self._emit("info", f"netserver answers at {self.address}:{self.suite.server.port}")
+                return
+            last = (out[1] + out[2]).strip().splitlines()[0] if (out[1] + out[2]).strip() else f"exit {out[0]}"
+            if self.netserver is not None and not self.netserver.alive():
+                break
+            time.sleep(0.1)
+        where = f"{self.suite.server.describe()} at {self.address}:{self.suite.server.port}"
+        raise PreflightFailed([f"netserver on {where} cannot be reached from {self.client.name}: {last}"])
+
+    # -- policy fragments ----------------------------------------------------------
+
+    def _apply(self, policy: Policy, label: str) -> _CaseState:
+        result = self.engine.apply(policy)
+        if not result.ok:
+            raise HvnetError(f"suite {label}: the policy could not be applied: {'; '.join(result.problems)}")
+        cs = _CaseState(changes=list(result.plan.changes), enforcement=[e.to_json() for e in result.enforcement])
+        for w in result.plan.warnings:
+            self._warn(f"{label}: {w}")
+        snap = self.engine.snapshot()
+        port = snap.ports.get(self.client.vif or "")
+        if port is not None:
+            ingress = port.police.effective()
+            if ingress is not None:
+                verified = next(
+                    (e["verified"] for e in cs.enforcement if e["port"] == port.name and e["kind"] == "ingress"), None
+                )
+                cs.policing = {
+                    "port": port.name,
+                    "rate_kbps": ingress.rate_kbps,
+                    "burst_kbit": ingress.burst_kbit,
+                    "mechanism": ingress.mechanism,
+                    "verified": verified,
+                }
+                if verified is False:
+                    self._warn(f"{label}: policing on {port.name} is configured but NOT enforced by this host")
+        for rule in policy.mirrors:
+            m = snap.mirrors.get((rule.bridge, rule.name))
+            if m is not None:
+                cs.mirrors.append(
+                    {
+                        "name": rule.name,
+                        "bridge": rule.bridge,
+                        "output_port": m.cols.output_port,
+                        "src": list(m.cols.src),
+                        "dst": list(m.cols.dst),
+                    }
+                )
+        self._emit("info", f"{label}: policy applied ({len(cs.changes)} change(s))")
+        return cs
+
+    def _restore(self, changes: list[Change], label: str) -> None:
+        inverse = [c.inverse() for c in reversed(changes)]
+        result = self.engine.apply_changes(inverse, label=f"hvnet suite run: restore {label}")
+        for w in result.plan.warnings:
+            self._warn(f"restore {label}: {w}")
+        self._emit("info", f"{label}: restored")
+
+    # -- cases and steps -------------------------------------------------------------
+
+    def _run_case(self, case: Case, setup: _CaseState) -> None:
+        cs = self._apply(case.policy, f"case {case.name}") if case.policy is not None else _CaseState()
+        try:
+            for step in self.steps:
+                if step.case is not case:
+                    continue
+                if self.stopping:
+                    break
+                self._run_step(step, cs, setup)
+        finally:
+            if cs.changes:
+                self._restore(cs.changes, f"case {case.name}")
+
+    def _run_step(self, step: Step, cs: _CaseState, setup: _CaseState) -> None:
+        t = step.test
+        rec: dict[str, Any] = {
+            "key": step.key,
+            "index": step.index,
+            "test": t.name,
+            "type": t.type,
+            "case": step.case.name,
+            "message_size": step.message_size,
+            "request_size": t.request_size,
+            "response_size": t.response_size,
+            "concurrency": step.concurrency,
+            "duration": t.duration,
+            "warmup": t.warmup,
+            "metric": t.metric,
+            "units": t.metric,
+            "confidence": t.confidence.__dict__ if t.confidence else None,
+            "policing": cs.policing or setup.policing,
+            "mirrors": cs.mirrors,
+            "enforcement": cs.enforcement,
+            "repetitions": [],
+        }
+        self.doc["steps"].append(rec)
+        self._emit("step", f"{step.key}: {step.concurrency} x {t.type} for {t.duration} s", step=step)
+        for rep in range(1, t.repetitions + 1):
+            if self.stopping:
+                break
+            if t.warmup:
+                self._batch(step, rep, warmup=True)
+            if self.stopping:
+                break
+            r = self._batch(step, rep, warmup=False)
+            rec["repetitions"].append(r)
+            rec["summary"] = aggregate.summary(rec["repetitions"])
+            self._save()
+            self._done_s += t.max_seconds() + t.warmup
+            self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r["aggregate"])
+
+    def _batch(self, step: Step, rep: int, *, warmup: bool) -> dict[str, Any]:
+        t = step.test
+        seconds = t.warmup if warmup else t.duration
+        netperf = self.netperf
+        argvs = [
+            omni.argv(
+                netperf,
+                t,
+                self.address,
+                self.suite.server.port,
+                message_size=step.message_size,
+                seconds=seconds,
+                confidence=not warmup,
+            )
+            for _ in range(step.concurrency)
+        ]
+        tag = "warmup" if warmup else f"rep{rep}"
+        raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
+        batch = Batch(argvs, self.client, raw)
+        bridge = self._bridge()
+        before = self._port_counters(bridge) if not warmup else {}
+        try:
+            batch.spawn()
+            sampler = CpuSampler(
+                interval_for(seconds),
+                self.of.vswitchd_pid() if self.of else None,
+                lambda: self.netserver.pid if self.netserver else None,
+            )
+            if not warmup:
+                sampler.start()
+            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            batch.release()
+            batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping)
+        except BaseException:
+            batch.kill()
+            raise
+        cpu = sampler.stop() if not warmup else {}
+        if warmup:
+            return {}
+        after = self._port_counters(bridge)
+        instances = []
+        for i in range(step.concurrency):
+            outcome = batch.outcomes[i]
+            stopped = None
+            if outcome.timed_out is not None:
+                stopped = (
+                    self._stop_reason
+                    if outcome.timed_out == 0.0
+                    else f"no result after {outcome.timed_out:.0f} s: stopped"
+                )
+            stdout = batch.out_path(i).read_text(errors="replace")
+            stderr = strip_start(batch.err_path(i).read_text(errors="replace"))
+            inst = omni.parse(i, t, stdout, stderr, outcome.returncode, stopped)
+            if outcome.started_ns is not None and batch.released_ns is not None:
+                inst.start_offset_ms = round((outcome.started_ns - batch.released_ns) / 1e6, 2)
+            instances.append(inst)
+        wall = cpu.get("wall_s") or t.duration
+        cpu["netperf_pct_of_core"] = round(100.0 * sum(o.cpu_s for o in batch.outcomes.values()) / wall, 1)
+        agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
+        notes = self._notes(step, agg)
+        if self.netserver is not None and not self.netserver.alive():
+            notes.append(f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})")
+        return {
+            "repetition": rep,
+            "started": started,
+            "start_spread_ms": _r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(step.concurrency)])),
+            "instances": [i.to_json() for i in instances],
+            "aggregate": agg,
+            "cpu": cpu,
+            "counters": _deltas(before, after),
+            "raw": str(raw.relative_to(self.out_dir)),
+            "argv": argvs[0],
+            "notes": notes,
+        }
+
+    def _notes(self, step: Step, agg: dict[str, Any]) -> list[str]:
+        notes = []
+        ports = self.doc["meta"]["preflight"]["facts"].get("ephemeral_ports", {}).get("count")
+        if step.test.type == "TCP_CRR" and ports and agg.get("transactions", 0) >= CRR_EXHAUSTION_FRACTION * ports:
+            notes.append(
+                f"{agg['transactions']} connections in {step.test.duration} s against {ports} ephemeral ports: "
+                "the rate is probably capped by port exhaustion (TIME_WAIT), not by the switch"
+            )
+        return notes
+
+    def _bridge(self) -> Optional[str]:
+        snap_port = self.engine.snapshot().ports.get(self.client.vif or "")
+        return snap_port.bridge if snap_port else None
+
+    def _port_counters(self, bridge: Optional[str]) -> dict[str, Any]:
+        if self.of is None or bridge is None or not self.of.available(bridge):
+            return {}
+        try:
+            return {k: v.as_dict() for k, v in self.of.port_counters(bridge).items()}
+        except HvnetError as exc:
+            self._warn(f"port counters not read: {exc}")
+            return {}
+
+
+def _deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out = {}
+    for port, b in after.items():
+        a = before.get(port)
+        if a is None:
+            continue
+        d = {k: b[k] - a[k] for k in b if b.get(k) is not None and a.get(k) is not None}
+        if any(d.values()):
+            out[port] = d
+    return out
+
+
+def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return -1, "", f"no answer within {timeout:.0f} s"
+    return out.returncode, out.stdout, out.stderr
+
+
+def _r(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(x, 2)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _progress_line(step: Step, rep: int, r: dict[str, Any]) -> str:
+    a = r["aggregate"]
+    total = "-" if a.get("sum") is None else f"{a['sum']:.2f} {step.test.metric}"
+    return f"{step.key} rep {rep}: sum {total}, lost {a['lost']}/{a['instances']}, spread {r['start_spread_ms']} ms"
