@@ -28,7 +28,8 @@ class Row:
     new: Optional[stats.Interval]
     change_pct: Optional[float]
     p_value: Optional[float]
-    verdict: str  # "regression" | "improvement" | "unchanged" | "within threshold" | "untestable" | "no result"
+    # "regression" | "improvement" | "unchanged" | "within threshold" | "untestable" | "no result" | "new result"
+    verdict: str
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -54,7 +55,13 @@ class Result:
 
     @property
     def regressions(self) -> list[Row]:
-        return [r for r in self.rows if r.verdict in ("regression", "no result")]
+        """Rows that fail the comparison; a step without a result counts once, not once per figure."""
+        out, seen = [], set()
+        for r in self.rows:
+            if r.verdict == "regression" or (r.verdict == "no result" and r.key not in seen):
+                out.append(r)
+                seen.add(r.key)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +96,19 @@ def compare(base: dict[str, Any], new: dict[str, Any], *, threshold_pct: float =
         for figure, better in FIGURES:
             bv, nv = aggregate.values_for(bs, figure), aggregate.values_for(ns, figure)
             if not bv:
+                if nv:
+                    out.rows.append(
+                        Row(
+                            key,
+                            figure,
+                            None,
+                            stats.ci(nv),
+                            None,
+                            None,
+                            "new result",
+                            "the base run produced no result for this step",
+                        )
+                    )
                 continue
             out.rows.append(_row(key, figure, better, bv, nv, threshold_pct, alpha))
     return out

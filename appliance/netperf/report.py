@@ -133,6 +133,11 @@ def _drops(step: dict[str, Any]) -> str:
     return f"{total:,}" if seen else "-"
 
 
+def _meter_drops(step: dict[str, Any]) -> str:
+    drops = [r["meter_drops"] for r in step.get("repetitions", []) if r.get("meter_drops") is not None]
+    return f"{sum(drops):,}" if drops else "-"
+
+
 def header(doc: dict[str, Any]) -> str:
     m = doc["meta"]
     srv = m["server"]
@@ -201,6 +206,7 @@ def _extra_rows(
 
         rows.append(("policing kbit/s / burst kbit", policed))
         rows.append(("achieved ÷ configured", lambda st: _fmt(achieved_ratio(st), 2)))
+        rows.append(("policer drops (pkts)", _meter_drops))
     if any(s.get("mirrors") for s in steps):
 
         def mirrors(st: dict[str, Any]) -> str:
@@ -209,7 +215,13 @@ def _extra_rows(
 
         rows.append(("mirrors on the client VIF", lambda st: str(len(st.get("mirrors", [])))))
         rows.append(("mirror delivery (copies ÷ pkts)", mirrors))
-    if first_case is not None and case != first_case and (test, first_case, size) in by_group:
+    policed_differently = any(s.get("policing") for s in steps)  # a rate sweep: "vs first case" says nothing
+    if (
+        first_case is not None
+        and case != first_case
+        and (test, first_case, size) in by_group
+        and not policed_differently
+    ):
         base = {s["concurrency"]: s for s in by_group[(test, first_case, size)] if s.get("summary")}
 
         def change(key: str) -> Callable[[dict[str, Any]], str]:

@@ -114,7 +114,7 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise NotARun(f"{f} is not an hvnet run (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
     if doc.get("version") != SCHEMA_VERSION:
-        raise HvnetError(f"{f}: results version {doc.get('version')!r}; this hvnet reads version {SCHEMA_VERSION}")
+        raise NotARun(f"{f}: results version {doc.get('version')!r}; this hvnet reads version {SCHEMA_VERSION}")
     return doc
 
 

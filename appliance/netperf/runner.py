@@ -241,7 +241,8 @@ class Runner:
             if self.netserver is not None and not self.netserver.alive():
                 break
             time.sleep(0.1)
-        where = f"{self.suite.server.describe()} at {self.address}:{self.suite.server.port}"
+        srv = self.suite.server
+        where = f"{srv.guest} ({self.address}:{srv.port})" if srv.managed else srv.describe()
         raise PreflightFailed([f"netserver on {where} cannot be reached from {self.client.name}: {last}"])
 
     # -- policy fragments ----------------------------------------------------------
@@ -335,17 +336,17 @@ class Runner:
             if self.stopping:
                 break
             if t.warmup:
-                self._batch(step, rep, warmup=True)
+                self._batch(step, rep, cs, setup, warmup=True)
             if self.stopping:
                 break
-            r = self._batch(step, rep, warmup=False)
+            r = self._batch(step, rep, cs, setup, warmup=False)
             rec["repetitions"].append(r)
             rec["summary"] = aggregate.summary(rec["repetitions"])
             self._save()
             self._done_s += t.max_seconds() + t.warmup
             self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r["aggregate"])
 
-    def _batch(self, step: Step, rep: int, *, warmup: bool) -> dict[str, Any]:
+    def _batch(self, step: Step, rep: int, cs: _CaseState, setup: _CaseState, *, warmup: bool) -> dict[str, Any]:
         t = step.test
         seconds = t.warmup if warmup else t.duration
         netperf = self.netperf
@@ -364,14 +365,18 @@ class Runner:
         tag = "warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
         batch = Batch(argvs, self.client, raw)
-        bridge = self._bridge()
+        bridge, ofport = self._client_port()
+        policing = cs.policing or setup.policing
+        metered = not warmup and policing is not None and policing["mechanism"] == "meter"
         before = self._port_counters(bridge) if not warmup else {}
+        drops_before = self._meter_drops(bridge, ofport) if metered else None
         try:
             batch.spawn()
             sampler = CpuSampler(
                 interval_for(seconds),
                 self.of.vswitchd_pid() if self.of else None,
                 lambda: self.netserver.pid if self.netserver else None,
+                seconds=float(t.max_seconds()),
             )
             if not warmup:
                 sampler.start()
@@ -385,6 +390,7 @@ class Runner:
         if warmup:
             return {}
         after = self._port_counters(bridge)
+        drops_after = self._meter_drops(bridge, ofport) if metered else None
         instances = []
         for i in range(step.concurrency):
             outcome = batch.outcomes[i]
@@ -415,6 +421,7 @@ class Runner:
             "aggregate": agg,
             "cpu": cpu,
             "counters": _deltas(before, after),
+            "meter_drops": None if drops_before is None or drops_after is None else drops_after - drops_before,
             "raw": str(raw.relative_to(self.out_dir)),
             "argv": argvs[0],
             "notes": notes,
@@ -430,9 +437,20 @@ class Runner:
             )
         return notes
 
-    def _bridge(self) -> Optional[str]:
-        snap_port = self.engine.snapshot().ports.get(self.client.vif or "")
-        return snap_port.bridge if snap_port else None
+    def _client_port(self) -> tuple[Optional[str], Optional[int]]:
+        port = self.engine.snapshot().ports.get(self.client.vif or "")
+        return (port.bridge, port.ofport) if port else (None, None)
+
+    def _meter_drops(self, bridge: Optional[str], ofport: Optional[int]) -> Optional[int]:
+        """Packets the client VIF's policing meter has dropped so far (None: not readable)."""
+        if self.of is None or bridge is None or ofport is None or not self.of.available(bridge):
+            return None
+        try:
+            inst = self.of.read(bridge, stats=True)
+        except HvnetError:
+            return None
+        meter = inst.flows.get(ofport)
+        return inst.band_drops.get(meter) if meter is not None else None
 
     def _port_counters(self, bridge: Optional[str]) -> dict[str, Any]:
         if self.of is None or bridge is None or not self.of.available(bridge):

@@ -51,6 +51,7 @@ class CpuSampler:
     interval: float
     vswitchd_pid: Optional[int]
     server_root: Callable[[], Optional[int]] = lambda: None
+    seconds: Optional[float] = None  # the test length: sampling ends then, not when the last netperf exits
     snaps: list[_Snap] = field(default_factory=list)
     _names: dict[int, str] = field(default_factory=dict)
     _server_first: dict[int, float] = field(default_factory=dict)
@@ -60,20 +61,36 @@ class CpuSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hvnet-cpu-sampler", daemon=True)
         self._me = psutil.Process()
+        self._end: Optional[float] = None
+        self._ended = False
 
     def start(self) -> None:
         self._take()
+        self._end = None if self.seconds is None else self.snaps[0].t + self.seconds
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:
+        """The summary; the last sample is taken now unless the test length already ended sampling."""
         self._stop.set()
         self._thread.join()
-        self._take()
+        if not self._ended:
+            self._take()
         return self.summary()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        # Some netperf tests linger after their measured interval (TCP_CRR closes
+        # its last connections for seconds): that tail is not the measurement.
+        self._ended = False
+        while True:
+            wait = self.interval
+            if self._end is not None:
+                wait = min(wait, self._end - time.monotonic())
+            if wait > 0 and self._stop.wait(wait):
+                return
             self._take()
+            if self._end is not None and time.monotonic() >= self._end:
+                self._ended = True
+                return
 
     def _vswitchd_threads(self) -> dict[int, float]:
         if not self.vswitchd_pid:

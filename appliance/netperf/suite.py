@@ -24,7 +24,7 @@ from typing import Any, Optional
 from .. import yamldoc
 from ..errors import ConfigError, Problem
 from ..policy import Policy
-from ..policy import load as policy_load
+from ..policy.load import from_document as policy_from_document
 from ..topology import DEFAULT_TOPOLOGY, Topology
 from ..topology import load as load_topology
 
@@ -282,7 +282,7 @@ class _Checker:
             self.doc.file, value, {k[n:]: line for k, line in self.doc.lines.items() if k[:n] == path}
         )
         try:
-            return policy_load.from_document(sub)
+            return policy_from_document(sub)
         except ConfigError as exc:
             prefix = yamldoc.dotted(path)
             for p in exc.problems:
@@ -304,8 +304,12 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         name = Path(doc.file).stem
 
     topology = _topology(ck, data.get("topology"))
-    guests = {g.name for g in topology.guests} if topology else set()
-    client, server = _endpoints(ck, data.get("endpoints"), data.get("netserver_port"), guests)
+    client: Optional[str] = None
+    server: Optional[Server] = None
+    if topology is not None:  # endpoints are checked against the topology's guests
+        client, server = _endpoints(
+            ck, data.get("endpoints"), data.get("netserver_port"), {g.name for g in topology.guests}
+        )
 
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
@@ -340,6 +344,9 @@ def _topology(ck: _Checker, ref: Any) -> Optional[Topology]:
     else:
         ck.bad(("topology",), "must be the path of a lab topology file (relative to this file)")
         return None
+    if not path.is_file():
+        ck.bad(("topology",), f"no topology file {path}")
+        return None
     try:
         return load_topology(path)
     except ConfigError as exc:
@@ -359,7 +366,7 @@ def _endpoints(ck: _Checker, value: Any, port_value: Any, guests: set[str]) -> t
     if port_value is not None:
         port = ck.integer(port_value, ("netserver_port",), 1, 65535, "netserver_port") or DEFAULT_NETSERVER_PORT
     client = value.get("client")
-    if client not in guests:
+    if not isinstance(client, str) or client not in guests:
         ck.bad(("endpoints", "client"), f"unknown guest {client!r}: the client is a lab guest; guests: {known}")
         client = None
     raw = value.get("server")
