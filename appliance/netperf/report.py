@@ -35,11 +35,22 @@ def _pm(summary: dict[str, Any], key: str, digits: int = 2) -> str:
     return _fmt(v["mean"], digits) + ("" if ci is None else f" ±{ci:,.{digits}f}")
 
 
+SWEEP = "sweep"  # group key of a message-size sweep at one concurrency: sizes become the columns
+
+
 def groups(doc: dict[str, Any]) -> OrderedDict[tuple[str, str, Any], list[dict[str, Any]]]:
-    """Steps grouped by (test, case, message size), in run order; each group's steps vary concurrency."""
+    """Steps grouped into tables, in run order: one per (test, case, message size), columns = concurrency;
+    a test that sweeps message sizes at one concurrency gets one table per case, columns = sizes."""
+    shape: dict[tuple[str, str], tuple[set[Any], set[int]]] = {}
+    for step in doc["steps"]:
+        sizes, conc = shape.setdefault((step["test"], step["case"]), (set(), set()))
+        sizes.add(step.get("message_size"))
+        conc.add(step["concurrency"])
     out: OrderedDict[tuple[str, str, Any], list[dict[str, Any]]] = OrderedDict()
     for step in doc["steps"]:
-        out.setdefault((step["test"], step["case"], step.get("message_size")), []).append(step)
+        sizes, conc = shape[(step["test"], step["case"])]
+        size = SWEEP if len(conc) == 1 and len(sizes) > 1 else step.get("message_size")
+        out.setdefault((step["test"], step["case"], size), []).append(step)
     return out
 
 
@@ -166,26 +177,31 @@ def text(doc: dict[str, Any]) -> str:
         if not steps:
             continue
         s0 = steps[0]
-        what = (
-            f"-m {size}"
-            if size
-            else (f"-r {s0['request_size']},{s0['response_size']}" if s0.get("request_size") else "default size")
-        )
+        if size == SWEEP:
+            what = f"concurrency {s0['concurrency']}"
+        elif size:
+            what = f"-m {size}"
+        else:
+            what = f"-r {s0['request_size']},{s0['response_size']}" if s0.get("request_size") else "default size"
         reps = max(s["summary"]["repetitions"] for s in steps)
         out.append("")
         out.append(f"{test}: {s0['type']} {what}, {s0['duration']} s, {reps} repetition(s), case {case}")
         rows = _rows(s0["type"])
         extra = _extra_rows(steps, by_group, first_case, test, case, size)
-        headers = ["concurrent instances", *[str(s["concurrency"]) for s in steps]]
+        if size == SWEEP:
+            headers = ["message size (bytes)", *[str(s["message_size"]) for s in steps]]
+        else:
+            headers = ["concurrent instances", *[str(s["concurrency"]) for s in steps]]
         table_rows = [[label, *[fn(s) for s in steps]] for label, fn in rows + extra]
         out.append(render.table(headers, table_rows))
         for s in steps:
+            at = f"-m {s['message_size']}" if size == SWEEP else str(s["concurrency"])
             reasons = s["summary"].get("lost_reasons") or {}
             for reason, n in reasons.items():
-                out.append(f"  lost at {s['concurrency']}: {n} x {reason}")
+                out.append(f"  lost at {at}: {n} x {reason}")
             for rep in s.get("repetitions", []):
                 for note in rep.get("notes", []):
-                    out.append(f"  note at {s['concurrency']} (rep {rep['repetition']}): {note}")
+                    out.append(f"  note at {at} (rep {rep['repetition']}): {note}")
     if not doc["steps"]:
         out.append("\nno step was measured")
     return "\n".join(out)
@@ -222,11 +238,13 @@ def _extra_rows(
         and (test, first_case, size) in by_group
         and not policed_differently
     ):
-        base = {s["concurrency"]: s for s in by_group[(test, first_case, size)] if s.get("summary")}
+        base = {
+            (s.get("message_size"), s["concurrency"]): s for s in by_group[(test, first_case, size)] if s.get("summary")
+        }
 
         def change(key: str) -> Callable[[dict[str, Any]], str]:
             def fn(st: dict[str, Any]) -> str:
-                b = base.get(st["concurrency"])
+                b = base.get((st.get("message_size"), st["concurrency"]))
                 a0 = _fig(b["summary"], key) if b else None
                 a1 = _fig(st["summary"], key)
                 return "-" if not a0 or a1 is None else f"{100.0 * (a1 - a0) / a0:+.1f}%"

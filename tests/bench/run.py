@@ -394,6 +394,11 @@ def main() -> int:
     print()
     for line in bench_isolation():
         print(line)
+    print()
+    from netperf_bench import bench_netperf
+
+    for line in bench_netperf():
+        print(line)
     return 0
 
 
