@@ -97,8 +97,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{out_dir} exists and is not empty; a run directory holds one run", hint="give a new --out directory"
         )
     lab = Lab()
+    # Endpoints are lab guests: refuse a missing or different lab before connecting anywhere.
+    lab.require_guests(s.topology, [s.client] + ([s.server.guest] if s.server.guest else []))
     progress = Progress(quiet=args.json)
-    with api.connect(lab.db if lab.is_up() else args.db, timeout=args.timeout, columns=COLUMNS) as conn:
+    with api.connect(lab.db, timeout=args.timeout, columns=COLUMNS) as conn:
         runner = Runner(s, lab=lab, conn=conn, out_dir=out_dir, on_event=progress)
         previous = signal.getsignal(signal.SIGINT)
 

@@ -127,6 +127,7 @@ class Batch:
     popens: list[subprocess.Popen] = field(default_factory=list)
     released_ns: Optional[int] = None
     outcomes: dict[int, Outcome] = field(default_factory=dict)
+    ready: int = 0  # launchers that reported ready before the release
 
     def out_path(self, i: int) -> Path:
         return self.out_dir / f"instance-{i:03d}.out"

@@ -112,6 +112,8 @@ def check(suite: Suite, client: Endpoint, *, managed_server: bool) -> Preflight:
 
 
 def _limits(suite: Suite, pf: Preflight) -> None:
+    """Open files and processes for the peak concurrency; the one side effect here is raising
+    hvnet's own soft open-file limit up to its hard limit when that is enough (recorded in facts)."""
     peak = max(max(t.concurrency) for t in suite.tests)
     need_fds = peak * FDS_PER_INSTANCE + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -362,7 +362,7 @@ class Runner:
             )
             for _ in range(step.concurrency)
         ]
-        tag = "warmup" if warmup else f"rep{rep}"
+        tag = f"rep{rep}-warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
         batch = Batch(argvs, self.client, raw)
         bridge, ofport = self._client_port()
@@ -411,6 +411,8 @@ class Runner:
         cpu["netperf_pct_of_core"] = round(100.0 * sum(o.cpu_s for o in batch.outcomes.values()) / wall, 1)
         agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
         notes = self._notes(step, agg)
+        if batch.ready < step.concurrency:
+            notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
         if self.netserver is not None and not self.netserver.alive():
             notes.append(f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})")
         return {
