@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import api, render
-from .errors import EXIT_FAILED, EXIT_OK, UsageError
+from .errors import EXIT_FAILED, EXIT_OK, HvnetError, UsageError
 from .lab import Lab
 from .netperf import compare as compare_mod
 from .netperf import report, results
@@ -102,18 +102,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = Progress(quiet=args.json)
     with api.connect(lab.db, timeout=args.timeout, columns=COLUMNS) as conn:
         runner = Runner(s, lab=lab, conn=conn, out_dir=out_dir, on_event=progress)
-        previous = signal.getsignal(signal.SIGINT)
+        stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.getsignal(sig) for sig in stop_signals}
 
-        def on_sigint(signum: int, frame: Any) -> None:
-            # First Ctrl-C: stop cleanly (instances stopped by PID, partial results saved).
-            runner.stop("interrupted (Ctrl-C)")
-            signal.signal(signal.SIGINT, previous)
+        def on_signal(signum: int, frame: Any) -> None:
+            # Stop cleanly: instances stopped by PID, policy restored, netserver stopped, partial
+            # results saved. The handler stays: a second signal must not cut the clean-up short.
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            runner.stop(f"interrupted ({name})")
 
-        signal.signal(signal.SIGINT, on_sigint)
+        for sig in stop_signals:
+            signal.signal(sig, on_signal)
         try:
             doc = runner.run()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     if args.json:
         render.print_json({"run": str(out_dir), "state": doc["state"], "steps": len(doc["steps"])})
     else:
@@ -161,7 +165,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     "description": s.description,
                 }
             )
-        except UsageError as exc:
+        except HvnetError as exc:
             shipped.append({"suite": p.stem, "file": str(p), "error": str(exc)})
     runs = results.list_runs(Path(args.runs) if args.runs else None)
     if args.json:

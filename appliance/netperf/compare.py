@@ -28,7 +28,7 @@ class Row:
     new: Optional[stats.Interval]
     change_pct: Optional[float]
     p_value: Optional[float]
-    # "regression" | "improvement" | "unchanged" | "within threshold" | "untestable" | "no result" | "new result"
+    # "regression" | "improvement" | "not significant" | "within threshold" | "untestable" | "no result" | "new result"
     verdict: str
     detail: str = ""
 
@@ -85,14 +85,19 @@ def compare(base: dict[str, Any], new: dict[str, Any], *, threshold_pct: float =
     for doc, name in ((base, "base"), (new, "new")):
         if doc.get("partial"):
             out.warnings.append(f"the {name} run is partial ({doc.get('partial_reason', 'incomplete')})")
-    b_steps = {s["key"]: s for s in base["steps"]}
-    n_steps = {s["key"]: s for s in new["steps"]}
+    # a step with no finished repetition (a run stopped early) was not run: not a "no result"
+    b_steps = {s["key"]: s for s in base["steps"] if s.get("repetitions")}
+    n_steps = {s["key"]: s for s in new["steps"] if s.get("repetitions")}
     out.only_base = [k for k in b_steps if k not in n_steps]
     out.only_new = [k for k in n_steps if k not in b_steps]
     for key, bs in b_steps.items():
         ns = n_steps.get(key)
         if ns is None:
             continue
+        if (bs.get("duration"), bs.get("message_size")) != (ns.get("duration"), ns.get("message_size")):
+            out.warnings.append(
+                f"{key}: the runs used different durations ({bs.get('duration')} s vs {ns.get('duration')} s)"
+            )
         for figure, better in FIGURES:
             bv, nv = aggregate.values_for(bs, figure), aggregate.values_for(ns, figure)
             if not bv:
@@ -131,7 +136,7 @@ def _row(key: str, figure: str, better: str, bv: list[float], nv: list[float], t
     elif better_by and c.significant:
         verdict, detail = "improvement", c.method
     elif worse or better_by:
-        verdict, detail = "unchanged", f"{c.method}: beyond the threshold but not significant"
+        verdict, detail = "not significant", f"{c.method}: beyond the threshold but within the noise"
     else:
         verdict, detail = "within threshold", c.method
     return Row(key, figure, bi, ni, change, c.p_value, verdict, detail)

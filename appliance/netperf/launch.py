@@ -29,11 +29,14 @@ import psutil
 from .. import proc
 
 # The launcher: ready byte, wait for the release, stamp the time, become netperf.
+# A release is one byte per launcher; end-of-file means hvnet went away: exit without running netperf.
+# The stamp carries the launcher's own CPU so far (ip netns exec + Python), which netperf's rusage inherits.
 _LAUNCHER = (
-    "import os,sys,time\n"
+    "import os,sys,time,resource\n"
     "os.write(int(sys.argv[2]),b'r');os.close(int(sys.argv[2]))\n"
-    "os.read(int(sys.argv[1]),1)\n"
-    "os.write(2,b'hvnet-start %d\\n'%time.monotonic_ns())\n"
+    "if not os.read(int(sys.argv[1]),1):sys.exit(125)\n"
+    "u=resource.getrusage(resource.RUSAGE_SELF)\n"
+    "os.write(2,b'hvnet-start %d %.6f\\n'%(time.monotonic_ns(),u.ru_utime+u.ru_stime))\n"
     "os.execv(sys.argv[3],sys.argv[3:])"
 )
 START_MARK = "hvnet-start "
@@ -112,9 +115,14 @@ class Outcome:
     """How one instance ended."""
 
     returncode: Optional[int]
-    cpu_s: float  # user + system seconds netperf used (from wait4's rusage)
+    cpu_s: float  # user + system seconds of the process (wait4's rusage), launcher included until corrected
     timed_out: Optional[float] = None
     started_ns: Optional[int] = None
+    launcher_cpu_s: float = 0.0  # what the launcher used before becoming netperf
+
+    @property
+    def netperf_cpu_s(self) -> float:
+        return max(0.0, self.cpu_s - self.launcher_cpu_s)
 
 
 @dataclass
@@ -128,6 +136,8 @@ class Batch:
     released_ns: Optional[int] = None
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     ready: int = 0  # launchers that reported ready before the release
+    finished_ns: Optional[int] = None  # when the last instance was reaped
+    _go_w: Optional[int] = None
 
     def out_path(self, i: int) -> Path:
         return self.out_dir / f"instance-{i:03d}.out"
@@ -141,6 +151,12 @@ class Batch:
         go_r, self._go_w = os.pipe()
         ready_r, ready_w = os.pipe()
         try:
+            self._spawn_all(go_r, ready_w, ready_r, ready_timeout)
+        finally:
+            os.close(ready_r)
+
+    def _spawn_all(self, go_r: int, ready_w: int, ready_r: int, ready_timeout: float) -> None:
+        try:
             for i, argv in enumerate(self.argvs):
                 cmd = self.endpoint.wrap([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(go_r), str(ready_w), *argv])
                 with open(self.out_path(i), "wb") as out, open(self.err_path(i), "wb") as err:
@@ -153,25 +169,29 @@ class Batch:
         got = 0
         deadline = time.monotonic() + ready_timeout
         os.set_blocking(ready_r, False)
-        try:
-            while got < len(self.argvs) and time.monotonic() < deadline:
-                try:
-                    chunk = os.read(ready_r, 4096)
-                except BlockingIOError:
-                    time.sleep(0.002)
-                    continue
-                if not chunk:  # every launcher has exited or closed its end
-                    break
-                got += len(chunk)
-        finally:
-            os.close(ready_r)
+        while got < len(self.argvs) and time.monotonic() < deadline:
+            try:
+                chunk = os.read(ready_r, 4096)
+            except BlockingIOError:
+                time.sleep(0.002)
+                continue
+            if not chunk:  # every launcher has exited or closed its end
+                break
+            got += len(chunk)
         self.ready = got
 
     def release(self) -> int:
         """Let every ready launcher go; returns the release time (monotonic ns)."""
+        assert self._go_w is not None
         self.released_ns = time.monotonic_ns()
-        os.close(self._go_w)
+        os.write(self._go_w, b"g" * len(self.popens))  # one byte each: at most 256, far below the pipe's capacity
+        self._close_go()
         return self.released_ns
+
+    def _close_go(self) -> None:
+        if self._go_w is not None:
+            os.close(self._go_w)
+            self._go_w = None
 
     def wait(self, deadline_s: float, should_stop: Callable[[], bool]) -> None:
         """Reap every instance (rusage included); stop the ones still running at the deadline or on request.
@@ -208,11 +228,15 @@ class Batch:
                     _signal(p, signal.SIGKILL)
                 killed = True
             time.sleep(0.05)
+        self.finished_ns = time.monotonic_ns()
         for i in range(len(self.popens)):
-            self.outcomes[i].started_ns = read_start(self.err_path(i))
+            stamp = read_start(self.err_path(i))
+            if stamp is not None:
+                self.outcomes[i].started_ns, self.outcomes[i].launcher_cpu_s = stamp
 
     def kill(self) -> None:
         """Stop every instance still running (error paths); by PID, only ours."""
+        self._close_go()  # launchers not yet released see end-of-file and exit without running netperf
         for p in self.popens:
             if p.poll() is None:
                 _signal(p, signal.SIGKILL)
@@ -226,11 +250,13 @@ def _signal(p: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def read_start(err: Path) -> Optional[int]:
+def read_start(err: Path) -> Optional[tuple[int, float]]:
+    """The launcher's stamp: (start time in monotonic ns, its own CPU seconds before becoming netperf)."""
     try:
         for line in err.read_text(errors="replace").splitlines():
             if line.startswith(START_MARK):
-                return int(line[len(START_MARK) :])
+                ns, cpu = line[len(START_MARK) :].split()
+                return int(ns), float(cpu)
     except (OSError, ValueError):
         pass
     return None

@@ -155,7 +155,10 @@ def parse(
     elif m:
         inst.lost = f"establish control: no netserver answered at {m.group(1)} port {m.group(2)}"
     elif returncode is not None and returncode < 0:
-        inst.lost = f"killed by {signal.Signals(-returncode).name}"
+        try:
+            inst.lost = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            inst.lost = f"killed by signal {-returncode}"
     elif returncode:
         last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip() and "=" not in ln), "no message")
         inst.lost = f"netperf exited {returncode}: {last}"
@@ -166,8 +169,12 @@ def parse(
     if inst.lost is not None:
         return inst
 
-    inst.throughput = throughput
     inst.units = fields.get("THROUGHPUT_UNITS")
+    expected = TPS_UNITS if test.is_rr else MBPS_UNITS
+    if inst.units != expected:  # a sum of figures in mixed units would be meaningless
+        inst.lost = f"unexpected throughput units {inst.units!r} (expected {expected})"
+        return inst
+    inst.throughput = throughput
     inst.elapsed_s = _num(fields, "ELAPSED_TIME")
     retrans = _num(fields, "LOCAL_TRANSPORT_RETRANS")
     inst.retransmissions = retrans if fields.get("PROTOCOL") == "TCP" else None

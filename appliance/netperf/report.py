@@ -127,7 +127,7 @@ def _rows(step_type: str) -> list[Row]:
             ),
         ),
         ("start spread (ms)", lambda st: _fmt(st["summary"].get("start_spread_ms_max"), 1)),
-        ("switch drops on VIFs (pkts)", _drops),
+        ("switch drops, all ports (pkts, total)", _drops),
     ]
     return rows
 
@@ -222,7 +222,7 @@ def _extra_rows(
 
         rows.append(("policing kbit/s / burst kbit", policed))
         rows.append(("achieved ÷ configured", lambda st: _fmt(achieved_ratio(st), 2)))
-        rows.append(("policer drops (pkts)", _meter_drops))
+        rows.append(("policer drops (pkts, total)", _meter_drops))
     if any(s.get("mirrors") for s in steps):
 
         def mirrors(st: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
 from . import aggregate, omni, results
 from .launch import Batch, Endpoint, Netserver, strip_start
-from .preflight import Preflight, PreflightFailed, check
+from .preflight import Preflight, PreflightFailed, check, crr_ceiling
 from .sampler import CpuSampler, interval_for
 from .suite import Case, Step, Suite
 
@@ -135,6 +135,7 @@ class Runner:
         self.steps = self.suite.steps()
         client, server, address = self._endpoints()
         pf = check(self.suite, client, managed_server=server is not None)
+        pf.failures += self._plan_fragments()
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
         self.netperf = pf.netperf
@@ -160,8 +161,8 @@ class Runner:
         except KeyboardInterrupt:
             self._stop_reason = "interrupted (Ctrl-C)"
             state = "partial"
-        except HvnetError as exc:
-            self.doc["error"] = str(exc)
+        except Exception as exc:
+            self.doc["error"] = str(exc) or type(exc).__name__
             raise
         finally:
             try:
@@ -178,6 +179,20 @@ class Runner:
                 self._save()
         self._emit("done", f"{state}: {len(self.doc['steps'])} of {len(self.steps)} steps")
         return self.doc
+
+    def _plan_fragments(self) -> list[str]:
+        """Plan every policy fragment against the switch now (changes nothing), so a selector that
+        matches no VIF fails the run before the first case, not after the earlier cases ran."""
+        fragments = [("setup", self.suite.setup)] + [(f"case {c.name}", c.policy) for c in self.suite.cases]
+        failures = []
+        for label, policy in fragments:
+            if policy is None:
+                continue
+            try:
+                self.engine.plan(policy)
+            except HvnetError as exc:
+                failures.append(f"{label}: {exc}")
+        return failures
 
     def _new_doc(self, pf: Preflight) -> dict[str, Any]:
         state = self.engine.snapshot()
@@ -235,6 +250,13 @@ class Runner:
             probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
             out = _run(self.client.wrap(probe), 10.0)
             if out[0] == 0 and "THROUGHPUT=" in out[1]:
+                if self.netserver is not None and not self.netserver.alive():
+                    raise PreflightFailed(
+                        [
+                            f"the netserver hvnet started exited (port {self.suite.server.port} in use?), yet one "
+                            "answers there: a netserver hvnet did not start; stop it or use another netserver_port"
+                        ]
+                    )
                 self._emit("info", f"netserver answers at {self.address}:{self.suite.server.port}")
                 return
             last = (out[1] + out[2]).strip().splitlines()[0] if (out[1] + out[2]).strip() else f"exit {out[0]}"
@@ -248,10 +270,20 @@ class Runner:
     # -- policy fragments ----------------------------------------------------------
 
     def _apply(self, policy: Policy, label: str) -> _CaseState:
+        """Apply a fragment; if anything after the commit fails, undo it before raising (never left behind)."""
         result = self.engine.apply(policy)
-        if not result.ok:
-            raise HvnetError(f"suite {label}: the policy could not be applied: {'; '.join(result.problems)}")
-        cs = _CaseState(changes=list(result.plan.changes), enforcement=[e.to_json() for e in result.enforcement])
+        changes = list(result.plan.changes) if result.status in ("applied", "unchanged") else []
+        try:
+            if not result.ok:
+                raise HvnetError(f"suite {label}: the policy could not be applied: {'; '.join(result.problems)}")
+            return self._describe_applied(policy, label, result, changes)
+        except BaseException:
+            if changes:
+                self._restore(changes, label)
+            raise
+
+    def _describe_applied(self, policy: Policy, label: str, result: Any, changes: list[Change]) -> _CaseState:
+        cs = _CaseState(changes=changes, enforcement=[e.to_json() for e in result.enforcement])
         for w in result.plan.warnings:
             self._warn(f"{label}: {w}")
         snap = self.engine.snapshot()
@@ -291,6 +323,11 @@ class Runner:
         result = self.engine.apply_changes(inverse, label=f"hvnet suite run: restore {label}")
         for w in result.plan.warnings:
             self._warn(f"restore {label}: {w}")
+        if not result.ok:
+            problem = f"restore {label}: {result.status}: {'; '.join(result.problems) or 'see the audit log'}"
+            self.doc.setdefault("meta", {}).setdefault("restore_problems", []).append(problem)
+            self._warn(problem)
+            return
         self._emit("info", f"{label}: restored")
 
     # -- cases and steps -------------------------------------------------------------
@@ -340,6 +377,10 @@ class Runner:
             if self.stopping:
                 break
             r = self._batch(step, rep, cs, setup, warmup=False)
+            if self.stopping:
+                # cut short by the stop: its instances did not run their course; not a measurement
+                rec.setdefault("interrupted_repetitions", []).append(rep)
+                break
             rec["repetitions"].append(r)
             rec["summary"] = aggregate.summary(rec["repetitions"])
             self._save()
@@ -370,6 +411,7 @@ class Runner:
         metered = not warmup and policing is not None and policing["mechanism"] == "meter"
         before = self._port_counters(bridge) if not warmup else {}
         drops_before = self._meter_drops(bridge, ofport) if metered else None
+        sampler: Optional[CpuSampler] = None
         try:
             batch.spawn()
             sampler = CpuSampler(
@@ -385,6 +427,8 @@ class Runner:
             batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping)
         except BaseException:
             batch.kill()
+            if sampler is not None and not warmup:
+                sampler.stop()
             raise
         cpu = sampler.stop() if not warmup else {}
         if warmup:
@@ -407,8 +451,10 @@ class Runner:
             if outcome.started_ns is not None and batch.released_ns is not None:
                 inst.start_offset_ms = round((outcome.started_ns - batch.released_ns) / 1e6, 2)
             instances.append(inst)
-        wall = cpu.get("wall_s") or t.duration
-        cpu["netperf_pct_of_core"] = round(100.0 * sum(o.cpu_s for o in batch.outcomes.values()) / wall, 1)
+        # netperf's own CPU (launcher excluded) over its whole life, tail included: divide by that span
+        span = (batch.finished_ns - batch.released_ns) / 1e9 if batch.finished_ns and batch.released_ns else t.duration
+        netperf_cpu = sum(o.netperf_cpu_s for o in batch.outcomes.values())
+        cpu["netperf_pct_of_core"] = round(100.0 * netperf_cpu / max(span, 1e-3), 1)
         agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
         notes = self._notes(step, agg)
         if batch.ready < step.concurrency:
@@ -419,6 +465,7 @@ class Runner:
             "repetition": rep,
             "started": started,
             "start_spread_ms": _r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(step.concurrency)])),
+            "wall_s": round(span, 3),
             "instances": [i.to_json() for i in instances],
             "aggregate": agg,
             "cpu": cpu,
@@ -432,9 +479,11 @@ class Runner:
     def _notes(self, step: Step, agg: dict[str, Any]) -> list[str]:
         notes = []
         ports = self.doc["meta"]["preflight"]["facts"].get("ephemeral_ports", {}).get("count")
-        if step.test.type == "TCP_CRR" and ports and agg.get("transactions", 0) >= CRR_EXHAUSTION_FRACTION * ports:
+        limit = crr_ceiling(ports, step.test.duration) * step.test.duration if ports else None
+        if step.test.type == "TCP_CRR" and limit and agg.get("transactions", 0) >= CRR_EXHAUSTION_FRACTION * limit:
             notes.append(
-                f"{agg['transactions']} connections in {step.test.duration} s against {ports} ephemeral ports: "
+                f"{agg['transactions']} connections in {step.test.duration} s against {ports} ephemeral ports "
+                f"(at most ~{limit:.0f} with TIME_WAIT): "
                 "the rate is probably capped by port exhaustion (TIME_WAIT), not by the switch"
             )
         return notes
@@ -470,9 +519,7 @@ def _deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str
         a = before.get(port)
         if a is None:
             continue
-        d = {k: b[k] - a[k] for k in b if b.get(k) is not None and a.get(k) is not None}
-        if any(d.values()):
-            out[port] = d
+        out[port] = {k: b[k] - a[k] for k in b if b.get(k) is not None and a.get(k) is not None}
     return out
 
 

@@ -30,6 +30,10 @@ def interval_for(duration_s: float) -> float:
     return max(0.25, min(1.0, duration_s / 8))
 
 
+def _total(t: Any) -> float:
+    return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
 def _thread_group(comm: str) -> str:
     """``handler12`` -> ``handler``, ``pmd-c03/id:5`` -> ``pmd``: the thread's role."""
     return re.sub(r"[-\d].*$", "", comm) or comm
@@ -158,7 +162,8 @@ class CpuSampler:
             return {}
         cores = []
         for ca, cb in zip(a.cores, b.cores):
-            total = sum(cb) - sum(ca)
+            # guest and guest_nice are already inside user and nice: counted once
+            total = _total(cb) - _total(ca)
             idle = (cb.idle + getattr(cb, "iowait", 0)) - (ca.idle + getattr(ca, "iowait", 0))
             cores.append(round(100.0 * (1 - idle / total), 1) if total > 0 else 0.0)
         groups: dict[str, float] = {}

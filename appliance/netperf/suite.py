@@ -37,6 +37,7 @@ RR_TYPES = ("TCP_RR", "TCP_CRR", "UDP_RR")
 MAX_CONCURRENCY = 256  # instances per step; each needs a process, a control connection and a netserver child
 MAX_DURATION_S = 3600
 MAX_REPETITIONS = 100
+MAX_STEPS = 500  # a size list written {from: 64, to: 1472} (step 1) would otherwise make 1409 steps
 MAX_WARMUP_S = 60
 UDP_MAX_PAYLOAD = 65507  # IPv4: 65535 - 20 (IP) - 8 (UDP)
 TCP_MAX_MESSAGE = 1 << 20  # netperf allocates send rings of this size per instance
@@ -212,7 +213,12 @@ class Suite:
 def load(path: str | Path) -> Suite:
     """Read and validate a suite; a bare name finds a shipped suite (``quick`` -> netperf-suites/quick.yaml)."""
     p = resolve(path)
-    text = p.read_text()
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            [Problem(str(p), None, "suite", f"cannot read: {getattr(exc, 'strerror', None) or exc}")]
+        ) from None
     return from_document(yamldoc.parse(text, str(p), strict=False), hashlib.sha256(text.encode()).hexdigest())
 
 
@@ -328,8 +334,12 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
 
     cases = _cases(ck, data.get("cases"))
     tests = _tests(ck, data.get("tests"), defaults)
+    n_steps = len(cases) * sum(len(t.message_sizes) * len(t.concurrency) for t in tests)
+    if n_steps > MAX_STEPS:
+        ck.bad(("tests",), f"{n_steps} steps (cases x message sizes x concurrency); at most {MAX_STEPS}")
     if ck.problems:
-        raise ConfigError(ck.problems)
+        # a bad value in 'defaults' is found once per test inheriting it: report it once
+        raise ConfigError(list(dict.fromkeys(ck.problems)))
     assert topology is not None and client is not None and server is not None
     return Suite(
         name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests

@@ -240,3 +240,14 @@ def test_parse_empty_output_with_success_is_lost_without_result() -> None:
 
 def test_parse_nonzero_exit_without_a_message() -> None:
     assert omni.parse(0, TCP_STREAM, "", "", 2).lost == "netperf exited 2: no message"
+
+
+def test_parse_refuses_figures_in_unexpected_units() -> None:
+    # a netperf run with -f k would report kbit/s: summing it with Mbit/s figures would be wrong
+    out = captured("tcp_stream")[0].replace("THROUGHPUT_UNITS=10^6bits/s", "THROUGHPUT_UNITS=10^3bits/s")
+    inst = omni.parse(0, TCP_STREAM, out, "", 0)
+    assert not inst.ok and "unexpected throughput units '10^3bits/s'" in (inst.lost or "")
+
+
+def test_parse_names_a_real_time_signal() -> None:
+    assert omni.parse(0, TCP_RR, "", "", -40).lost == "killed by signal 40"

@@ -277,7 +277,7 @@ def test_compare_a_small_change_is_within_threshold_unless_the_threshold_is_lowe
 
 def test_compare_noisy_change_is_not_significant() -> None:
     r = compare.compare(run_doc(step_doc(KEY, [1000.0, 600.0, 1400.0])), run_doc(step_doc(KEY, [700.0, 1100.0, 500.0])))
-    assert verdicts(r) == {(KEY, "sum"): "unchanged"} and r.regressions == []
+    assert verdicts(r) == {(KEY, "sum"): "not significant"} and r.regressions == []
 
 
 def test_compare_one_repetition_each_is_untestable() -> None:
@@ -483,7 +483,7 @@ def test_report_prints_a_dash_for_what_was_not_measured() -> None:
     assert table_row(rr, "host CPU (%) / busiest core (%)") == ["-/-"]
     assert table_row(rr, "ovs-vswitchd (% of a core)") == ["-"]
     assert table_row(rr, "start spread (ms)") == ["-"]
-    assert table_row(rr, "switch drops on VIFs (pkts)") == ["-"]
+    assert table_row(rr, "switch drops, all ports (pkts, total)") == ["-"]
     assert table_row(rr, "fairness (Jain, 1 = even)") == ["1.000"]
 
 
@@ -511,12 +511,12 @@ def test_report_policing_and_mirror_rows() -> None:
 
     assert table_row(policed_part, "policing kbit/s / burst kbit") == ["5000/4000 meter NOT ENFORCED"]
     assert table_row(policed_part, "achieved ÷ configured") == ["0.92"]  # 4.6 Mbit/s of 5000 kbit/s
-    assert table_row(policed_part, "policer drops (pkts)") == ["2,400"]
+    assert table_row(policed_part, "policer drops (pkts, total)") == ["2,400"]
     assert "mirrors on" not in policed_part
 
     assert table_row(mirrored_part, "mirrors on the client VIF") == ["1"]
     assert table_row(mirrored_part, "mirror delivery (copies ÷ pkts)") == ["1.000 (min 1.000)"]
-    assert table_row(mirrored_part, "switch drops on VIFs (pkts)") == ["10"]
+    assert table_row(mirrored_part, "switch drops, all ports (pkts, total)") == ["10"]
     assert table_row(mirrored_part, "total vs case default") == ["-11.0%"]  # mean total 8.1 against 9.1
     assert "policing kbit/s" not in mirrored_part
 
@@ -612,3 +612,24 @@ def test_stats_interval_matches_summary() -> None:
     assert aggregate.summary([rep_record(i, [x]) for i, x in enumerate(xs, 1)])["sum"]["ci95"] == round(
         stats.ci(xs).half_width, 3
     )
+
+
+def test_compare_a_step_the_new_run_never_finished_is_not_run_not_a_regression() -> None:
+    stopped = step_doc(KEY, [])  # a run stopped before this step's first repetition finished
+    r = compare.compare(run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0])), run_doc(stopped))
+    assert r.regressions == [] and r.only_base == [KEY]
+
+
+def test_compare_warns_when_durations_differ() -> None:
+    new = step_doc(KEY, [1000.0, 1010.0, 990.0])
+    new["duration"] = 60
+    r = compare.compare(run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0])), run_doc(new))
+    assert any("different durations" in w for w in r.warnings)
+
+
+def test_report_shows_a_mirror_that_delivered_nothing_as_zero() -> None:
+    step = step_doc("tcp-stream/mirrors-1/m1472/c1", [900.0])
+    step["mirrors"] = [{"name": "m", "bridge": "br", "output_port": "vif9.0", "src": ["vif1.0"], "dst": ["vif1.0"]}]
+    step["repetitions"][0]["counters"] = {"vif1.0": {"rx_packets": 100, "tx_packets": 50},
+                                          "vif9.0": {"tx_packets": 0, "rx_packets": 0}}  # fmt: skip
+    assert report.delivery_ratio(step) == (0.0, 0.0)

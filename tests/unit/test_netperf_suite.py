@@ -561,3 +561,15 @@ def test_every_problem_is_reported_at_once(tmp_path) -> None:
 def test_a_suite_that_is_not_a_mapping(tmp_path) -> None:
     found = problems(tmp_path, "- just\n- a list\n")
     assert len(found) == 1 and "a suite is a mapping" in found[0]
+
+
+def test_too_many_steps_is_refused(tmp_path: Path) -> None:
+    found = problems(tmp_path, "endpoints: {client: VM1, server: VM2}\n"
+                               "tests: [{type: TCP_STREAM, message_size: {from: 64, to: 1472}}]\n")  # fmt: skip
+    assert any("1409 steps" in p and "at most 500" in p for p in found), found
+
+
+def test_a_bad_default_is_reported_once(tmp_path: Path) -> None:
+    found = problems(tmp_path, "endpoints: {client: VM1, server: VM2}\ndefaults: {duration: 0}\n"
+                               "tests: [{type: TCP_RR}, {type: UDP_RR}, {type: TCP_CRR}]\n")  # fmt: skip
+    assert len([p for p in found if "defaults.duration" in p]) == 1, found
