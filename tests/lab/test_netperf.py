@@ -163,7 +163,8 @@ def test_stopping_the_netserver_mid_suite_gives_lost_instances(lab: Lab, tmp_pat
     assert not netperf_pids(lab)
 
 
-def test_ctrl_c_saves_partial_results_and_restores(lab: Lab, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "reason"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_interrupt_saves_partial_results_and_restores(lab: Lab, tmp_path: Path, sig: int, reason: str) -> None:
     out = tmp_path / "interrupted"
     p = subprocess.Popen([*HVNET, "suite", "run", str(DATA / "suite-long.yaml"), "--out", str(out)], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -177,14 +178,14 @@ def test_ctrl_c_saves_partial_results_and_restores(lab: Lab, tmp_path: Path) -> 
                 pass
             time.sleep(0.05)
         assert police_rate(lab) == "204800"
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         stdout, stderr = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 1, stdout + stderr
     doc = json.loads((out / "results.json").read_text())
-    assert doc["state"] == "partial" and doc["partial"] is True and "Ctrl-C" in doc["partial_reason"]
+    assert doc["state"] == "partial" and doc["partial"] is True and reason in doc["partial_reason"]
     assert 1 <= len(doc["steps"][0]["repetitions"]) < 8
     assert "partial" in stdout
     assert police_rate(lab) is None
