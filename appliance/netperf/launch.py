@@ -58,14 +58,15 @@ class Endpoint:
 class Netserver:
     """A netserver hvnet started in a guest; stopped by its PID (and the children it forked)."""
 
-    def __init__(self, endpoint: Endpoint, port: int, log: Path) -> None:
+    def __init__(self, endpoint: Endpoint, port: int, log: Path, program: str) -> None:
         self.endpoint = endpoint
+        self.program = program  # the netserver preflight found
         self.port = port
         self.log = log
         self.popen: Optional[subprocess.Popen[bytes]] = None
 
     def start(self) -> None:
-        argv = self.endpoint.wrap([proc.which("netserver"), "-D", "-4", "-p", str(self.port)])
+        argv = self.endpoint.wrap([self.program, "-D", "-4", "-p", str(self.port)])
         with open(self.log, "ab") as log:
             self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

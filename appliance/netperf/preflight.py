@@ -26,7 +26,7 @@ from .suite import Suite
 
 MIN_NETPERF = (2, 5)  # omni output selectors (-k) and latency percentiles (-j)
 TIME_WAIT_S = 60  # Linux TCP_TIMEWAIT_LEN: fixed, not a sysctl
-FDS_PER_INSTANCE = 4  # hvnet's side: output files while spawning, the launcher's pipes
+FDS_PER_INSTANCE = 4  # hvnet's side, with headroom: an instance's two output files are open while it spawns
 PROCS_PER_INSTANCE = 2  # a netperf, and the netserver child serving it
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -32,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import __version__
+from .. import __version__, proc
 from ..errors import HvnetError
 from ..lab import Lab
 from ..ovsdb import Connection
@@ -139,6 +138,7 @@ class Runner:
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
         self.netperf = pf.netperf
+        self.netserver_path = pf.netserver or ""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "raw").mkdir(exist_ok=True)
         self.doc = self._new_doc(pf)
@@ -241,14 +241,20 @@ class Runner:
 
     def _start_netserver(self) -> None:
         if self.server_ep is not None:
-            self.netserver = Netserver(self.server_ep, self.suite.server.port, self.out_dir / "netserver.log")
+            self.netserver = Netserver(
+                self.server_ep, self.suite.server.port, self.out_dir / "netserver.log", self.netserver_path
+            )
             self.netserver.start()
             self.doc["meta"]["server"]["netserver_pid"] = self.netserver.pid
         deadline = time.monotonic() + 5.0
         last = ""
         while time.monotonic() < deadline:
             probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
-            out = _run(self.client.wrap(probe), 10.0)
+            try:
+                res = proc.run(self.client.wrap(probe), check=False, timeout=10.0)
+                out = (res.returncode, res.stdout, res.stderr)
+            except HvnetError as exc:  # no answer within the timeout
+                out = (-1, "", str(exc))
             if out[0] == 0 and "THROUGHPUT=" in out[1]:
                 if self.netserver is not None and not self.netserver.alive():
                     raise PreflightFailed(
@@ -406,7 +412,7 @@ class Runner:
         tag = f"rep{rep}-warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
         batch = Batch(argvs, self.client, raw)
-        bridge, ofport = self._client_port()
+        bridge, ofport = self._client_port() if not warmup else (None, None)
         policing = cs.policing or setup.policing
         metered = not warmup and policing is not None and policing["mechanism"] == "meter"
         before = self._port_counters(bridge) if not warmup else {}
@@ -521,14 +527,6 @@ def _deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str
             continue
         out[port] = {k: b[k] - a[k] for k in b if b.get(k) is not None and a.get(k) is not None}
     return out
-
-
-def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return -1, "", f"no answer within {timeout:.0f} s"
-    return out.returncode, out.stdout, out.stderr
 
 
 def _r(x: Optional[float]) -> Optional[float]:
