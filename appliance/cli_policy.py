@@ -31,20 +31,13 @@ from .policy import (
     VifRule,
     describe,
     export,
+    intents,
     journal,
     load,
     require_one,
 )
 from .policy.engine import change_json
-from .policy.load import (
-    FieldError,
-    egress_from_fields,
-    ingress_from_fields,
-    mirror_output,
-    parse_selector,
-    vlan_from_fields,
-)
-from .validate import vlan_list
+from .policy.load import FieldError
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:
@@ -287,20 +280,8 @@ def cmd_vif_set(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
         state = eng.snapshot()
         port = require_one(state, args.vif, "VIF")
-        cur = state.ports[port].vlan.effective()
-        mode = args.vlan_mode
-        if mode is None:
-            mode = cur.mode
-            if args.tag is not None and cur.mode == "trunk":
-                mode = "access"
-            elif args.trunks is not None and cur.mode == "access":
-                mode = "trunk"
-        tag = args.tag if args.tag is not None else (cur.tag if mode != "trunk" else None)
-        trunks: Any = args.trunks
-        if trunks is None and mode != "access":
-            trunks = ",".join(str(t) for t in cur.trunks) if cur.trunks else None
         try:
-            vlan = vlan_from_fields(mode, tag, trunks)
+            vlan = intents.vlan_change(state.ports[port].vlan.effective(), args.vlan_mode, args.tag, args.trunks)
         except FieldError as exc:
             field = {"mode": "--vlan-mode", "tag": "--tag", "trunks": "--trunks"}.get(exc.field, "--vlan-mode")
             raise _cli_problem(field, str(exc)) from None
@@ -311,17 +292,17 @@ def cmd_vif_set(args: argparse.Namespace) -> int:
 def cmd_qos_set(args: argparse.Namespace) -> int:
     if args.ingress_rate is None and args.egress_rate is None:
         raise UsageError("give --ingress-rate and/or --egress-rate")
-    rule = VifRule(Selector("port", "?"))
     try:
-        if args.ingress_rate is not None:
-            rule.ingress = ingress_from_fields(args.ingress_rate, args.ingress_burst, args.mechanism)
-        elif args.ingress_burst is not None:
-            raise FieldError("burst", "--ingress-burst needs --ingress-rate")
-        if args.egress_rate is not None:
-            rule.egress = egress_from_fields(args.egress_rate, args.egress_burst)
+        rule = intents.qos_rule(
+            "?",
+            ingress_rate=args.ingress_rate,
+            ingress_burst=args.ingress_burst,
+            mechanism=args.mechanism,
+            egress_rate=args.egress_rate,
+            egress_burst=args.egress_burst,
+        )
     except FieldError as exc:
-        prefix = "--ingress-" if exc.field in ("rate", "burst") and rule.ingress is None else "--egress-"
-        raise _cli_problem(prefix + exc.field, str(exc)) from None
+        raise _cli_problem("--" + exc.field.replace(".", "-"), str(exc)) from None
     with _engine(args) as eng:
         port = require_one(eng.snapshot(), args.vif, "VIF")
         rule.selector = Selector("port", port)
@@ -348,32 +329,26 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = dict(given)
     if args.key is not None:
         spec["key"] = args.key
-    try:
-        output = mirror_output(spec)
-    except FieldError as exc:
-        flag = {"output.key": "--key", "output.idx": "--key"}.get(exc.field, "--output-" + exc.field.split(".")[-1])
-        raise _cli_problem(flag, str(exc)) from None
-    rule = MirrorRule(args.bridge, args.name, output=output, snaplen=args.snaplen, filter=args.filter)
-    rule.allow_isolation_exception = args.allow_isolation_exception
-    for field, values in (("--src", args.src), ("--dst", args.dst)):
-        sels = []
-        for v in values or []:
-            try:
-                kind, pattern = parse_selector(v)
-            except ValueError as exc:
-                raise _cli_problem(field, str(exc)) from None
-            sels.append(Selector(kind, pattern, False, (field,)))
-        setattr(rule, field[2:], tuple(sels))
-    if args.vlan is not None:
-        try:
-            rule.vlans = tuple(vlan_list(args.vlan))
-        except ValueError as exc:
-            raise _cli_problem("--vlan", str(exc)) from None
-    if args.all:
-        rule.select_all = True
-    if not (rule.select_all or rule.src or rule.dst or rule.vlans):
+    if not (args.all or args.src or args.dst or args.vlan is not None):
         raise UsageError("the mirror selects nothing: give --src, --dst, --vlan or --all")
-    rule.path = ("mirror",)
+    try:
+        rule = intents.mirror_rule(
+            args.bridge,
+            args.name,
+            output=spec,
+            src=args.src,
+            dst=args.dst,
+            vlans=args.vlan,
+            select_all=args.all,
+            snaplen=args.snaplen,
+            filter=args.filter,
+            allow_isolation_exception=args.allow_isolation_exception,
+        )
+    except FieldError as exc:
+        flag = {"output.key": "--key", "output.idx": "--key", "select": "--all"}.get(exc.field)
+        if flag is None:
+            flag = "--output-" + exc.field.split(".")[-1] if exc.field.startswith("output") else "--" + exc.field
+        raise _cli_problem(flag, str(exc)) from None
     with _engine(args) as eng:
         state = eng.snapshot()
         if (args.bridge, args.name) in state.mirrors:
