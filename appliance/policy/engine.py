@@ -355,6 +355,24 @@ class PolicyEngine:
 
     def _check_enforcement(self, plan: Plan, state: State, result: ApplyResult) -> None:
         touched = {(c.name, c.kind) for c in plan.changes if c.kind in ("ingress", "egress")}
+        for e in self._enforcement(state, touched):
+            result.enforcement.append(e)
+            if e.verified is False:
+                result.problems.append(_PROBLEM[(e.kind, e.mechanism)].format(name=e.port, detail=e.detail))
+
+    def enforcement(self, ports: set[str] | None = None) -> list[Enforcement]:
+        """How the limits on ``ports`` (default: every port that has one) are enforced, as observed now.
+
+        Reads the switch's meters and flows (one ``ovs-ofctl`` per bridge) and
+        the interfaces' tc state: seconds for a large host, so callers do it
+        on demand or every few seconds, not with every replica change.
+        """
+        state = self.snapshot()
+        names = set(state.ports) if ports is None else ports & set(state.ports)
+        return self._enforcement(state, {(n, k) for n in names for k in ("ingress", "egress")})
+
+    def _enforcement(self, state: State, touched: set[tuple[str, str]]) -> list[Enforcement]:
+        out: list[Enforcement] = []
         by_bridge: dict[str, openflow.Installed] = {}
         for name, kind in sorted(touched):
             p = state.ports.get(name)
@@ -366,7 +384,7 @@ class PolicyEngine:
                     continue
                 if eff.mechanism == "meter":
                     if self.of is None or not self.of.available(p.bridge):
-                        result.enforcement.append(Enforcement(name, kind, "meter", None, "no OpenFlow access"))
+                        out.append(Enforcement(name, kind, "meter", None, "no OpenFlow access"))
                         continue
                     inst = by_bridge.get(p.bridge) or self.of.read(p.bridge, stats=True)
                     by_bridge[p.bridge] = inst
@@ -378,9 +396,7 @@ class PolicyEngine:
                         if ok
                         else "meter or its flow is missing from the switch"
                     )
-                    result.enforcement.append(Enforcement(name, kind, "meter", ok, detail))
-                    if not ok:
-                        result.problems.append(f"{name}: ingress policing not installed ({detail})")
+                    out.append(Enforcement(name, kind, "meter", ok, detail))
                 else:
                     police, _ = openflow.tc_enforcement(p.interface)
                     if police is None:
@@ -392,8 +408,7 @@ class PolicyEngine:
                             "NOT enforced: OVS could not install the tc police action (this kernel lacks it); "
                             "use mechanism meter"
                         )
-                        result.problems.append(f"{name}: ingress policing configured but not enforced by tc")
-                    result.enforcement.append(Enforcement(name, kind, "tc", police, detail))
+                    out.append(Enforcement(name, kind, "tc", police, detail))
             else:
                 eff = p.qos.effective() if p.qos else None
                 if eff is None:
@@ -404,9 +419,15 @@ class PolicyEngine:
                     if htb
                     else ("tc cannot inspect this interface here" if htb is None else "NOT enforced: no htb qdisc")
                 )
-                if htb is False:
-                    result.problems.append(f"{name}: egress shaping configured but no htb qdisc on the interface")
-                result.enforcement.append(Enforcement(name, kind, "htb", htb, detail))
+                out.append(Enforcement(name, kind, "htb", htb, detail))
+        return out
+
+
+_PROBLEM = {
+    ("ingress", "meter"): "{name}: ingress policing not installed ({detail})",
+    ("ingress", "tc"): "{name}: ingress policing configured but not enforced by tc",
+    ("egress", "htb"): "{name}: egress shaping configured but no htb qdisc on the interface",
+}
 
 
 def _touches_meters(c: Change) -> bool:

@@ -9,14 +9,7 @@ from appliance import api
 from tui.app import HvnetApp
 from tui.widgets.vif_table import VifTable
 
-
-async def wait_until(pilot, predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await pilot.pause(0.05)
-    return predicate()
+from .harness import wait_until
 
 
 def cell(table: VifTable, port: str, column: str) -> str:

@@ -14,10 +14,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from appliance import LiveInventory
 from appliance.inventory import Inventory, filter_vifs
-from appliance.ovsdb import Connection
 
+from ..widgets.banner import ConnectionBanner
 from ..widgets.vif_table import VifTable
 
 RATE_INTERVAL_S = 1.0
@@ -30,10 +29,6 @@ class InventoryRead(Message):
         self.connected = connected
 
 
-class DbChanged(Message):
-    """The IDL replica changed (posted from the connection's thread)."""
-
-
 class VifsScreen(Screen[None]):
     BINDINGS = [
         Binding("slash", "filter", "Filter"),
@@ -41,30 +36,27 @@ class VifsScreen(Screen[None]):
         Binding("r", "refresh", "Refresh"),
     ]
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.conn = conn
-        self.live = LiveInventory(conn)
         self.inventory: Inventory | None = None
         self.filter_text = ""
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("connecting...", id="host-line")
-        yield Static("", id="banner")
+        yield ConnectionBanner()
         yield Input(placeholder="filter: VM name, port, MAC, uuid", id="filter")
         yield VifTable(id="vifs")
         yield Footer()
 
     def on_mount(self) -> None:
-        # post_message is thread-safe: the IDL loop thread may call it.
-        self.conn.add_listener(lambda: self.post_message(DbChanged()))
-        self.conn.start()
+        self.conn = self.app.backend.conn
+        self.live = self.app.backend.live
         self.query_one(VifTable).focus()
         self.set_interval(RATE_INTERVAL_S, self.action_refresh)
         self.action_refresh()
 
-    def on_db_changed(self, _message: DbChanged) -> None:
+    def db_changed(self) -> None:
         self.action_refresh()
 
     @work(thread=True, exclusive=True, group="inventory")
@@ -80,12 +72,6 @@ class VifsScreen(Screen[None]):
         self.query_one("#host-line", Static).update(
             f"{h.hostname} · OVS {h.ovs_version or '?'} · {bridges or 'no bridges'} · {len(vifs)} VIFs"
         )
-        banner = self.query_one("#banner", Static)
-        if message.connected:
-            banner.remove_class("visible")
-        else:
-            banner.update(f"OVSDB connection lost ({self.conn.target.remote}); reconnecting...")
-            banner.add_class("visible")
         self._show()
 
     def _show(self) -> None:

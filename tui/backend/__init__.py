@@ -1,0 +1,147 @@
+"""The UI's seam onto the engine: one object the screens ask, from worker threads.
+
+Screens never touch the IDL, the lab's files or subprocesses: they call the
+methods here (or the engine's public API on the objects held here) inside
+``@work(thread=True)`` workers and post the result back as a message.  What
+lives here is shared state -- the one OVSDB connection, the policy engine on
+it, the rate meter behind the VIF table, hvnet's own log messages -- so each
+screen does not open its own.
+
+Submodules hold the calls of one capability each: :mod:`.host`,
+:mod:`.suites`, :mod:`.isolation`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from appliance import LiveInventory
+from appliance.errors import HvnetError
+from appliance.inventory import Inventory
+from appliance.ovsdb import Connection
+from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State, journal
+
+log = logging.getLogger("hvnet.tui")
+
+MESSAGES_KEPT = 500
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One of hvnet's own log messages, as the Log screen shows it."""
+
+    when: float
+    level: str
+    name: str
+    text: str
+
+
+class _Collector(logging.Handler):
+    """Keeps hvnet's log records for the Log screen (instead of writing over the UI)."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(logging.INFO)
+        self.backend = backend
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = LogLine(record.created, record.levelname, record.name, record.getMessage())
+        except Exception:  # a bad format string must not break the UI
+            return
+        self.backend._add_message(line)
+
+
+class Backend:
+    """Everything the screens need from the engine, on one connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.live = LiveInventory(conn)
+        self.engine = PolicyEngine(conn, command="hvnet tui")
+        self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
+        self._message_listeners: list[Callable[[LogLine], None]] = []
+        self._lock = threading.Lock()
+        self._handler = _Collector(self)
+        self._logger = logging.getLogger("hvnet")
+        self._saved_propagate = self._logger.propagate
+        self._saved_level = self._logger.level
+
+    # -- lifetime ------------------------------------------------------------
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        """Start the IDL loop; ``on_change`` is called (from its thread) on every replica change."""
+        self._logger.addHandler(self._handler)
+        self._logger.propagate = False  # nothing may write over the screen
+        if self._logger.level in (logging.NOTSET, logging.WARNING):
+            self._logger.setLevel(logging.INFO)
+        self.conn.add_listener(on_change)
+        self.conn.start()
+
+    def close(self) -> None:
+        self._logger.removeHandler(self._handler)
+        self._logger.propagate = self._saved_propagate
+        self._logger.setLevel(self._saved_level)
+        self.conn.close()
+
+    @property
+    def connected(self) -> bool:
+        return self.conn.is_connected
+
+    @property
+    def remote(self) -> str:
+        return self.conn.target.remote
+
+    def describe(self) -> str:
+        return self.conn.target.describe()
+
+    # -- messages (Log screen) -----------------------------------------------
+
+    def _add_message(self, line: LogLine) -> None:
+        with self._lock:
+            self.messages.append(line)
+            listeners = list(self._message_listeners)
+        for callback in listeners:
+            callback(line)
+
+    def on_message(self, callback: Callable[[LogLine], None]) -> None:
+        """Call ``callback(line)`` (from any thread) for every new log message."""
+        with self._lock:
+            self._message_listeners.append(callback)
+
+    def note(self, text: str, level: int = logging.INFO) -> None:
+        """Record something the UI did (it shows on the Log screen)."""
+        log.log(level, text)
+
+    # -- inventory -----------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        """A fresh inventory with rates since the previous call (about once a second)."""
+        return self.live.refresh()
+
+    # -- policy ----------------------------------------------------------------
+
+    def snapshot(self) -> State:
+        return self.engine.snapshot()
+
+    def plan(self, policy: Policy) -> Plan:
+        """What ``policy`` would change; touches nothing."""
+        return self.engine.plan(policy)
+
+    def apply(self, policy: Policy, what: str) -> ApplyResult:
+        """One atomic apply through the engine (verified, audited), noted in the log."""
+        if not self.connected:
+            raise HvnetError(f"not connected to {self.remote}; nothing was applied", hint="wait for the reconnect")
+        started = time.monotonic()
+        result = self.engine.apply(policy)
+        level = logging.INFO if result.ok else logging.WARNING
+        self.note(f"{what}: {result.status} in {time.monotonic() - started:.1f} s", level)
+        return result
+
+    def audit(self, last: int = 50) -> list[dict[str, Any]]:
+        """The newest audit entries for this switch, newest last."""
+        return journal.read_audit(self.remote, last=last)

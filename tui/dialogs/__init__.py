@@ -1,0 +1,1 @@
+"""Modal dialogs: each asks for one intent, shows its plan, and confirms before applying."""
