@@ -111,7 +111,9 @@ def vif_form_rule(port: PortState, form: VifForm, source: str = "Edit VIF") -> V
         problems.append(Problem(source, None, field, message))
 
     mode = form.mode.strip()
-    tag = form.tag.strip() or None
+    tag: Any = form.tag.strip() or None
+    if tag is not None and tag.lstrip("-").isdigit():
+        tag = int(tag)  # typed text; the CLI's argument parser does the same
     trunks = form.trunks.strip() or None
     try:
         rule.vlan = vlan_from_fields(mode, tag, trunks)

@@ -1,4 +1,4 @@
-"""The TUI shell against the real lab, driven through Textual's Pilot."""
+"""The console against the real lab, driven through Textual's Pilot: VIFs and Edit VIF."""
 
 from __future__ import annotations
 
@@ -6,23 +6,35 @@ import asyncio
 import time
 
 from appliance import api
+from tests.conftest import run_hvnet
 from tui.app import HvnetApp
+from tui.dialogs.edit_vif import EditVifDialog
 from tui.widgets.vif_table import VifTable
 
-from .harness import wait_until
+from .harness import screen_text, wait_until
 
 
 def cell(table: VifTable, port: str, column: str) -> str:
     return str(table.get_cell(port, column))
 
 
+def tag_of(lab, port: str) -> str:
+    return lab.switch.vsctl("get", "Port", port, "tag").strip()
+
+
+async def open_vifs(pilot, app: HvnetApp) -> VifTable:
+    await pilot.press("2")
+    assert await wait_until(pilot, lambda: bool(app.screen.query(VifTable)))
+    table = app.screen.query_one(VifTable)
+    assert await wait_until(pilot, lambda: table.row_count == 3)
+    return table
+
+
 async def test_vif_table_shows_lab_and_follows_external_changes(lab) -> None:
-    conn = api.connect()
-    app = HvnetApp(conn)
+    app = HvnetApp(api.connect(), start="host" if _has_host() else "vifs")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
-            table = app.screen.query_one(VifTable)
-            assert await wait_until(pilot, lambda: table.row_count == 3)
+            table = await open_vifs(pilot, app)
             assert [cell(table, p, "VM") for p in ("vif1.0", "vif2.0", "vif3.0")] == ["VM1", "VM2", "VM3"]
             assert cell(table, "vif3.0", "VLAN") == "access 2"
 
@@ -37,6 +49,85 @@ async def test_vif_table_shows_lab_and_follows_external_changes(lab) -> None:
             assert await wait_until(pilot, lambda: table.row_count == 1)
             await pilot.press("escape")
             assert await wait_until(pilot, lambda: table.row_count == 3)
+
+            # sort: by VLAN, then reversed
+            while app.screen.sort_column != "VLAN":
+                await pilot.press("s")
+            await pilot.press("S")
+            assert await wait_until(pilot, lambda: [k.value for k in table.rows][0] == "vif3.0")
     finally:
         lab.switch.vsctl("set", "Port", "vif3.0", "tag=2")
-        conn.close()
+        app.backend.close()
+
+
+async def test_edit_vm3_tag_through_the_dialog(lab) -> None:
+    app = HvnetApp(api.connect())
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = await open_vifs(pilot, app)
+            table.move_cursor(row=[k.value for k in table.rows].index("vif3.0"))
+            await pilot.press("enter")
+            assert await wait_until(pilot, lambda: isinstance(app.screen, EditVifDialog))
+            dialog = app.screen
+            assert await wait_until(pilot, lambda: dialog.state is not None)
+            tag = dialog.query_one("#tag")
+            assert tag.value == "2"
+
+            # invalid input: the error is shown, Apply stays disabled, nothing changes
+            tag.value = "5000"
+            assert await wait_until(pilot, lambda: "✗ Tag" in screen_text(app))
+            assert "4094" in screen_text(app)
+            assert dialog.query_one("#apply").disabled
+            await pilot.press("ctrl+s", "ctrl+y")
+            await pilot.pause(0.3)
+            assert tag_of(lab, "vif3.0") == "2"
+
+            # a valid tag: the plan shows before -> after, apply needs the confirm
+            tag.value = "7"
+            ok = await wait_until(pilot, lambda: "vlan: access tag 2 → access tag 7" in screen_text(app))
+            assert ok, screen_text(app)
+            await pilot.press("ctrl+s")
+            assert await wait_until(pilot, lambda: "Apply these 1 change(s)" in screen_text(app))
+            assert tag_of(lab, "vif3.0") == "2"  # not before the confirm
+            await pilot.press("ctrl+y")
+            assert await wait_until(pilot, lambda: "✓ applied 1 change" in screen_text(app), 10.0)
+            assert tag_of(lab, "vif3.0") == "7"
+            await pilot.press("escape")
+            assert await wait_until(pilot, lambda: not isinstance(app.screen, EditVifDialog))
+            assert await wait_until(pilot, lambda: cell(table, "vif3.0", "VLAN") == "access 7", 3.0)
+    finally:
+        lab.switch.vsctl("set", "Port", "vif3.0", "tag=2")
+        app.backend.close()
+
+
+async def test_edit_limits_show_enforcement(lab) -> None:
+    app = HvnetApp(api.connect())
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = await open_vifs(pilot, app)
+            table.move_cursor(row=[k.value for k in table.rows].index("vif1.0"))
+            await pilot.press("enter")
+            dialog = app.screen
+            assert await wait_until(pilot, lambda: dialog.state is not None)
+            dialog.query_one("#ingress-rate").value = "10mbit"
+            dialog.query_one("#ingress-burst").value = "abc"
+            assert await wait_until(pilot, lambda: "✗ Ingress burst" in screen_text(app))
+            dialog.query_one("#ingress-burst").value = ""
+            dialog.query_one("#egress-rate").value = "20000"
+            assert await wait_until(pilot, lambda: "egress: none → " in screen_text(app))
+            await pilot.press("ctrl+s", "ctrl+y")
+            assert await wait_until(pilot, lambda: "✓ applied 2 changes" in screen_text(app), 15.0)
+            text = screen_text(app)
+            assert "ingress: enforced by" in text and "egress: enforced by htb" in text
+            await pilot.press("escape")
+            assert await wait_until(pilot, lambda: cell(table, "vif1.0", "Ingress") == "10000 kbit/s ✓", 15.0)
+            assert cell(table, "vif1.0", "Egress") == "20000 kbit/s ✓"
+    finally:
+        app.backend.close()
+        assert run_hvnet("qos", "clear", "vif1.0").returncode == 0
+
+
+def _has_host() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tui.screens.host") is not None

@@ -1,86 +1,172 @@
-"""VIFs screen: every VM interface, live.
+"""VIFs screen: every VM interface, live; filter, sort, open one to edit.
 
-OVSDB changes are pushed by the connection's IDL loop (no polling the
-database); counters are re-read about once a second for the rate columns.
-Inventory reads run in a worker thread and report back by message.
+OVSDB changes are pushed by the connection's IDL loop (the app calls
+:meth:`VifsScreen.db_changed`); counters are re-read about once a second
+for the rate columns.  Reads run in worker threads and report back by
+message, so a slow read never freezes the keyboard.  Whether each limit is
+really enforced (meters and flows, tc, htb) is checked less often: it costs
+an ``ovs-ofctl`` per bridge and a ``tc`` per limited interface.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from appliance.inventory import Inventory, filter_vifs
+from appliance.inventory import Inventory, Vif, filter_vifs
 
 from ..widgets.banner import ConnectionBanner
-from ..widgets.vif_table import VifTable
+from ..widgets.spark import WIDTH as SPARK_WIDTH
+from ..widgets.vif_table import COLUMNS, SORT_KEYS, VifTable, row_for
 
 RATE_INTERVAL_S = 1.0
+ENFORCEMENT_INTERVAL_S = 10.0
 
 
 class InventoryRead(Message):
-    def __init__(self, inventory: Inventory, connected: bool) -> None:
+    def __init__(self, inventory: Inventory) -> None:
         super().__init__()
         self.inventory = inventory
-        self.connected = connected
+
+
+class EnforcementRead(Message):
+    def __init__(self, checked: dict[tuple[str, str], bool | None], error: str | None) -> None:
+        super().__init__()
+        self.checked = checked
+        self.error = error
 
 
 class VifsScreen(Screen[None]):
     BINDINGS = [
+        Binding("enter", "edit", "Edit"),
         Binding("slash", "filter", "Filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
-        Binding("r", "refresh", "Refresh"),
+        Binding("s", "sort", "Sort"),
+        Binding("S", "reverse", "Reverse", show=False),
+        Binding("v", "verify", "Verify limits"),
+        Binding("r", "refresh", "Refresh", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.inventory: Inventory | None = None
         self.filter_text = ""
+        self.sort_column = "Port"
+        self.sort_reverse = False
+        self.history: dict[str, deque[float]] = {}
+        self.checked: dict[tuple[str, str], bool | None] = {}
+        self._pending_check = False
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("connecting...", id="host-line")
         yield ConnectionBanner()
+        yield Static("connecting...", id="host-line")
         yield Input(placeholder="filter: VM name, port, MAC, uuid", id="filter")
         yield VifTable(id="vifs")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.conn = self.app.backend.conn
-        self.live = self.app.backend.live
+        self.backend = self.app.backend  # type: ignore[attr-defined]
         self.query_one(VifTable).focus()
         self.set_interval(RATE_INTERVAL_S, self.action_refresh)
+        self.set_interval(ENFORCEMENT_INTERVAL_S, self.action_verify)
         self.action_refresh()
+        self.action_verify()
 
     def db_changed(self) -> None:
         self.action_refresh()
+        if not self._pending_check:  # a burst of changes -> one check, a second later
+            self._pending_check = True
+            self.set_timer(1.0, self.action_verify)
+
+    # -- reading (workers) ---------------------------------------------------
 
     @work(thread=True, exclusive=True, group="inventory")
     def action_refresh(self) -> None:
-        inv = self.live.refresh()
-        self.post_message(InventoryRead(inv, self.conn.is_connected))
+        self.post_message(InventoryRead(self.backend.inventory()))
+
+    @work(thread=True, exclusive=True, group="enforcement")
+    def action_verify(self) -> None:
+        self._pending_check = False
+        try:
+            found = self.backend.engine.enforcement()
+        except Exception as exc:  # shown on the host line; the table keeps its last marks
+            self.post_message(EnforcementRead(self.checked, f"enforcement check failed: {exc}"))
+            return
+        self.post_message(EnforcementRead({(e.port, e.kind): e.verified for e in found}, None))
 
     def on_inventory_read(self, message: InventoryRead) -> None:
-        self.inventory = message.inventory
-        h = message.inventory.host
-        bridges = ", ".join(f"{b.name} ({b.datapath_type})" for b in message.inventory.bridges)
-        vifs = [v for v in message.inventory.vifs if v.is_vif]
+        inv = self.inventory = message.inventory
+        vifs = [v for v in inv.vifs if v.is_vif]
+        for v in vifs:
+            hist = self.history.setdefault(v.port, deque(maxlen=SPARK_WIDTH))
+            hist.append(v.rates.rx_bps + v.rates.tx_bps if v.rates else -1.0)
+        for gone in set(self.history) - {v.port for v in vifs}:
+            del self.history[gone]
+        bridges = ", ".join(f"{b.name} ({b.datapath_type})" for b in inv.bridges)
+        h = inv.host
         self.query_one("#host-line", Static).update(
             f"{h.hostname} · OVS {h.ovs_version or '?'} · {bridges or 'no bridges'} · {len(vifs)} VIFs"
+            f" · sort {self.sort_column}{' ↓' if self.sort_reverse else ''}"
         )
         self._show()
 
-    def _show(self) -> None:
+    def on_enforcement_read(self, message: EnforcementRead) -> None:
+        self.checked = message.checked
+        if message.error:
+            self.notify(message.error, severity="warning")
+        self._show()
+
+    # -- showing -------------------------------------------------------------
+
+    def visible_vifs(self) -> list[Vif]:
         if self.inventory is None:
-            return
+            return []
         vifs = [v for v in self.inventory.vifs if v.is_vif]
         if self.filter_text:
             vifs = filter_vifs(vifs, self.filter_text)
-        self.query_one(VifTable).show(vifs)
+        return sorted(vifs, key=SORT_KEYS[self.sort_column], reverse=self.sort_reverse)
+
+    def _show(self) -> None:
+        rows = {v.port: row_for(v, self.history.get(v.port, ()), self.checked) for v in self.visible_vifs()}
+        self.query_one(VifTable).show(rows)
+
+    # -- actions -------------------------------------------------------------
+
+    def action_sort(self) -> None:
+        """Sort by the next column (or click a column heading)."""
+        self.sort_column = COLUMNS[(COLUMNS.index(self.sort_column) + 1) % len(COLUMNS)]
+        self.notify(f"sorted by {self.sort_column}", timeout=1.5)
+        self._show()
+
+    def action_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._show()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        column = str(event.column_key.value)
+        if column == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column, self.sort_reverse = column, False
+        self._show()
+
+    def action_edit(self) -> None:
+        port = self.query_one(VifTable).selected_port
+        if port is None:
+            return
+        from ..dialogs.edit_vif import EditVifDialog  # loaded when first used
+
+        self.app.push_screen(EditVifDialog(port))
+
+    def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_edit()
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -96,3 +182,6 @@ class VifsScreen(Screen[None]):
     def on_input_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value
         self._show()
+
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
+        self.query_one(VifTable).focus()

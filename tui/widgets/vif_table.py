@@ -1,29 +1,67 @@
-"""The VIF table: one row per VM interface, keyed by port name."""
+"""The VIF table: one row per VM interface, keyed by port name, sortable by any column."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Callable
 
 from textual.widgets import DataTable
 
 from appliance import render
 from appliance.inventory import Vif
 
-COLUMNS = ("VM", "Port", "MAC", "VLAN", "Ingress", "Egress", "RX", "TX", "Drop/Err")
+from .spark import sparkline
+
+COLUMNS = ("VM", "Port", "VLAN", "Ingress", "Egress", "RX", "TX", "Activity", "Drop/Err", "Mirrors", "MAC")
+
+# What an enforcement check found, as a mark after the limit (text, so NO_COLOR keeps it).
+MARKS = {True: " ✓", False: " ✗", None: " ?"}
 
 
-def row_for(v: Vif) -> tuple[str, ...]:
+def limit_text(kbps: float | None, verified: bool | str | None) -> str:
+    """``10000 kbit/s ✓`` (verified), ``✗`` (not enforced), ``?`` (could not check); no mark before a check."""
+    if not kbps:
+        return "-"
+    text = render.kbps(kbps)
+    return text if verified == "unchecked" else text + MARKS[verified]  # type: ignore[index]
+
+
+def row_for(v: Vif, history: Iterable[float], checked: dict[tuple[str, str], bool | None]) -> tuple[str, ...]:
     rx = render.si(v.rates.rx_bps, "bit/s") if v.rates else "-"
     tx = render.si(v.rates.tx_bps, "bit/s") if v.rates else "-"
+    mirrors = ",".join(sorted({f"{m['mirror']}({m['role'][0]})" for m in v.mirrors})) or "-"
     return (
         v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-"),
         v.port,
-        v.mac or "-",
         v.vlan_summary(),
-        render.kbps(v.ingress_policing_rate_kbps),
-        render.kbps(v.egress_max_rate_kbps),
+        limit_text(v.ingress_policing_rate_kbps, checked.get((v.port, "ingress"), "unchecked")),
+        limit_text(v.egress_max_rate_kbps, checked.get((v.port, "egress"), "unchecked")),
         rx,
         tx,
+        sparkline(list(history)),
         f"{v.drops}/{v.errors}",
+        mirrors,
+        v.mac or "-",
     )
+
+
+def _rate(v: Vif, attr: str) -> float:
+    return getattr(v.rates, attr) if v.rates else -1.0
+
+
+SORT_KEYS: dict[str, Callable[[Vif], Any]] = {
+    "VM": lambda v: (v.vm_name or "~", v.port),
+    "Port": lambda v: v.port,
+    "VLAN": lambda v: (v.vlan_mode, v.tag if v.tag is not None else -1, v.trunks),
+    "Ingress": lambda v: v.ingress_policing_rate_kbps or 0,
+    "Egress": lambda v: v.egress_max_rate_kbps or 0,
+    "RX": lambda v: _rate(v, "rx_bps"),
+    "TX": lambda v: _rate(v, "tx_bps"),
+    "Activity": lambda v: _rate(v, "rx_bps") + _rate(v, "tx_bps"),
+    "Drop/Err": lambda v: v.drops + v.errors,
+    "Mirrors": lambda v: len(v.mirrors),
+    "MAC": lambda v: v.mac or "",
+}
 
 
 class VifTable(DataTable):
@@ -35,20 +73,27 @@ class VifTable(DataTable):
         for name in COLUMNS:
             self.add_column(name, key=name)
 
-    def show(self, vifs: list[Vif]) -> None:
-        wanted = {v.port: row_for(v) for v in vifs}
+    @property
+    def selected_port(self) -> str | None:
+        keys = list(self.rows)
+        if keys and 0 <= self.cursor_row < len(keys):
+            return keys[self.cursor_row].value
+        return None
+
+    def show(self, rows: dict[str, tuple[str, ...]]) -> None:
+        """Show ``rows`` (port -> cells) in the given order."""
         current = [k.value for k in self.rows]
-        if current != list(wanted):
-            # Rows came or went (or the filter changed): rebuild in inventory
-            # order and keep the cursor on the same VIF.
-            selected = current[self.cursor_row] if current and 0 <= self.cursor_row < len(current) else None
+        if current != list(rows):
+            # Rows came or went, or the order or filter changed: rebuild and
+            # keep the cursor on the same VIF.
+            selected = self.selected_port
             self.clear()
-            for port, cells in wanted.items():
+            for port, cells in rows.items():
                 self.add_row(*cells, key=port)
-            if selected in wanted:
-                self.move_cursor(row=list(wanted).index(selected))
+            if selected in rows:
+                self.move_cursor(row=list(rows).index(selected))
             return
-        for port, cells in wanted.items():
+        for port, cells in rows.items():
             for col, cell in zip(COLUMNS, cells):
                 if self.get_cell(port, col) != cell:
                     self.update_cell(port, col, cell)
