@@ -1,0 +1,328 @@
+"""The Mirrors screen's calls into the engine: listing mirrors, building add/delete policies.
+
+Kept out of the screen so the rules stay the CLI's (``hvnet mirror add/del/list``):
+the form's fields go through :func:`appliance.policy.intents.mirror_rule`, an
+existing name is refused the same way, and a delete is the same one-rule
+policy.  Everything here is plain Python that the screens call from worker
+threads; nothing touches widgets.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from appliance import render
+from appliance.errors import ConfigError, HvnetError
+from appliance.policy import Plan, Policy, State
+from appliance.policy.engine import ApplyResult
+from appliance.policy.intents import mirror_rule
+from appliance.policy.load import FieldError
+from appliance.policy.model import MirrorRule
+from appliance.policy.planner import describe_mirror
+
+if TYPE_CHECKING:
+    from . import Backend
+
+SOURCE = "Mirrors screen"
+# OVS writes Mirror statistics every stats-update-interval (5 s by default).
+# A counter that has not moved for longer than this is really idle (0/s);
+# before that, an unchanged counter only means OVS has not written it yet.
+STATS_STALE_S = 12.0
+
+DIRECTIONS = {
+    "sends": "what the VM sends",
+    "receives": "what the VM receives",
+    "both": "both directions",
+}
+OUTPUT_KINDS = {
+    "port": "port",
+    "vlan": "RSPAN VLAN",
+    "gre": "GRE",
+    "erspan": "ERSPAN",
+}
+
+
+@dataclass(frozen=True)
+class MirrorRow:
+    """One mirror as the table shows it."""
+
+    bridge: str
+    name: str
+    owner: str  # "hvnet" | "other"
+    selects: str
+    output: str
+    tx_packets: int | None
+    tx_bytes: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.bridge}/{self.name}"
+
+    def packets_text(self) -> str:
+        return "-" if self.tx_packets is None else f"{render.count(self.tx_packets)} pkt"
+
+    def bytes_text(self) -> str:
+        return render.si(self.tx_bytes, "B")
+
+
+@dataclass(frozen=True)
+class PortChoice:
+    """A port a mirror may select or output to, labelled with its VM."""
+
+    port: str
+    vm: str | None
+    is_vif: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.port} ({self.vm})" if self.vm else self.port
+
+
+@dataclass
+class Choices:
+    """What the create dialog offers: bridges, their ports, and the mirrors that exist."""
+
+    bridges: dict[str, list[PortChoice]] = field(default_factory=dict)
+    existing: set[tuple[str, str]] = field(default_factory=set)
+
+
+def mirror_rows(state: State) -> list[MirrorRow]:
+    """Every mirror on the switch with its statistics (the rows of ``hvnet mirror list``)."""
+    rows = []
+    for (bridge, name), m in sorted(state.mirrors.items()):
+        selects, _, output = describe_mirror(m.cols).partition(" -> ")
+        rows.append(
+            MirrorRow(
+                bridge=bridge,
+                name=name,
+                owner="hvnet" if m.cols.owned else "other",
+                selects=selects,
+                output=output,
+                tx_packets=m.statistics.get("tx_packets"),
+                tx_bytes=m.statistics.get("tx_bytes"),
+            )
+        )
+    return rows
+
+
+def list_mirrors(backend: Backend) -> list[MirrorRow]:
+    return mirror_rows(backend.snapshot())
+
+
+def choices(backend: Backend) -> Choices:
+    """Bridges and their ports (tunnel ports hvnet made for mirrors left out), VIFs first."""
+    state = backend.snapshot()
+    result = Choices(existing=set(state.mirrors))
+    for name in sorted(state.bridges):
+        ports = [p for p in state.ports.values() if p.bridge == name and not p.owner_mirror]
+        ports.sort(key=lambda p: (not p.is_vif, p.name))
+        result.bridges[name] = [PortChoice(p.name, p.vm_name, p.is_vif) for p in ports]
+    return result
+
+
+class RateMeter:
+    """Packets per second between two *changes* of a mirror's tx_packets counter.
+
+    OVS refreshes the counter every few seconds, so two reads 2 s apart often
+    see the same value: that is "not measured yet" (``None``), not 0.  The
+    rate is taken between the moments two different values were first seen.
+    """
+
+    def __init__(self, stale_s: float = STATS_STALE_S) -> None:
+        self.stale_s = stale_s
+        self._seen: dict[str, tuple[int, float]] = {}  # key -> (value, first seen)
+        self._rate: dict[str, float | None] = {}
+
+    def update(self, key: str, packets: int | None, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        if packets is None:
+            self._seen.pop(key, None)
+            self._rate.pop(key, None)
+            return None
+        previous = self._seen.get(key)
+        if previous is None or packets < previous[0]:  # new mirror, or recreated: start over
+            self._seen[key] = (packets, now)
+            self._rate[key] = None
+            return None
+        value, since = previous
+        if packets != value:
+            self._rate[key] = (packets - value) / max(now - since, 1e-3)
+            self._seen[key] = (packets, now)
+        elif now - since > self.stale_s and self._rate.get(key) is not None:
+            self._rate[key] = 0.0  # measured before, and idle for longer than OVS's update interval
+        return self._rate.get(key)
+
+    def forget_except(self, keys: set[str]) -> None:
+        for key in set(self._seen) - keys:
+            self._seen.pop(key, None)
+            self._rate.pop(key, None)
+
+
+def rate_text(rate: float | None) -> str:
+    return "-" if rate is None else render.si(rate, "pkt/s")
+
+
+@dataclass
+class MirrorForm:
+    """The create dialog's fields as entered (strings; empty = not given)."""
+
+    bridge: str = ""
+    name: str = ""
+    sources: tuple[str, ...] = ()
+    direction: str = "both"  # one of DIRECTIONS
+    vlans: str = ""
+    output_kind: str = "port"  # one of OUTPUT_KINDS
+    output_value: str = ""
+    key: str = ""
+    allow_isolation_exception: bool = False
+
+
+# Which form field shows an intents FieldError.
+FIELD_OF_ERROR = {
+    "bridge": "bridge",
+    "name": "name",
+    "src": "sources",
+    "dst": "sources",
+    "select": "sources",
+    "vlan": "vlans",
+    "output": "output",
+    "output.port": "output",
+    "output.vlan": "output",
+    "output.gre": "output",
+    "output.erspan": "output",
+    "output.key": "key",
+    "output.idx": "key",
+}
+
+
+def _int_or_text(text: str) -> int | str:
+    """An integer if ``text`` is one, else the text (so the engine's validator words the refusal)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def form_rule(form: MirrorForm, existing: set[tuple[str, str]] | None = None) -> MirrorRule:
+    """The mirror the form asks for, or FieldError: the CLI's rules, through ``intents.mirror_rule``."""
+    bridge = form.bridge.strip()
+    if not bridge:
+        raise FieldError("bridge", "choose a bridge")
+    name = form.name.strip()
+    if existing and (bridge, name) in existing:
+        raise FieldError("name", f"mirror {name} already exists on {bridge}; delete it first")
+    value = form.output_value.strip()
+    if not value:
+        what = {"port": "an output port", "vlan": "an RSPAN VLAN", "gre": "a collector IP", "erspan": "a collector IP"}
+        raise FieldError("output", f"give {what.get(form.output_kind, 'an output')}")
+    spec: dict[str, object] = {form.output_kind: _int_or_text(value) if form.output_kind == "vlan" else value}
+    key = form.key.strip()
+    if key and form.output_kind in ("gre", "erspan"):
+        spec["key"] = _int_or_text(key)
+    sources = list(form.sources)
+    return mirror_rule(
+        bridge,
+        name,
+        output=spec,
+        src=sources if form.direction in ("sends", "both") else None,
+        dst=sources if form.direction in ("receives", "both") else None,
+        vlans=form.vlans.strip() or None,
+        allow_isolation_exception=form.allow_isolation_exception,
+    )
+
+
+def form_errors(form: MirrorForm, existing: set[tuple[str, str]] | None = None) -> dict[str, str]:
+    """Every bad field's message, keyed by form field ({} when the form is valid).
+
+    ``mirror_rule`` stops at the first bad field; to name each bad field at
+    once, every field is also checked alone against known-good values for the
+    others (so the words are still the CLI's).
+    """
+    try:
+        form_rule(form, existing)
+    except FieldError as exc:
+        errors = {FIELD_OF_ERROR.get(exc.field, "sources"): str(exc)}
+    else:
+        return {}
+    good = MirrorForm(bridge=form.bridge or "-", name="-", vlans="1", output_kind="vlan", output_value="1")
+    probes = [
+        replace(good, name=form.name),
+        replace(good, vlans=form.vlans) if form.vlans.strip() else None,
+        replace(good, output_kind=form.output_kind, output_value=form.output_value, key=form.key),
+        replace(good, sources=form.sources, direction=form.direction, vlans="1" if form.vlans.strip() else ""),
+    ]
+    for probe in probes:
+        if probe is None:
+            continue
+        try:
+            form_rule(probe, existing)
+        except FieldError as exc:
+            errors.setdefault(FIELD_OF_ERROR.get(exc.field, "sources"), str(exc))
+    return errors
+
+
+def add_policy(rule: MirrorRule) -> Policy:
+    """The one-mirror policy ``hvnet mirror add`` applies (the bridge must exist)."""
+    return Policy(source=SOURCE, mirrors=[rule], bridges={rule.bridge: ("bridge",)})
+
+
+def delete_policy(bridge: str, name: str) -> Policy:
+    """The one-rule policy ``hvnet mirror del`` applies."""
+    return Policy(source=SOURCE, mirrors=[MirrorRule(bridge, name, remove=True)])
+
+
+def refuse_existing(backend: Backend, rule: MirrorRule) -> None:
+    """Refuse a name that exists now (re-read: another tool may have added it since the dialog opened)."""
+    if (rule.bridge, rule.name) in backend.snapshot().mirrors:
+        raise HvnetError(f"mirror {rule.name} already exists on {rule.bridge}", hint="delete it first")
+
+
+def plan_add(backend: Backend, rule: MirrorRule) -> Plan:
+    refuse_existing(backend, rule)
+    return backend.plan(add_policy(rule))
+
+
+def apply_add(backend: Backend, rule: MirrorRule) -> ApplyResult:
+    refuse_existing(backend, rule)
+    return backend.apply(add_policy(rule), f"mirror add {rule.name} on {rule.bridge}")
+
+
+def apply_delete(backend: Backend, bridge: str, name: str) -> ApplyResult:
+    if (bridge, name) not in backend.snapshot().mirrors:
+        raise HvnetError(f"no mirror named {name} on {bridge}")
+    return backend.apply(delete_policy(bridge, name), f"mirror del {name} on {bridge}")
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """Each change as ``target: before -> after``, then the warnings."""
+    if not plan.changes:
+        lines = ["no changes: the switch already matches"]
+    else:
+        lines = [f"{c.target}: {c.describe(c.before)} → {c.describe(c.after)}" for c in plan.changes]
+        lines += [f"  note: {c.note}" for c in plan.changes if c.note]
+    return lines + [f"warning: {w}" for w in plan.warnings]
+
+
+def result_lines(result: ApplyResult) -> list[str]:
+    """What an apply did, in the CLI's words."""
+    n = len(result.plan.changes)
+    if result.status == "applied":
+        head = f"applied {n} change{'s' if n != 1 else ''} in one transaction"
+    elif result.status == "unchanged":
+        head = "nothing to apply"
+    else:
+        head = f"✗ {result.status}: nothing of this change is left on the switch"
+    return [head, *(f"✗ problem: {p}" for p in result.problems), *(f"warning: {w}" for w in result.plan.warnings)]
+
+
+def refusal_lines(exc: HvnetError) -> list[str]:
+    """A refusal as plain lines with a text marker (readable without colour)."""
+    if isinstance(exc, ConfigError):
+        lines = [f"✗ refused: {p.field}: {p.message}" if p.field else f"✗ refused: {p.message}" for p in exc.problems]
+    else:
+        lines = [f"✗ refused: {exc.message}"]
+        if exc.hint:
+            lines.append(f"  hint: {exc.hint}")
+    return [*lines, "nothing was applied"]

@@ -1,0 +1,298 @@
+"""Add a mirror: the form, validated as typed, then its plan, then one confirmed apply.
+
+The fields are ``hvnet mirror add``'s flags and go through the same
+``intents.mirror_rule`` (via :mod:`tui.backend.mirrors`), so the dialog
+refuses what the CLI refuses in the same words.  Nothing is written until
+the operator has seen the plan and pressed Apply; a form edited after its
+plan must be planned again.  Engine calls run in thread workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, SelectionList, Static
+
+from appliance.errors import HvnetError
+from appliance.policy.model import MirrorRule
+
+from ..backend import mirrors as mb
+
+FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
+OUTPUT_HINTS = {
+    "port": "",
+    "vlan": "VLAN id, e.g. 999",
+    "gre": "collector IP, e.g. 192.0.2.10",
+    "erspan": "collector IP, e.g. 192.0.2.10",
+}
+
+
+# Toggle glyphs differ only by colour: the label says the state in words (NO_COLOR).
+ALLOW_LABEL = "allow isolation exception (a VM receives the copies): {}"
+
+
+class MirrorDialog(ModalScreen[str | None]):
+    """Dismisses with a one-line summary of what was applied, or None when cancelled."""
+
+    CSS_PATH = "mirror.tcss"
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("f5", "plan", "Plan"),
+        Binding("ctrl+s", "apply", "Apply"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.choices: mb.Choices | None = None
+        self.rule: MirrorRule | None = None  # the valid rule the form means now
+        self.planned: MirrorRule | None = None  # the rule whose plan is shown (Apply confirms it)
+        self.generation = 0  # bumped on every edit: a plan for an older form is stale
+        self.busy = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static("Add mirror", id="dialog-title")
+            with VerticalScroll(id="form"):
+                yield from self._row("Bridge", Select([], prompt="choose a bridge", id="bridge", compact=True))
+                yield from self._row("Name", Input(placeholder="mirror name", id="name", compact=True))
+                yield from self._row("Sources", SelectionList[str](id="sources", compact=True))
+                yield Static("selected: none", id="sources-chosen", classes="note", markup=False)
+                directions = [(text, key) for key, text in mb.DIRECTIONS.items()]
+                yield from self._row(
+                    "Direction", Select(directions, value="both", allow_blank=False, id="direction", compact=True)
+                )
+                yield from self._row("VLANs", Input(placeholder="e.g. 10,20-30 (empty: any)", id="vlans", compact=True))
+                kinds = [(text, key) for key, text in mb.OUTPUT_KINDS.items()]
+                with Horizontal(classes="row"):
+                    yield Label("Output", classes="label")
+                    yield Select(kinds, value="port", allow_blank=False, id="output-kind", compact=True)
+                    yield Select([], prompt="output port", id="output-port", compact=True)
+                    yield Input(id="output-value", compact=True)
+                yield Static("", id="error-output", classes="error")
+                yield from self._row(
+                    "Tunnel key", Input(placeholder="GRE/ERSPAN key (optional)", id="key", compact=True, disabled=True)
+                )
+                with Horizontal(classes="row"):
+                    yield Label("", classes="label")
+                    yield Checkbox("allow isolation exception (a VM receives the copies)", id="allow", compact=True)
+            yield VerticalScroll(Static("", id="plan-text", markup=False), id="plan")
+            with Horizontal(id="buttons"):
+                yield Button("Plan (F5)", id="plan-button", compact=True)
+                yield Button("Apply (^S)", id="apply-button", variant="primary", compact=True, disabled=True)
+                yield Button("Cancel (Esc)", id="cancel-button", compact=True)
+            yield Footer()
+
+    def _row(self, label: str, widget: Any) -> ComposeResult:
+        with Horizontal(classes="row"):
+            yield Label(label, classes="label")
+            yield widget
+        yield Static("", id=f"error-{widget.id}", classes="error")
+
+    # -- loading -----------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.query_one("#output-value", Input).display = False
+        self._say(["loading bridges and ports..."])
+        self.load_choices()
+
+    @work(thread=True, exclusive=True, group="mirror-choices")
+    def load_choices(self) -> None:
+        try:
+            found = mb.choices(self.app.backend)
+        except HvnetError as exc:
+            self.app.call_from_thread(self._say, mb.refusal_lines(exc))
+            return
+        self.app.call_from_thread(self._loaded, found)
+
+    def _loaded(self, found: mb.Choices) -> None:
+        self.choices = found
+        bridge = self.query_one("#bridge", Select)
+        bridge.set_options([(b, b) for b in found.bridges])
+        if found.bridges:
+            bridge.value = next(iter(found.bridges))
+        self._fill_ports()
+        self._say(["fill in the form, then Plan (F5) to see what would change"])
+        self.query_one("#name", Input).focus()
+        self._validate()
+
+    def _fill_ports(self) -> None:
+        ports = self.choices.bridges.get(self._bridge(), []) if self.choices else []
+        sources = self.query_one("#sources", SelectionList)
+        keep = set(sources.selected)
+        sources.clear_options()
+        sources.add_options([(p.label, p.port, p.port in keep) for p in ports])
+        if ports:
+            sources.highlighted = 0
+        out = self.query_one("#output-port", Select)
+        current = out.value
+        out.set_options([(p.label, p.port) for p in ports])
+        if any(p.port == current for p in ports):
+            out.value = current
+
+    # -- the form ----------------------------------------------------------------
+
+    def _bridge(self) -> str:
+        value = self.query_one("#bridge", Select).value
+        return value if isinstance(value, str) else ""
+
+    def form(self) -> mb.MirrorForm:
+        kind = self.query_one("#output-kind", Select).value
+        kind = kind if isinstance(kind, str) else "port"
+        if kind == "port":
+            port = self.query_one("#output-port", Select).value
+            value = port if isinstance(port, str) else ""
+        else:
+            value = self.query_one("#output-value", Input).value
+        direction = self.query_one("#direction", Select).value
+        return mb.MirrorForm(
+            bridge=self._bridge(),
+            name=self.query_one("#name", Input).value,
+            sources=tuple(self.query_one("#sources", SelectionList).selected),
+            direction=direction if isinstance(direction, str) else "both",
+            vlans=self.query_one("#vlans", Input).value,
+            output_kind=kind,
+            output_value=value,
+            key=self.query_one("#key", Input).value,
+            allow_isolation_exception=self.query_one("#allow", Checkbox).value,
+        )
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(SelectionList.SelectedChanged)
+    @on(Checkbox.Changed)
+    def _edited(self, event: Any) -> None:
+        """Any edit: re-validate, and forget a plan shown for the previous form."""
+        widget_id = getattr(getattr(event, "control", None), "id", None)
+        if widget_id == "bridge":
+            self._fill_ports()
+        if widget_id == "output-kind":
+            self._output_kind_changed()
+        if widget_id == "allow":
+            allow = self.query_one("#allow", Checkbox)
+            allow.label = ALLOW_LABEL.format("yes" if allow.value else "no")
+        if widget_id in ("sources", "bridge"):
+            chosen = self.query_one("#sources", SelectionList).selected
+            text = ", ".join(chosen) if chosen else "none"
+            self.query_one("#sources-chosen", Static).update(f"selected: {text}")
+        self.generation += 1
+        if self.planned is not None:
+            self.planned = None
+            self._say(["the form changed: Plan (F5) again before applying"])
+        self._validate()
+
+    def _output_kind_changed(self) -> None:
+        kind = self.query_one("#output-kind", Select).value
+        is_port = kind == "port"
+        self.query_one("#output-port", Select).display = is_port
+        value = self.query_one("#output-value", Input)
+        value.display = not is_port
+        value.placeholder = OUTPUT_HINTS.get(str(kind), "")
+        self.query_one("#key", Input).disabled = kind not in ("gre", "erspan")
+
+    def _validate(self) -> None:
+        """Show each bad field's message under it (with a text marker, not only colour)."""
+        if self.choices is None:
+            return
+        form = self.form()
+        errors = mb.form_errors(form, self.choices.existing)
+        for field in FIELDS:
+            box = self.query_one(f"#error-{'output' if field == 'output' else field}", Static)
+            text = errors.get(field, "")
+            box.update(f"✗ {text}" if text else "")
+            box.set_class(bool(text), "visible")
+        self.rule = None if errors else mb.form_rule(form, self.choices.existing)
+        self._buttons()
+
+    def _buttons(self) -> None:
+        self.query_one("#plan-button", Button).disabled = self.rule is None or self.busy
+        self.query_one("#apply-button", Button).disabled = self.planned is None or self.busy
+
+    def _say(self, lines: list[str]) -> None:
+        self.query_one("#plan-text", Static).update("\n".join(lines))
+
+    def error_text(self, field: str) -> str:
+        """The message shown under ``field`` ("" when none): what tests and screen readers read."""
+        return str(self.query_one(f"#error-{field}", Static).render()).removeprefix("✗ ")
+
+    # -- plan, then apply ----------------------------------------------------------
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_plan()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        {"plan-button": self.action_plan, "apply-button": self.action_apply, "cancel-button": self.action_cancel}[
+            event.button.id or "cancel-button"
+        ]()
+
+    def action_plan(self) -> None:
+        if self.rule is None or self.busy:
+            if self.rule is None:
+                self._say(["✗ fix the fields marked ✗ first; nothing was planned"])
+            return
+        self.busy = True
+        self._buttons()
+        self._say(["planning..."])
+        self.run_plan(self.rule, self.generation)
+
+    @work(thread=True, exclusive=True, group="mirror-plan")
+    def run_plan(self, rule: MirrorRule, generation: int) -> None:
+        try:
+            plan = mb.plan_add(self.app.backend, rule)
+        except HvnetError as exc:
+            self.app.call_from_thread(self._planned, None, generation, mb.refusal_lines(exc))
+            return
+        lines = ["Plan (nothing is applied until you confirm):", *mb.plan_lines(plan)]
+        if plan.changes:
+            lines.append("Apply (^S) to make this change in one transaction; Esc to cancel")
+        self.app.call_from_thread(self._planned, rule if plan.changes else None, generation, lines)
+
+    def _planned(self, rule: MirrorRule | None, generation: int, lines: list[str]) -> None:
+        self.busy = False
+        if generation != self.generation:  # edited while planning: that plan is for another form
+            self._say(["the form changed: Plan (F5) again before applying"])
+        else:
+            self.planned = rule
+            self._say(lines)
+        self._buttons()
+
+    def action_apply(self) -> None:
+        if self.planned is None or self.busy:
+            if self.planned is None:
+                self._say(["Plan (F5) first: nothing is applied before you have seen the plan"])
+            return
+        self.busy = True
+        self._buttons()
+        self._say(["applying..."])
+        self.run_apply(self.planned)
+
+    @work(thread=True, exclusive=True, group="mirror-apply")
+    def run_apply(self, rule: MirrorRule) -> None:
+        try:
+            result = mb.apply_add(self.app.backend, rule)
+        except HvnetError as exc:
+            self.app.call_from_thread(self._applied, None, mb.refusal_lines(exc))
+            return
+        lines = mb.result_lines(result)
+        summary = f"mirror {rule.name} on {rule.bridge}: {lines[0]}" if result.ok else None
+        self.app.call_from_thread(self._applied, summary, lines)
+
+    def _applied(self, summary: str | None, lines: list[str]) -> None:
+        self.busy = False
+        self.planned = None
+        if summary is not None:
+            self.dismiss(summary)
+            return
+        self._say(lines)
+        self._buttons()
+
+    def action_cancel(self) -> None:
+        if not self.busy:  # an apply in flight finishes (it is one transaction) before the dialog closes
+            self.dismiss(None)

@@ -1,0 +1,166 @@
+"""Mirrors screen: every mirror on the switch with its statistics; add and delete.
+
+The table follows OVSDB (the app calls :meth:`MirrorsScreen.db_changed` on
+each replica change) and re-reads about every 2 s for the counters.  OVS
+writes mirror statistics only every few seconds, so the packet rate is
+measured between two changes of the counter and shows "-" until it can be.
+Reads and applies run in thread workers; the engine calls live in
+:mod:`tui.backend.mirrors`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from appliance.errors import HvnetError
+
+from ..backend import mirrors as mb
+from ..dialogs.confirm import ConfirmDialog
+from ..dialogs.mirror import MirrorDialog
+from ..widgets.banner import ConnectionBanner
+
+STATS_INTERVAL_S = 2.0
+COLUMNS = ("Bridge", "Mirror", "Owner", "Selects", "Output", "TX", "TX bytes", "Rate")
+
+
+class MirrorsScreen(Screen[None]):
+    CSS_PATH = "mirrors.tcss"
+    BINDINGS = [
+        Binding("a", "add", "Add mirror"),
+        Binding("d", "delete", "Delete mirror"),
+        Binding("r", "refresh", "Refresh"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, mb.MirrorRow] = {}
+        self.meter = mb.RateMeter()
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("reading mirrors...", id="mirrors-line")
+        yield ConnectionBanner()
+        yield DataTable(id="mirrors", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="mirrors-status", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#mirrors", DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+        table.focus()
+        self.set_interval(STATS_INTERVAL_S, self.action_refresh)
+        self.action_refresh()
+
+    def db_changed(self) -> None:
+        self.action_refresh()
+
+    # -- reading -----------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="mirrors-read")
+    def action_refresh(self) -> None:
+        try:
+            rows = mb.list_mirrors(self.app.backend)
+        except HvnetError as exc:
+            self.app.call_from_thread(self.status, f"✗ could not read mirrors: {exc.message}")
+            return
+        self.app.call_from_thread(self._show, rows, time.monotonic())
+
+    def _show(self, rows: list[mb.MirrorRow], now: float) -> None:
+        self.loaded = True
+        table = self.query_one("#mirrors", DataTable)
+        wanted = {r.key: r for r in rows}
+        self.meter.forget_except(set(wanted))
+        cells = {
+            r.key: (
+                r.bridge,
+                r.name,
+                r.owner,
+                r.selects,
+                r.output,
+                r.packets_text(),
+                r.bytes_text(),
+                mb.rate_text(self.meter.update(r.key, r.tx_packets, now)),
+            )
+            for r in rows
+        }
+        current = [k.value for k in table.rows]
+        if current != list(wanted):
+            selected = self.selected_key()
+            table.clear()
+            for key, values in cells.items():
+                table.add_row(*values, key=key)
+            if selected in wanted:
+                table.move_cursor(row=list(wanted).index(selected))
+        else:
+            for key, values in cells.items():
+                for col, value in zip(COLUMNS, values):
+                    if table.get_cell(key, col) != value:
+                        table.update_cell(key, col, value)
+        self.rows = wanted
+        ours = sum(1 for r in rows if r.owner == "hvnet")
+        line = f"{len(rows)} mirror{'s' if len(rows) != 1 else ''} ({ours} hvnet's)" if rows else "no mirrors"
+        self.query_one("#mirrors-line", Static).update(f"{line} · a: add · d: delete · rates need two OVS updates")
+
+    def selected_key(self) -> str | None:
+        table = self.query_one("#mirrors", DataTable)
+        keys = [k.value for k in table.rows]
+        if not keys or not 0 <= table.cursor_row < len(keys):
+            return None
+        return keys[table.cursor_row]
+
+    def status(self, text: str) -> None:
+        self.query_one("#mirrors-status", Static).update(text)
+
+    # -- add -------------------------------------------------------------------------
+
+    def action_add(self) -> None:
+        self.app.push_screen(MirrorDialog(), self._added)
+
+    def _added(self, summary: str | None) -> None:
+        if summary:
+            self.status(summary)
+            self.app.backend.note(summary)
+        self.action_refresh()
+
+    # -- delete ----------------------------------------------------------------------
+
+    def action_delete(self) -> None:
+        key = self.selected_key()
+        row = self.rows.get(key) if key else None
+        if row is None:
+            self.status("no mirror selected: nothing to delete")
+            return
+        owner = "" if row.owner == "hvnet" else "\nIt was not made by hvnet (another tool manages it)."
+        body = (
+            f"Delete mirror {row.name} on bridge {row.bridge}?\n"
+            f"It copies {row.selects} -> {row.output}.{owner}\n"
+            "This is applied at once, in one transaction."
+        )
+        self.app.push_screen(ConfirmDialog("Delete mirror", body, yes="Delete"), lambda yes: self._confirmed(row, yes))
+
+    def _confirmed(self, row: mb.MirrorRow, yes: bool | None) -> None:
+        if not yes:
+            self.status(f"mirror {row.name} kept")
+            return
+        self.status(f"deleting mirror {row.name}...")
+        self.run_delete(row.bridge, row.name)
+
+    @work(thread=True, exclusive=True, group="mirrors-delete")
+    def run_delete(self, bridge: str, name: str) -> None:
+        try:
+            lines = mb.result_lines(mb.apply_delete(self.app.backend, bridge, name))
+        except HvnetError as exc:
+            lines = mb.refusal_lines(exc)
+        self.app.call_from_thread(self._deleted, name, bridge, lines)
+
+    def _deleted(self, name: str, bridge: str, lines: list[str]) -> None:
+        self.status(f"mirror {name} on {bridge}: " + "\n".join(lines))
+        self.action_refresh()
