@@ -29,8 +29,9 @@ SIZES = ((80, 24), (120, 40))
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?|\b\d\d:\d\d(:\d\d)?\b")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_GLYPHS = re.compile(r"[▁▂▃▄▅▆▇█▏▎▍▌▋▊▉■▪▮━╸╺⣀-⣿]+")
+_GLYPHS = re.compile(r"[▁▂▃▄▅▆▇█▏▎▍▌▋▊▉■▪▮░━╸╺⣀-⣿]+")
 _SPACES = re.compile(r"  +")
+_PREFIX = re.compile(r"# ?[kMGTPKi]*(?=bit/s|B\b|pkt|pps)")
 
 
 async def wait_until(pilot: Any, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -58,6 +59,7 @@ def normalize(text: str, extra: tuple[str, ...] = ()) -> str:
                 line = line.replace(word, "HOST" if word == host else "…")
         line = _TIME.sub("TIME", line)
         line = _NUMBER.sub("#", line)
+        line = _PREFIX.sub("# ", line)
         line = _GLYPHS.sub("▮", line)
         line = _SPACES.sub(" ", line).rstrip()
         out.append(line)

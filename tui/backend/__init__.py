@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from appliance import LiveInventory
+from appliance import LiveInventory, read_inventory
 from appliance.errors import HvnetError
 from appliance.inventory import Inventory
 from appliance.ovsdb import Connection
@@ -122,6 +122,10 @@ class Backend:
     def inventory(self) -> Inventory:
         """A fresh inventory with rates since the previous call (about once a second)."""
         return self.live.refresh()
+
+    def inventory_snapshot(self) -> Inventory:
+        """The inventory without touching the VIF table's rate meter (Host screen, dialogs)."""
+        return read_inventory(self.conn, kernel_counters=False)
 
     # -- policy ----------------------------------------------------------------
 

@@ -12,17 +12,31 @@ from appliance.inventory import Vif
 
 from .spark import sparkline
 
-COLUMNS = ("VM", "Port", "VLAN", "Ingress", "Egress", "RX", "TX", "Activity", "Drop/Err", "Mirrors", "MAC")
+# Fixed widths: live figures changing length must not shift the columns to their right.
+WIDTHS = {
+    "VM": 10,
+    "Port": 9,
+    "VLAN": 13,
+    "RX": 10,
+    "TX": 10,
+    "Ingress": 13,
+    "Egress": 13,
+    "Activity": 10,
+    "Drop/Err": 8,
+    "Mirrors": 14,
+    "MAC": 17,
+}
+COLUMNS = tuple(WIDTHS)
 
 # What an enforcement check found, as a mark after the limit (text, so NO_COLOR keeps it).
 MARKS = {True: " ✓", False: " ✗", None: " ?"}
 
 
 def limit_text(kbps: float | None, verified: bool | str | None) -> str:
-    """``10000 kbit/s ✓`` (verified), ``✗`` (not enforced), ``?`` (could not check); no mark before a check."""
+    """``10.0 Mbit/s ✓`` (verified), ``✗`` (not enforced), ``?`` (could not check); no mark before a check."""
     if not kbps:
         return "-"
-    text = render.kbps(kbps)
+    text = render.si(kbps * 1000, "bit/s")
     return text if verified == "unchecked" else text + MARKS[verified]  # type: ignore[index]
 
 
@@ -34,10 +48,10 @@ def row_for(v: Vif, history: Iterable[float], checked: dict[tuple[str, str], boo
         v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-"),
         v.port,
         v.vlan_summary(),
-        limit_text(v.ingress_policing_rate_kbps, checked.get((v.port, "ingress"), "unchecked")),
-        limit_text(v.egress_max_rate_kbps, checked.get((v.port, "egress"), "unchecked")),
         rx,
         tx,
+        limit_text(v.ingress_policing_rate_kbps, checked.get((v.port, "ingress"), "unchecked")),
+        limit_text(v.egress_max_rate_kbps, checked.get((v.port, "egress"), "unchecked")),
         sparkline(list(history)),
         f"{v.drops}/{v.errors}",
         mirrors,
@@ -71,7 +85,7 @@ class VifTable(DataTable):
         self.cursor_type = "row"
         self.zebra_stripes = True
         for name in COLUMNS:
-            self.add_column(name, key=name)
+            self.add_column(name, key=name, width=WIDTHS[name])
 
     @property
     def selected_port(self) -> str | None:

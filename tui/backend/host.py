@@ -1,0 +1,105 @@
+"""What the Host screen shows: the switch, this machine's CPU and memory, the agent.
+
+CPU figures are psutil deltas between two samples (the first sample has
+none and says so).  ovs-vswitchd is found through the switch's own pid file,
+so a remote target (``--db tcp:...``) reports "not on this host" instead of
+some other process's figures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import psutil
+
+from appliance import proc
+from appliance.inventory import Inventory
+
+from . import Backend
+
+AGENT_UNIT = "hvnet-agent.service"
+
+
+@dataclass
+class AgentStatus:
+    running: Optional[bool]  # None: could not tell
+    text: str
+
+
+@dataclass
+class HostSample:
+    inventory: Inventory
+    cpu_per_core: Optional[list[float]]  # % busy per core since the last sample; None on the first
+    vswitchd_pid: Optional[int]
+    vswitchd_cpu: Optional[float]  # % of one core
+    vswitchd_rss: Optional[int]
+    mem_total: int
+    mem_used: int
+    agent: AgentStatus
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
+
+def agent_status() -> AgentStatus:
+    """The agent as systemd sees it, else as a process on this host."""
+    if os.path.isdir("/run/systemd/system") and shutil.which("systemctl"):
+        r = proc.run(["systemctl", "is-active", AGENT_UNIT], check=False, timeout=5)
+        state = r.stdout.strip() or "unknown"
+        return AgentStatus(state == "active", f"{AGENT_UNIT}: {state}")
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        cmd = p.info.get("cmdline") or []
+        if p.info["pid"] == me or "agent" not in cmd:
+            continue
+        if any(part.endswith("hvnet") or part == "appliance" for part in cmd):
+            return AgentStatus(True, f"running as pid {p.info['pid']} (no systemd here)")
+    return AgentStatus(False, "not running (no systemd here; start with 'hvnet agent')")
+
+
+class HostSampler:
+    """Successive host samples; holds the psutil objects whose deltas give CPU shares."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._primed = False
+        self._vswitchd: Optional[psutil.Process] = None
+
+    def _find_vswitchd(self) -> Optional[psutil.Process]:
+        of = self.backend.engine.of
+        pid = of.vswitchd_pid() if of is not None else None
+        if pid is None:
+            return None
+        if self._vswitchd is None or self._vswitchd.pid != pid:
+            try:
+                self._vswitchd = psutil.Process(pid)
+                self._vswitchd.cpu_percent(None)  # prime: the next call gives a share
+            except psutil.Error:
+                self._vswitchd = None
+        return self._vswitchd
+
+    def sample(self) -> HostSample:
+        cores = psutil.cpu_percent(None, percpu=True)
+        per_core = cores if self._primed else None
+        self._primed = True
+        vs = self._find_vswitchd()
+        vs_cpu = vs_rss = None
+        if vs is not None:
+            try:
+                vs_cpu = vs.cpu_percent(None)
+                vs_rss = vs.memory_info().rss
+            except psutil.Error:
+                self._vswitchd = None
+        mem = psutil.virtual_memory()
+        return HostSample(
+            inventory=self.backend.inventory_snapshot(),
+            cpu_per_core=per_core,
+            vswitchd_pid=vs.pid if vs is not None else None,
+            vswitchd_cpu=vs_cpu,
+            vswitchd_rss=vs_rss,
+            mem_total=mem.total,
+            mem_used=mem.total - mem.available,
+            agent=agent_status(),
+            audit=self.backend.audit(last=8),
+        )
