@@ -4,8 +4,9 @@ OVSDB changes are pushed by the connection's IDL loop (the app calls
 :meth:`VifsScreen.db_changed`); counters are re-read about once a second
 for the rate columns.  Reads run in worker threads and report back by
 message, so a slow read never freezes the keyboard.  Whether each limit is
-really enforced (meters and flows, tc, htb) is checked less often: it costs
-an ``ovs-ofctl`` per bridge and a ``tc`` per limited interface.
+really enforced (meters and flows, tc, htb) costs an ``ovs-ofctl`` per bridge
+and two ``tc`` per limited interface, so it is checked for the VIFs whose
+limits changed, and for all of them once a minute or on request (``v``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from ..widgets.spark import WIDTH as SPARK_WIDTH
 from ..widgets.vif_table import COLUMNS, SORT_KEYS, VifTable, row_for
 
 RATE_INTERVAL_S = 1.0
-ENFORCEMENT_INTERVAL_S = 10.0
+ENFORCEMENT_INTERVAL_S = 60.0
+
+
+def limits_signature(v: Vif) -> tuple:
+    """What an enforcement check of ``v`` depends on: a change means its marks are stale."""
+    return (v.interface, v.ofport, v.ingress_mechanism, v.ingress_policing_rate_kbps,
+            v.ingress_policing_burst_kbit, v.egress_qos_type, v.egress_max_rate_kbps)  # fmt: skip
 
 
 class InventoryRead(Message):
@@ -36,8 +43,9 @@ class InventoryRead(Message):
 
 
 class EnforcementRead(Message):
-    def __init__(self, checked: dict[tuple[str, str], bool | None], error: str | None) -> None:
+    def __init__(self, ports: set[str] | None, checked: dict[tuple[str, str], bool | None], error: str | None) -> None:
         super().__init__()
+        self.ports = ports  # None: every port was checked
         self.checked = checked
         self.error = error
 
@@ -61,7 +69,7 @@ class VifsScreen(Screen[None]):
         self.sort_reverse = False
         self.history: dict[str, deque[float]] = {}
         self.checked: dict[tuple[str, str], bool | None] = {}
-        self._pending_check = False
+        self.signatures: dict[str, tuple] = {}  # port -> limits as last checked
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -77,13 +85,9 @@ class VifsScreen(Screen[None]):
         self.set_interval(RATE_INTERVAL_S, self.action_refresh)
         self.set_interval(ENFORCEMENT_INTERVAL_S, self.action_verify)
         self.action_refresh()
-        self.action_verify()
 
     def db_changed(self) -> None:
         self.action_refresh()
-        if not self._pending_check:  # a burst of changes -> one check, a second later
-            self._pending_check = True
-            self.set_timer(1.0, self.action_verify)
 
     # -- reading (workers) ---------------------------------------------------
 
@@ -91,15 +95,18 @@ class VifsScreen(Screen[None]):
     def action_refresh(self) -> None:
         self.post_message(InventoryRead(self.backend.inventory()))
 
-    @work(thread=True, exclusive=True, group="enforcement")
     def action_verify(self) -> None:
-        self._pending_check = False
+        """Check every limit now (the marks ✓ enforced, ✗ not enforced, ? could not check)."""
+        self.check_enforcement(None)
+
+    @work(thread=True, exclusive=True, group="enforcement")
+    def check_enforcement(self, ports: set[str] | None) -> None:
         try:
-            found = self.backend.engine.enforcement()
-        except Exception as exc:  # shown on the host line; the table keeps its last marks
-            self.post_message(EnforcementRead(self.checked, f"enforcement check failed: {exc}"))
+            found = self.backend.engine.enforcement(ports)
+        except Exception as exc:  # a notification; the table keeps its last marks
+            self.post_message(EnforcementRead(ports, {}, f"enforcement check failed: {exc}"))
             return
-        self.post_message(EnforcementRead({(e.port, e.kind): e.verified for e in found}, None))
+        self.post_message(EnforcementRead(ports, {(e.port, e.kind): e.verified for e in found}, None))
 
     def on_inventory_read(self, message: InventoryRead) -> None:
         inv = self.inventory = message.inventory
@@ -109,6 +116,12 @@ class VifsScreen(Screen[None]):
             hist.append(v.rates.rx_bps + v.rates.tx_bps if v.rates else -1.0)
         for gone in set(self.history) - {v.port for v in vifs}:
             del self.history[gone]
+        stale = {v.port for v in vifs if self.signatures.get(v.port) != limits_signature(v)}
+        self.signatures = {v.port: limits_signature(v) for v in vifs}
+        if stale:
+            # marks for changed limits are unknown until checked; no mark rather than an old one
+            self.checked = {k: val for k, val in self.checked.items() if k[0] not in stale}
+            self.check_enforcement(stale)
         bridges = ", ".join(f"{b.name} ({b.datapath_type})" for b in inv.bridges)
         h = inv.host
         self.query_one("#host-line", Static).update(
@@ -118,7 +131,11 @@ class VifsScreen(Screen[None]):
         self._show()
 
     def on_enforcement_read(self, message: EnforcementRead) -> None:
-        self.checked = message.checked
+        if message.ports is None:
+            self.checked = dict(message.checked)
+        else:
+            kept = {k: v for k, v in self.checked.items() if k[0] not in message.ports}
+            self.checked = {**kept, **message.checked}
         if message.error:
             self.notify(message.error, severity="warning")
         self._show()
