@@ -174,7 +174,10 @@ def evidence(result: CheckResult, method: str, cell: Cell) -> str:
             lines.append(f"pcap {ev.pcap}")
     else:
         pcap = mr.stats.get("pcaps", {}).get(listener, "?")
-        lines.append(f"no ARP request from {sender} in {listener}'s capture, which heard its positive control")
+        lines.append(
+            f"no ARP request from {sender} in {listener}'s capture, which heard the positive control or another"
+            f" guest, and {sender}'s own capture shows its probes leaving"
+        )
         lines.append(f"pcap {pcap}")
     mirrors = result.expected.exceptions.get(cell)
     if mirrors:
