@@ -395,6 +395,11 @@ def main() -> int:
     for line in bench_isolation():
         print(line)
     print()
+    from tui_bench import bench_tui
+
+    for line in bench_tui():
+        print(line)
+    print()
     from netperf_bench import bench_netperf
 
     for line in bench_netperf():
