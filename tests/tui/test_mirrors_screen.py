@@ -18,6 +18,7 @@ from appliance import api
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
 from tui.app import HvnetApp
+from tui.backend.mirrors import RateMeter, rate_text
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.mirror import MirrorDialog
 from tui.screens.mirrors import MirrorsScreen
@@ -132,13 +133,15 @@ async def test_invalid_input_shows_errors_and_changes_nothing(clean: Lab) -> Non
         dialog.query_one("#vlans").focus()
         await pilot.press(*"10,,x")
         assert await wait_until(pilot, lambda: "VLAN list" in dialog.error_text("vlans"))
-        assert "non-empty" in dialog.error_text("name")
+        assert dialog.error_text("name") == ""  # not touched yet: a fresh field is not marked
         text = screen_text(app)
         assert "✗ empty element in VLAN list" in text, text
         assert dialog.rule is None
-        await pilot.press("f5")
-        await pilot.pause(0.3)
-        assert dialog.planned is None and "nothing was planned" in screen_text(app)
+        await pilot.press("f5")  # Plan names every bad field, and plans nothing
+        assert await wait_until(pilot, lambda: "nothing was planned" in screen_text(app))
+        assert "non-empty" in dialog.error_text("name")
+        assert "✗ mirror names are non-empty" in screen_text(app)
+        assert dialog.planned is None
         await pilot.press("ctrl+s")
         await pilot.pause(0.3)
 
@@ -219,3 +222,16 @@ async def test_snapshots(clean: Lab, size: tuple[int, int]) -> None:
         await open_dialog(app, pilot)
         await pilot.pause(0.2)
         assert_snapshot(app, "mirror-dialog")
+
+
+def test_rate_is_measured_between_counter_changes() -> None:
+    """OVS rewrites the counter every few seconds: equal reads are "not measured", not 0/s."""
+    meter = RateMeter(stale_s=12.0)
+    assert meter.update("b/m", 100, now=0.0) is None  # first sight
+    assert meter.update("b/m", 100, now=2.0) is None  # OVS has not written it again yet
+    assert meter.update("b/m", 600, now=5.0) == pytest.approx(100.0)  # 500 packets in 5 s
+    assert meter.update("b/m", 600, now=7.0) == pytest.approx(100.0)  # last measurement stands
+    assert meter.update("b/m", 600, now=18.0) == 0.0  # unchanged for longer than OVS's interval: idle
+    assert meter.update("b/m", 10, now=20.0) is None  # recreated (counter went back): start over
+    assert meter.update("b/m", None, now=22.0) is None  # no statistics
+    assert rate_text(None) == "-" and rate_text(1500.0) == "1.5 kpkt/s"

@@ -24,6 +24,18 @@ from appliance.policy.model import MirrorRule
 from ..backend import mirrors as mb
 
 FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
+# The form field each widget edits (errors show once a field is touched, or all on Plan).
+FIELD_OF_WIDGET = {
+    "bridge": "bridge",
+    "name": "name",
+    "sources": "sources",
+    "direction": "sources",
+    "vlans": "vlans",
+    "output-kind": "output",
+    "output-port": "output",
+    "output-value": "output",
+    "key": "key",
+}
 OUTPUT_HINTS = {
     "port": "",
     "vlan": "VLAN id, e.g. 999",
@@ -52,6 +64,8 @@ class MirrorDialog(ModalScreen[str | None]):
         self.rule: MirrorRule | None = None  # the valid rule the form means now
         self.planned: MirrorRule | None = None  # the rule whose plan is shown (Apply confirms it)
         self.generation = 0  # bumped on every edit: a plan for an older form is stale
+        self.touched: set[str] = set()  # fields edited so far: a fresh form is not all red
+        self.show_all = False  # set by Plan: every bad field is shown
         self.busy = False
 
     def compose(self) -> ComposeResult:
@@ -167,7 +181,8 @@ class MirrorDialog(ModalScreen[str | None]):
     @on(Checkbox.Changed)
     def _edited(self, event: Any) -> None:
         """Any edit: re-validate, and forget a plan shown for the previous form."""
-        widget_id = getattr(getattr(event, "control", None), "id", None)
+        control = getattr(event, "control", None)
+        widget_id = getattr(control, "id", None)
         if widget_id == "bridge":
             self._fill_ports()
         if widget_id == "output-kind":
@@ -179,6 +194,9 @@ class MirrorDialog(ModalScreen[str | None]):
             chosen = self.query_one("#sources", SelectionList).selected
             text = ", ".join(chosen) if chosen else "none"
             self.query_one("#sources-chosen", Static).update(f"selected: {text}")
+        # only the operator's edits (on the focused widget) count, not the form filling itself in
+        if widget_id in FIELD_OF_WIDGET and getattr(control, "has_focus_within", False):
+            self.touched.add(FIELD_OF_WIDGET[widget_id])
         self.generation += 1
         if self.planned is not None:
             self.planned = None
@@ -202,14 +220,14 @@ class MirrorDialog(ModalScreen[str | None]):
         errors = mb.form_errors(form, self.choices.existing)
         for field in FIELDS:
             box = self.query_one(f"#error-{'output' if field == 'output' else field}", Static)
-            text = errors.get(field, "")
+            text = errors.get(field, "") if self.show_all or field in self.touched else ""
             box.update(f"✗ {text}" if text else "")
             box.set_class(bool(text), "visible")
         self.rule = None if errors else mb.form_rule(form, self.choices.existing)
         self._buttons()
 
     def _buttons(self) -> None:
-        self.query_one("#plan-button", Button).disabled = self.rule is None or self.busy
+        self.query_one("#plan-button", Button).disabled = self.busy  # enabled: pressing it names what is missing
         self.query_one("#apply-button", Button).disabled = self.planned is None or self.busy
 
     def _say(self, lines: list[str]) -> None:
@@ -233,6 +251,9 @@ class MirrorDialog(ModalScreen[str | None]):
         ]()
 
     def action_plan(self) -> None:
+        if not self.show_all:
+            self.show_all = True
+            self._validate()
         if self.rule is None or self.busy:
             if self.rule is None:
                 self._say(["✗ fix the fields marked ✗ first; nothing was planned"])

@@ -26,7 +26,7 @@ from ..dialogs.mirror import MirrorDialog
 from ..widgets.banner import ConnectionBanner
 
 STATS_INTERVAL_S = 2.0
-COLUMNS = ("Bridge", "Mirror", "Owner", "Selects", "Output", "TX", "TX bytes", "Rate")
+COLUMNS = ("Bridge", "Mirror", "Owner", "Selects", "Output", "TX", "Bytes", "Rate")
 
 
 class MirrorsScreen(Screen[None]):
@@ -103,7 +103,7 @@ class MirrorsScreen(Screen[None]):
             for key, values in cells.items():
                 for col, value in zip(COLUMNS, values):
                     if table.get_cell(key, col) != value:
-                        table.update_cell(key, col, value)
+                        table.update_cell(key, col, value, update_width=True)
         self.rows = wanted
         ours = sum(1 for r in rows if r.owner == "hvnet")
         line = f"{len(rows)} mirror{'s' if len(rows) != 1 else ''} ({ours} hvnet's)" if rows else "no mirrors"
