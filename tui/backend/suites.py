@@ -1,0 +1,269 @@
+"""The Suites screen's calls into the netperf engine, made from worker threads.
+
+The screen never loads YAML, opens connections or reads run directories
+itself: it calls these from ``@work(thread=True)`` workers.  A run goes
+exactly as ``hvnet suite run`` does it (same suite loading and overrides,
+same lab checks, its own policy-column connection, same run directory
+naming), so a run started here and one started from the CLI are
+interchangeable for ``report`` and ``compare``.
+
+The figures the screen shows (:class:`StepFigures`) are built from the
+runner's events during a run and from ``results.json`` afterwards by the
+same code, so a live table and a reopened run agree.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from appliance import api
+from appliance.errors import HvnetError
+from appliance.lab import Lab
+from appliance.netperf import compare as compare_mod
+from appliance.netperf import report, results
+from appliance.netperf import suite as suite_mod
+from appliance.netperf.runner import Event, Runner
+from appliance.netperf.suite import Step, Suite
+from appliance.policy import COLUMNS
+
+from ..widgets.chart import Series
+
+RR_TYPES = suite_mod.RR_TYPES
+
+
+class InputError(ValueError):
+    """An adjustment the CLI would refuse too; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the operator changed on the screen (None: keep the suite's value)."""
+
+    concurrency: Optional[tuple[int, ...]] = None
+    duration: Optional[int] = None
+    repetitions: Optional[int] = None
+
+
+def parse_concurrency(text: str) -> Optional[tuple[int, ...]]:
+    """``1,4,8`` with the CLI's rule (``--concurrency``): integers 1..MAX_CONCURRENCY; blank keeps the suite's."""
+    if not text.strip():
+        return None
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"concurrency: expected integers like 1,4,8, not {text!r}") from None
+    if not values or any(not 1 <= v <= suite_mod.MAX_CONCURRENCY for v in values):
+        raise InputError(f"concurrency values are 1..{suite_mod.MAX_CONCURRENCY}")
+    return values
+
+
+def parse_bounded(text: str, lo: int, hi: int, what: str) -> Optional[int]:
+    """An integer in ``lo..hi`` (the CLI's ``--duration``/``--repetitions`` rule); blank keeps the suite's."""
+    if not text.strip():
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        raise InputError(f"{what} must be an integer, not {text!r}") from None
+    if not lo <= v <= hi:
+        raise InputError(f"{what} must be {lo}..{hi}, not {v}")
+    return v
+
+
+def parse_overrides(concurrency: str, duration: str, repetitions: str) -> Overrides:
+    """All three inputs checked before anything is loaded or started."""
+    return Overrides(
+        parse_concurrency(concurrency),
+        parse_bounded(duration, 1, suite_mod.MAX_DURATION_S, "duration (s)"),
+        parse_bounded(repetitions, 1, suite_mod.MAX_REPETITIONS, "repetitions"),
+    )
+
+
+@dataclass(frozen=True)
+class SuiteChoice:
+    """A shipped suite as the chooser lists it."""
+
+    name: str
+    path: str
+    steps: int = 0
+    minutes: float = 0.0
+    description: str = ""
+    error: str = ""
+
+
+def shipped_suites() -> list[SuiteChoice]:
+    """Every shipped suite, loaded and validated (a broken one is listed with its error)."""
+    out = []
+    for p in suite_mod.shipped():
+        try:
+            s = suite_mod.load(p)
+        except HvnetError as exc:
+            out.append(SuiteChoice(p.stem, str(p), error=str(exc)))
+            continue
+        out.append(SuiteChoice(s.name, str(p), len(s.steps()), s.estimated_seconds() / 60, s.description))
+    return out
+
+
+def prepare(path: str, overrides: Overrides) -> Suite:
+    """Load and validate the suite, then apply the overrides the way ``hvnet suite run`` does."""
+    s = suite_mod.load(path)
+    if overrides.concurrency or overrides.duration or overrides.repetitions:
+        s = s.with_overrides(
+            concurrency=overrides.concurrency, duration=overrides.duration, repetitions=overrides.repetitions
+        )
+    return s
+
+
+def new_run_dir(s: Suite, base: Optional[Path] = None) -> Path:
+    """``$HVNET_RUNS_DIR/SUITE-TIME`` as the CLI names it; a second run in the same second gets a suffix."""
+    base = base or results.runs_dir()
+    out = base / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    n = 2
+    while out.exists():
+        out = base / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}-{n}"
+        n += 1
+    return out
+
+
+class SuiteRun:
+    """One run of a suite on the lab, stoppable from the UI thread at any moment."""
+
+    def __init__(self, suite: Suite, out_dir: Path, on_event: Callable[[Event], None]) -> None:
+        self.suite = suite
+        self.out_dir = out_dir
+        self.on_event = on_event
+        self._lock = threading.Lock()
+        self._runner: Optional[Runner] = None
+        self._stop_reason: Optional[str] = None
+
+    def run(self) -> dict[str, Any]:
+        """Blocking (a worker thread): lab checks, connect, run, disconnect; returns the results document."""
+        lab = Lab()
+        lab.require_guests(self.suite.topology, [self.suite.client] + [g for g in [self.suite.server.guest] if g])
+        with api.connect(lab.db, columns=COLUMNS) as conn:
+            runner = Runner(self.suite, lab=lab, conn=conn, out_dir=self.out_dir, on_event=self.on_event)
+            with self._lock:
+                self._runner = runner
+                if self._stop_reason is not None:  # stopped while connecting
+                    runner.stop(self._stop_reason)
+            return runner.run()
+
+    def stop(self, reason: str = "stopped by the operator") -> None:
+        """Non-blocking: the runner stops its instances, restores policy and saves a partial result."""
+        with self._lock:
+            self._stop_reason = reason
+            if self._runner is not None:
+                self._runner.stop(reason)
+
+
+# -- figures shown on the screen ------------------------------------------------
+
+
+@dataclass
+class StepFigures:
+    """One step's measured figures so far: one total per finished repetition."""
+
+    key: str
+    test: str
+    case: str
+    type: str
+    message_size: Optional[int]
+    concurrency: int
+    repetitions_planned: int
+    totals: list[float] = field(default_factory=list)  # aggregate "sum" of each repetition that had one
+    done: int = 0  # repetitions finished (with or without a result)
+    lost: int = 0
+    instances: int = 0
+    latency_us: list[float] = field(default_factory=list)
+
+    @property
+    def units(self) -> str:
+        return "trans/s" if self.type in RR_TYPES else "Mbit/s"
+
+    @property
+    def mean_total(self) -> Optional[float]:
+        return sum(self.totals) / len(self.totals) if self.totals else None
+
+    @property
+    def mean_latency(self) -> Optional[float]:
+        return sum(self.latency_us) / len(self.latency_us) if self.latency_us else None
+
+    @property
+    def label(self) -> str:
+        """The series a step belongs to: test, plus case and message size when they vary."""
+        parts = [self.test]
+        if self.case != "default":
+            parts.append(self.case)
+        if self.message_size:
+            parts.append(f"m{self.message_size}")
+        return "/".join(parts)
+
+    def add(self, agg: dict[str, Any]) -> None:
+        self.done += 1
+        if agg.get("sum") is not None:
+            self.totals.append(float(agg["sum"]))
+        if agg.get("latency_mean_us") is not None:
+            self.latency_us.append(float(agg["latency_mean_us"]))
+        self.lost += int(agg.get("lost", 0))
+        self.instances += int(agg.get("instances", 0))
+
+    @classmethod
+    def from_step(cls, step: Step) -> StepFigures:
+        t = step.test
+        return cls(step.key, t.name, step.case.name, t.type, step.message_size, step.concurrency, t.repetitions)
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any], planned: Optional[int] = None) -> StepFigures:
+        f = cls(
+            rec["key"],
+            rec["test"],
+            rec["case"],
+            rec["type"],
+            rec.get("message_size"),
+            rec["concurrency"],
+            planned or len(rec.get("repetitions", [])),
+        )
+        for rep in rec.get("repetitions", []):
+            f.add(rep.get("aggregate", {}))
+        return f
+
+
+def figures_of(doc: dict[str, Any]) -> list[StepFigures]:
+    """A saved run's steps, in run order."""
+    return [StepFigures.from_record(s) for s in doc.get("steps", [])]
+
+
+def chart_series(figures: list[StepFigures], rr: bool) -> list[Series]:
+    """Mean total against concurrency, one series per test (RR tests: transactions/s; else Mbit/s)."""
+    by_label: dict[str, list[tuple[float, float]]] = {}
+    for f in figures:
+        if (f.type in RR_TYPES) != rr or f.mean_total is None:
+            continue
+        by_label.setdefault(f.label, []).append((float(f.concurrency), f.mean_total))
+    return [Series(name, tuple(sorted(points))) for name, points in by_label.items()]
+
+
+# -- past runs --------------------------------------------------------------------
+
+
+def list_runs() -> list[dict[str, Any]]:
+    """Runs under ``$HVNET_RUNS_DIR``, newest first."""
+    base = results.runs_dir()
+    return results.list_runs(base) if base.is_dir() else []
+
+
+def load_run(path: str) -> dict[str, Any]:
+    return results.load(path)
+
+
+def report_text(doc: dict[str, Any]) -> str:
+    return report.text(doc)
+
+
+def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> compare_mod.Result:
+    """``hvnet suite compare BASE NEW``: rows with verdicts, regressions counted the same way."""
+    return compare_mod.compare(results.load(base), results.load(new), threshold_pct=threshold_pct)

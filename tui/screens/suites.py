@@ -1,0 +1,564 @@
+"""Suites screen: run a netperf suite, watch it, open past runs, compare two.
+
+A run goes through :mod:`tui.backend.suites` in a thread worker, as
+``hvnet suite run`` would run it; the runner's events come back as messages,
+so the screen stays responsive and Stop is honoured at once (the runner
+stops its instances, restores policy and saves a partial result).  Loading
+suites, listing and reading run directories and comparing also run in
+workers: nothing here blocks the UI thread on files or the network.
+
+Regressions in a comparison carry a text marker as well as colour, because
+over SSH with NO_COLOR the colour is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import (
+    Button,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Label,
+    ProgressBar,
+    Select,
+    Static,
+    TabbedContent,
+    TabPane,
+)
+
+from appliance.errors import HvnetError
+from appliance.netperf.compare import Result
+from appliance.netperf.runner import Event
+from appliance.netperf.suite import Suite
+
+from ..backend import suites as engine
+from ..backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun
+from ..widgets.banner import ConnectionBanner
+from ..widgets.chart import Chart
+
+TABS = ("tab-run", "tab-chart", "tab-runs", "tab-compare")
+REGRESSION_MARK = "!!"
+IMPROVEMENT_MARK = "+"
+FIGURE_NAMES = {"sum": "total", "latency_mean_us": "latency µs"}
+
+
+class SuitesLoaded(Message):
+    def __init__(self, choices: list[SuiteChoice]) -> None:
+        super().__init__()
+        self.choices = choices
+
+
+class RunStarted(Message):
+    def __init__(self, suite: Suite, out_dir: Path) -> None:
+        super().__init__()
+        self.suite = suite
+        self.out_dir = out_dir
+
+
+class RunRefused(Message):
+    """The suite did not load or validate: nothing was started."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class RunEvent(Message):
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class RunFinished(Message):
+    def __init__(self, out_dir: Path, doc: Optional[dict[str, Any]], error: Optional[str]) -> None:
+        super().__init__()
+        self.out_dir = out_dir
+        self.doc = doc
+        self.error = error
+
+
+class RunsListed(Message):
+    def __init__(self, runs: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.runs = runs
+
+
+class RunOpened(Message):
+    def __init__(self, path: str, doc: Optional[dict[str, Any]], report: str, error: Optional[str]) -> None:
+        super().__init__()
+        self.path = path
+        self.doc = doc
+        self.report = report
+        self.error = error
+
+
+class Compared(Message):
+    def __init__(self, base: str, new: str, result: Optional[Result], error: Optional[str]) -> None:
+        super().__init__()
+        self.base = base
+        self.new = new
+        self.result = result
+        self.error = error
+
+
+def _num(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def _row(f: StepFigures) -> tuple[str, ...]:
+    return (
+        f.label,
+        str(f.concurrency),
+        f"{f.done}/{f.repetitions_planned}",
+        _num(f.mean_total),
+        f.units,
+        f"{f.lost}/{f.instances}",
+        _num(f.mean_latency),
+    )
+
+
+class SuitesScreen(Screen[None]):
+    """Run suites with live progress, results and chart; past runs; comparisons."""
+
+    CSS_PATH = "suites.tcss"
+    BINDINGS = [
+        Binding("r", "run", "Run"),
+        Binding("x", "stop", "Stop"),
+        Binding("v", "next_view", "View"),
+        Binding("t", "toggle_metric", "Metric"),
+        Binding("o", "open_run", "Open"),
+        Binding("b", "mark_base", "Base"),
+        Binding("c", "compare", "Compare"),
+        Binding("l", "list_runs", "Reload runs", show=False),
+        Binding("escape", "leave_input", "Leave input", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.choices: list[SuiteChoice] = []
+        self.figures: dict[str, StepFigures] = {}
+        self.showing = ""  # what the results table and chart hold
+        self.rr_chart = False
+        self.active_run: Optional[SuiteRun] = None
+        self.running = False
+        self.reps_done = 0
+        self.reps_total = 0
+        self.runs: list[dict[str, Any]] = []
+        self.base_run: Optional[str] = None
+        self.last_run_dir: Optional[Path] = None
+        self.compare_result: Optional[Result] = None
+
+    # -- layout ----------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield ConnectionBanner()
+        with TabbedContent(id="views"):
+            with TabPane("Run", id="tab-run"):
+                with Horizontal(classes="row"):
+                    yield Label("Suite", classes="field")
+                    yield Select[str]([], prompt="choose a suite", id="suite", compact=True)
+                    yield Input(placeholder="or a suite file path", id="path", compact=True)
+                with Horizontal(classes="row"):
+                    yield Label("Conc.", classes="field")
+                    yield Input(placeholder="suite's", id="concurrency", compact=True)
+                    yield Label("Dur. s", classes="field")
+                    yield Input(placeholder="suite's", id="duration", compact=True)
+                    yield Label("Reps", classes="field")
+                    yield Input(placeholder="suite's", id="repetitions", compact=True)
+                    yield Button("Run", id="run", variant="primary", compact=True)
+                    yield Button("Stop", id="stop", variant="error", compact=True, disabled=True)
+                yield Static("loading suites...", id="status")
+                with Horizontal(classes="row"):
+                    yield Label("overall", id="overall-label", classes="bar-label")
+                    yield ProgressBar(total=1, id="overall", show_eta=False)
+                with Horizontal(classes="row"):
+                    yield Label("step", id="step-label", classes="bar-label")
+                    yield ProgressBar(total=1, id="step", show_eta=False)
+                yield Static("", id="showing")
+                yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+            with TabPane("Chart", id="tab-chart"):
+                yield Chart(id="chart")
+            with TabPane("Past runs", id="tab-runs"):
+                yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+                with VerticalScroll(id="report-box"):
+                    yield Static("o: open the highlighted run · b: mark it as base · c: compare it", id="report")
+            with TabPane("Compare", id="tab-compare"):
+                yield Static("mark a base run (b) in Past runs, highlight another and press c", id="compare-summary")
+                yield DataTable(id="compare", cursor_type="row", zebra_stripes=True)
+        yield Footer(compact=True)  # every binding fits in 80 columns
+
+    def on_mount(self) -> None:
+        results = self.query_one("#results", DataTable)
+        for name in ("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs"):
+            results.add_column(name, key=name)
+        runs = self.query_one("#runs", DataTable)
+        for name in ("Base", "Run", "Suite", "Started", "State", "Steps", "Lost"):
+            runs.add_column(name, key=name)
+        cmp_table = self.query_one("#compare", DataTable)
+        for name in ("!", "Step", "Figure", "Base", "New", "Change", "p", "Verdict"):
+            cmp_table.add_column(name, key=name)
+        self._update_chart()
+        self._load_suites()
+        self.action_list_runs()
+
+    def on_unmount(self) -> None:
+        if self.active_run is not None:
+            self.active_run.stop("the console closed")
+
+    # -- suites ------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="suites-list")
+    def _load_suites(self) -> None:
+        self.post_message(SuitesLoaded(engine.shipped_suites()))
+
+    def on_suites_loaded(self, message: SuitesLoaded) -> None:
+        self.choices = message.choices
+        options = [(c.name if not c.error else f"{c.name} (invalid)", c.path) for c in message.choices]
+        self.query_one("#suite", Select).set_options(options)
+        self._status(f"{len(options)} shipped suites; choose one (or give a file), adjust, then Run (r)")
+
+    @on(Select.Changed, "#suite")
+    def _suite_chosen(self, event: Select.Changed) -> None:
+        choice = next((c for c in self.choices if c.path == event.value), None)
+        if choice is None:
+            return
+        if choice.error:
+            self._status(f"{choice.name}: {choice.error}", error=True)
+        else:
+            what = f"{choice.name}: {choice.steps} steps, at least {choice.minutes:.1f} min"
+            self._status(f"{what}; {choice.description}")
+
+    def _chosen_path(self) -> str:
+        typed = self.query_one("#path", Input).value.strip()
+        if typed:
+            return typed
+        value = self.query_one("#suite", Select).value
+        return value if isinstance(value, str) else ""
+
+    # -- running -------------------------------------------------------------------------
+
+    def action_run(self) -> None:
+        if self.running:
+            self._status("a run is in progress: stop it (x) first", error=True)
+            return
+        path = self._chosen_path()
+        if not path:
+            self._status("choose a suite or give a suite file path", error=True)
+            return
+        try:
+            overrides = engine.parse_overrides(
+                self.query_one("#concurrency", Input).value,
+                self.query_one("#duration", Input).value,
+                self.query_one("#repetitions", Input).value,
+            )
+        except InputError as exc:
+            self._status(f"not started: {exc}", error=True)
+            return
+        self.running = True
+        self._buttons()
+        self._status(f"loading {path}...")
+        self._run_worker(path, overrides)
+
+    @work(thread=True, exclusive=True, group="suite")
+    def _run_worker(self, path: str, overrides: Overrides) -> None:
+        try:
+            s = engine.prepare(path, overrides)
+        except HvnetError as exc:
+            self.post_message(RunRefused(str(exc)))
+            return
+        out = engine.new_run_dir(s)
+        run = SuiteRun(s, out, lambda e: self.post_message(RunEvent(e)))
+        self.active_run = run  # Stop works from here on, even before the first event
+        self.post_message(RunStarted(s, out))
+        try:
+            doc = run.run()
+        except HvnetError as exc:
+            self.post_message(RunFinished(out, None, str(exc)))
+        except Exception as exc:  # a bug: say so on the screen instead of dying silently
+            self.post_message(RunFinished(out, None, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(RunFinished(out, doc, None))
+
+    def on_run_refused(self, message: RunRefused) -> None:
+        self.running = False
+        self._buttons()
+        self._status(f"not started: {message.error}", error=True)
+
+    def on_run_started(self, message: RunStarted) -> None:
+        s = message.suite
+        steps = s.steps()
+        self.reps_done = 0
+        self.reps_total = sum(st.test.repetitions for st in steps)
+        self.figures = {}
+        self.query_one("#results", DataTable).clear()
+        self.showing = f"live: {message.out_dir.name}"
+        self.query_one("#showing", Static).update(f"showing {self.showing}")
+        self.query_one("#overall", ProgressBar).update(total=self.reps_total, progress=0)
+        self.query_one("#step", ProgressBar).update(total=1, progress=0)
+        self.query_one("#overall-label", Label).update(f"0/{self.reps_total} reps")
+        self._update_chart()
+        self._status(f"running {s.name}: {len(steps)} steps, at least {s.estimated_seconds() / 60:.1f} min")
+        self.app.backend.note(f"suite {s.name} started from the console: {message.out_dir}")
+
+    def on_run_event(self, message: RunEvent) -> None:
+        e = message.event
+        if e.kind == "step" and e.step is not None:
+            f = StepFigures.from_step(e.step)
+            self.figures[f.key] = f
+            self.query_one("#results", DataTable).add_row(*_row(f), key=f.key)
+            self.query_one("#step", ProgressBar).update(total=f.repetitions_planned, progress=0)
+            self.query_one("#step-label", Label).update(f"step {e.step.index + 1}/{e.steps_total}")
+            self._status(e.message)
+        elif e.kind == "repetition" and e.step is not None:
+            f = self.figures.get(e.step.key) or StepFigures.from_step(e.step)
+            f.add(e.aggregate or {})
+            table = self.query_one("#results", DataTable)
+            for column, value in zip(("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs"), _row(f)):
+                table.update_cell(f.key, column, value)
+            self.reps_done += 1
+            self.query_one("#step", ProgressBar).update(progress=f.done)
+            self.query_one("#overall", ProgressBar).update(progress=self.reps_done)
+            left = "" if e.eta_s is None else f", ≥{e.eta_s:.0f} s left"
+            self.query_one("#overall-label", Label).update(f"{self.reps_done}/{self.reps_total} reps{left}")
+            self._update_chart()
+            self._status(e.message)
+        elif e.kind == "warning":
+            self._status(f"warning: {e.message}", error=True)
+            self.app.backend.note(f"suite: {e.message}", logging.WARNING)
+        else:
+            self._status(e.message)
+
+    def on_run_finished(self, message: RunFinished) -> None:
+        self.active_run = None
+        self.running = False
+        self.last_run_dir = message.out_dir
+        self._buttons()
+        if message.error is not None:
+            self._status(f"run failed: {message.error}", error=True)
+            self.app.backend.note(f"suite run {message.out_dir.name} failed: {message.error}", logging.WARNING)
+        else:
+            doc = message.doc or {}
+            state = doc.get("state", "?")
+            reason = f" ({doc['partial_reason']})" if doc.get("partial_reason") else ""
+            self._status(f"{state}{reason}: {len(doc.get('steps', []))} steps saved in {message.out_dir}")
+            self.app.backend.note(f"suite run {message.out_dir.name}: {state}{reason}")
+        self.action_list_runs()
+
+    def action_stop(self) -> None:
+        if self.active_run is None:
+            self._status("no run to stop")
+            return
+        self.active_run.stop()
+        self._status("stopping: instances stopped, policy restored, partial results saved...")
+        self.app.backend.note("suite run: stop requested from the console")
+
+    def _buttons(self) -> None:
+        self.query_one("#run", Button).disabled = self.running
+        self.query_one("#stop", Button).disabled = not self.running
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Run or Stop, whichever applies, is in the footer (both would not fit at 80 columns)."""
+        if action == "run":
+            return not self.running
+        if action == "stop":
+            return self.running
+        return True
+
+    @on(Button.Pressed, "#run")
+    def _run_pressed(self) -> None:
+        self.action_run()
+
+    @on(Button.Pressed, "#stop")
+    def _stop_pressed(self) -> None:
+        self.action_stop()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_run()
+
+    # -- results and chart -------------------------------------------------------------------
+
+    def _show_figures(self, figures: list[StepFigures], what: str) -> None:
+        self.figures = {f.key: f for f in figures}
+        table = self.query_one("#results", DataTable)
+        table.clear()
+        for f in figures:
+            table.add_row(*_row(f), key=f.key)
+        self.showing = what
+        self.query_one("#showing", Static).update(f"showing {what}")
+        self._update_chart()
+
+    def _update_chart(self) -> None:
+        figures = list(self.figures.values())
+        series = engine.chart_series(figures, self.rr_chart)
+        if not series and figures:  # nothing of the current kind: show the kind there is
+            other = engine.chart_series(figures, not self.rr_chart)
+            if other:
+                self.rr_chart = not self.rr_chart
+                series = other
+        what = "transactions/s (total, mean of reps)" if self.rr_chart else "Mbit/s (total, mean of reps)"
+        self.query_one(Chart).set_data(series, f"{what}{' · ' + self.showing if self.showing else ''}")
+
+    def action_toggle_metric(self) -> None:
+        self.rr_chart = not self.rr_chart
+        figures = list(self.figures.values())
+        series = engine.chart_series(figures, self.rr_chart)
+        what = "transactions/s (total, mean of reps)" if self.rr_chart else "Mbit/s (total, mean of reps)"
+        self.query_one(Chart).set_data(series, f"{what}{' · ' + self.showing if self.showing else ''}")
+        self.query_one(TabbedContent).active = "tab-chart"
+
+    def action_next_view(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        tabs.active = TABS[(TABS.index(tabs.active) + 1) % len(TABS)] if tabs.active in TABS else TABS[0]
+
+    def action_leave_input(self) -> None:
+        self.query_one(TabbedContent).focus()
+
+    # -- past runs ------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="runs")
+    def action_list_runs(self) -> None:
+        self.post_message(RunsListed(engine.list_runs()))
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        self.runs = message.runs
+        table = self.query_one("#runs", DataTable)
+        table.clear()
+        for r in message.runs:
+            table.add_row(*self._run_row(r), key=r["run"])
+        if not message.runs:
+            self.query_one("#report", Static).update("no past runs in the runs directory yet")
+
+    def _run_row(self, r: dict[str, Any]) -> tuple[str, ...]:
+        mark = "base" if r["run"] == self.base_run else ""
+        return (mark, Path(r["run"]).name, r["suite"], r["started"] or "-", r["state"], str(r["steps"]), str(r["lost"]))
+
+    def _highlighted_run(self) -> Optional[str]:
+        table = self.query_one("#runs", DataTable)
+        if not self.runs or table.row_count == 0:
+            return None
+        row = max(0, min(table.cursor_row, len(self.runs) - 1))
+        return str(table.coordinate_to_cell_key((row, 0)).row_key.value)
+
+    def action_open_run(self) -> None:
+        path = self._highlighted_run()
+        if path is None:
+            self._status("no past run to open", error=True)
+            return
+        self.query_one("#report", Static).update(f"opening {path}...")
+        self._open_worker(path)
+
+    @work(thread=True, exclusive=True, group="open")
+    def _open_worker(self, path: str) -> None:
+        try:
+            doc = engine.load_run(path)
+            self.post_message(RunOpened(path, doc, engine.report_text(doc), None))
+        except HvnetError as exc:
+            self.post_message(RunOpened(path, None, "", str(exc)))
+
+    def on_run_opened(self, message: RunOpened) -> None:
+        if message.error is not None or message.doc is None:
+            self.query_one("#report", Static).update(Text(f"cannot open: {message.error}"))
+            return
+        self.query_one("#report", Static).update(Text(message.report))
+        self._show_figures(engine.figures_of(message.doc), f"past run {Path(message.path).name}")
+
+    @on(DataTable.RowSelected, "#runs")
+    def _run_selected(self) -> None:
+        self.action_open_run()
+
+    def action_mark_base(self) -> None:
+        path = self._highlighted_run()
+        if path is None:
+            self._status("no past run to mark", error=True)
+            return
+        self.base_run = path
+        table = self.query_one("#runs", DataTable)
+        for r in self.runs:
+            table.update_cell(r["run"], "Base", "base" if r["run"] == path else "")
+        self.query_one("#report", Static).update(f"base: {Path(path).name}; highlight another run and press c")
+
+    def action_compare(self) -> None:
+        new = self._highlighted_run()
+        if new is None:
+            self._status("no past runs to compare", error=True)
+            return
+        base = self.base_run
+        if base is None or base == new:
+            paths = [r["run"] for r in self.runs]
+            older = paths[paths.index(new) + 1 :] if new in paths else []
+            base = older[0] if older else None
+        if base is None or base == new:
+            self.query_one("#compare-summary", Static).update("mark a base run (b), then highlight another: c")
+            self.query_one(TabbedContent).active = "tab-compare"
+            return
+        self.query_one("#compare-summary", Static).update(f"comparing {Path(base).name} -> {Path(new).name}...")
+        self.query_one(TabbedContent).active = "tab-compare"
+        self._compare_worker(base, new)
+
+    @work(thread=True, exclusive=True, group="compare")
+    def _compare_worker(self, base: str, new: str) -> None:
+        try:
+            self.post_message(Compared(base, new, engine.compare_runs(base, new), None))
+        except HvnetError as exc:
+            self.post_message(Compared(base, new, None, str(exc)))
+
+    def on_compared(self, message: Compared) -> None:
+        summary = self.query_one("#compare-summary", Static)
+        table = self.query_one("#compare", DataTable)
+        table.clear()
+        self.compare_result = message.result
+        r = message.result
+        if r is None:
+            summary.update(Text(f"cannot compare: {message.error}"))
+            return
+        n = len(r.regressions)
+        head = f"base {Path(message.base).name} -> new {Path(message.new).name}: "
+        head += (
+            f"{REGRESSION_MARK} {n} significant regression(s) beyond {r.threshold_pct:g}%"
+            if n
+            else f"no significant regression beyond {r.threshold_pct:g}%"
+        )
+        lines = [head, *(f"warning: {w}" for w in r.warnings)]
+        if r.only_base:
+            lines.append(f"only in base: {len(r.only_base)} step(s)")
+        if r.only_new:
+            lines.append(f"only in new: {len(r.only_new)} step(s)")
+        summary.update(Text("\n".join(lines), style="bold red" if n else ""))
+        for row in r.rows:
+            bad = row.verdict in ("regression", "no result")
+            good = row.verdict == "improvement"
+            mark = REGRESSION_MARK if bad else IMPROVEMENT_MARK if good else ""
+            style = "bold red" if bad else "green" if good else ""
+            cells = (
+                mark,
+                row.key,
+                FIGURE_NAMES.get(row.figure, row.figure),
+                _num(row.base.mean if row.base else None),
+                _num(row.new.mean if row.new else None),
+                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
+                "-" if row.p_value is None else f"{row.p_value:.3f}",
+                row.verdict.upper() if bad else row.verdict,
+            )
+            table.add_row(*(Text(c, style=style) for c in cells))
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _status(self, text: str, error: bool = False) -> None:
+        status = self.query_one("#status", Static)
+        status.update(Text(text))
+        status.set_class(error, "error")
