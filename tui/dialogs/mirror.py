@@ -219,7 +219,7 @@ class MirrorDialog(ModalScreen[str | None]):
         form = self.form()
         errors = mb.form_errors(form, self.choices.existing)
         for field in FIELDS:
-            box = self.query_one(f"#error-{'output' if field == 'output' else field}", Static)
+            box = self.query_one(f"#error-{field}", Static)
             text = errors.get(field, "") if self.show_all or field in self.touched else ""
             box.update(f"✗ {text}" if text else "")
             box.set_class(bool(text), "visible")

@@ -126,8 +126,7 @@ class MirrorsScreen(Screen[None]):
 
     def _added(self, summary: str | None) -> None:
         if summary:
-            self.status(summary)
-            self.app.backend.note(summary)
+            self.status(summary)  # the backend has logged the apply itself
         self.action_refresh()
 
     # -- delete ----------------------------------------------------------------------
