@@ -31,6 +31,7 @@ _TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _GLYPHS = re.compile(r"[▁▂▃▄▅▆▇█▏▎▍▌▋▊▉■▪▮░━╸╺⣀-⣿]+")
 _SPACES = re.compile(r"  +")
+_SOCKET = re.compile(r"unix:\S+?\.sock|/tmp/\S+")
 _PREFIX = re.compile(r"# ?[kMGTPKi]*(?=bit/s|B\b|pkt|pps)")
 
 
@@ -54,9 +55,12 @@ def normalize(text: str, extra: tuple[str, ...] = ()) -> str:
     host = socket.gethostname()
     out = []
     for line in text.splitlines():
-        for word in (host, *extra):
+        if host:
+            line = re.sub(rf"(?<![\w-]){re.escape(host)}(?![\w-])", "HOST", line)
+        line = _SOCKET.sub("PATH", line)
+        for word in extra:
             if word:
-                line = line.replace(word, "HOST" if word == host else "…")
+                line = line.replace(word, "…")
         line = _TIME.sub("TIME", line)
         line = _NUMBER.sub("#", line)
         line = _PREFIX.sub("# ", line)

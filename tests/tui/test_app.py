@@ -131,3 +131,36 @@ def _has_host() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("tui.screens.host") is not None
+
+
+async def test_connection_loss_banner_reconnect_and_nothing_half_applied(lab) -> None:
+    app = HvnetApp(api.connect())
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = await open_vifs(pilot, app)
+            table.move_cursor(row=[k.value for k in table.rows].index("vif3.0"))
+            await pilot.press("enter")
+            dialog = app.screen
+            assert await wait_until(pilot, lambda: isinstance(dialog, EditVifDialog) and dialog.state is not None)
+
+            await asyncio.to_thread(lab.switch.kill_ovsdb)
+            assert await wait_until(pilot, lambda: "OVSDB connection lost" in screen_text(app), 5.0)
+            dialog.query_one("#tag").value = "8"
+            assert await wait_until(pilot, lambda: "access tag 2 → access tag 8" in screen_text(app))
+            await pilot.press("ctrl+s", "ctrl+y")
+            assert await wait_until(pilot, lambda: "nothing was applied" in screen_text(app), 5.0)
+
+            await asyncio.to_thread(lab.switch.start)  # same database file, new server
+            assert await wait_until(pilot, lambda: "OVSDB connection lost" not in screen_text(app), 10.0)
+            assert tag_of(lab, "vif3.0") == "2"
+            # once back, the same dialog applies normally (it re-read the switch: the tag is 2 again)
+            assert await wait_until(pilot, lambda: dialog.query_one("#tag").value == "2")
+            dialog.query_one("#tag").value = "8"
+            assert await wait_until(pilot, lambda: not dialog.query_one("#apply").disabled)
+            await pilot.press("ctrl+s", "ctrl+y")
+            assert await wait_until(pilot, lambda: "✓ applied 1 change" in screen_text(app), 10.0)
+            assert tag_of(lab, "vif3.0") == "8"
+    finally:
+        lab.switch.start()
+        lab.switch.vsctl("set", "Port", "vif3.0", "tag=2")
+        app.backend.close()

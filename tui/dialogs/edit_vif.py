@@ -23,6 +23,8 @@ from appliance.errors import ConfigError, HvnetError
 from appliance.policy import ApplyResult, Plan, Policy, State, VifRule
 from appliance.policy.intents import MODES, VifForm, vif_form_rule
 
+from ..widgets.banner import ConnectionBanner
+
 # form field -> (input id, label)
 FIELDS = {
     "mode": ("mode", "VLAN mode"),
@@ -106,6 +108,7 @@ class EditVifDialog(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Static(f"Edit VIF {self.port}", id="title")
+            yield ConnectionBanner()
             with VerticalScroll(id="body"):
                 yield Static("reading the switch...", id="details")
                 with Horizontal(classes="row"):
