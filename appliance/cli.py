@@ -232,7 +232,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui  # the UI is optional for scripted use
 
     conn = _connect(args)
-    return run_tui(conn)
+    return run_tui(conn, start=args.screen)
 
 
 # -- plumbing ----------------------------------------------------------------------
@@ -317,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     cli_suite.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
+    t.add_argument(
+        "--screen", default="vifs", choices=("host", "vifs", "mirrors", "suites", "isolation", "log"),
+        help="the screen to open first (default: vifs)",
+    )  # fmt: skip
     t.set_defaults(func=cmd_tui)
     return p
 
