@@ -36,6 +36,7 @@ from textual.widgets import (
     Static,
     TabbedContent,
     TabPane,
+    Tabs,
 )
 
 from appliance.errors import HvnetError
@@ -52,6 +53,13 @@ TABS = ("tab-run", "tab-chart", "tab-runs", "tab-compare")
 REGRESSION_MARK = "!!"
 IMPROVEMENT_MARK = "+"
 FIGURE_NAMES = {"sum": "total", "latency_mean_us": "latency µs"}
+WARNINGS_SHOWN = 2  # the rest would push the comparison off an 80x24 screen
+
+
+def _short_key(key: str) -> str:
+    """A step key without the parts that say nothing (default case, default message size)."""
+    test, case, size, conc = [*key.split("/"), "", "", "", ""][:4]
+    return "/".join(p for p in (test, "" if case == "default" else case, "" if size == "m-" else size, conc) if p)
 
 
 class SuitesLoaded(Message):
@@ -205,10 +213,10 @@ class SuitesScreen(Screen[None]):
         for name in ("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs"):
             results.add_column(name, key=name)
         runs = self.query_one("#runs", DataTable)
-        for name in ("Base", "Run", "Suite", "Started", "State", "Steps", "Lost"):
+        for name in ("Base", "Run", "Suite", "State", "Steps", "Lost", "Started"):
             runs.add_column(name, key=name)
         cmp_table = self.query_one("#compare", DataTable)
-        for name in ("!", "Step", "Figure", "Base", "New", "Change", "p", "Verdict"):
+        for name in ("!", "Verdict", "Step", "Figure", "Change", "Base", "New", "p"):
             cmp_table.add_column(name, key=name)
         self._update_chart()
         self._load_suites()
@@ -419,11 +427,20 @@ class SuitesScreen(Screen[None]):
         series = engine.chart_series(figures, self.rr_chart)
         what = "transactions/s (total, mean of reps)" if self.rr_chart else "Mbit/s (total, mean of reps)"
         self.query_one(Chart).set_data(series, f"{what}{' · ' + self.showing if self.showing else ''}")
-        self.query_one(TabbedContent).active = "tab-chart"
+        self._show_tab("tab-chart")
 
     def action_next_view(self) -> None:
-        tabs = self.query_one(TabbedContent)
-        tabs.active = TABS[(TABS.index(tabs.active) + 1) % len(TABS)] if tabs.active in TABS else TABS[0]
+        active = self.query_one(TabbedContent).active
+        self._show_tab(TABS[(TABS.index(active) + 1) % len(TABS)] if active in TABS else TABS[0])
+
+    def _show_tab(self, tab: str) -> None:
+        """Switch views and move the focus along: focus left in a hidden pane would switch straight back."""
+        self.query_one(TabbedContent).active = tab
+        target = {"tab-run": "#results", "tab-runs": "#runs", "tab-compare": "#compare"}.get(tab)
+        if target is not None:
+            self.query_one(target).focus()
+        else:
+            self.query_one(Tabs).focus()
 
     def action_leave_input(self) -> None:
         self.query_one(TabbedContent).focus()
@@ -445,7 +462,7 @@ class SuitesScreen(Screen[None]):
 
     def _run_row(self, r: dict[str, Any]) -> tuple[str, ...]:
         mark = "base" if r["run"] == self.base_run else ""
-        return (mark, Path(r["run"]).name, r["suite"], r["started"] or "-", r["state"], str(r["steps"]), str(r["lost"]))
+        return (mark, Path(r["run"]).name, r["suite"], r["state"], str(r["steps"]), str(r["lost"]), r["started"] or "-")
 
     def _highlighted_run(self) -> Optional[str]:
         table = self.query_one("#runs", DataTable)
@@ -504,10 +521,10 @@ class SuitesScreen(Screen[None]):
             base = older[0] if older else None
         if base is None or base == new:
             self.query_one("#compare-summary", Static).update("mark a base run (b), then highlight another: c")
-            self.query_one(TabbedContent).active = "tab-compare"
+            self._show_tab("tab-compare")
             return
         self.query_one("#compare-summary", Static).update(f"comparing {Path(base).name} -> {Path(new).name}...")
-        self.query_one(TabbedContent).active = "tab-compare"
+        self._show_tab("tab-compare")
         self._compare_worker(base, new)
 
     @work(thread=True, exclusive=True, group="compare")
@@ -533,7 +550,9 @@ class SuitesScreen(Screen[None]):
             if n
             else f"no significant regression beyond {r.threshold_pct:g}%"
         )
-        lines = [head, *(f"warning: {w}" for w in r.warnings)]
+        lines = [head, *(f"warning: {w}" for w in r.warnings[:WARNINGS_SHOWN])]
+        if len(r.warnings) > WARNINGS_SHOWN:
+            lines.append(f"... and {len(r.warnings) - WARNINGS_SHOWN} more warning(s) (hvnet suite compare lists all)")
         if r.only_base:
             lines.append(f"only in base: {len(r.only_base)} step(s)")
         if r.only_new:
@@ -546,13 +565,13 @@ class SuitesScreen(Screen[None]):
             style = "bold red" if bad else "green" if good else ""
             cells = (
                 mark,
-                row.key,
+                row.verdict.upper() if bad else row.verdict,
+                _short_key(row.key),
                 FIGURE_NAMES.get(row.figure, row.figure),
+                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
                 _num(row.base.mean if row.base else None),
                 _num(row.new.mean if row.new else None),
-                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
                 "-" if row.p_value is None else f"{row.p_value:.3f}",
-                row.verdict.upper() if bad else row.verdict,
             )
             table.add_row(*(Text(c, style=style) for c in cells))
 
