@@ -21,7 +21,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import (
@@ -53,7 +53,7 @@ TABS = ("tab-run", "tab-chart", "tab-runs", "tab-compare")
 REGRESSION_MARK = "!!"
 IMPROVEMENT_MARK = "+"
 FIGURE_NAMES = {"sum": "total", "latency_mean_us": "latency µs"}
-WARNINGS_SHOWN = 2  # the rest would push the comparison off an 80x24 screen
+WARNINGS_SHOWN = 1  # the rest would push the comparison off an 80x24 screen
 
 
 def _short_key(key: str) -> str:
@@ -201,7 +201,7 @@ class SuitesScreen(Screen[None]):
                 yield Chart(id="chart")
             with TabPane("Past runs", id="tab-runs"):
                 yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
-                with VerticalScroll(id="report-box"):
+                with ScrollableContainer(id="report-box"):  # wide report tables scroll sideways
                     yield Static("o: open the highlighted run · b: mark it as base · c: compare it", id="report")
             with TabPane("Compare", id="tab-compare"):
                 yield Static("mark a base run (b) in Past runs, highlight another and press c", id="compare-summary")
@@ -374,6 +374,10 @@ class SuitesScreen(Screen[None]):
         self.app.backend.note("suite run: stop requested from the console")
 
     def _buttons(self) -> None:
+        focused = self.focused
+        if isinstance(focused, Button) and focused.id == ("run" if self.running else "stop"):
+            # a button about to be disabled would pass the focus to an input, which hides the screen's keys
+            self.query_one("#results", DataTable).focus()
         self.query_one("#run", Button).disabled = self.running
         self.query_one("#stop", Button).disabled = not self.running
         self.refresh_bindings()
@@ -550,13 +554,13 @@ class SuitesScreen(Screen[None]):
             if n
             else f"no significant regression beyond {r.threshold_pct:g}%"
         )
-        lines = [head, *(f"warning: {w}" for w in r.warnings[:WARNINGS_SHOWN])]
+        lines = [head]
+        only = [f"only in {side}: {len(keys)} step(s)" for side, keys in (("base", r.only_base), ("new", r.only_new))]
+        if r.only_base or r.only_new:
+            lines.append("; ".join(o for o, keys in zip(only, (r.only_base, r.only_new)) if keys))
+        lines += [f"warning: {w}" for w in r.warnings[:WARNINGS_SHOWN]]
         if len(r.warnings) > WARNINGS_SHOWN:
             lines.append(f"... and {len(r.warnings) - WARNINGS_SHOWN} more warning(s) (hvnet suite compare lists all)")
-        if r.only_base:
-            lines.append(f"only in base: {len(r.only_base)} step(s)")
-        if r.only_new:
-            lines.append(f"only in new: {len(r.only_new)} step(s)")
         summary.update(Text("\n".join(lines), style="bold red" if n else ""))
         for row in r.rows:
             bad = row.verdict in ("regression", "no result")
