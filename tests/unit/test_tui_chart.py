@@ -139,3 +139,18 @@ def test_overrides_follow_the_cli_rules() -> None:
     ):
         with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
             parse_overrides(*args)
+
+
+def test_regressions_are_marked_in_text_not_only_colour() -> None:
+    from appliance.netperf.compare import Row
+    from appliance.netperf.stats import Interval
+    from tui.screens.suites import REGRESSION_MARK, compare_cells
+
+    base, new = Interval(1000.0, 10.0, 3), Interval(800.0, 12.0, 3)
+    cells, style = compare_cells(Row("tcp-stream/default/m10000/c1", "sum", base, new, -20.0, 0.001, "regression"))
+    assert cells[:4] == (REGRESSION_MARK, "REGRESSION", "tcp-stream/m10000/c1", "total")
+    assert cells[4:] == ("-20.0%", "1,000.0", "800.0", "0.001") and "red" in style
+    cells, _ = compare_cells(Row("tcp-rr/default/m-/c4", "latency_mean_us", base, None, None, None, "no result"))
+    assert cells[:4] == (REGRESSION_MARK, "NO RESULT", "tcp-rr/c4", "latency µs") and cells[6] == "-"
+    cells, style = compare_cells(Row("k/default/m-/c1", "sum", base, base, 0.0, 1.0, "within threshold"))
+    assert cells[0] == "" and cells[1] == "within threshold" and style == ""

@@ -40,7 +40,7 @@ from textual.widgets import (
 )
 
 from appliance.errors import HvnetError
-from appliance.netperf.compare import Result
+from appliance.netperf.compare import Result, Row
 from appliance.netperf.runner import Event
 from appliance.netperf.suite import Suite
 
@@ -121,6 +121,24 @@ class Compared(Message):
         self.error = error
 
 
+def compare_cells(row: Row) -> tuple[tuple[str, ...], str]:
+    """A comparison row as table cells and a style; the marker and the capitals say it without colour."""
+    bad = row.verdict in ("regression", "no result")
+    good = row.verdict == "improvement"
+    mark = REGRESSION_MARK if bad else IMPROVEMENT_MARK if good else ""
+    cells = (
+        mark,
+        row.verdict.upper() if bad else row.verdict,
+        _short_key(row.key),
+        FIGURE_NAMES.get(row.figure, row.figure),
+        "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
+        _num(row.base.mean if row.base else None),
+        _num(row.new.mean if row.new else None),
+        "-" if row.p_value is None else f"{row.p_value:.3f}",
+    )
+    return cells, "bold red" if bad else "green" if good else ""
+
+
 def _num(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:,.1f}"
 
@@ -195,7 +213,7 @@ class SuitesScreen(Screen[None]):
                 with Horizontal(classes="row"):
                     yield Label("step", id="step-label", classes="bar-label")
                     yield ProgressBar(total=1, id="step", show_eta=False)
-                yield Static("", id="showing")
+                yield Static("results of the running (or opened) suite appear here", id="showing")
                 yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
             with TabPane("Chart", id="tab-chart"):
                 yield Chart(id="chart")
@@ -563,20 +581,7 @@ class SuitesScreen(Screen[None]):
             lines.append(f"... and {len(r.warnings) - WARNINGS_SHOWN} more warning(s) (hvnet suite compare lists all)")
         summary.update(Text("\n".join(lines), style="bold red" if n else ""))
         for row in r.rows:
-            bad = row.verdict in ("regression", "no result")
-            good = row.verdict == "improvement"
-            mark = REGRESSION_MARK if bad else IMPROVEMENT_MARK if good else ""
-            style = "bold red" if bad else "green" if good else ""
-            cells = (
-                mark,
-                row.verdict.upper() if bad else row.verdict,
-                _short_key(row.key),
-                FIGURE_NAMES.get(row.figure, row.figure),
-                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
-                _num(row.base.mean if row.base else None),
-                _num(row.new.mean if row.new else None),
-                "-" if row.p_value is None else f"{row.p_value:.3f}",
-            )
+            cells, style = compare_cells(row)
             table.add_row(*(Text(c, style=style) for c in cells))
 
     # -- helpers ------------------------------------------------------------------------------------
