@@ -66,23 +66,17 @@ class Progress:
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,4,8, not {text!r}") from None
-    if not values or any(not 1 <= v <= suite_mod.MAX_CONCURRENCY for v in values):
-        raise argparse.ArgumentTypeError(f"concurrency values are 1..{suite_mod.MAX_CONCURRENCY}")
-    return values
+        return suite_mod.concurrency_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _bounded(lo: int, hi: int, what: str) -> Any:
     def parse(text: str) -> int:
         try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{what} must be {lo}..{hi}, not {v}")
-        return v
+            return suite_mod.bounded_int(text, lo, hi, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 

@@ -210,6 +210,28 @@ class Suite:
 # -- loading -------------------------------------------------------------------
 
 
+def concurrency_list(text: str) -> tuple[int, ...]:
+    """An operator's concurrency override (``1,4,8``); ``ValueError`` says what is allowed."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"expected integers like 1,4,8, not {text!r}") from None
+    if not values or any(not 1 <= v <= MAX_CONCURRENCY for v in values):
+        raise ValueError(f"concurrency values are 1..{MAX_CONCURRENCY}")
+    return values
+
+
+def bounded_int(text: str, lo: int, hi: int, what: str) -> int:
+    """An operator's integer override (duration, repetitions) in ``lo..hi``; ``ValueError`` otherwise."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, not {text!r}") from None
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} must be {lo}..{hi}, not {v}")
+    return v
+
+
 def load(path: str | Path) -> Suite:
     """Read and validate a suite; a bare name finds a shipped suite (``quick`` -> netperf-suites/quick.yaml)."""
     p = resolve(path)

@@ -49,29 +49,23 @@ class Overrides:
 
 
 def parse_concurrency(text: str) -> Optional[tuple[int, ...]]:
-    """``1,4,8`` with the CLI's rule (``--concurrency``): integers 1..MAX_CONCURRENCY; blank keeps the suite's."""
+    """The CLI's ``--concurrency`` rule; blank keeps the suite's."""
     if not text.strip():
         return None
     try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InputError(f"concurrency: expected integers like 1,4,8, not {text!r}") from None
-    if not values or any(not 1 <= v <= suite_mod.MAX_CONCURRENCY for v in values):
-        raise InputError(f"concurrency values are 1..{suite_mod.MAX_CONCURRENCY}")
-    return values
+        return suite_mod.concurrency_list(text)
+    except ValueError as exc:
+        raise InputError(f"concurrency: {exc}" if "expected" in str(exc) else str(exc)) from None
 
 
 def parse_bounded(text: str, lo: int, hi: int, what: str) -> Optional[int]:
-    """An integer in ``lo..hi`` (the CLI's ``--duration``/``--repetitions`` rule); blank keeps the suite's."""
+    """The CLI's ``--duration``/``--repetitions`` rule; blank keeps the suite's."""
     if not text.strip():
         return None
     try:
-        v = int(text)
-    except ValueError:
-        raise InputError(f"{what} must be an integer, not {text!r}") from None
-    if not lo <= v <= hi:
-        raise InputError(f"{what} must be {lo}..{hi}, not {v}")
-    return v
+        return suite_mod.bounded_int(text, lo, hi, what)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def parse_overrides(concurrency: str, duration: str, repetitions: str) -> Overrides:
