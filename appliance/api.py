@@ -69,3 +69,7 @@ class LiveInventory:
             v.rates = rates
         self.meter.forget_missing({v.interface for v in inv.vifs})
         return inv
+
+    def snapshot(self, *, kernel_counters: bool = False) -> Inventory:
+        """The inventory now, with the same VM name sources, leaving the rate meter alone."""
+        return inventory.read(self.conn, names=self._sources, kernel_counters=kernel_counters)

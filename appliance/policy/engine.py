@@ -374,6 +374,14 @@ class PolicyEngine:
     def _enforcement(self, state: State, touched: set[tuple[str, str]]) -> list[Enforcement]:
         out: list[Enforcement] = []
         by_bridge: dict[str, openflow.Installed] = {}
+        by_interface: dict[str, tuple[bool | None, bool | None]] = {}
+
+        def tc_state(interface: str) -> tuple[bool | None, bool | None]:
+            """Both directions' tc state from one pair of ``tc`` runs per interface."""
+            if interface not in by_interface:
+                by_interface[interface] = openflow.tc_enforcement(interface)
+            return by_interface[interface]
+
         for name, kind in sorted(touched):
             p = state.ports.get(name)
             if p is None:
@@ -398,7 +406,7 @@ class PolicyEngine:
                     )
                     out.append(Enforcement(name, kind, "meter", ok, detail))
                 else:
-                    police, _ = openflow.tc_enforcement(p.interface)
+                    police, _ = tc_state(p.interface)
                     if police is None:
                         detail = "tc cannot inspect this interface here; enforcement not verified"
                     elif police:
@@ -413,7 +421,7 @@ class PolicyEngine:
                 eff = p.qos.effective() if p.qos else None
                 if eff is None:
                     continue
-                _, htb = openflow.tc_enforcement(p.interface)
+                _, htb = tc_state(p.interface)
                 detail = (
                     "htb qdisc installed on the interface"
                     if htb

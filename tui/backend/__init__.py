@@ -7,7 +7,7 @@ lives here is shared state -- the one OVSDB connection, the policy engine on
 it, the rate meter behind the VIF table, hvnet's own log messages -- so each
 screen does not open its own.
 
-Submodules hold the calls of one capability each: :mod:`.host`,
+Submodules hold the calls of one capability each: :mod:`.host`, :mod:`.mirrors`,
 :mod:`.suites`, :mod:`.isolation`.
 """
 
@@ -20,11 +20,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from appliance import LiveInventory, read_inventory
+from appliance import LiveInventory
 from appliance.errors import HvnetError
 from appliance.inventory import Inventory
 from appliance.ovsdb import Connection
 from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State, journal
+from appliance.policy.engine import Enforcement
 
 log = logging.getLogger("hvnet.tui")
 
@@ -70,6 +71,8 @@ class Backend:
         self._logger = logging.getLogger("hvnet")
         self._saved_propagate = self._logger.propagate
         self._saved_level = self._logger.level
+        # last -> (the audit file's path, mtime and size when read, its entries)
+        self._audit_cache: dict[int, tuple[tuple[Any, ...] | None, list[dict[str, Any]]]] = {}
 
     # -- lifetime ------------------------------------------------------------
 
@@ -125,7 +128,7 @@ class Backend:
 
     def inventory_snapshot(self) -> Inventory:
         """The inventory without touching the VIF table's rate meter (Host screen, dialogs)."""
-        return read_inventory(self.conn, kernel_counters=False)
+        return self.live.snapshot(kernel_counters=False)
 
     # -- policy ----------------------------------------------------------------
 
@@ -146,6 +149,28 @@ class Backend:
         self.note(f"{what}: {result.status} in {time.monotonic() - started:.1f} s", level)
         return result
 
+    def enforcement(self, ports: set[str] | None = None) -> list[Enforcement]:
+        """How the limits on ``ports`` (None: every port) are enforced now; seconds on a large host."""
+        return self.engine.enforcement(ports)
+
     def audit(self, last: int = 50) -> list[dict[str, Any]]:
-        """The newest audit entries for this switch, newest last."""
-        return journal.read_audit(self.remote, last=last)
+        """The newest audit entries for this switch, newest last.
+
+        The Host and Log screens ask every few seconds; the file is read again
+        only when it has changed since (it only ever grows by appended lines).
+        """
+        path = journal.audit_path(self.remote)
+        try:
+            st = path.stat()
+            stamp: tuple[Any, ...] | None = (path, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        with self._lock:
+            cached = self._audit_cache.get(last)
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            entries = cached[1]
+        else:
+            entries = journal.read_audit(self.remote, last=last)
+            with self._lock:
+                self._audit_cache[last] = (stamp, entries)
+        return list(entries)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -21,6 +22,7 @@ from appliance.inventory import Inventory
 from . import Backend
 
 AGENT_UNIT = "hvnet-agent.service"
+AGENT_INTERVAL_S = 5.0  # a systemctl run or a walk of every process: not with every one-second sample
 
 
 @dataclass
@@ -65,6 +67,13 @@ class HostSampler:
         self.backend = backend
         self._primed = False
         self._vswitchd: Optional[psutil.Process] = None
+        self._agent: Optional[tuple[float, AgentStatus]] = None  # (when asked, status)
+
+    def _agent_status(self) -> AgentStatus:
+        now = time.monotonic()
+        if self._agent is None or now - self._agent[0] >= AGENT_INTERVAL_S:
+            self._agent = (now, agent_status())
+        return self._agent[1]
 
     def _find_vswitchd(self) -> Optional[psutil.Process]:
         of = self.backend.engine.of
@@ -100,6 +109,6 @@ class HostSampler:
             vswitchd_rss=vs_rss,
             mem_total=mem.total,
             mem_used=mem.total - mem.available,
-            agent=agent_status(),
+            agent=self._agent_status(),
             audit=self.backend.audit(last=8),
         )

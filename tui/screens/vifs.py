@@ -102,7 +102,7 @@ class VifsScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="enforcement")
     def check_enforcement(self, ports: set[str] | None) -> None:
         try:
-            found = self.backend.engine.enforcement(ports)
+            found = self.backend.enforcement(ports)
         except Exception as exc:  # a notification; the table keeps its last marks
             self.post_message(EnforcementRead(ports, {}, f"enforcement check failed: {exc}"))
             return
