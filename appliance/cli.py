@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, api, cli_policy, cli_suite, proc, render
-from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError, UsageError
+from . import __version__, api, cli_policy, cli_suite, render
+from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError
 from .inventory import Inventory, Vif
 from .lab import Lab
 from .topology import DEFAULT_TOPOLOGY
@@ -196,7 +196,6 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
 
 
 def cmd_isolation_check(args: argparse.Namespace) -> int:
-    from datetime import datetime
     from pathlib import Path
 
     from .isolation import check, report
@@ -204,17 +203,9 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
 
     sc = scenario_mod.load(args.file)  # validated whole before anything is touched
     methods = check.METHODS if args.method == "both" else (args.method,)
-    if "traffic" in methods:
-        if os.geteuid() != 0:
-            raise UsageError("the traffic method needs root (captures and probes inside the guests' namespaces)",
-                             hint="run as root, or use --method trace")  # fmt: skip
-        proc.which("tcpdump")
-    lab = Lab()
-    lab.require_guests(sc.topology, sc.guests)
-    out_dir = None
-    if "traffic" in methods:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = Path(args.out) if args.out else Path("/var/tmp/hvnet/isolation") / f"{sc.name}-{stamp}"
+    lab, out_dir = check.prepare(
+        sc, methods, Path(args.out) if args.out else None, root_hint="run as root, or use --method trace"
+    )
     # The check drives the lab's own switch, whatever --db or HVNET_DB say.
     with api.connect(lab.db, timeout=args.timeout) as conn:
         result = check.run_check(conn, lab, sc, methods, out_dir)

@@ -10,12 +10,15 @@ matrix is compared cell by cell.
 from __future__ import annotations
 
 import ipaddress
+import os
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import HvnetError
+from .. import proc
+from ..errors import HvnetError, UsageError
 from ..inventory import Inventory
 from ..lab import Lab
 from ..ovsdb import Connection, TxnContext
@@ -287,6 +290,28 @@ def run_traffic(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str], 
             else:
                 res.cells[cell] = model.NO
     return res
+
+
+OUT_ROOT = Path("/var/tmp/hvnet/isolation")
+
+
+def prepare(
+    sc: Scenario, methods: tuple[str, ...], out_dir: Path | None = None, *, root_hint: str
+) -> tuple[Lab, Path | None]:
+    """Everything checked before a run touches the switch: root and tcpdump for the traffic method,
+    the scenario's guests in the lab.  Returns the lab and where the traffic method keeps its pcaps."""
+
+    if "traffic" in methods:
+        if os.geteuid() != 0:
+            raise UsageError(
+                "the traffic method needs root (captures and probes inside the guests' namespaces)", hint=root_hint
+            )
+        proc.which("tcpdump")
+    lab = Lab()
+    lab.require_guests(sc.topology, sc.guests)
+    if "traffic" not in methods:
+        return lab, None
+    return lab, out_dir or OUT_ROOT / f"{sc.name}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 def run_check(

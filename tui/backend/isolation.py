@@ -11,25 +11,22 @@ tested without a lab.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance import api, proc
+from appliance import api
 from appliance.errors import UsageError
 from appliance.isolation import check, model
 from appliance.isolation import scenario as scenario_mod
 from appliance.isolation.check import CheckResult
 from appliance.isolation.scenario import Scenario
-from appliance.lab import Lab
 
 if TYPE_CHECKING:
     from . import Backend
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "vlan-tests"
-OUT_ROOT = Path("/var/tmp/hvnet/isolation")
 METHOD_CHOICES = ("both", "traffic", "trace")
 
 Cell = tuple[str, str]  # (listener, sender), as the engine keys its matrices
@@ -63,18 +60,7 @@ def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
     """
     sc = load(path)
     methods = methods_for(choice)
-    if "traffic" in methods:
-        if os.geteuid() != 0:
-            raise UsageError(
-                "the traffic method needs root (captures and probes inside the guests' namespaces)",
-                hint="run the console as root, or choose the trace method",
-            )
-        proc.which("tcpdump")
-    lab = Lab()
-    lab.require_guests(sc.topology, sc.guests)
-    out_dir = None
-    if "traffic" in methods:
-        out_dir = OUT_ROOT / f"{sc.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    lab, out_dir = check.prepare(sc, methods, root_hint="run the console as root, or choose the trace method")
     backend.note(f"isolation check {sc.name} ({', '.join(methods)}) started")
     if backend.remote == lab.db:
         result = check.run_check(backend.conn, lab, sc, methods, out_dir)

@@ -16,7 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import Footer, Header, Static
 
 from appliance.errors import HvnetError
 
@@ -24,9 +24,14 @@ from ..backend import mirrors as mb
 from ..dialogs.confirm import ConfirmDialog
 from ..dialogs.mirror import MirrorDialog
 from ..widgets.banner import ConnectionBanner
+from ..widgets.keyed_table import KeyedTable
 
 STATS_INTERVAL_S = 2.0
 COLUMNS = ("Bridge", "Mirror", "Owner", "Selects", "Output", "TX", "Bytes", "Rate")
+
+
+class MirrorTable(KeyedTable):
+    UPDATE_WIDTH = True  # the columns are sized by their contents
 
 
 class MirrorsScreen(Screen[None]):
@@ -47,12 +52,12 @@ class MirrorsScreen(Screen[None]):
         yield Header()
         yield Static("reading mirrors...", id="mirrors-line")
         yield ConnectionBanner()
-        yield DataTable(id="mirrors", cursor_type="row", zebra_stripes=True)
+        yield MirrorTable(id="mirrors", cursor_type="row", zebra_stripes=True)
         yield Static("", id="mirrors-status", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#mirrors", DataTable)
+        table = self.query_one("#mirrors", MirrorTable)
         for name in COLUMNS:
             table.add_column(name, key=name)
         table.focus()
@@ -75,7 +80,7 @@ class MirrorsScreen(Screen[None]):
 
     def _show(self, rows: list[mb.MirrorRow], now: float) -> None:
         self.loaded = True
-        table = self.query_one("#mirrors", DataTable)
+        table = self.query_one("#mirrors", MirrorTable)
         wanted = {r.key: r for r in rows}
         self.meter.forget_except(set(wanted))
         cells = {
@@ -91,30 +96,14 @@ class MirrorsScreen(Screen[None]):
             )
             for r in rows
         }
-        current = [k.value for k in table.rows]
-        if current != list(wanted):
-            selected = self.selected_key()
-            table.clear()
-            for key, values in cells.items():
-                table.add_row(*values, key=key)
-            if selected in wanted:
-                table.move_cursor(row=list(wanted).index(selected))
-        else:
-            for key, values in cells.items():
-                for col, value in zip(COLUMNS, values):
-                    if table.get_cell(key, col) != value:
-                        table.update_cell(key, col, value, update_width=True)
+        table.show(cells)
         self.rows = wanted
         ours = sum(1 for r in rows if r.owner == "hvnet")
         line = f"{len(rows)} mirror{'s' if len(rows) != 1 else ''} ({ours} hvnet's)" if rows else "no mirrors"
         self.query_one("#mirrors-line", Static).update(f"{line} · a: add · d: delete · rates need two OVS updates")
 
     def selected_key(self) -> str | None:
-        table = self.query_one("#mirrors", DataTable)
-        keys = [k.value for k in table.rows]
-        if not keys or not 0 <= table.cursor_row < len(keys):
-            return None
-        return keys[table.cursor_row]
+        return self.query_one("#mirrors", MirrorTable).selected_key
 
     def status(self, text: str) -> None:
         self.query_one("#mirrors-status", Static).update(text)

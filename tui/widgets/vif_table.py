@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Callable
 
-from textual.widgets import DataTable
-
 from appliance import render
 from appliance.inventory import Vif
 
+from .keyed_table import KeyedTable
 from .spark import sparkline
 
 # Fixed widths: live figures changing length must not shift the columns to their right.
@@ -78,7 +77,7 @@ SORT_KEYS: dict[str, Callable[[Vif], Any]] = {
 }
 
 
-class VifTable(DataTable):
+class VifTable(KeyedTable):
     """Updates rows in place so the cursor and scroll position survive refreshes."""
 
     def on_mount(self) -> None:
@@ -89,25 +88,4 @@ class VifTable(DataTable):
 
     @property
     def selected_port(self) -> str | None:
-        keys = list(self.rows)
-        if keys and 0 <= self.cursor_row < len(keys):
-            return keys[self.cursor_row].value
-        return None
-
-    def show(self, rows: dict[str, tuple[str, ...]]) -> None:
-        """Show ``rows`` (port -> cells) in the given order."""
-        current = [k.value for k in self.rows]
-        if current != list(rows):
-            # Rows came or went, or the order or filter changed: rebuild and
-            # keep the cursor on the same VIF.
-            selected = self.selected_port
-            self.clear()
-            for port, cells in rows.items():
-                self.add_row(*cells, key=port)
-            if selected in rows:
-                self.move_cursor(row=list(rows).index(selected))
-            return
-        for port, cells in rows.items():
-            for col, cell in zip(COLUMNS, cells):
-                if self.get_cell(port, col) != cell:
-                    self.update_cell(port, col, cell)
+        return self.selected_key

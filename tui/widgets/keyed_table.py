@@ -1,0 +1,37 @@
+"""A DataTable whose rows are keyed and refreshed in place, so the cursor and scroll survive live updates."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable
+
+
+class KeyedTable(DataTable):
+    """Rows keyed by a string; :meth:`show` rebuilds only when rows come, go or move."""
+
+    UPDATE_WIDTH = False  # widen a column when a refreshed cell is longer (fixed widths stay as they are)
+
+    @property
+    def selected_key(self) -> str | None:
+        keys = list(self.rows)
+        if keys and 0 <= self.cursor_row < len(keys):
+            return keys[self.cursor_row].value
+        return None
+
+    def show(self, rows: dict[str, tuple[str, ...]]) -> None:
+        """Show ``rows`` (key -> cells, one per column) in the given order."""
+        current = [k.value for k in self.rows]
+        if current != list(rows):
+            # Rows came or went, or the order or filter changed: rebuild and
+            # keep the cursor on the same row.
+            selected = self.selected_key
+            self.clear()
+            for key, cells in rows.items():
+                self.add_row(*cells, key=key)
+            if selected in rows:
+                self.move_cursor(row=list(rows).index(selected))
+            return
+        columns = [c.value for c in self.columns]
+        for key, cells in rows.items():
+            for col, cell in zip(columns, cells):
+                if self.get_cell(key, col) != cell:
+                    self.update_cell(key, col, cell, update_width=self.UPDATE_WIDTH)
