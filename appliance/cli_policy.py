@@ -343,6 +343,7 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
             snaplen=args.snaplen,
             filter=args.filter,
             allow_isolation_exception=args.allow_isolation_exception,
+            where={"src": "--src", "dst": "--dst"},
         )
     except FieldError as exc:
         flag = {"output.key": "--key", "output.idx": "--key", "select": "--all"}.get(exc.field)

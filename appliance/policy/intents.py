@@ -160,10 +160,12 @@ def mirror_rule(
     snaplen: int | None = None,
     filter: str | None = None,
     allow_isolation_exception: bool = False,
+    where: dict[str, str] | None = None,
 ) -> MirrorRule:
     """A new mirror; FieldError fields are ``name``, ``src``, ``dst``, ``vlan``, ``select``, ``output.*``."""
     if not name or len(name) > 64:
         raise FieldError("name", "mirror names are non-empty strings of at most 64 characters")
+    where = where or {}  # how each field is named where it came from (e.g. --src), for messages
     rule = MirrorRule(bridge, name, output=mirror_output(output), snaplen=snaplen, filter=filter)
     rule.allow_isolation_exception = allow_isolation_exception
     for field, values in (("src", src), ("dst", dst)):
@@ -173,9 +175,9 @@ def mirror_rule(
                 kind, pattern = parse_selector(v)
             except ValueError as exc:
                 raise FieldError(field, str(exc)) from None
-            sels.append(Selector(kind, pattern, False, (field,)))
+            sels.append(Selector(kind, pattern, False, (where.get(field, field),)))
         setattr(rule, field, tuple(sels))
-    if vlans:
+    if vlans is not None:
         try:
             rule.vlans = tuple(vlan_list(vlans))
         except ValueError as exc:
