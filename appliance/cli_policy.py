@@ -88,8 +88,7 @@ def format_result(result: ApplyResult) -> str:
     else:
         lines.append(f"{result.status}: nothing of this change is left on the switch")
     for e in result.enforcement:
-        mark = {True: "enforced", False: "NOT ENFORCED", None: "not verified"}[e.verified]
-        lines.append(f"  {e.port} {e.kind}: {mark} by {e.mechanism}: {e.detail}")
+        lines.append(f"  {e.port} {e.kind}: {e.verdict} by {e.mechanism}: {e.detail}")
     for port, why in result.isolated.items():
         lines.append(f"  ISOLATED {port}: {why}")
     for p in result.problems:

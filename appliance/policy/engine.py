@@ -49,6 +49,10 @@ class Enforcement:
     verified: bool | None  # None: could not be checked
     detail: str
 
+    @property
+    def verdict(self) -> str:
+        return {True: "enforced", False: "NOT ENFORCED", None: "not verified"}[self.verified]
+
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
 

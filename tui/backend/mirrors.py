@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from appliance import render
-from appliance.errors import ConfigError, HvnetError
+from appliance.errors import HvnetError
 from appliance.policy import Plan, Policy, State
 from appliance.policy.engine import ApplyResult
 from appliance.policy.intents import mirror_rule
@@ -293,36 +293,3 @@ def apply_delete(backend: Backend, bridge: str, name: str) -> ApplyResult:
     if (bridge, name) not in backend.snapshot().mirrors:
         raise HvnetError(f"no mirror named {name} on {bridge}")
     return backend.apply(delete_policy(bridge, name), f"mirror del {name} on {bridge}")
-
-
-def plan_lines(plan: Plan) -> list[str]:
-    """Each change as ``target: before -> after``, then the warnings."""
-    if not plan.changes:
-        lines = ["no changes: the switch already matches"]
-    else:
-        lines = [f"{c.target}: {c.describe(c.before)} → {c.describe(c.after)}" for c in plan.changes]
-        lines += [f"  note: {c.note}" for c in plan.changes if c.note]
-    return lines + [f"warning: {w}" for w in plan.warnings]
-
-
-def result_lines(result: ApplyResult) -> list[str]:
-    """What an apply did, in the CLI's words."""
-    n = len(result.plan.changes)
-    if result.status == "applied":
-        head = f"applied {n} change{'s' if n != 1 else ''} in one transaction"
-    elif result.status == "unchanged":
-        head = "nothing to apply"
-    else:
-        head = f"✗ {result.status}: nothing of this change is left on the switch"
-    return [head, *(f"✗ problem: {p}" for p in result.problems), *(f"warning: {w}" for w in result.plan.warnings)]
-
-
-def refusal_lines(exc: HvnetError) -> list[str]:
-    """A refusal as plain lines with a text marker (readable without colour)."""
-    if isinstance(exc, ConfigError):
-        lines = [f"✗ refused: {p.field}: {p.message}" if p.field else f"✗ refused: {p.message}" for p in exc.problems]
-    else:
-        lines = [f"✗ refused: {exc.message}"]
-        if exc.hint:
-            lines.append(f"  hint: {exc.hint}")
-    return [*lines, "nothing was applied"]

@@ -23,6 +23,7 @@ from appliance.errors import ConfigError, HvnetError
 from appliance.policy import ApplyResult, Plan, Policy, State, VifRule
 from appliance.policy.intents import MODES, VifForm, vif_form_rule
 
+from ..backend.plans import plan_lines, result_lines
 from ..widgets.banner import ConnectionBanner
 
 # form field -> (input id, label)
@@ -34,33 +35,6 @@ FIELDS = {
     "ingress burst": ("ingress-burst", "Ingress burst kbit"),
     "egress rate": ("egress-rate", "Egress kbit/s"),
 }
-
-
-def plan_lines(plan: Plan) -> list[str]:
-    """A plan as the dialog shows it: ``setting: before → after`` per change, then warnings."""
-    if not plan.changes:
-        return ["no changes: the switch already has these settings"]
-    out = [f"{c.kind}: {c.describe(c.before)} → {c.describe(c.after)}" for c in plan.changes]
-    out += [f"  note: {c.note}" for c in plan.changes if c.note]
-    out += [f"warning: {w}" for w in plan.warnings]
-    return out
-
-
-def result_lines(result: ApplyResult) -> list[str]:
-    n = len(result.plan.changes)
-    if result.status == "applied":
-        head = f"✓ applied {n} change{'s' if n != 1 else ''} in one transaction"
-    elif result.status == "unchanged":
-        head = "nothing to apply: the switch already had these settings"
-    else:
-        head = f"✗ {result.status}: nothing of this change is left on the switch"
-    lines = [head]
-    for e in result.enforcement:
-        mark = {True: "enforced", False: "NOT ENFORCED", None: "not verified"}[e.verified]
-        lines.append(f"{e.kind}: {mark} by {e.mechanism}: {e.detail}")
-    lines += [f"✗ {p}" for p in result.problems]
-    lines += [f"! isolated {port}: {why}" for port, why in result.isolated.items()]
-    return lines
 
 
 class Loaded(Message):

@@ -22,6 +22,7 @@ from appliance.errors import HvnetError
 from appliance.policy.model import MirrorRule
 
 from ..backend import mirrors as mb
+from ..backend.plans import plan_lines, refusal_lines, result_lines
 
 FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
 # The form field each widget edits (errors show once a field is touched, or all on Plan).
@@ -119,7 +120,7 @@ class MirrorDialog(ModalScreen[str | None]):
         try:
             found = mb.choices(self.app.backend)
         except HvnetError as exc:
-            self.app.call_from_thread(self._say, mb.refusal_lines(exc))
+            self.app.call_from_thread(self._say, refusal_lines(exc))
             return
         self.app.call_from_thread(self._loaded, found)
 
@@ -268,9 +269,9 @@ class MirrorDialog(ModalScreen[str | None]):
         try:
             plan = mb.plan_add(self.app.backend, rule)
         except HvnetError as exc:
-            self.app.call_from_thread(self._planned, None, generation, mb.refusal_lines(exc))
+            self.app.call_from_thread(self._planned, None, generation, refusal_lines(exc))
             return
-        lines = ["Plan (nothing is applied until you confirm):", *mb.plan_lines(plan)]
+        lines = ["Plan (nothing is applied until you confirm):", *plan_lines(plan, by_target=True)]
         if plan.changes:
             lines.append("Apply (^S) to make this change in one transaction; Esc to cancel")
         self.app.call_from_thread(self._planned, rule if plan.changes else None, generation, lines)
@@ -299,9 +300,9 @@ class MirrorDialog(ModalScreen[str | None]):
         try:
             result = mb.apply_add(self.app.backend, rule)
         except HvnetError as exc:
-            self.app.call_from_thread(self._applied, None, mb.refusal_lines(exc))
+            self.app.call_from_thread(self._applied, None, refusal_lines(exc))
             return
-        lines = mb.result_lines(result)
+        lines = result_lines(result)
         summary = f"mirror {rule.name} on {rule.bridge}: {lines[0]}" if result.ok else None
         self.app.call_from_thread(self._applied, summary, lines)
 

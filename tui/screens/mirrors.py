@@ -21,6 +21,7 @@ from textual.widgets import Footer, Header, Static
 from appliance.errors import HvnetError
 
 from ..backend import mirrors as mb
+from ..backend.plans import refusal_lines, result_lines
 from ..dialogs.confirm import ConfirmDialog
 from ..dialogs.mirror import MirrorDialog
 from ..widgets.banner import ConnectionBanner
@@ -144,9 +145,9 @@ class MirrorsScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="mirrors-delete")
     def run_delete(self, bridge: str, name: str) -> None:
         try:
-            lines = mb.result_lines(mb.apply_delete(self.app.backend, bridge, name))
+            lines = result_lines(mb.apply_delete(self.app.backend, bridge, name))
         except HvnetError as exc:
-            lines = mb.refusal_lines(exc)
+            lines = refusal_lines(exc)
         self.app.call_from_thread(self._deleted, name, bridge, lines)
 
     def _deleted(self, name: str, bridge: str, lines: list[str]) -> None:
