@@ -1,0 +1,1 @@
+"""QEMU guests: the probe image, the host-guest channel, libvirt daemons and domains."""
