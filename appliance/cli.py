@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, api, cli_policy, cli_suite, render
-from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError
+from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError, UsageError
 from .inventory import Inventory, Vif
 from .lab import Lab
 from .topology import DEFAULT_TOPOLOGY
@@ -129,6 +129,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 # -- lab -----------------------------------------------------------------------
 
 
+def _runs_in(g: dict[str, Any]) -> str:
+    """Where a lab guest runs: its namespace, or its libvirt domain and state."""
+    if g.get("kind") == "qemu":
+        return f"domain {g.get('domain')} ({g.get('domain_state') or 'no domain'})"
+    return str(g["namespace"])
+
+
 def cmd_lab_up(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)  # validated whole before anything is created
     lab = Lab()
@@ -141,14 +148,19 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     print()
     print(
         render.table(
-            ["GUEST", "NAMESPACE", "VIF", "IP", "MAC"],
-            [[g["name"], g["namespace"], g["vif"], g["ip"], g["mac"]] for g in report.guests],
+            ["GUEST", "RUNS IN", "VIF", "IP", "MAC"],
+            [[g["name"], _runs_in(g), g["vif"], g["ip"], g["mac"]] for g in report.guests],
         )
     )
     print(f"\nlab '{topo.name}' is up. hvnet finds it by itself; other tools need:")
     print(f"  export HVNET_DB={report.db}")
     print(f"  ovs-vsctl --db={report.db} list-ports {topo.bridges[0].name}")
-    print(f"  ip netns exec {lab.ns_of(report.guests[0]['name']) if report.guests else 'NS'} ping ...")
+    ns_guest = next((g["name"] for g in report.guests if g.get("kind", "netns") == "netns"), None)
+    if ns_guest:
+        print(f"  ip netns exec {lab.ns_of(ns_guest)} ping ...")
+    vm_guest = next((g for g in report.guests if g.get("kind") == "qemu"), None)
+    if vm_guest:
+        print(f"  {sys.argv[0]} lab exec {vm_guest['name']} -- ping -c1 ...   (runs inside the VM)")
     return EXIT_OK
 
 
@@ -176,11 +188,11 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         if st["guests"]:
             print(
                 render.table(
-                    ["GUEST", "NAMESPACE", "VIF", "IP", "PRESENT"],
+                    ["GUEST", "RUNS IN", "VIF", "IP", "PRESENT"],
                     [
                         [
                             g["name"],
-                            g["namespace"],
+                            _runs_in(g),
                             g["vif"],
                             g["ip"],
                             "yes" if g["namespace_present"] and g["vif_present"] else "NO",
@@ -190,6 +202,21 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
                 )
             )
     return EXIT_OK if st["state"] == "up" else EXIT_FAILED
+
+
+def cmd_lab_exec(args: argparse.Namespace) -> int:
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise UsageError("no command given", hint="hvnet lab exec GUEST -- COMMAND [ARG...]")
+    lab = Lab()
+    guests = {g["name"]: g for g in lab.status()["guests"]}
+    if args.guest not in guests:
+        raise UsageError(f"the lab has no guest {args.guest!r}", hint="guests: " + (", ".join(guests) or "none"))
+    sys.stdout.flush()
+    # exec: the command's output streams and its exit status becomes ours.
+    full = lab.exec_argv(args.guest, argv)
+    os.execv(full[0], full)
+    return EXIT_OK  # not reached
 
 
 # -- isolation -------------------------------------------------------------------
@@ -294,6 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=cmd_lab_status)
+    ex = lsub.add_parser("exec", help="run a command inside a lab guest (namespace or QEMU VM); its exit status")
+    ex.add_argument("guest", metavar="GUEST", help="guest name from the topology")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
+    ex.set_defaults(func=cmd_lab_exec)
 
     iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
     isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)

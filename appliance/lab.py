@@ -18,18 +18,20 @@ import json
 import os
 import shutil
 import socket
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import proc
-from .errors import LabError, UsageError
+from .errors import CommandFailed, LabError, UsageError
 from .ovsdb import Connection, TxnContext
 from .ovsdb import column as col
 from .switch import Switch
 from .target import DbTarget
 from .topology import Guest, Topology
+from .vm import labguests
 
 DEFAULT_LAB_DIR = "/run/hvnet/lab"
 STATE_FILE = "lab.json"
@@ -188,12 +190,14 @@ class Lab:
         """Refuse to adopt namespaces or interfaces that exist but are not ours."""
         mine_ns = set(self._recorded("namespaces"))
         mine_if = set(self._recorded("interfaces"))
+        ns_guests = [g for g in t.guests if g.kind == "netns"]
         clashes = [
             f"namespace {self.ns_of(g.name)}"
-            for g in t.guests
+            for g in ns_guests
             if _ns_exists(self.ns_of(g.name)) and self.ns_of(g.name) not in mine_ns
         ]
-        clashes += [f"interface {g.vif}" for g in t.guests if _link_exists(g.vif) and g.vif not in mine_if]
+        clashes += [f"interface {g.vif}" for g in ns_guests if _link_exists(g.vif) and g.vif not in mine_if]
+        clashes += labguests.check_conflicts(t, self._recorded("domains"))
         clashes += [
             f"interface {b.name}" for b in t.bridges if _link_exists(b.name) and b.name not in self._recorded("bridges")
         ]
@@ -216,7 +220,8 @@ class Lab:
                 "guests": [
                     {
                         "name": g.name,
-                        "namespace": self.ns_of(g.name),
+                        "kind": g.kind,
+                        "namespace": self.ns_of(g.name) if g.kind == "netns" else None,
                         "vif": g.vif,
                         "bridge": g.bridge,
                         "ip": g.ip,
@@ -236,14 +241,15 @@ class Lab:
         if started:
             report.actions.append(f"started ovsdb-server and ovs-vswitchd in {self.run_dir}")
         for g in t.guests:
-            if self._make_guest(g):
+            if g.kind == "netns" and self._make_guest(g):
                 report.actions.append(f"created guest {g.name}: namespace {self.ns_of(g.name)}, VIF {g.vif}")
         with Connection.open(DbTarget(self.db, "lab"), LAB_COLUMNS, timeout=10) as conn:
             result = conn.transact(lambda ctx: self._configure(ctx, t), comment="hvnet lab up", wait_for_vswitchd=True)
             if result.status == "success":
                 report.actions.append("configured bridges, ports, VLANs and VIF external_ids (one transaction)")
             self._wait_ofports(conn, t)
-        report.guests = self.state["guests"]
+        labguests.up(t, self.switch, self.state, self._record, self._save, report.actions)
+        report.guests = self.status()["guests"]
 
     def _make_guest(self, g: Guest) -> bool:
         """Create the namespace and veth for ``g`` unless present; True if created."""
@@ -308,7 +314,8 @@ class Lab:
         _assign(root, "bridges", root_bridges)
 
         bridge_ports: dict[str, list[Any]] = {b.name: list(bridges[b.name].ports) for b in t.bridges}
-        for g in t.guests:
+        # QEMU guests' ports are libvirt's to add (when the domain starts), not the lab's.
+        for g in (g for g in t.guests if g.kind == "netns"):
             port = ports.get(g.vif)
             if port is None:
                 iface = ctx.insert("Interface")
@@ -345,7 +352,7 @@ class Lab:
         }
 
     def _wait_ofports(self, conn: Connection, t: Topology) -> None:
-        names = {g.vif for g in t.guests}
+        names = {g.vif for g in t.guests if g.kind == "netns"}
 
         def ready() -> bool:
             rows = {i.name: i for i in conn.idl.tables["Interface"].rows.values() if i.name in names}
@@ -364,6 +371,8 @@ class Lab:
     def down(self) -> LabReport:
         """Remove everything recorded, in reverse order; safe to repeat."""
         report = LabReport(db=self.db)
+        # Domains first: libvirt removes their ports from the switch, which must still run.
+        labguests.down(self.state, self._recorded, self.run_dir, report.actions)
         if self.switch.pid("ovs-vswitchd") is not None and self.switch.pid("ovsdb-server") is not None:
             # Deleting the bridges first lets ovs-vswitchd remove its own
             # devices (the userspace bridge's tap) before it exits.
@@ -393,6 +402,9 @@ class Lab:
         """Daemons, guests and their devices as they are now."""
         guests = []
         for g in self.state.get("guests", []):
+            if g.get("kind") == "qemu":
+                guests.append(labguests.status(g, self.switch, self.run_dir))
+                continue
             guests.append(
                 {
                     **g,
@@ -434,8 +446,9 @@ class Lab:
             )
         differ = [
             g for g in names
-            if (in_lab[g]["ip"], in_lab[g]["mac"], in_lab[g]["vif"])
-            != (topology.guest(g).ip, topology.guest(g).mac, topology.guest(g).vif)
+            if (in_lab[g]["ip"], in_lab[g]["mac"], in_lab[g].get("kind", "netns"))
+            != (topology.guest(g).ip, topology.guest(g).mac, topology.guest(g).kind)
+            or (topology.guest(g).kind == "netns" and in_lab[g]["vif"] != topology.guest(g).vif)
         ]  # fmt: skip
         if differ:
             raise UsageError(
@@ -445,12 +458,28 @@ class Lab:
             )
         absent = [g for g in names if not (in_lab[g]["namespace_present"] and in_lab[g]["vif_present"])]
         if absent:
-            raise UsageError(f"guest {', '.join(absent)} is recorded but its namespace or VIF is gone",
+            raise UsageError(f"guest {', '.join(absent)} is recorded but its namespace, domain or VIF is gone",
                              hint="hvnet lab down && hvnet lab up")  # fmt: skip
         return {g: in_lab[g] for g in names}
 
     # -- guests ----------------------------------------------------------------
 
+    def guest_kind(self, guest: str) -> str:
+        return next((g.get("kind", "netns") for g in self.state.get("guests", []) if g["name"] == guest), "netns")
+
+    def exec_argv(self, guest: str, argv: list[str]) -> list[str]:
+        """The full argv that runs ``argv`` inside ``guest`` as a local process (output streamed, exit status kept)."""
+        if self.guest_kind(guest) == "qemu":
+            sock = labguests.GuestFiles(self.run_dir, guest).sock
+            return [sys.executable, "-m", "appliance.vm.gexec", str(sock), "--", *argv]
+        return [proc.which("ip"), "netns", "exec", self.ns_of(guest), *argv]
+
     def guest_exec(self, guest: str, argv: list[str], timeout: float = 30.0, check: bool = False) -> Any:
-        """Run ``argv`` inside ``guest``'s namespace."""
+        """Run ``argv`` inside ``guest``: in its namespace, or through a QEMU guest's agent channel."""
+        if self.guest_kind(guest) == "qemu":
+            with labguests.guest_client(self.run_dir, guest) as client:
+                res = client.run(argv, timeout=timeout)
+            if check and res.returncode != 0:
+                raise CommandFailed(list(argv), res.returncode, res.stderr or res.stdout)
+            return res
         return proc.run(proc.in_netns(self.ns_of(guest), argv), timeout=timeout, check=check)

@@ -18,11 +18,13 @@ from .errors import ConfigError, Problem
 
 HYPERVISORS = ("xenserver", "libvirt")
 DATAPATH_TYPES = ("netdev", "system")
+KINDS = ("netns", "qemu")
+MEMORY_MIB = (128, 4096)  # a QEMU guest's memory: the probe image needs ~100 MiB
 
 _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
 _TOP_KEYS = {"name", "description", "hypervisor", "bridges", "guests"}
 _BRIDGE_KEYS = {"name", "datapath_type"}
-_GUEST_KEYS = {"name", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode"}
+_GUEST_KEYS = {"name", "kind", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory"}
 
 # Namespace for the lab's deterministic VM/VIF/network uuids: the same
 # topology always produces the same ids, so re-running 'lab up' is stable.
@@ -39,6 +41,13 @@ class Bridge:
 
 @dataclass(frozen=True)
 class Guest:
+    """A lab guest: a network namespace (``kind: netns``) or a libvirt/QEMU VM (``kind: qemu``).
+
+    A QEMU guest's VIF is named by libvirt when it plugs the VM (``vnetN``,
+    a new port on every start), so its ``vif`` is empty here and resolved
+    from OVSDB by MAC while the lab runs.
+    """
+
     name: str
     bridge: str
     ip: str  # address/prefix
@@ -48,6 +57,8 @@ class Guest:
     tag: int | None = None
     trunks: tuple[int, ...] = ()
     vlan_mode: str | None = None
+    kind: str = "netns"
+    memory_mib: int = 256
 
     @property
     def address(self) -> str:
@@ -162,6 +173,21 @@ def from_document(doc: yamldoc.Document) -> Topology:
         else:
             seen_guest[gname] = i
 
+        kind = rg.get("kind", "netns")
+        if kind not in KINDS:
+            bad((*path, "kind"), f"unknown guest kind {kind!r}; allowed: {', '.join(KINDS)}")
+            ok, kind = False, "netns"
+        elif kind == "qemu" and hypervisor != "libvirt":
+            bad((*path, "kind"), "a qemu guest is plugged into OVS by libvirt: set 'hypervisor: libvirt'")
+            ok = False
+        memory = rg.get("memory", 256)
+        if "memory" in rg and kind != "qemu":
+            bad((*path, "memory"), "only a qemu guest has memory to size; drop it or set 'kind: qemu'")
+            ok = False
+        elif isinstance(memory, bool) or not isinstance(memory, int) or not MEMORY_MIB[0] <= memory <= MEMORY_MIB[1]:
+            bad((*path, "memory"), f"must be an integer {MEMORY_MIB[0]}..{MEMORY_MIB[1]} (MiB)")
+            ok, memory = False, 256
+
         bridge = rg.get("bridge", bridges[0].name if len(bridges) == 1 else None)
         if bridge is None:
             bad(
@@ -200,14 +226,20 @@ def from_document(doc: yamldoc.Document) -> Topology:
             seen_domid[domid] = i
 
         vif = rg.get("vif", f"vif{domid}.0")
-        try:
-            vif = validate.ifname(vif)
-            if vif in seen_ifnames:
-                raise ValueError(f"name {vif!r} is already used (at {yamldoc.dotted(seen_ifnames[vif])})")
-            seen_ifnames[vif] = (*path, "vif")
-        except ValueError as exc:
-            bad((*path, "vif"), str(exc))
-            ok = False
+        if kind == "qemu":
+            if "vif" in rg:
+                bad((*path, "vif"), "libvirt names a qemu guest's VIF (vnetN) when it plugs the VM: drop 'vif'")
+                ok = False
+            vif = ""
+        else:
+            try:
+                vif = validate.ifname(vif)
+                if vif in seen_ifnames:
+                    raise ValueError(f"name {vif!r} is already used (at {yamldoc.dotted(seen_ifnames[vif])})")
+                seen_ifnames[vif] = (*path, "vif")
+            except ValueError as exc:
+                bad((*path, "vif"), str(exc))
+                ok = False
 
         mac = rg.get("mac")
         if mac is None:
@@ -263,6 +295,8 @@ def from_document(doc: yamldoc.Document) -> Topology:
                     tag=tag,
                     trunks=tuple(trunks),
                     vlan_mode=mode,
+                    kind=kind,
+                    memory_mib=memory,
                 )
             )
     if problems:

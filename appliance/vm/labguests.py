@@ -1,0 +1,267 @@
+"""The lab's QEMU guests: libvirt domains booting the probe image.
+
+``hvnet lab up`` calls :func:`up` after the switch and its bridges exist:
+libvirt's daemons are found or started (pointed at the lab's switch), the
+probe image is built or found in its cache, the accelerator is detected
+(KVM only if a KVM guest really boots), then every guest is *defined* (so
+``virsh destroy``/``start`` work as on a real host) and started.  libvirt
+itself plugs each NIC into OVS as ``vnetN`` with the guest's VLAN and its
+``external_ids``; the lab never writes those ports.  Each guest gets a
+channel multiplexer, and ``up`` returns once every guest's agent answered
+and every VIF has an OpenFlow port.
+
+Everything is recorded in the lab's state before it is created, and
+:func:`down` removes exactly that: the domains whose UUID the lab chose (a
+same-named domain of someone else's is never touched), their multiplexers,
+their logs, and the daemons the lab started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..errors import LabError
+from ..switch import Switch
+from ..topology import Guest, Topology
+from . import accel, libvirtd
+from .channel import ChannelError, GuestClient, mux_pid, start_mux, stop_mux
+from .domain import DOMAIN_PREFIX, DomainSpec, Nic, domain_xml
+
+READY_TIMEOUT_S = 90.0  # boot under TCG takes seconds; 2 cores booting 4 guests at once take longer
+QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
+STATE_NAMES = {0: "no state", 1: "running", 2: "blocked", 3: "paused", 4: "shutting down",
+               5: "shut off", 6: "crashed", 7: "suspended (PM)"}  # fmt: skip
+
+
+def domain_name(guest: str) -> str:
+    return DOMAIN_PREFIX + guest
+
+
+class GuestFiles:
+    """Where a QEMU guest's run-time files live in the lab's run directory."""
+
+    def __init__(self, run_dir: Path, guest: str) -> None:
+        d = run_dir / "guests"
+        self.dir = d
+        self.chan = d / f"{guest}.chan"  # QEMU binds it: the virtio-serial channel
+        self.sock = d / f"{guest}.sock"  # the multiplexer's: any number of hvnet clients
+        self.mux_pid = d / f"{guest}.mux.pid"
+        self.mux_log = d / f"{guest}.mux.log"
+        self.console = d / f"{guest}.console.log"
+
+
+def cmdline(g: Guest) -> str:
+    """The probe kernel's command line: console on the serial port, the guest's address."""
+    return f"console=ttyS0 panic=-1 quiet hvnet.ip={g.ip} hvnet.name={g.name}"
+
+
+def _open(uri: str = libvirtd.URI) -> Any:
+    import libvirt
+
+    try:
+        return libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise LabError(f"cannot connect to libvirt at {uri}: {exc}") from None
+
+
+def _lookup(conn: Any, name: str) -> Any | None:
+    import libvirt
+
+    try:
+        return conn.lookupByName(name)
+    except libvirt.libvirtError:
+        return None
+
+
+def check_conflicts(t: Topology, mine: list[str]) -> list[str]:
+    """Domains named like the lab's guests that the lab did not create."""
+    qguests = [g for g in t.guests if g.kind == "qemu"]
+    if not qguests or libvirtd.available() or not libvirtd._listening(libvirtd.LIBVIRT_SOCK):
+        return []
+    conn = _open()
+    try:
+        clashes = []
+        for g in qguests:
+            dom = _lookup(conn, domain_name(g.name))
+            if dom is not None and (domain_name(g.name) not in mine or dom.UUIDString() != g.vm_uuid(t.name)):
+                clashes.append(f"libvirt domain {domain_name(g.name)}")
+        return clashes
+    finally:
+        conn.close()
+
+
+def up(
+    t: Topology,
+    switch: Switch,
+    state: dict[str, Any],
+    record: Callable[[str, str], None],
+    save: Callable[[], None],
+    actions: list[str],
+) -> None:
+    """Start the topology's QEMU guests (idempotent) and wait until they are ready."""
+    qguests = [g for g in t.guests if g.kind == "qemu"]
+    if not qguests:
+        return
+    from .image import build_image
+
+    run_dir = switch.run_dir
+    daemons = libvirtd.ensure(run_dir, run_dir)
+    lv = state.setdefault("libvirt", {"started": {}, "linked": None})
+    lv["started"].update(daemons.started)
+    lv["linked"] = lv.get("linked") or daemons.linked
+    save()
+    actions.extend(daemons.actions)
+
+    image = build_image()
+    actions.append(f"probe image {image.digest[:12]}: {'built' if image.built else 'cached'} ({image.initrd})")
+    acc = accel.detect(Path(image.kernel), Path(image.initrd))
+    state["accel"] = {"domain_type": acc.domain_type, "reason": acc.reason}
+    save()
+
+    conn = _open()
+    try:
+        for g in qguests:
+            files = GuestFiles(run_dir, g.name)
+            files.dir.mkdir(parents=True, exist_ok=True)
+            name = domain_name(g.name)
+            dom = _lookup(conn, name)
+            if dom is None:
+                record("domains", name)
+                spec = DomainSpec(
+                    name=name,
+                    uuid=g.vm_uuid(t.name),
+                    domain_type=acc.domain_type,
+                    kernel=str(image.kernel),
+                    initrd=str(image.initrd),
+                    cmdline=cmdline(g),
+                    channel=str(files.chan),
+                    console_log=str(files.console),
+                    memory_mib=g.memory_mib,
+                    nics=(Nic(g.bridge, g.mac, g.tag, g.trunks, g.vlan_mode),),
+                )
+                dom = conn.defineXML(domain_xml(spec))
+                actions.append(f"defined libvirt domain {name} ({acc.name})")
+            if not dom.isActive():
+                dom.create()
+                actions.append(f"started {name}: libvirt plugs its NIC into {g.bridge}")
+            record("muxes", str(files.mux_pid))
+            start_mux(files.chan, files.sock, files.mux_pid, files.mux_log)
+    finally:
+        conn.close()
+    _wait_ready(qguests, run_dir, actions)
+    _wait_vifs(qguests, switch)
+
+
+def _wait_ready(qguests: list[Guest], run_dir: Path, actions: list[str]) -> None:
+    def ready(g: Guest) -> tuple[str, float | str]:
+        try:
+            with GuestClient(GuestFiles(run_dir, g.name).sock) as c:
+                return g.name, c.wait_ready(READY_TIMEOUT_S)
+        except ChannelError as exc:
+            return g.name, str(exc)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(qguests)) as pool:
+        results = list(pool.map(ready, qguests))
+    bad = [f"{name}: {r}" for name, r in results if isinstance(r, str)]
+    if bad:
+        raise LabError(
+            "QEMU guests did not become ready: " + "; ".join(bad),
+            hint=f"see the consoles in {run_dir / 'guests'}/*.console.log",
+        )
+    actions.append(f"QEMU guests ready in {time.monotonic() - t0:.1f} s: {', '.join(n for n, _ in results)}")
+
+
+def find_vif(switch: Switch, mac: str) -> tuple[str, int] | None:
+    """The (port name, ofport) libvirt gave the NIC with ``mac``, if plugged."""
+    out = switch.vsctl("--bare", "--columns=name,ofport", "find", "Interface", f'external_ids:attached-mac="{mac}"',
+                       check=False)  # fmt: skip
+    words = out.split()
+    if len(words) >= 2 and words[1].lstrip("-").isdigit():
+        return words[0], int(words[1])
+    return None
+
+
+def _wait_vifs(qguests: list[Guest], switch: Switch, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    missing = list(qguests)
+    while missing and time.monotonic() < deadline:
+        missing = [g for g in missing if not ((v := find_vif(switch, g.mac)) and v[1] > 0)]
+        if missing:
+            time.sleep(0.1)
+    if missing:
+        raise LabError("libvirt did not plug a VIF with an OpenFlow port for " + ", ".join(g.name for g in missing))
+
+
+def domain_state(name: str) -> str | None:
+    """libvirt's word for the domain's state, or None if there is no such domain / no libvirt."""
+    if libvirtd.available() or not libvirtd._listening(libvirtd.LIBVIRT_SOCK):
+        return None
+    import libvirt
+
+    try:
+        conn = libvirt.openReadOnly(libvirtd.URI)
+    except libvirt.libvirtError:
+        return None
+    try:
+        dom = _lookup(conn, name)
+        return None if dom is None else STATE_NAMES.get(dom.state()[0], "unknown")
+    finally:
+        conn.close()
+
+
+def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: Path, actions: list[str]) -> None:
+    """Remove the lab's domains, multiplexers, files and the daemons it started."""
+    domains = recorded("domains")
+    uuids = {domain_name(g["name"]): g.get("vm_uuid") for g in state.get("guests", []) if g.get("kind") == "qemu"}
+    if domains and libvirtd._listening(libvirtd.LIBVIRT_SOCK) and not libvirtd.available():
+        import libvirt
+
+        conn = _open()
+        try:
+            for name in domains:
+                dom = _lookup(conn, name)
+                if dom is None or (uuids.get(name) and dom.UUIDString() != uuids[name]):
+                    continue
+                try:
+                    if dom.isActive():
+                        dom.destroy()
+                    dom.undefine()
+                    actions.append(f"destroyed and undefined libvirt domain {name}")
+                except libvirt.libvirtError as exc:
+                    actions.append(f"could not remove domain {name}: {exc}")
+        finally:
+            conn.close()
+    for name in domains:
+        log = QEMU_LOG_DIR / f"{name}.log"
+        if log.exists():
+            log.unlink()
+    for pidfile in recorded("muxes"):
+        if stop_mux(pidfile):
+            actions.append(f"stopped the channel multiplexer {Path(pidfile).stem.split('.')[0]}")
+    lv = state.get("libvirt") or {}
+    actions.extend(libvirtd.release(lv.get("started", {}), lv.get("linked")))
+
+
+def status(g: dict[str, Any], switch: Switch, run_dir: Path) -> dict[str, Any]:
+    """A QEMU guest's live record: domain state, its current VIF, channel multiplexer."""
+    files = GuestFiles(run_dir, g["name"])
+    vif = find_vif(switch, g["mac"]) if switch.pid("ovsdb-server") else None
+    dstate = domain_state(domain_name(g["name"]))
+    return {
+        **g,
+        "vif": vif[0] if vif else "",
+        "domain": domain_name(g["name"]),
+        "domain_state": dstate,
+        "channel": str(files.sock),
+        "namespace_present": dstate == "running" and mux_pid(files.mux_pid) is not None,
+        "vif_present": bool(vif and vif[1] > 0),
+    }
+
+
+def guest_client(run_dir: Path, guest: str) -> GuestClient:
+    return GuestClient(GuestFiles(run_dir, guest).sock)
