@@ -467,6 +467,22 @@ class Lab:
     def guest_kind(self, guest: str) -> str:
         return next((g.get("kind", "netns") for g in self.state.get("guests", []) if g["name"] == guest), "netns")
 
+    def guest_channel(self, guest: str) -> str | None:
+        """A QEMU guest's agent channel (its multiplexer's socket); None for a namespace guest."""
+        if self.guest_kind(guest) == "qemu":
+            return str(labguests.GuestFiles(self.run_dir, guest).sock)
+        return None
+
+    def guest_vif(self, guest: str) -> str:
+        """The guest's VIF as it is now (a QEMU guest's ``vnetN`` changes when its domain restarts)."""
+        for g in self.state.get("guests", []):
+            if g["name"] == guest:
+                if g.get("kind") == "qemu":
+                    found = labguests.find_vif(self.switch, g["mac"])
+                    return found[0] if found else ""
+                return str(g["vif"])
+        return ""
+
     def exec_argv(self, guest: str, argv: list[str]) -> list[str]:
         """The full argv that runs ``argv`` inside ``guest`` as a local process (output streamed, exit status kept)."""
         if self.guest_kind(guest) == "qemu":

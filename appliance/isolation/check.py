@@ -239,8 +239,11 @@ def run_traffic(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str], 
     for name in sc.guests:
         g = sc.topology.guest(name)
         v = inv.vif_by_port(vif_of[name])
+        channel = lab.guest_channel(name)
         eps.append(
-            traffic.Endpoint(name, lab.ns_of(name), g.address, g.mac, v.bridge if v else "", v.ofport if v else None)
+            traffic.Endpoint(
+                name, lab.ns_of(name), g.address, g.mac, v.bridge if v else "", v.ofport if v else None, channel
+            )
         )
     unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
     run = traffic.run(eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir, lab.switch.env)
@@ -324,7 +327,8 @@ def run_check(
     from ..api import read_inventory
 
     started = time.monotonic()
-    vif_of = {name: sc.topology.guest(name).vif for name in sc.guests}
+    # A QEMU guest's VIF is whatever libvirt named it when the domain started.
+    vif_of = {name: sc.topology.guest(name).vif or lab.guest_vif(name) for name in sc.guests}
     snapshot = apply_settings(conn, sc, vif_of)
     try:
         if snapshot:

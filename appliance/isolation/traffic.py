@@ -6,7 +6,9 @@ every guest (``arp or (vlan and arp)``: tagged frames reach trunk ports),
 every other guest's address and for one unused address (a pure broadcast) --
 and only then are the captures stopped.  Probes are written to raw packet
 sockets opened inside each guest's namespace, so hundreds of probes cost
-milliseconds, not one process each.
+milliseconds, not one process each.  A QEMU guest does the same from inside
+the VM: its capture streams back over the agent channel (``tcpdump -w -``)
+and one small sender in the guest writes all its probes to a raw socket.
 
 A positive control is sent to every guest: an ARP frame the switch puts
 straight onto the guest's port (OpenFlow packet-out).  A guest whose capture
@@ -24,6 +26,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -49,6 +52,21 @@ class Endpoint:
     mac: str
     bridge: str
     ofport: int | None
+    channel: str | None = None  # a QEMU guest's multiplexer socket; None for a namespace guest
+
+
+# Runs inside a QEMU guest: argv = repetitions, then the frames in hex.
+_GUEST_SENDER = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW);s.bind(('eth0',0))\n"
+    "fs=[bytes.fromhex(x) for x in sys.argv[2:]]\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    " for f in fs:s.send(f)\n"
+)
+
+
+def _gexec(channel: str, argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "appliance.vm.gexec", channel, "--", *argv]
 
 
 @dataclass
@@ -119,11 +137,29 @@ def open_raw_socket(netns: str, ifname: str = "eth0") -> socket.socket:
     return result["sock"]  # type: ignore[return-value]
 
 
+def _in_guest(ep: Endpoint, argv: list[str], timeout: float = 10.0) -> tuple[int, str]:
+    """Run ``argv`` in a QEMU guest; (exit status, output), or (-1, why) if the channel failed."""
+    from ..vm.channel import ChannelError, GuestClient
+
+    try:
+        with GuestClient(ep.channel or "", connect_timeout=2.0) as client:
+            res = client.run(argv, timeout=timeout)
+        return res.returncode, res.stdout
+    except ChannelError as exc:
+        return -1, str(exc)
+
+
 def guest_down_reason(ep: Endpoint) -> str | None:
     """Why ``ep`` cannot send or capture, or None if it can."""
-    if not os.path.exists(f"/run/netns/{ep.netns}"):
+    if ep.channel:
+        rc, out = _in_guest(ep, ["ip", "-o", "link", "show", "eth0"])
+        if rc == -1:
+            return f"the guest's agent channel does not answer: {out}"
+        res = subprocess.CompletedProcess([], rc, out, "")
+    elif not os.path.exists(f"/run/netns/{ep.netns}"):
         return f"namespace {ep.netns} does not exist"
-    res = proc.run(["ip", "-n", ep.netns, "-o", "link", "show", "eth0"], check=False)
+    else:
+        res = proc.run(["ip", "-n", ep.netns, "-o", "link", "show", "eth0"], check=False)
     if res.returncode != 0:
         return "eth0 is missing"
     flags = res.stdout.partition("<")[2].partition(">")[0].split(",")
@@ -137,11 +173,20 @@ def _arm_captures(
 ) -> dict[str, tuple[subprocess.Popen, Capture]]:
     tcpdump = proc.which("tcpdump")
     running: dict[str, tuple[subprocess.Popen, Capture]] = {}
+    opts = ["-i", "eth0", "-U", "--immediate-mode", "-nn", "-s", "128"]
     for ep in endpoints:
         pcap = out_dir / f"{ep.name}.pcap"
-        argv = ["ip", "netns", "exec", ep.netns, tcpdump, "-i", "eth0", "-U", "--immediate-mode", "-nn",
-                "-s", "128", "-w", str(pcap), CAPTURE_FILTER]  # fmt: skip
-        p = subprocess.Popen([proc.which("ip"), *argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if ep.channel:
+            # The pcap streams out of the VM on tcpdump's stdout, into the same file on the host.
+            with open(pcap, "wb") as sink:
+                p = subprocess.Popen(
+                    _gexec(ep.channel, ["tcpdump", *opts, "-w", "-", CAPTURE_FILTER]),
+                    stdout=sink,
+                    stderr=subprocess.PIPE,
+                )
+        else:
+            argv = [proc.which("ip"), "netns", "exec", ep.netns, tcpdump, *opts, "-w", str(pcap), CAPTURE_FILTER]
+            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         running[ep.name] = (p, Capture(ep.name, pcap))
     # tcpdump says "listening on ..." once its socket is open: only then is a
     # probe sure to be seen.
@@ -189,14 +234,18 @@ def run(
         else:
             live.append(ep)
     for ep in live:
-        proc.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
+        if ep.channel:
+            _in_guest(ep, ["ip", "neigh", "flush", "all"])
+        else:
+            proc.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
 
     running = _arm_captures(live, out_dir, timeout=10.0)
     probes = 0
     controls: list[str] = []
     started = time.monotonic()
     try:
-        sockets = {ep.name: open_raw_socket(ep.netns) for ep in live}
+        sockets = {ep.name: open_raw_socket(ep.netns) for ep in live if not ep.channel}
+        senders: list[tuple[subprocess.Popen, int]] = []
         try:
             for ep in live:
                 if _send_control(ep, switch_env):
@@ -206,12 +255,28 @@ def run(
                 + ([arp_request(ep.mac, ep.ip, unused_ips[ep.name])] if ep.name in unused_ips else [])
                 for ep in live
             }
+            for ep in live:
+                if ep.channel:
+                    argv = ["python3", "-c", _GUEST_SENDER, str(probes_per_target), *(f.hex() for f in frames[ep.name])]
+                    senders.append(
+                        (subprocess.Popen(_gexec(ep.channel, argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+                         probes_per_target * len(frames[ep.name]))
+                    )  # fmt: skip
             for _ in range(probes_per_target):
                 for ep in live:
+                    if ep.channel:
+                        continue
                     s = sockets[ep.name]
                     for frame in frames[ep.name]:
                         s.send(frame)
                         probes += 1
+            for p, count in senders:
+                try:
+                    if p.wait(timeout=30) == 0:
+                        probes += count
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
             time.sleep(SETTLE_S)
         finally:
             for s in sockets.values():

@@ -40,19 +40,32 @@ _LAUNCHER = (
     "os.execv(sys.argv[3],sys.argv[3:])"
 )
 START_MARK = "hvnet-start "
+GUEST_CPU_MARK = "hvnet-guest-cpu "  # appliance.vm.gexec's last stderr line: the guest process's CPU seconds
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a process runs: a lab guest's network namespace (more kinds come with VM guests)."""
+    """Where a process runs: a lab guest's network namespace, a QEMU guest (through its
+    agent channel, ``channel`` = the multiplexer's socket), or this host."""
 
     name: str
     netns: Optional[str]
     address: Optional[str] = None
     vif: Optional[str] = None
+    channel: Optional[str] = None
+
+    @property
+    def in_vm(self) -> bool:
+        return self.channel is not None
 
     def wrap(self, argv: list[str]) -> list[str]:
+        if self.channel:
+            return [sys.executable, "-m", "appliance.vm.gexec", self.channel, "--", *argv]
         return proc.in_netns(self.netns, argv) if self.netns else list(argv)
+
+    def tool(self, name: str, host_path: str) -> str:
+        """The program to run here: the host's (found by preflight) or, in a VM, the guest's own on its PATH."""
+        return name if self.channel else host_path
 
 
 class Netserver:
@@ -158,11 +171,22 @@ class Batch:
 
     def _spawn_all(self, go_r: int, ready_w: int, ready_r: int, ready_timeout: float) -> None:
         try:
+            launcher = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(go_r), str(ready_w)]
+            env = None
+            if self.endpoint.in_vm:
+                # The launcher waits on the host and becomes the channel client; netperf runs in the
+                # guest, whose CPU comes back on the client's last stderr line.
+                env = {**os.environ, "HVNET_GEXEC_CPU": "1"}
             for i, argv in enumerate(self.argvs):
-                cmd = self.endpoint.wrap([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(go_r), str(ready_w), *argv])
+                if self.endpoint.in_vm:
+                    cmd = [*launcher, *self.endpoint.wrap(argv)]
+                else:
+                    cmd = self.endpoint.wrap([*launcher, *argv])
                 with open(self.out_path(i), "wb") as out, open(self.err_path(i), "wb") as err:
                     self.popens.append(
-                        subprocess.Popen(cmd, stdout=out, stderr=err, pass_fds=(go_r, ready_w), start_new_session=True)
+                        subprocess.Popen(
+                            cmd, stdout=out, stderr=err, pass_fds=(go_r, ready_w), start_new_session=True, env=env
+                        )
                     )
         finally:
             os.close(go_r)
@@ -234,6 +258,11 @@ class Batch:
             stamp = read_start(self.err_path(i))
             if stamp is not None:
                 self.outcomes[i].started_ns, self.outcomes[i].launcher_cpu_s = stamp
+            if self.endpoint.in_vm:
+                # Host rusage is the channel client's, not netperf's: use what the guest measured, or nothing.
+                guest_cpu = read_guest_cpu(self.err_path(i))
+                self.outcomes[i].cpu_s = guest_cpu if guest_cpu is not None else 0.0
+                self.outcomes[i].launcher_cpu_s = 0.0
 
     def kill(self) -> None:
         """Stop every instance still running (error paths); by PID, only ours."""
@@ -263,6 +292,17 @@ def read_start(err: Path) -> Optional[tuple[int, float]]:
     return None
 
 
+def read_guest_cpu(err: Path) -> Optional[float]:
+    """A QEMU guest process's CPU seconds, as the channel client reported them."""
+    try:
+        for line in reversed(err.read_text(errors="replace").splitlines()):
+            if line.startswith(GUEST_CPU_MARK):
+                return float(line[len(GUEST_CPU_MARK) :])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def strip_start(text: str) -> str:
-    """netperf's own stderr, without the launcher's stamp."""
-    return "\n".join(ln for ln in text.splitlines() if not ln.startswith(START_MARK))
+    """netperf's own stderr, without the launcher's stamp (or the channel client's CPU line)."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith((START_MARK, GUEST_CPU_MARK)))

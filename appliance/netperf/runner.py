@@ -120,10 +120,10 @@ class Runner:
         wanted = [self.suite.client] + ([self.suite.server.guest] if self.suite.server.guest else [])
         in_lab = self.lab.require_guests(self.suite.topology, wanted)
         c = in_lab[self.suite.client]
-        client = Endpoint(c["name"], c["namespace"], c["ip"].split("/")[0], c["vif"])
+        client = Endpoint(c["name"], c["namespace"], c["ip"].split("/")[0], c["vif"], c.get("channel"))
         if self.suite.server.guest:
             s = in_lab[self.suite.server.guest]
-            server = Endpoint(s["name"], s["namespace"], s["ip"].split("/")[0], s["vif"])
+            server = Endpoint(s["name"], s["namespace"], s["ip"].split("/")[0], s["vif"], s.get("channel"))
             return client, server, server.address or ""
         return client, None, self.suite.server.address or ""
 
@@ -137,8 +137,8 @@ class Runner:
         pf.failures += self._plan_fragments()
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
-        self.netperf = pf.netperf
-        self.netserver_path = pf.netserver or ""
+        self.netperf = client.tool("netperf", pf.netperf)
+        self.netserver_path = server.tool("netserver", pf.netserver or "") if server else (pf.netserver or "")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "raw").mkdir(exist_ok=True)
         self.doc = self._new_doc(pf)
@@ -216,12 +216,18 @@ class Runner:
                     "description": s.description,
                 },
                 "command": sys.argv,
-                "client": {"guest": self.client.name, "address": self.client.address, "vif": self.client.vif},
+                "client": {
+                    "guest": self.client.name,
+                    "address": self.client.address,
+                    "vif": self.client.vif,
+                    "runs_in": "qemu" if self.client.in_vm else "netns",
+                },
                 "server": {
                     "guest": s.server.guest,
                     "address": self.address,
                     "port": s.server.port,
                     "managed": s.server.managed,
+                    "runs_in": None if self.server_ep is None else ("qemu" if self.server_ep.in_vm else "netns"),
                 },
                 "preflight": {"warnings": pf.warnings, "facts": pf.facts},
                 "started": _now(),
@@ -423,7 +429,8 @@ class Runner:
             sampler = CpuSampler(
                 interval_for(seconds),
                 self.of.vswitchd_pid() if self.of else None,
-                lambda: self.netserver.pid if self.netserver else None,
+                # a netserver in a VM is not a host process: its CPU is not sampled (not reported)
+                lambda: self.netserver.pid if self.netserver and not self.netserver.endpoint.in_vm else None,
                 seconds=float(t.max_seconds()),
             )
             if not warmup:
@@ -461,6 +468,8 @@ class Runner:
         span = (batch.finished_ns - batch.released_ns) / 1e9 if batch.finished_ns and batch.released_ns else t.duration
         netperf_cpu = sum(o.netperf_cpu_s for o in batch.outcomes.values())
         cpu["netperf_pct_of_core"] = round(100.0 * netperf_cpu / max(span, 1e-3), 1)
+        if self.client.in_vm:
+            cpu["netperf_cpu_measured_in"] = f"QEMU guest {self.client.name} (its own accounting of its CPU)"
         agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
         notes = self._notes(step, agg)
         if batch.ready < step.concurrency:
