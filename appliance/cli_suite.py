@@ -23,6 +23,7 @@ from .netperf import report, results
 from .netperf import suite as suite_mod
 from .netperf.runner import Event, Runner
 from .policy import COLUMNS
+from .topology import load as load_topology
 
 
 class Progress:
@@ -85,6 +86,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     s = suite_mod.load(args.file)  # validated whole before anything is touched
     if args.concurrency or args.duration or args.repetitions:
         s = s.with_overrides(concurrency=args.concurrency, duration=args.duration, repetitions=args.repetitions)
+    if args.topology or args.client or args.server:
+        topo = load_topology(args.topology) if args.topology else s.topology
+        try:
+            s = s.with_endpoints(topo, args.client, args.server)
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="--client/--server name guests of --topology (or of the suite's)") from None
     out_dir = Path(args.out) if args.out else results.runs_dir() / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UsageError(
@@ -227,6 +234,9 @@ def register(sub: Any) -> None:
         metavar="N",
         help="replace every test's repetitions",
     )
+    r.add_argument("--topology", metavar="FILE", help="run on this lab topology's guests instead of the suite's")
+    r.add_argument("--client", metavar="GUEST", help="the guest that runs netperf (namespace or QEMU guest)")
+    r.add_argument("--server", metavar="GUEST", help="the guest hvnet starts netserver in")
     r.add_argument("--json", action="store_true", help="print only the run directory and state as JSON")
     r.set_defaults(func=cmd_run)
 

@@ -206,6 +206,24 @@ class Suite:
         ]
         return dataclasses.replace(self, tests=tests)
 
+    def with_endpoints(self, topology: Topology, client: Optional[str] = None, server: Optional[str] = None) -> Suite:
+        """A copy run on another lab topology's guests (any kind: namespace or QEMU).
+
+        ``ValueError`` names the guest that the topology lacks and lists the ones it has.
+        """
+        names = [g.name for g in topology.guests]
+        client = client or self.client
+        server_guest = server or self.server.guest
+        for role, guest in (("client", client), ("server", server_guest)):
+            if guest is not None and guest not in names:
+                raise ValueError(
+                    f"{role} {guest!r} is not a guest of topology {topology.file}; guests: {', '.join(names)}"
+                )
+        if server_guest is not None and server_guest == client:
+            raise ValueError(f"client and server are both {client!r}: netperf needs two guests")
+        new_server = dataclasses.replace(self.server, guest=server_guest) if server_guest else self.server
+        return dataclasses.replace(self, topology=topology, client=client, server=new_server)
+
 
 # -- loading -------------------------------------------------------------------
 
