@@ -35,9 +35,22 @@ def connect(
     return Connection.open(target, columns or inventory.COLUMNS, timeout=timeout)
 
 
+# The front end's choice of libvirt URI (``hvnet --libvirt URI``; ``none`` turns
+# libvirt off).  One per process, like the name sources' shared connections:
+# every reader (inventory, the policy engine, the console) asks the same libvirt.
+_libvirt_choice: str | None = None
+
+
+def use_libvirt(uri: str | None) -> None:
+    """Ask libvirt at ``uri`` (``none``: not at all); None goes back to
+    ``$HVNET_LIBVIRT_URI``, ``$LIBVIRT_DEFAULT_URI`` or a local ``qemu:///system``."""
+    global _libvirt_choice
+    _libvirt_choice = uri
+
+
 def name_sources(target: DbTarget) -> list[names.NameSource]:
     """VM name sources for ``target``: libvirt, XAPI, and the lab's records."""
-    return names.default_sources(lab.lab_vm_names(target.remote), os.environ)
+    return names.default_sources(lab.lab_vm_names(target.remote), os.environ, _libvirt_choice)
 
 
 def read_inventory(conn: Connection, *, kernel_counters: bool = True) -> Inventory:

@@ -37,6 +37,12 @@ def _ingress_text(v: Vif) -> str:
     return f"{v.ingress_policing_rate_kbps} kbit/s burst {burst if burst else '8000 (default)'} kbit{how}"
 
 
+def _vm_text(v: Vif) -> str:
+    """``web-01 (running)``: the name, and the domain's state when libvirt said it."""
+    name = v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-")
+    return f"{name} ({v.vm_state})" if v.vm_state else name
+
+
 def _traffic_cells(v: Vif, with_rates: bool) -> list[str]:
     if with_rates:
         if v.rates is None:
@@ -59,7 +65,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     for v in vifs:
         rows.append(
             [
-                v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-"),
+                _vm_text(v),
                 v.port + ("+" + ",".join(v.alias_ports) if v.alias_ports else ""),
                 v.mac or "-",
                 v.vlan_summary(),
@@ -294,6 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ssl-key", metavar="FILE", help="private key for ssl: targets ($HVNET_SSL_KEY)")
     p.add_argument("--ssl-cert", metavar="FILE", help="certificate for ssl: targets ($HVNET_SSL_CERT)")
     p.add_argument("--ssl-ca", metavar="FILE", help="CA certificate for ssl: targets ($HVNET_SSL_CA)")
+    p.add_argument(
+        "--libvirt",
+        metavar="URI",
+        help="libvirt URI for VM names, states and interfaces, or 'none' "
+        "($HVNET_LIBVIRT_URI; default qemu:///system when its daemon runs)",
+    )
     p.add_argument("--timeout", type=_positive_float, default=5.0, metavar="S", help="connect timeout (default 5 s)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
@@ -355,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="hvnet: %(message)s",
         stream=sys.stderr,
     )
+    if args.libvirt:
+        api.use_libvirt(args.libvirt)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import counters as ctr
-from .names import NameSource, resolve_names
+from .names import NameSource, resolve_vms
 from .ovsdb import Connection, c_json_parser_in_use
 from .ovsdb import column as col
 
@@ -164,6 +164,11 @@ class Vif:
     rates: ctr.Rates | None = None
     # "tc" (ingress_policing_rate columns) or "meter" (hvnet's OpenFlow meter record)
     ingress_mechanism: str | None = None
+    # From libvirt, when it knows the domain (else None): virsh's word for its state
+    # ("running", "paused", "shut off", ...) and the domain's interface with this
+    # port's MAC as libvirt describes it ("vnet3 virtio on br0").
+    vm_state: str | None = None
+    vm_interface: str | None = None
 
     def vlan_summary(self) -> str:
         """``access 1``, ``trunk 10,20``, ``native-untagged 10 +20,21``, or
@@ -267,18 +272,39 @@ def read(
     """Build the inventory from ``conn``'s replica (one pass, under its lock)."""
     with conn.lock:
         inv = _build(conn)
-    vm_uuids = {v.vm_uuid for v in inv.vifs if v.vm_uuid}
-    if names and vm_uuids:
-        resolved = resolve_names(names, vm_uuids)
-        for v in inv.vifs:
-            if v.vm_uuid in resolved:
-                v.vm_name, v.vm_name_source = resolved[v.vm_uuid]
+    if names:
+        attach_vms(inv.vifs, names)
     if kernel_counters:
         for v in inv.vifs:
             kc = ctr.read_kernel(v.interface)
             if kc is not None:
                 v.counters = kc
     return inv
+
+
+def attach_vms(vifs: list[Vif], names: list[NameSource]) -> None:
+    """Fill in each VIF's VM name -- and its domain's state and interface when libvirt
+    knows it -- matched by the VM uuid (``vm-id``) and then the MAC (``attached-mac``).
+
+    Every source is asked once for all VIFs together: libvirt answers a whole
+    refresh with one listing (and a domain's XML only for the domains asked about).
+    """
+    wanted: dict[str, set[str]] = {}
+    for v in vifs:
+        if v.vm_uuid:
+            wanted.setdefault(v.vm_uuid, set()).update(m for m in (v.mac,) if m)
+    if not wanted:
+        return
+    resolved = resolve_vms(names, wanted)
+    for v in vifs:
+        info = resolved.get(v.vm_uuid) if v.vm_uuid else None
+        if info is None:
+            continue
+        v.vm_name, v.vm_name_source = info.name, info.source
+        if info.domain is not None:
+            v.vm_state = info.domain.state
+            nic = info.domain.interface_for(v.mac)
+            v.vm_interface = nic.describe() if nic is not None else None
 
 
 def _build(conn: Connection) -> Inventory:

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from appliance.errors import ConfigError, HvnetError
+from appliance.inventory import Vif
 from appliance.policy import ApplyResult, Plan, Policy, State, VifRule
 from appliance.policy.intents import MODES, VifForm, vif_form_rule
 
@@ -38,10 +39,11 @@ FIELDS = {
 
 
 class Loaded(Message):
-    def __init__(self, state: State | None, error: str | None) -> None:
+    def __init__(self, state: State | None, error: str | None, vif: Vif | None = None) -> None:
         super().__init__()
         self.state = state
         self.error = error
+        self.vif = vif  # the inventory's view: the domain's state and interface when libvirt knows them
 
 
 class Planned(Message):
@@ -111,9 +113,15 @@ class EditVifDialog(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="edit-load")
     def load(self) -> None:
         try:
-            self.post_message(Loaded(self.backend.snapshot(), None))
+            state = self.backend.snapshot()
         except HvnetError as exc:
             self.post_message(Loaded(None, str(exc)))
+            return
+        try:
+            vif = self.backend.inventory_snapshot().vif_by_port(self.port)
+        except HvnetError:
+            vif = None  # only the details' libvirt line is missing; the form works without it
+        self.post_message(Loaded(state, None, vif))
 
     def on_loaded(self, message: Loaded) -> None:
         if message.state is None or self.port not in message.state.ports:
@@ -121,7 +129,7 @@ class EditVifDialog(ModalScreen[None]):
             return
         self.state = message.state
         port = message.state.ports[self.port]
-        self.query_one("#details", Static).update(self._details(port))
+        self.query_one("#details", Static).update(self._details(port, message.vif))
         form = VifForm.of(port)
         with self.prevent(Input.Changed, Select.Changed):
             self.query_one("#mode", Select).value = form.mode
@@ -136,12 +144,17 @@ class EditVifDialog(ModalScreen[None]):
         self.validate()
         self.query_one("#tag", Input).focus()
 
-    def _details(self, port: Any) -> str:
+    def _details(self, port: Any, vif: Vif | None = None) -> str:
         police = port.police.effective()
         shaping = port.qos.effective() if port.qos else None
+        state, domain = "", []
+        if vif is not None and vif.vm_state:  # libvirt knows the domain
+            state = f" ({vif.vm_state})"
+            domain = [f"libvirt interface {vif.vm_interface or 'none with this MAC'}"]
         return "\n".join(
             [
-                f"VM {port.vm_name or '-'}  uuid {port.vm_uuid or '-'}",
+                f"VM {port.vm_name or (vif.vm_name if vif else None) or '-'}{state}  uuid {port.vm_uuid or '-'}",
+                *domain,
                 f"bridge {port.bridge}  interface {port.interface} ({port.iface_type or 'system'})  "
                 f"ofport {port.ofport if port.ofport is not None else '-'}  MAC {port.mac or '-'}",
                 f"now: {port.vlan.effective().describe()}; ingress "
