@@ -327,10 +327,20 @@ class Mux:
 
 
 def _cmdline(pid: int) -> list[str]:
+    """The process's argv, or [] once it is gone (a zombie has an empty command line)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return []
+    return raw.decode(errors="replace").rstrip("\0").split("\0") if raw else []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # our own child (start_mux in this process): reap it
+    except ChildProcessError:
+        pass
+    return not _cmdline(pid)
 
 
 def _read_pid(pidfile: Path) -> int | None:
@@ -369,7 +379,8 @@ def start_mux(
     if running is not None and Path(listen).exists():
         return running
     argv = [
-        sys.executable, "-m", "appliance.vm.channel", "mux",
+        # -W: appliance/__init__ imports this module before runpy runs it, which is harmless.
+        sys.executable, "-W", "ignore::RuntimeWarning", "-m", "appliance.vm.channel", "mux",
         "--chan", str(chan), "--listen", str(listen), "--pidfile", str(pidfile), "--log", str(log_path),
     ]  # fmt: skip
     Path(listen).parent.mkdir(parents=True, exist_ok=True)
@@ -400,7 +411,7 @@ def stop_mux(pidfile: str | Path, timeout: float = 5.0) -> bool:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _cmdline(pid):
+        if _gone(pid):
             return True
         time.sleep(0.02)
     try:

@@ -34,17 +34,19 @@ the modules to copy by importing this file), Python 3.9 syntax.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import errno
 import json
 import os
 import resource  # noqa: F401  (os.wait4 imports it on first use: the image builder must see it)
 import select
 import signal
-import subprocess
 import sys
 import time
-import traceback
+
+# Imports are few on purpose: under software emulation every module costs tens of milliseconds
+# of boot time (base64, subprocess and traceback together cost ~0.3 s), so the agent uses
+# binascii, its own fork/exec and a one-line error report instead.
 
 VERSION = 1
 # Stop reading children's output while this much is waiting for the host:
@@ -73,6 +75,63 @@ def uptime() -> float:
         return -1.0
 
 
+def b64encode(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode()
+
+
+def b64decode(text: str) -> bytes:
+    return binascii.a2b_base64(text)
+
+
+def spawn_process(argv: list[str], env: dict[str, str], cwd: str, want_stdin: bool) -> tuple[int, int | None, int, int]:
+    """Fork and exec ``argv`` in its own session; (pid, stdin fd or None, stdout fd, stderr fd).
+
+    An exec failure is reported back over a close-on-exec pipe and raised here
+    as OSError, like ``subprocess`` does, without importing it.
+    """
+    if want_stdin:
+        in_r, in_w = os.pipe()
+    else:
+        in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    ex_r, ex_w = os.pipe()  # close-on-exec: EOF without data means the exec succeeded
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls from here on
+        try:
+            os.setsid()  # its own process group, so that a signal reaches its children too
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, ex_w)
+            os.closerange(ex_w + 1, 1 << 16)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python's settings, not the program's
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        except BaseException as e:
+            os.write(ex_w, f"{getattr(e, 'errno', 0) or 0}:{e}".encode(errors="replace"))
+        os._exit(127)
+    for fd in (in_r, out_w, err_w, ex_w):
+        os.close(fd)
+    failure = b""
+    while True:
+        chunk = os.read(ex_r, 4096)
+        if not chunk:
+            break
+        failure += chunk
+    os.close(ex_r)
+    if failure:
+        os.waitpid(pid, 0)
+        for fd in (in_w, out_r, err_r):
+            if fd is not None:
+                os.close(fd)
+        code, _, message = failure.decode(errors="replace").partition(":")
+        raise OSError(int(code) if code.isdigit() else 0, message)
+    return pid, in_w, out_r, err_r
+
+
 def exit_code(status: int) -> int:
     """The exit code of a wait status: the code, or minus the signal that killed the process."""
     if os.WIFSIGNALED(status):
@@ -85,10 +144,9 @@ def exit_code(status: int) -> int:
 class Proc:
     """One spawned process and the pipes the agent still serves for it."""
 
-    def __init__(self, ident: int, popen: subprocess.Popen) -> None:
+    def __init__(self, ident: int, pid: int) -> None:
         self.id = ident
-        self.popen = popen
-        self.pid = popen.pid
+        self.pid = pid
         self.outputs: dict[int, int] = {}  # pipe fd -> 1 (stdout) or 2 (stderr)
         self.stdin_fd: int | None = None
         self.stdin_buf = bytearray()
@@ -179,35 +237,28 @@ class Agent:
         env.update({str(k): str(v) for k, v in (msg.get("env") or {}).items()})
         want_stdin = bool(msg.get("stdin"))
         try:
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=msg.get("cwd") or "/",
-                start_new_session=True,  # its own process group, so a signal reaches its children too
-                close_fds=True,
-            )
+            if not argv:
+                raise ValueError("empty argv")
+            pid, stdin_fd, out_fd, err_fd = spawn_process(argv, env, msg.get("cwd") or "/", want_stdin)
         except (OSError, ValueError) as e:
             self.send({"ev": "error", "id": ident, "message": f"cannot run {argv[0] if argv else '?'}: {e}"})
-            self.send({"ev": "exit", "id": ident, "code": 126 if isinstance(e, PermissionError) else 127, "cpu_s": 0})
+            code = 126 if getattr(e, "errno", None) in (errno.EACCES, errno.EPERM) else 127
+            self.send({"ev": "exit", "id": ident, "code": code, "cpu_s": 0})
             return
-        proc = Proc(ident, popen)
-        for pipe, num in ((popen.stdout, 1), (popen.stderr, 2)):
-            fd = pipe.fileno()
+        proc = Proc(ident, pid)
+        for fd, num in ((out_fd, 1), (err_fd, 2)):
             os.set_blocking(fd, False)
             proc.outputs[fd] = num
-        if popen.stdin is not None:
-            proc.stdin_fd = popen.stdin.fileno()
-            os.set_blocking(proc.stdin_fd, False)
+        if stdin_fd is not None:
+            proc.stdin_fd = stdin_fd
+            os.set_blocking(stdin_fd, False)
         self.procs[ident] = proc
         self.by_pid[proc.pid] = proc
 
     def op_stdin(self, msg: dict) -> None:
         proc = self.procs.get(msg["id"])
         if proc is not None and proc.stdin_fd is not None and not proc.stdin_eof:
-            proc.stdin_buf += base64.b64decode(msg["data"])
+            proc.stdin_buf += b64decode(msg["data"])
             self.write_stdin(proc)
 
     def op_eof(self, msg: dict) -> None:
@@ -258,8 +309,6 @@ class Agent:
         if proc.stdin_eof:
             os.close(proc.stdin_fd)
             proc.stdin_fd = None
-            if proc.popen.stdin is not None:
-                proc.popen.stdin = None  # the fd is closed; keep Popen from closing it again
 
     def read_output(self, proc: Proc, fd: int, drain: bool = False) -> None:
         """Forward what the pipe holds; ``drain`` reads until it is empty (after the process exited)."""
@@ -274,7 +323,7 @@ class Agent:
                 self.close_output(proc, fd)
                 return
             if not proc.silent:
-                self.send({"ev": "out", "id": proc.id, "fd": proc.outputs[fd], "data": base64.b64encode(data).decode()})
+                self.send({"ev": "out", "id": proc.id, "fd": proc.outputs[fd], "data": b64encode(data)})
             if not drain:
                 return
 
@@ -295,8 +344,6 @@ class Agent:
             except OSError:
                 pass
             proc.stdin_fd = None
-        # The fds are closed here; keep Popen from closing them again (they may be reused by then).
-        proc.popen.stdin = proc.popen.stdout = proc.popen.stderr = None
 
     def reap(self) -> None:
         """Collect every exited child (the agent is PID 1: orphans come here too)."""
@@ -312,7 +359,6 @@ class Agent:
             proc = self.by_pid.pop(pid, None)
             if proc is None:
                 continue  # an orphan re-parented to PID 1, or a forgotten one's child
-            proc.popen.returncode = exit_code(status)  # so that Popen never waits for it again
             for fd in list(proc.outputs):
                 self.read_output(proc, fd, drain=True)
             self.close_pipes(proc)
@@ -418,10 +464,20 @@ def main(argv: list[str]) -> int:
         Agent(argv[1]).run()
     except Exception:
         # As the guest's PID 1 the agent must not die: report, then start afresh in this same process.
-        log("fatal error, restarting:\n" + traceback.format_exc())
+        log(f"fatal error, restarting: {_describe_exception()}")
         time.sleep(1)
         os.execv(sys.executable, [sys.executable, *_interpreter_flags(), *sys.argv])
     return 0
+
+
+def _describe_exception() -> str:
+    """The current exception and where it happened, in one line (no traceback module to import)."""
+    _, exc, tb = sys.exc_info()
+    where = []
+    while tb is not None:
+        where.append(f"{tb.tb_frame.f_code.co_name}:{tb.tb_lineno}")
+        tb = tb.tb_next
+    return f"{type(exc).__name__}: {exc} (at {' > '.join(where)})"
 
 
 def _interpreter_flags() -> list[str]:
