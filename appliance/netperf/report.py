@@ -162,6 +162,14 @@ def header(doc: dict[str, Any]) -> str:
         f"  client {m['client']['guest']} ({m['client']['address']}) -> server {srv.get('guest') or ''} "
         f"{srv['address']}:{srv['port']} ({managed})",
     ]
+    in_vm = [f"{side} {m[side]['guest']}" for side in ("client", "server") if m[side].get("runs_in") == "qemu"]
+    if in_vm:
+        # A TCG guest's figures measure the emulator as much as the switch: say so next to them.
+        lines.append(
+            f"  note: {' and '.join(in_vm)} run{'s' if len(in_vm) == 1 else ''} in a QEMU guest: rates include the "
+            "VM's own cost (emulated under TCG unless KVM); netperf CPU is the guest's own accounting, "
+            "netserver CPU in a guest is not sampled"
+        )
     for w in m.get("warnings", []):
         lines.append(f"  warning: {w}")
     return "\n".join(lines)

@@ -85,6 +85,7 @@ def probe_kvm(kernel: Path, initrd: Path, timeout: float = KVM_BOOT_TIMEOUT_S) -
         try:
             ok = _hello(chan, started + timeout, p)
             waited = time.monotonic() - started
+            exited = p.poll() is not None  # on its own, before being stopped
         finally:
             if p.poll() is None:
                 stop_pid(p.pid, timeout=3.0)
@@ -92,8 +93,8 @@ def probe_kvm(kernel: Path, initrd: Path, timeout: float = KVM_BOOT_TIMEOUT_S) -
         if ok:
             return True, f"a KVM guest booted to ready in {waited:.1f} s"
         err = (p.stderr.read().decode(errors="replace").strip().splitlines() or [""])[-1] if p.stderr else ""
-        if err:
-            return False, f"QEMU with KVM failed: {err}"
+        if exited:
+            return False, f"QEMU with KVM failed: {err or 'exit status ' + str(p.returncode)}"
         return False, f"a KVM guest did not answer within {timeout:g} s (KVM hangs on this host)"
 
 

@@ -95,6 +95,8 @@ def domain_xml(spec: DomainSpec) -> str:
     ET.SubElement(os_el, "kernel").text = spec.kernel
     ET.SubElement(os_el, "initrd").text = spec.initrd
     ET.SubElement(os_el, "cmdline").text = spec.cmdline
+    # ACPI: the PCI bus supports hot-plugging only with it (virsh attach/detach-interface)
+    ET.SubElement(ET.SubElement(dom, "features"), "acpi")
     ET.SubElement(dom, "on_poweroff").text = "destroy"
     ET.SubElement(dom, "on_reboot").text = "restart"
     ET.SubElement(dom, "on_crash").text = "destroy"

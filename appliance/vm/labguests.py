@@ -59,9 +59,14 @@ def cmdline(g: Guest) -> str:
     return f"console=ttyS0 panic=-1 quiet hvnet.ip={g.ip} hvnet.name={g.name}"
 
 
+def _quiet(_ctx: Any, _err: Any) -> None:
+    """libvirt prints every error to stderr by default; hvnet reports the ones that matter itself."""
+
+
 def _open(uri: str = libvirtd.URI) -> Any:
     import libvirt
 
+    libvirt.registerErrorHandler(_quiet, None)
     try:
         return libvirt.open(uri)
     except libvirt.libvirtError as exc:
@@ -121,6 +126,7 @@ def up(
     acc = accel.detect(Path(image.kernel), Path(image.initrd))
     state["accel"] = {"domain_type": acc.domain_type, "reason": acc.reason}
     save()
+    actions.append(f"guests run under {acc.name}: {acc.reason}")
 
     conn = _open()
     try:
@@ -203,6 +209,7 @@ def domain_state(name: str) -> str | None:
         return None
     import libvirt
 
+    libvirt.registerErrorHandler(_quiet, None)
     try:
         conn = libvirt.openReadOnly(libvirtd.URI)
     except libvirt.libvirtError:
