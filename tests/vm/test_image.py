@@ -189,7 +189,9 @@ def test_network_through_the_guest_nic(guest: plainqemu.PlainGuest, client: chan
                    "--", "-k", "THROUGHPUT,THROUGHPUT_UNITS", check=False)  # fmt: skip
             assert r.returncode == 0, r.stdout + r.stderr
             value = float(r.stdout.split("THROUGHPUT=")[1].split()[0])
-            print(f"\n{test} namespace -> probe guest (TCG): {value:g} {r.stdout.split('THROUGHPUT_UNITS=')[1].split()[0]}")
+            print(
+                f"\n{test} namespace -> probe guest (TCG): {value:g} {r.stdout.split('THROUGHPUT_UNITS=')[1].split()[0]}"
+            )
             assert value > 0
     finally:
         server.send_signal(signal.SIGTERM)
