@@ -225,6 +225,25 @@ def cmd_lab_exec(args: argparse.Namespace) -> int:
     return EXIT_OK  # not reached
 
 
+def cmd_lab_image(args: argparse.Namespace) -> int:
+    """Build the probe guest image, or find it in the cache; say which, and how long it took."""
+    from pathlib import Path
+
+    from .vm.image import DEFAULT_CACHE, build_image
+
+    image = build_image(Path(args.cache) if args.cache else DEFAULT_CACHE, force=args.force)
+    if args.json:
+        render.print_json(image.to_json())
+        return EXIT_OK
+    info = image.to_json()
+    print(f"probe image {image.digest[:16]} ({'built' if image.built else 'cached'} in {image.seconds:.2f} s)")
+    print(f"  kernel  {image.kernel}  {info['kernel_bytes'] / 1e6:.1f} MB  ({info['kernel_package']})")
+    print(f"  initrd  {image.initrd}  {info['initrd_bytes'] / 1e6:.1f} MB")
+    for note in image.notes:
+        print(f"  note: {note}")
+    return EXIT_OK
+
+
 # -- isolation -------------------------------------------------------------------
 
 
@@ -333,6 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=cmd_lab_status)
+    im = lsub.add_parser("image", help="build the probe guest image for QEMU guests (or find it in the cache)")
+    im.add_argument("--force", action="store_true", help="rebuild even when the cached image is current")
+    im.add_argument("--cache", metavar="DIR", help="cache directory (default /var/cache/hvnet/image)")
+    im.add_argument("--json", action="store_true", help="machine-readable output")
+    im.set_defaults(func=cmd_lab_image)
     ex = lsub.add_parser("exec", help="run a command inside a lab guest (namespace or QEMU VM); its exit status")
     ex.add_argument("guest", metavar="GUEST", help="guest name from the topology")
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
