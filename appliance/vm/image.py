@@ -560,7 +560,8 @@ def build_image(cache_root: Path = DEFAULT_CACHE, force: bool = False) -> ProbeI
             shutil.copyfile(vmlinuz, out / "vmlinuz")
             data = gzip.compress(archive, compresslevel=6, mtime=0) if COMPRESS == "gzip" else archive
             (out / "initrd.img").write_bytes(data)
-            notes.append(f"initramfs {len(archive) / 1e6:.1f} MB, {COMPRESS}: {len(data) / 1e6:.1f} MB")
+            packed = f"{COMPRESS}: {len(data) / 1e6:.1f} MB" if COMPRESS != "none" else "uncompressed"
+            notes.append(f"initramfs {len(archive) / 1e6:.1f} MB ({packed}), {len(order)} modules")
             manifest = {
                 "digest": digest,
                 "kernel_package": f"{inputs['kernel_package']}={inputs['kernel_version']}",
