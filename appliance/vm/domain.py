@@ -15,7 +15,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 CHANNEL_NAME = "org.hvnet.agent"
-DOMAIN_PREFIX = "hvnet-"
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ guests:
 
 def test_domain_xml_plugs_into_ovs_with_the_vlan() -> None:
     spec = DomainSpec(
-        name="hvnet-VMQ1", uuid="11111111-2222-3333-4444-555555555555", domain_type="qemu", kernel="/k",
+        name="VMQ1", uuid="11111111-2222-3333-4444-555555555555", domain_type="qemu", kernel="/k",
         initrd="/i", cmdline="console=ttyS0 hvnet.ip=10.0.0.11/24", channel="/run/x/VMQ1.chan",
         console_log="/run/x/VMQ1.console.log", nics=(Nic("br0", "02:00:00:00:00:01", 10),),
     )  # fmt: skip
