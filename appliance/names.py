@@ -133,6 +133,8 @@ def _attr(el: ET.Element, child: str, name: str) -> str | None:
     return found.get(name) if found is not None else None
 
 
+DEFAULT_URI = "qemu:///system"
+
 # libvirt's daemons' sockets: the monolithic libvirtd and the per-driver
 # modular daemons (virtqemud, virtxend, ...), read-write and read-only.
 _RUN_DIRS = ("/run/libvirt", "/var/run/libvirt")
@@ -289,7 +291,14 @@ class LibvirtDomains:
             # An unknown MAC (a NIC hot-plugged since) is looked for again, once per ttl.
             if dom_id == dom.ID() and age < self.xml_ttl and (age < self.ttl or all(m in known for m in macs)):
                 return ifaces
-        ifaces = parse_interfaces(dom.XMLDesc(0))
+        import libvirt
+
+        try:
+            ifaces = parse_interfaces(dom.XMLDesc(0))
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return ()  # undefined since it was listed: the next listing drops it
+            raise
         self._xml[vm_uuid] = (dom.ID(), now, ifaces)
         return ifaces
 
@@ -428,15 +437,17 @@ def resolve_names(sources: list[NameSource], vm_uuids: Iterable[str]) -> dict[st
 
 def libvirt_uri(choice: str | None = None, env: dict[str, str] | os._Environ[str] | None = None) -> str | None:
     """The libvirt URI to ask, or None: ``choice`` (``--libvirt``), ``$HVNET_LIBVIRT_URI``,
-    ``$LIBVIRT_DEFAULT_URI``, else ``qemu:///system`` when its daemon's socket is there.
-    ``none`` (option or variable) turns libvirt off."""
+    ``$LIBVIRT_DEFAULT_URI``, else ``qemu:///system``.  ``none`` (option or variable)
+    turns libvirt off.
+
+    The default is kept even where no libvirtd runs (a XenServer host, a lab
+    without QEMU guests): the source costs a few ``stat`` calls every
+    :attr:`LibvirtDomains.retry_s` there, and a console left open sees the
+    domains of a libvirtd started after it.
+    """
     env = os.environ if env is None else env
-    uri = choice or env.get("HVNET_LIBVIRT_URI") or env.get("LIBVIRT_DEFAULT_URI")
-    if uri and uri.strip().lower() == "none":
-        return None
-    if not uri and uri_unreachable("qemu:///system") is None:
-        uri = "qemu:///system"
-    return uri or None
+    uri = choice or env.get("HVNET_LIBVIRT_URI") or env.get("LIBVIRT_DEFAULT_URI") or DEFAULT_URI
+    return None if uri.strip().lower() == "none" else uri
 
 
 def default_sources(

@@ -164,6 +164,7 @@ def test_uri_choice(tmp_path: Path) -> None:
     assert names.libvirt_uri(None, {"LIBVIRT_DEFAULT_URI": "xen:///system"}) == "xen:///system"
     assert names.libvirt_uri("none", {"HVNET_LIBVIRT_URI": "qemu:///system"}) is None
     assert names.libvirt_uri(None, {"HVNET_LIBVIRT_URI": "none"}) is None
+    assert names.libvirt_uri(None, {"HVNET_LIBVIRT_URI": ""}) == "qemu:///system"
     env = {"HVNET_LIBVIRT_URI": "none"}
     assert [s.name for s in names.default_sources({"u": "n"}, env)] == ["lab"]
 
@@ -222,6 +223,23 @@ def test_answers_are_reused_within_the_ttl_and_refreshed_after() -> None:
         rw.close()
 
 
+def test_a_domain_gone_since_the_listing_costs_only_its_interfaces() -> None:
+    libvirt = pytest.importorskip("libvirt")
+    rw = libvirt.open("test:///default")
+    xml = NODE_XML.split("<node>")[1].split("</domain>")[0] + "</domain>"
+    dom = rw.createXML(xml.replace(WEB, "11111111-2222-4333-8444-5555555555ff").replace("web-01", "brief"), 0)
+    src = names.LibvirtDomains("test:///default")
+    try:
+        uuid = dom.UUIDString()
+        assert uuid in src.domains({uuid: ()})  # listed (no MAC asked: no XML read)
+        dom.destroy()  # transient: gone
+        got = src.domains({uuid: {"52:54:00:aa:00:01"}})  # within the ttl: still listed
+        assert got[uuid].interfaces == () and src._conn is not None
+    finally:
+        src.close()
+        rw.close()
+
+
 def test_a_broken_connection_is_reopened(node_uri: str) -> None:
     src = names.LibvirtDomains(node_uri)
     src.ttl = 0.0
@@ -246,3 +264,22 @@ def test_unreachable_uri_gives_nothing_fast() -> None:
 def test_one_source_per_uri() -> None:
     assert names.libvirt_source("test:///a") is names.libvirt_source("test:///a")
     assert names.libvirt_source("test:///a") is not names.libvirt_source("test:///b")
+
+
+# -- what the front ends show ----------------------------------------------------------
+
+
+def test_front_ends_show_the_state_only_when_libvirt_said_it() -> None:
+    from appliance.cli import _vm_text
+    from tui.widgets.vif_table import vm_cell
+
+    v = replace(vif("vnet0", UUID, None), vm_name="web-01")
+    assert (_vm_text(v), vm_cell(v)) == ("web-01", "web-01")
+    assert (_vm_text(replace(v, vm_state="running")), vm_cell(replace(v, vm_state="running"))) == (
+        "web-01 (running)",
+        "web-01",
+    )
+    assert (_vm_text(replace(v, vm_state="paused")), vm_cell(replace(v, vm_state="paused"))) == (
+        "web-01 (paused)",
+        "‖ web-01",
+    )
