@@ -3,8 +3,10 @@ VENV   := .venv
 HVNET  := $(VENV)/bin/hvnet
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
+RPM_OUT     ?= build/rpms
+REPO_DIR    ?= build/repo
 
-.PHONY: setup run test lab lab-down lint bench clean
+.PHONY: setup run test lab lab-down lint bench clean rpm rpm-ovs repo
 
 setup:
 	@./.ci/setup-host
@@ -30,6 +32,18 @@ lint: setup
 
 bench: setup
 	$(PY) tests/bench/run.py
+
+## rpm: the hvnet and netperf RPMs, from the committed tree, into $(RPM_OUT) (see README)
+rpm:
+	@./rpm/build-rpms $(RPM_OUT)
+
+## rpm-ovs: Open vSwitch RPMs (Debian's OVS source, upstream Fedora/RHEL spec) into $(RPM_OUT)
+rpm-ovs:
+	@./rpm/build-ovs $(RPM_OUT)
+
+## repo: a yum repository (createrepo_c) of the RPMs in $(RPM_OUT), in $(REPO_DIR)
+repo: rpm
+	@./rpm/make-repo $(RPM_OUT) $(REPO_DIR)
 
 clean: lab-down
 	rm -rf $(VENV) .pytest_cache
