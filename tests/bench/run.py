@@ -404,6 +404,11 @@ def main() -> int:
 
     for line in bench_netperf():
         print(line)
+    print()
+    from vm_bench import bench_boot
+
+    for line in bench_boot():
+        print(line)
     return 0
 
 

@@ -65,7 +65,9 @@ def qemu_argv(image: ProbeImage, g: PlainGuest, *, ip: str | None, tap: str | No
         "-device", f"virtserialport,chardev=c0,name={PORT_NAME}",
         "-pidfile", str(g.run_dir / f"{g.name}.qemu.pid"), "-daemonize",
     ]  # fmt: skip
-    if tap:
+    if tap == "user":  # QEMU's own user-mode network: a NIC without any host set-up (benchmarks)
+        argv += ["-netdev", "user,id=n0", "-device", f"virtio-net-pci,netdev=n0,mac={mac}"]
+    elif tap:
         argv += ["-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no",
                  "-device", f"virtio-net-pci,netdev=n0,mac={mac}"]  # fmt: skip
     else:
