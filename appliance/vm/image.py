@@ -40,7 +40,7 @@ from .. import proc
 from ..errors import HvnetError
 from .protocol import PORT_NAME
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 DEFAULT_CACHE = Path(os.environ.get("HVNET_IMAGE_CACHE", "/var/cache/hvnet/image"))
 KERNEL_METAPACKAGE = "linux-image-cloud-amd64"
 # insmod order: each module after the ones it depends on (there is no modprobe in the guest).
@@ -55,6 +55,9 @@ GUEST_PYTHON = "/usr/bin/python3.11"  # Debian's, not a pyenv/venv one: its libr
 BUSYBOX = "/bin/busybox"  # busybox-static: no shared libraries to carry
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 AGENT_SOURCE = GUEST_DIR / "agent.py"
+# Beyond what the agent imports: the isolation check's probe sender (a raw packet socket) runs
+# in the guest as "python3 -c ...".
+GUEST_EXTRA_MODULES = ("socket",)
 # Measured under TCG (QEMU start -> agent hello, 2 boots each): a gzip initramfs (11 MB) 4.8-5.1 s,
 # the same uncompressed (27 MB) 4.4-4.8 s.  Unpacking gzip in an emulated CPU costs more than
 # QEMU copying the bigger file into guest memory, so the archive is left uncompressed.
@@ -326,6 +329,8 @@ import importlib.util, json, os, sys, sysconfig
 agent, out = sys.argv[1], sys.argv[2]
 spec = importlib.util.spec_from_file_location("hvnet_agent", agent)
 spec.loader.exec_module(importlib.util.module_from_spec(spec))
+for extra in sys.argv[3:]:  # modules host-side code runs in the guest with "python3 -c"
+    importlib.import_module(extra)
 stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
 files = {}
 for name, mod in sorted(sys.modules.items()):
@@ -356,7 +361,7 @@ def _python_modules(out: str = "-") -> dict[str, Any]:
     if not os.access(GUEST_PYTHON, os.X_OK):
         raise ImageError(f"{GUEST_PYTHON} is missing", hint="install Debian's python3.11 (package python3.11)")
     res = subprocess.run(
-        [GUEST_PYTHON, "-I", "-S", "-X", "utf8", "-c", _PY_PROBE, str(AGENT_SOURCE), out],
+        [GUEST_PYTHON, "-I", "-S", "-X", "utf8", "-c", _PY_PROBE, str(AGENT_SOURCE), out, *GUEST_EXTRA_MODULES],
         capture_output=True,
         text=True,
         check=False,
@@ -505,6 +510,7 @@ def _assemble(inputs: dict[str, Any], modules: dict[str, Path], order: list[str]
     for applet in applets:
         if os.path.basename(applet) not in ours and applet != "bin/busybox":
             cpio.symlink(applet, "/bin/busybox")
+    cpio.symlink("usr/bin/python3", os.path.basename(GUEST_PYTHON))
     # The guest's Python: its stdlib subset (sourceless .pyc) and the agent.
     stdlib_guest = f"usr/lib/python{inputs['python'].rsplit('.', 1)[0]}"
     cpio.dir(f"{stdlib_guest}/lib-dynload")  # its absence makes Python warn at every start
