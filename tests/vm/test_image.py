@@ -22,6 +22,7 @@ import pytest
 from appliance.vm import channel
 from appliance.vm.gexec import gexec_argv
 from appliance.vm.image import DEFAULT_CACHE, build_image
+from appliance.vm.protocol import EXIT_LOST
 from tests.vm import plainqemu
 
 pytestmark = pytest.mark.vm
@@ -197,3 +198,20 @@ def test_network_through_the_guest_nic(guest: plainqemu.PlainGuest, client: chan
         server.send_signal(signal.SIGTERM)
         server.wait(20)
     assert server.returncode == 143
+
+
+def test_mux_restart_reaches_the_same_guest(guest: plainqemu.PlainGuest) -> None:
+    """A new multiplexer on a running guest: the agent saw its host end close and open again."""
+    with channel.GuestClient(guest.sock) as c:
+        c.wait_ready(10)
+        before = c.guest["instance"]
+        survivor = c.spawn(["sleep", "100"])
+        assert channel.stop_mux(guest.mux_pidfile)
+        assert survivor.wait(10) == EXIT_LOST  # its client connection went with the old multiplexer
+    channel.start_mux(guest.chan, guest.sock, guest.mux_pidfile, guest.run_dir / f"{guest.name}.mux.log")
+    with channel.GuestClient(guest.sock) as c:
+        assert c.wait_ready(30) < 30
+        assert c.guest["instance"] == before, "the agent restarted instead of waiting for the host"
+        assert c.run(["echo", "again"]).stdout == "again\n"
+        # The new multiplexer's reset killed what ran for the old one.
+        assert c.run(["sh", "-c", "ps | grep -c '[s]leep 100'"]).stdout.strip() == "0"
