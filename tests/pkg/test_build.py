@@ -1,0 +1,210 @@
+"""The RPMs 'make rpm' builds: lint, file lists, dependencies, vendored libraries."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import ROOT
+from .conftest import run
+
+pytestmark = pytest.mark.pkg
+
+PREFIX = "/usr/lib64/hvnet"
+README = ROOT / "README.md"
+
+
+def qp(rpm: Path, *args: str) -> list[str]:
+    res = run(["rpm", "-qp", *args, str(rpm)])
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def files(rpm: Path) -> set[str]:
+    return set(qp(rpm, "-l"))
+
+
+def test_rpmlint_reports_no_errors_and_only_documented_warnings(rpms: dict[str, Path]) -> None:
+    res = run(["rpmlint", "-c", str(ROOT / "rpm" / "rpmlint.toml"), *map(str, rpms.values())], timeout=300)
+    out = res.stdout + res.stderr
+    assert " 0 errors" in out, out[-5000:]
+    assert not re.search(r": E: ", out), out[-5000:]
+    warnings = set(re.findall(r"^\S+: W: (\S+)", out, re.M))
+    readme = README.read_text(encoding="utf-8")
+    undocumented = sorted(w for w in warnings if f"`{w}`" not in readme)
+    assert not undocumented, f"rpmlint warnings the README does not explain: {undocumented}"
+
+
+def test_hvnet_files(rpms: dict[str, Path]) -> None:
+    got = files(rpms["hvnet"])
+    for path in (
+        "/usr/bin/hvnet",
+        f"{PREFIX}/app/appliance/cli.py",
+        f"{PREFIX}/app/tui/app.py",
+        f"{PREFIX}/app/netperf-suites/quick.yaml",
+        f"{PREFIX}/app/vlan-tests/topologies/seed-2010.yaml",
+        f"{PREFIX}/app/policies/seed-2010.yaml",
+        f"{PREFIX}/vendor/textual/__init__.py",
+        f"{PREFIX}/vendor/rich/__init__.py",
+        f"{PREFIX}/vendor/sortedcontainers/__init__.py",
+        f"{PREFIX}/vendor/matplotlib/__init__.py",
+        f"{PREFIX}/vendor/psutil/_psutil_linux.abi3.so",
+        f"{PREFIX}/vendor/yaml/_yaml.cpython-39-x86_64-linux-gnu.so",
+        f"{PREFIX}/vendor/yaml/_yaml.cpython-311-x86_64-linux-gnu.so",
+        "/usr/lib/systemd/system/hvnet-agent.service",
+        "/usr/lib/tmpfiles.d/hvnet.conf",
+        "/etc/hvnet/policy.yaml",
+        "/etc/logrotate.d/hvnet",
+        "/var/log/hvnet",
+        "/var/lib/hvnet",
+        "/var/cache/hvnet",
+    ):
+        assert path in got, f"{path} is not in the hvnet RPM"
+    # the OS provides the OVS library; nothing of the build or of tests ships
+    assert not [f for f in got if f.startswith(f"{PREFIX}/vendor/ovs/")]
+    assert not [f for f in got if "/__pycache__" in f or "/.build-id" in f or f.startswith(f"{PREFIX}/app/tests")]
+    assert not [f for f in got if f.startswith(f"{PREFIX}/vendor/numpy/") and "/tests/" in f]
+
+
+def test_hvnet_config_files_and_modes(rpms: dict[str, Path]) -> None:
+    rows = qp(rpms["hvnet"], "--qf", "[%{FILEMODES:perms} %{FILEFLAGS:fflags} %{FILENAMES}\n]")
+    info = {r.split()[-1]: r.split()[:-1] for r in rows}
+    assert info["/etc/hvnet/policy.yaml"][1] == "cn", "policy.yaml must be %config(noreplace)"
+    assert info["/etc/logrotate.d/hvnet"][1] == "cn"
+    assert info["/var/log/hvnet"][0] == "drwxr-x---"
+    assert info["/var/lib/hvnet"][0] == "drwxr-x---"
+    assert info["/usr/bin/hvnet"][0] == "-rwxr-xr-x"
+
+
+def test_every_vendored_extension_exists_for_both_pythons(rpms: dict[str, Path]) -> None:
+    exts: dict[str, set[str]] = {}
+    for f in files(rpms["hvnet"]):
+        m = re.match(rf"{PREFIX}/vendor/(.+)\.cpython-(\d+)-x86_64-linux-gnu\.so$", f)
+        if m:
+            exts.setdefault(m.group(1), set()).add(m.group(2))
+    assert len(exts) > 20, "expected the compiled modules of numpy, matplotlib, PyYAML, ..."
+    lonely = {k: v for k, v in exts.items() if v != {"39", "311"}}
+    assert not lonely, f"extension modules for one interpreter only: {lonely}"
+
+
+def test_hvnet_dependencies(rpms: dict[str, Path]) -> None:
+    requires = qp(rpms["hvnet"], "--requires")
+    text = "\n".join(requires)
+    assert "python3 >= 3.9" in requires
+    for dep in ("iproute", "iproute-tc", "tcpdump", "logrotate", "/usr/bin/python3"):
+        assert dep in requires, f"hvnet does not require {dep}"
+    ovs = [r for r in requires if r.startswith("(openvswitch ")]
+    assert ovs and " or openvswitch3.3 " in ovs[0], requires
+    pyovs = [r for r in requires if r.startswith("(python3-openvswitch ")]
+    assert pyovs and " or python3-openvswitch3.3 " in pyovs[0], requires
+    # the vendored libraries' own shared objects neither need nor provide anything
+    assert not re.search(r"openblas|gfortran|libjpeg|libyaml|\.so", text), text
+    provides = qp(rpms["hvnet"], "--provides")
+    assert not [p for p in provides if ".so" in p], provides
+    assert any(p.startswith("hvnet = 0.1.0") for p in provides)
+    assert set(qp(rpms["hvnet"], "--recommends")) == {"netperf", "ethtool"}
+    assert qp(rpms["hvnet"], "--qf", "%{ARCH}") == ["x86_64"]
+
+
+def test_netperf_files_and_dependencies(rpms: dict[str, Path]) -> None:
+    got = files(rpms["netperf"])
+    for path in ("/usr/bin/netperf", "/usr/bin/netserver", "/usr/share/man/man1/netperf.1.gz"):
+        assert path in got
+    assert qp(rpms["netperf"], "--qf", "%{LICENSE}") == ["MIT"]
+    # built on Debian 12 (glibc 2.36) but must install on EL9 (glibc 2.34)
+    versions = re.findall(r"GLIBC_(\d+)\.(\d+)", "\n".join(qp(rpms["netperf"], "--requires")))
+    assert versions and max((int(a), int(b)) for a, b in versions) <= (2, 34), versions
+
+
+def test_vendor_lock_matches_pyproject() -> None:
+    res = run([sys.executable, str(ROOT / "rpm" / "vendor.py"), "check"])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_launcher_refuses_an_old_python_clearly(installed_root: Path) -> None:
+    launcher = installed_root / "usr" / "bin" / "hvnet"
+    code = (
+        "import sys; sys.version_info = (3, 6, 8, 'final', 0); "
+        f"exec(compile(open({str(launcher)!r}).read(), {str(launcher)!r}, 'exec'), "
+        f"{{'__file__': {str(launcher)!r}, '__name__': '__main__'}})"
+    )
+    res = run(["/usr/bin/python3", "-I", "-c", code])
+    assert res.returncode == 4
+    assert "needs Python 3.9 or newer" in res.stderr and "3.6" in res.stderr, res.stderr
+
+
+def test_installed_hvnet_runs_with_its_vendored_libraries(installed_root: Path) -> None:
+    prefix = installed_root / PREFIX.lstrip("/")
+    code = (
+        "import sys; "
+        f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; "
+        "import textual, rich, yaml, psutil, sortedcontainers, numpy, matplotlib; "
+        "matplotlib.use('Agg'); import matplotlib.pyplot; import tui.app, appliance.cli; "
+        "assert yaml.__with_libyaml__; "
+        "print('\\n'.join(m.__file__ for m in (textual, yaml, psutil, numpy, matplotlib, tui.app)))"
+    )
+    res = run(["/usr/bin/python3", "-I", "-B", "-c", code], timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for path in res.stdout.split():
+        assert path.startswith(str(prefix)), f"{path} was not imported from the installed prefix"
+    res = run([str(installed_root / "usr" / "bin" / "hvnet"), "--version"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "hvnet 0.1.0"
+    # bytecode lands in the root's /var/cache/hvnet, never beside the packaged files
+    assert (installed_root / "var" / "cache" / "hvnet" / "pycache").is_dir()
+    assert not list(prefix.rglob("__pycache__"))
+
+
+def test_make_repo_builds_a_yum_repository(rpms: dict[str, Path], tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    res = run([str(ROOT / "rpm" / "make-repo"), str(next(iter(rpms.values())).parent), str(repo)])
+    assert res.returncode == 0, res.stderr
+    assert (repo / "repodata" / "repomd.xml").is_file()
+    assert sorted(p.name for p in (repo / "Packages").iterdir()) == sorted(p.name for p in rpms.values())
+    assert "baseurl=" in (repo / "hvnet.repo").read_text()
+
+
+def test_build_scripts_say_what_is_missing(tmp_path: Path) -> None:
+    empty = tmp_path / "none"
+    empty.mkdir()
+    res = run([str(ROOT / "rpm" / "make-repo"), str(empty), str(tmp_path / "repo")])
+    assert res.returncode == 1 and "no RPMs in" in res.stderr and "make rpm" in res.stderr
+    # a PATH with the shell's basics only: rpmbuild and friends are named
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dirname").symlink_to("/usr/bin/dirname")
+    res = run(["/bin/bash", str(ROOT / "rpm" / "build-rpms")], env={"PATH": str(bindir)})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "missing tools:" in res.stderr and "rpmbuild" in res.stderr and "apt-get install" in res.stderr
+
+
+def python39() -> str | None:
+    """An interpreter of EL9's Python version, if this host has one."""
+    candidates = [Path("/usr/bin/python3.9"), *sorted(Path.home().glob(".pyenv/versions/3.9*/bin/python3.9"))]
+    return next((str(p) for p in candidates if p.exists()), None)
+
+
+def test_installed_hvnet_runs_under_python39_like_el9(installed_root: Path, tmp_path: Path) -> None:
+    exe = python39()
+    if exe is None:
+        pytest.skip("no python3.9 on this host: the vendored cp39 modules could not be imported here")
+    # the host's OVS library stands in for EL9's python3-openvswitch
+    shim = tmp_path / "os-site"
+    shim.mkdir()
+    (shim / "ovs").symlink_to("/usr/lib/python3/dist-packages/ovs")
+    prefix = installed_root / PREFIX.lstrip("/")
+    code = (
+        "import sys; "
+        f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; sys.path.append({str(shim)!r}); "
+        "import textual, yaml, psutil, numpy, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; "
+        "import tui.app, appliance.cli; assert yaml.__with_libyaml__; "
+        f"fig = plt.figure(); plt.plot([1, 2], [3, 4]); fig.savefig({str(tmp_path / 'plot.png')!r}); "
+        "sys.argv = ['hvnet', '--version']; sys.exit(appliance.cli.main())"
+    )
+    res = run([exe, "-I", "-B", "-c", code], timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "hvnet 0.1.0"
+    assert (tmp_path / "plot.png").stat().st_size > 1000

@@ -1,0 +1,92 @@
+"""Kickstart files: valid for EL9's installer, %post shell clean under shellcheck,
+the policy they write accepted by hvnet."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from appliance.policy.load import load
+
+from ..conftest import ROOT
+from .conftest import run
+
+pytestmark = pytest.mark.pkg
+
+KICKSTARTS = sorted((ROOT / "kickstart").glob("*.ks"))
+
+
+def ksvalidator() -> str:
+    exe = Path(sys.executable).parent / "ksvalidator"
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("ksvalidator")
+    if found is None:
+        pytest.fail("ksvalidator is not installed (pykickstart, in pyproject's dev extras): run .ci/setup-host")
+    return found
+
+
+def sections(text: str, name: str) -> list[str]:
+    """Bodies of every %name section (up to its %end)."""
+    return re.findall(rf"^%{name}\b[^\n]*\n(.*?)^%end\s*$", text, re.S | re.M)
+
+
+def test_there_is_a_kickstart() -> None:
+    assert [p.name for p in KICKSTARTS] == ["hvnet-kvm-host.ks"]
+
+
+@pytest.mark.parametrize("ks", KICKSTARTS, ids=lambda p: p.name)
+def test_ksvalidator_accepts_it_for_rhel9(ks: Path) -> None:
+    res = run([ksvalidator(), "-v", "RHEL9", str(ks)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "problem" not in (res.stdout + res.stderr).lower() and "deprecated" not in res.stderr.lower()
+
+
+@pytest.mark.parametrize("ks", KICKSTARTS, ids=lambda p: p.name)
+def test_post_scripts_pass_shellcheck(ks: Path, tmp_path: Path) -> None:
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed: run .ci/setup-host")
+    text = ks.read_text(encoding="utf-8")
+    posts = sections(text, "post")
+    assert posts, f"{ks.name} has no %post"
+    scripts = list(posts)
+    # scripts %post writes out (heredocs named *_SH) are shell too
+    for post in posts:
+        scripts += re.findall(r"<<'(\w+_SH)'\n(.*?)^\1$", post, re.S | re.M)
+    checked = 0
+    for i, script in enumerate(scripts):
+        body = script[1] if isinstance(script, tuple) else script
+        f = tmp_path / f"script{i}.sh"
+        f.write_text("#!/bin/bash\n" + body)
+        res = run(["shellcheck", "-s", "bash", str(f)])
+        assert res.returncode == 0, f"{ks.name} script {i}:\n{res.stdout}"
+        checked += 1
+    assert checked >= 2, "expected %post and the first-boot script"
+
+
+def test_site_settings_are_one_place_each() -> None:
+    text = (ROOT / "kickstart" / "hvnet-kvm-host.ks").read_text(encoding="utf-8")
+    assert len(re.findall(r"^repo --name=nfv-openvswitch --baseurl=\S+ --install$", text, re.M)) == 1
+    assert len(re.findall(r"^repo --name=hvnet --baseurl=\S+ --install$", text, re.M)) == 1
+    post = sections(text, "post")[0]
+    for var in ("UPLINK", "BRIDGE", "LIBVIRT_NETWORK"):
+        assert len(re.findall(rf"^{var}=", post, re.M)) == 1, var
+    assert "<virtualport type='openvswitch'/>" in post
+    assert "systemctl enable" in post and "hvnet-agent.service" in post and "openvswitch.service" in post
+    assert re.search(r"^%post --log=/root/hvnet-ks-post\.log", text, re.M)
+    assert "/var/log/hvnet/firstboot.log" in post
+
+
+def test_policies_written_by_the_kickstart_and_the_rpm_load(tmp_path: Path) -> None:
+    text = (ROOT / "kickstart" / "hvnet-kvm-host.ks").read_text(encoding="utf-8")
+    m = re.search(r"cat >/etc/hvnet/policy\.yaml <<'EOF'\n(.*?)\nEOF\n", text, re.S)
+    assert m
+    ks_policy = tmp_path / "policy.yaml"
+    ks_policy.write_text(m.group(1) + "\n")
+    for path in (ks_policy, ROOT / "rpm" / "policy.yaml"):
+        policy = load(str(path))
+        assert policy.vifs == [] and not policy.bridges, f"{path}: a default policy must change nothing"
