@@ -73,8 +73,10 @@ def test_site_settings_are_one_place_each() -> None:
     assert len(re.findall(r"^repo --name=nfv-openvswitch --baseurl=\S+ --install$", text, re.M)) == 1
     assert len(re.findall(r"^repo --name=hvnet --baseurl=\S+ --install$", text, re.M)) == 1
     post = sections(text, "post")[0]
-    for var in ("UPLINK", "BRIDGE", "LIBVIRT_NETWORK"):
-        assert len(re.findall(rf"^{var}=", post, re.M)) == 1, var
+    settings = post.split("set -euo pipefail")[0]  # the marked block at the top of %post
+    assert "SITE SETTINGS" in settings
+    for var in ("UPLINK", "BRIDGE", "LIBVIRT_NETWORK", "DEFAULT_VLAN"):
+        assert len(re.findall(rf"^{var}=", settings, re.M)) == 1, var
     assert "<virtualport type='openvswitch'/>" in post
     assert "systemctl enable" in post and "hvnet-agent.service" in post and "openvswitch.service" in post
     assert re.search(r"^%post --log=/root/hvnet-ks-post\.log", text, re.M)
