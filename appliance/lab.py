@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from .switch import Switch
 from .target import DbTarget
 from .topology import Guest, Topology
 from .vm import labguests
+from .vm.gexec import gexec_argv
 
 DEFAULT_LAB_DIR = "/run/hvnet/lab"
 STATE_FILE = "lab.json"
@@ -487,7 +487,7 @@ class Lab:
         """The full argv that runs ``argv`` inside ``guest`` as a local process (output streamed, exit status kept)."""
         if self.guest_kind(guest) == "qemu":
             sock = labguests.GuestFiles(self.run_dir, guest).sock
-            return [sys.executable, "-m", "appliance.vm.gexec", str(sock), "--", *argv]
+            return gexec_argv(str(sock), argv)
         return [proc.which("ip"), "netns", "exec", self.ns_of(guest), *argv]
 
     def guest_exec(self, guest: str, argv: list[str], timeout: float = 30.0, check: bool = False) -> Any:

@@ -26,7 +26,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -66,7 +65,9 @@ _GUEST_SENDER = (
 
 
 def _gexec(channel: str, argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "appliance.vm.gexec", channel, "--", *argv]
+    from ..vm.gexec import gexec_argv
+
+    return gexec_argv(channel, argv, stdin=False)
 
 
 @dataclass

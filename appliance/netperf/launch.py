@@ -60,7 +60,9 @@ class Endpoint:
 
     def wrap(self, argv: list[str]) -> list[str]:
         if self.channel:
-            return [sys.executable, "-m", "appliance.vm.gexec", self.channel, "--", *argv]
+            from ..vm.gexec import gexec_argv
+
+            return gexec_argv(self.channel, argv)
         return proc.in_netns(self.netns, argv) if self.netns else list(argv)
 
     def tool(self, name: str, host_path: str) -> str:

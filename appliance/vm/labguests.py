@@ -57,8 +57,10 @@ class GuestFiles:
 
 
 def cmdline(g: Guest) -> str:
-    """The probe kernel's command line: console on the serial port, the guest's address."""
-    return f"console=ttyS0 panic=-1 quiet hvnet.ip={g.ip} hvnet.name={g.name}"
+    """The probe kernel's command line: console on the serial port, the guest's address and name."""
+    from .image import kernel_cmdline
+
+    return kernel_cmdline(g.ip, extra=[f"hvnet.hostname={g.name}"])
 
 
 def _quiet(_ctx: Any, _err: Any) -> None:

@@ -31,6 +31,7 @@ URI = "qemu:///system"
 LIBVIRT_SOCK = Path("/run/libvirt/libvirt-sock")
 VIRTLOGD_SOCK = Path("/run/libvirt/virtlogd-sock")
 SYSTEM_OVS_SOCK = Path("/var/run/openvswitch/db.sock")
+LIBVIRTD_PIDFILE = Path("/run/libvirtd.pid")
 DIRS = ("/var/log/libvirt", "/var/lib/libvirt", "/var/cache/libvirt", "/run/libvirt")
 PACKAGES = "libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 (Debian)"
 
@@ -121,6 +122,14 @@ def ensure(run_dir: Path, ovs_rundir: Path) -> Daemons:
     out = Daemons()
     lab_sock = ovs_rundir / "db.sock"
     if _listening(LIBVIRT_SOCK):
+        served = serving_ovs_rundir()
+        if served is not None:
+            if Path(served).resolve() == ovs_rundir.resolve():
+                return out  # a libvirtd started for this very switch (an earlier 'lab up')
+            raise LabError(
+                f"libvirtd is already running for the OVS in {served} (another lab?), not this lab's {ovs_rundir}",
+                hint=f"bring that lab down first (HVNET_LAB_DIR={served} hvnet lab down)",
+            )
         # The host's own libvirtd: it will run ovs-vsctl against the default path.
         if SYSTEM_OVS_SOCK.is_symlink() and os.readlink(SYSTEM_OVS_SOCK) == str(lab_sock):
             return out
@@ -144,6 +153,19 @@ def ensure(run_dir: Path, ovs_rundir: Path) -> Daemons:
     )
     out.actions.append(f"started libvirtd (pid {out.started['libvirtd']}) with OVS_RUNDIR={ovs_rundir}")
     return out
+
+
+def serving_ovs_rundir() -> str | None:
+    """The ``OVS_RUNDIR`` the running libvirtd was started with (a lab's), or None (the system's)."""
+    try:
+        pid = int(Path(LIBVIRTD_PIDFILE).read_text().strip())
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    for item in env:
+        if item.startswith(b"OVS_RUNDIR="):
+            return item.split(b"=", 1)[1].decode(errors="replace")
+    return None
 
 
 def is_ours(pid: int, daemon: str) -> bool:
