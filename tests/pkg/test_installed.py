@@ -98,6 +98,19 @@ def test_installed_agent_applies_and_reloads_a_policy(lab: Lab, installed_root: 
         assert agent.wait(timeout=15) == 0, (tmp_path / "agent.log").read_text()
 
 
+def test_installed_apply_no_commit_rolls_back_by_itself(lab: Lab, installed_root: Path, tmp_path: Path) -> None:
+    """The rollback watcher is a second process ('python3 -m appliance'): it must find
+    the installed prefix too."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nvifs:\n  - port: vif3.0\n    vlan: {mode: access, tag: 9}\n")
+    assert port_tag(lab, "vif3.0") == "2"
+    res = hvnet(installed_root, "apply", "--no-commit", "--timeout", "5", str(policy))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert port_tag(lab, "vif3.0") == "9"
+    assert wait_for(lambda: port_tag(lab, "vif3.0") == "2", 30), "the installed rollback watcher did not roll back"
+    assert not list((installed_root / "usr/lib64/hvnet").rglob("__pycache__"))
+
+
 def netperf_tcp_rr(lab: Lab, client: str, server: str, netperf: Path, netserver: Path, tmp_path: Path) -> float:
     """One second of TCP_RR from ``client`` to a netserver started in ``server``; transactions/s."""
     argv = ["ip", "netns", "exec", lab.ns_of(server), str(netserver), "-D", "-4", "-p", "12865"]

@@ -48,3 +48,15 @@ def test_logrotate_configuration_parses(installed_root: Path, tmp_path: Path) ->
     assert res.returncode == 0, res.stdout + res.stderr
     assert "error" not in res.stderr.lower(), res.stderr
     assert "/var/log/hvnet/audit.jsonl" in res.stderr, res.stderr
+
+
+def test_an_invalid_policy_stops_the_agent_with_the_status_the_unit_does_not_restart(
+    installed_root: Path, tmp_path: Path
+) -> None:
+    unit = (installed_root / "usr/lib/systemd/system/hvnet-agent.service").read_text()
+    assert "RestartPreventExitStatus=2" in unit
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("version: 2\nvifs: {}\n")
+    res = run([str(installed_root / "usr/bin/hvnet"), "agent", "--policy", str(bad)])
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"{bad}:1: version" in res.stderr, res.stderr
