@@ -36,7 +36,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from pip._vendor.packaging.markers import Marker  # pip's own copy: nothing else to install
+# pip's own copy of 'packaging': the venv that runs this needs nothing but pip
 from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.utils import canonicalize_name
 from pip._vendor.packaging.version import Version
@@ -155,28 +155,37 @@ def target_args(pyver: str, abi: str) -> list[str]:
 
 def closure_problems(wheels: dict[str, tuple[str, list[str], str]], roots: list[str], pyver: str) -> list[str]:
     """What the set of wheels lacks for ``roots`` on python ``pyver`` (markers and extras honoured)."""
-    problems: list[str] = []
+    problems = []
+    for name, line, dep in _requirements(wheels, roots, pyver):
+        if dep not in wheels:
+            problems.append(f"{name} needs {line!r} on python {pyver}; it is not in the set")
+        elif not Requirement(line).specifier.contains(Version(wheels[dep][0]), prereleases=True):
+            problems.append(f"{name} {wheels[name][0]} needs {line!r}; the set has {dep} {wheels[dep][0]}")
+    return problems
+
+
+def _requirements(
+    wheels: dict[str, tuple[str, list[str], str]], roots: list[str], pyver: str
+) -> list[tuple[str, str, str]]:
+    """(requiring package, Requires-Dist line, required name) for everything ``roots``
+    pull in on python ``pyver``, as far as the set's wheels say."""
+    out = []
     seen: set[tuple[str, str]] = set()
     todo = [(r, "") for r in roots]
     while todo:
         name, extra = todo.pop()
-        if (name, extra) in seen:
+        if (name, extra) in seen or name not in wheels:
             continue
         seen.add((name, extra))
-        if name not in wheels:
-            problems.append(f"{name} is needed on python {pyver} but not in the set")
-            continue
-        version, requires, _ = wheels[name]
-        for line in requires:
+        for line in wheels[name][1]:
             req = Requirement(line)
             if req.marker is not None and not req.marker.evaluate(marker_env(pyver, extra)):
                 continue
             dep = canonicalize_name(req.name)
-            if dep in wheels and not req.specifier.contains(Version(wheels[dep][0]), prereleases=True):
-                problems.append(f"{name} {version} needs {line!r}; the set has {dep} {wheels[dep][0]}")
+            out.append((name, line, dep))
             todo.append((dep, ""))
             todo.extend((dep, e) for e in req.extras)
-    return problems
+    return out
 
 
 def scan(directory: Path) -> dict[str, tuple[str, list[str], str]]:
@@ -203,7 +212,7 @@ def cmd_lock(args: argparse.Namespace) -> None:
     roots = sorted(pins)
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {}
-        for pyver, abi in PYTHONS:
+        for _pyver, abi in PYTHONS:
             d = Path(tmp) / abi
             d.mkdir()
             dirs[abi] = d
@@ -214,12 +223,15 @@ def cmd_lock(args: argparse.Namespace) -> None:
         for _ in range(10):
             pip("download", "-q", "-d", str(dirs[oldest_abi]), *target_args(oldest, oldest_abi), *reqs)
             wheels = scan(dirs[oldest_abi])
-            missing = [p for p in closure_problems(wheels, roots, oldest) if "not in the set" in p]
-            if not missing:
+            reqs = sorted(
+                {
+                    str(Requirement(line)).split(";")[0]
+                    for _, line, dep in _requirements(wheels, roots, oldest)
+                    if dep not in wheels
+                }
+            )
+            if not reqs:
                 break
-            reqs = [p.split()[0] for p in missing]
-            # the specifier comes from the requirement line; let pip pick within it
-            reqs = [str(Requirement(line)).split(";")[0] for line in _lines_for(wheels, reqs, oldest)]
         else:
             raise VendorError("dependency resolution did not converge")
         problems = closure_problems(wheels, roots, oldest)
@@ -260,18 +272,6 @@ def cmd_lock(args: argparse.Namespace) -> None:
     text = "\n".join(_join_continuations(lines)) + "\n"
     Path(args.lock).write_text(text, encoding="utf-8")
     say(f"wrote {args.lock}: {len(chosen)} packages")
-
-
-def _lines_for(wheels: dict[str, tuple[str, list[str], str]], names: list[str], pyver: str) -> list[str]:
-    out = []
-    for _name, (_v, requires, _rp) in wheels.items():
-        for line in requires:
-            req = Requirement(line)
-            if canonicalize_name(req.name) in names and (
-                req.marker is None or any(req.marker.evaluate(marker_env(pyver, e)) for e in ("",))
-            ):
-                out.append(line)
-    return out or names
 
 
 def _join_continuations(lines: list[str]) -> list[str]:
@@ -346,9 +346,7 @@ def cmd_build(args: argparse.Namespace) -> None:
                     )
                     stamp.touch()
                 wanted = _wanted_wheels(wheels_dir, versions)
-                problems = closure_problems(
-                    {n: v for n, v in scan_files(wanted).items()}, sorted(pins), pyver
-                )
+                problems = closure_problems(scan_files(wanted), sorted(pins), pyver)
                 if problems:
                     raise VendorError(f"python {pyver}: " + "; ".join(problems))
                 tree = Path(tmp) / abi
