@@ -118,19 +118,22 @@ def up(
     from .image import build_image
 
     run_dir = switch.run_dir
-    daemons = libvirtd.ensure(run_dir, run_dir)
-    lv = state.setdefault("libvirt", {"started": {}, "linked": None})
-    lv["started"].update(daemons.started)
-    lv["linked"] = lv.get("linked") or daemons.linked
-    save()
-    actions.extend(daemons.actions)
-
+    why = libvirtd.available()
+    if why:
+        raise LabError(f"QEMU guests need libvirt: {why}", hint="run .ci/setup-host, or use namespace guests only")
     image = build_image()
     actions.append(f"probe image {image.digest[:12]}: {'built' if image.built else 'cached'} ({image.initrd})")
     acc = accel.detect(Path(image.kernel), Path(image.initrd))
     state["accel"] = {"domain_type": acc.domain_type, "reason": acc.reason}
     save()
     actions.append(f"guests run under {acc.name}: {acc.reason}")
+
+    daemons = libvirtd.ensure(run_dir, run_dir, kvm_works=acc.domain_type == "kvm")
+    lv = state.setdefault("libvirt", {"started": {}, "linked": None})
+    lv["started"].update(daemons.started)
+    lv["linked"] = lv.get("linked") or daemons.linked
+    save()
+    actions.extend(daemons.actions)
 
     conn = _open()
     try:

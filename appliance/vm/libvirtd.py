@@ -86,9 +86,19 @@ def _ensure_accounts() -> list[str]:
     return done
 
 
-def _start(daemon: str, sock: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 15.0) -> int:
+# Run in a private mount namespace with /dev/null over /dev/kvm: the daemon (and the QEMUs it starts)
+# cannot see a KVM that does not work.  The only value passed is the daemon's path, as "$0".
+_WITHOUT_KVM = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind /dev/null /dev/kvm && exec "$0"']  # fmt: skip
+
+
+def _start(
+    daemon: str, sock: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 15.0, hide_kvm: bool = False
+) -> int:
     """Start ``daemon`` in the foreground of its own session; wait for its socket."""
     argv = [proc.which(daemon)]
+    if hide_kvm and os.path.exists("/dev/kvm"):
+        argv = [proc.which("unshare"), *_WITHOUT_KVM[1:], argv[0]]
     with open(log, "ab") as out:
         p = subprocess.Popen(
             argv,
@@ -110,8 +120,12 @@ def _start(daemon: str, sock: Path, log: Path, env: dict[str, str] | None = None
     raise LabError(f"{daemon} did not open {sock} within {timeout:g} s", hint=f"see {log}")
 
 
-def ensure(run_dir: Path, ovs_rundir: Path) -> Daemons:
+def ensure(run_dir: Path, ovs_rundir: Path, kvm_works: bool = True) -> Daemons:
     """libvirtd reachable and pointed at the switch in ``ovs_rundir``.
+
+    With ``kvm_works=False`` a libvirtd hvnet starts does not see ``/dev/kvm``: where KVM is
+    present but broken, libvirt re-probes it on every domain definition (~30-50 s each here);
+    hidden, a definition takes milliseconds.  A libvirtd already running is left as it is.
 
     Raises :class:`LabError` (changing nothing) if a libvirtd that hvnet did
     not start would have to be pointed at a socket path a system OVS owns.
@@ -148,10 +162,14 @@ def ensure(run_dir: Path, ovs_rundir: Path) -> Daemons:
     if not _listening(VIRTLOGD_SOCK):
         out.started["virtlogd"] = _start("virtlogd", VIRTLOGD_SOCK, run_dir / "virtlogd.log")
         out.actions.append(f"started virtlogd (pid {out.started['virtlogd']})")
+    hide = not kvm_works and os.path.exists("/dev/kvm")
     out.started["libvirtd"] = _start(
-        "libvirtd", LIBVIRT_SOCK, run_dir / "libvirtd.log", env={"OVS_RUNDIR": str(ovs_rundir)}
+        "libvirtd", LIBVIRT_SOCK, run_dir / "libvirtd.log", env={"OVS_RUNDIR": str(ovs_rundir)}, hide_kvm=hide
     )
-    out.actions.append(f"started libvirtd (pid {out.started['libvirtd']}) with OVS_RUNDIR={ovs_rundir}")
+    out.actions.append(
+        f"started libvirtd (pid {out.started['libvirtd']}) with OVS_RUNDIR={ovs_rundir}"
+        + (", /dev/kvm hidden from it (KVM does not boot guests here)" if hide else "")
+    )
     return out
 
 

@@ -405,9 +405,12 @@ def main() -> int:
     for line in bench_netperf():
         print(line)
     print()
-    from vm_bench import bench_boot
+    from vm_bench import bench_boot, bench_vm_rr
 
     for line in bench_boot():
+        print(line)
+    print()
+    for line in bench_vm_rr():
         print(line)
     return 0
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -56,6 +57,75 @@ def bench_boot() -> list[str]:
     ]
 
 
+RR_TOPOLOGY = """\
+name: bench-vm
+hypervisor: libvirt
+bridges: [{name: brb, datapath_type: netdev}]
+guests:
+  - {name: NSA, ip: 10.9.0.1/24, tag: 10}
+  - {name: NSB, ip: 10.9.0.2/24, tag: 10}
+  - {name: VMA, kind: qemu, ip: 10.9.0.11/24, tag: 10}
+"""
+RR_SECONDS = 5
+RR_ROUNDS = 3
+
+
+def _rr(lab: Any, client: str, server_ip: str) -> float:
+    argv = lab.exec_argv(client, ["netperf", "-H", server_ip, "-t", "TCP_RR", "-l", str(RR_SECONDS), "-P", "0",
+                                  "--", "-o", "THROUGHPUT"])  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=RR_SECONDS + 60, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def bench_vm_rr() -> list[str]:
+    """TCP_RR with a QEMU guest at one end against namespace<->namespace, measured alternately in one run.
+
+    What a TCG guest costs, so nobody reads a VM's figures as the switch's: the same switch, VLAN and
+    netperf, only the endpoint differs.
+    """
+    from appliance.lab import Lab
+    from appliance.topology import load as load_topology
+    from appliance.vm import libvirtd
+
+    why = libvirtd.available()
+    if why:
+        return [f"QEMU guest TCP_RR: not measured ({why})"]
+    with tempfile.TemporaryDirectory(prefix="hvnet-bench-vm-") as tmp:
+        topo_file = Path(tmp) / "bench-vm.yaml"
+        topo_file.write_text(RR_TOPOLOGY)
+        lab = Lab(Path(tmp) / "lab")
+        servers: list[subprocess.Popen] = []
+        try:
+            start = time.perf_counter()
+            lab.up(load_topology(topo_file))
+            up_s = time.perf_counter() - start
+            accel = lab.state.get("accel", {}).get("domain_type", "?")
+            for guest in ("NSB", "VMA"):
+                servers.append(subprocess.Popen(lab.exec_argv(guest, ["netserver", "-D", "-4"]),
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            time.sleep(1.0)
+            ns_ns, ns_vm, vm_ns = [], [], []
+            for _ in range(RR_ROUNDS):
+                ns_ns.append(_rr(lab, "NSA", "10.9.0.2"))
+                ns_vm.append(_rr(lab, "NSA", "10.9.0.11"))
+                vm_ns.append(_rr(lab, "VMA", "10.9.0.2"))
+        finally:
+            for p in servers:
+                p.terminate()
+                p.wait(timeout=10)
+            lab.down()
+    a, b, c = (statistics.median(x) for x in (ns_ns, ns_vm, vm_ns))
+    kind = "TCG" if accel == "qemu" else "KVM"
+    return [
+        f"QEMU guest vs namespace, TCP_RR {RR_SECONDS} s, median of {RR_ROUNDS} alternating rounds (guest under {kind})",
+        f"  lab up with one QEMU guest (libvirt define+start, boot, ready)  {up_s:6.1f} s",
+        f"  namespace -> namespace            {a:9.0f} trans/s   1.00x",
+        f"  namespace -> QEMU guest netserver {b:9.0f} trans/s   {b / a:.2f}x",
+        f"  QEMU guest netperf -> namespace   {c:9.0f} trans/s   {c / a:.2f}x",
+        "  (the VM rows measure the emulated guest as much as the switch: compare switch changes ns<->ns)",
+    ]
+
+
 if __name__ == "__main__":
-    for line in bench_boot():
+    for line in [*bench_boot(), "", *bench_vm_rr()]:
         print(line)
