@@ -148,6 +148,8 @@ def _in_guest(ep: Endpoint, argv: list[str], timeout: float = 10.0) -> tuple[int
         return res.returncode, res.stdout
     except ChannelError as exc:
         return -1, str(exc)
+    except subprocess.TimeoutExpired:
+        return -1, f"{argv[0]} did not finish within {timeout:g} s"
 
 
 def guest_down_reason(ep: Endpoint) -> str | None:

@@ -62,7 +62,7 @@ class Endpoint:
         if self.channel:
             from ..vm.gexec import gexec_argv
 
-            return gexec_argv(self.channel, argv)
+            return gexec_argv(self.channel, argv, stdin=False)  # never hvnet's own stdin
         return proc.in_netns(self.netns, argv) if self.netns else list(argv)
 
     def tool(self, name: str, host_path: str) -> str:

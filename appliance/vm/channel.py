@@ -376,8 +376,10 @@ def start_mux(
     """
     pidfile = Path(pidfile)
     running = mux_pid(pidfile)
-    if running is not None and Path(listen).exists():
-        return running
+    if running is not None:
+        if Path(listen).exists():
+            return running
+        stop_mux(pidfile)  # alive but its socket is gone: replace it rather than leave it orphaned
     argv = [
         # -W: appliance/__init__ imports this module before runpy runs it, which is harmless.
         sys.executable, "-W", "ignore::RuntimeWarning", "-m", "appliance.vm.channel", "mux",
@@ -408,7 +410,10 @@ def stop_mux(pidfile: str | Path, timeout: float = 5.0) -> bool:
     pid = mux_pid(pidfile)
     if pid is None:
         return False
-    os.kill(pid, signal.SIGTERM)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _gone(pid):

@@ -14,7 +14,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-CHANNEL_NAME = "org.hvnet.agent"
+from .protocol import PORT_NAME
+
+CHANNEL_NAME = PORT_NAME
 
 
 @dataclass(frozen=True)

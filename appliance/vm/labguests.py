@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LabError
+from ..names import state_name
 from ..switch import Switch
 from ..topology import Guest, Topology
 from . import accel, libvirtd
@@ -33,8 +34,6 @@ from .domain import DomainSpec, Nic, domain_xml
 
 READY_TIMEOUT_S = 90.0  # boot under TCG takes seconds; 2 cores booting 4 guests at once take longer
 QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
-STATE_NAMES = {0: "no state", 1: "running", 2: "blocked", 3: "paused", 4: "shutting down",
-               5: "shut off", 6: "crashed", 7: "suspended (PM)"}  # fmt: skip
 
 
 def domain_name(guest: str) -> str:
@@ -142,8 +141,11 @@ def up(
             files.dir.mkdir(parents=True, exist_ok=True)
             name = domain_name(g.name)
             dom = _lookup(conn, name)
+            if dom is not None and dom.UUIDString() != g.vm_uuid(t.name):
+                raise LabError(f"libvirt domain {name} exists and is not this lab's guest (another uuid)",
+                               hint=f"rename or undefine that domain, or rename guest {g.name}")  # fmt: skip
+            record("domains", name)  # the lab's uuid: ours, even when defined by an earlier 'lab up'
             if dom is None:
-                record("domains", name)
                 spec = DomainSpec(
                     name=name,
                     uuid=g.vm_uuid(t.name),
@@ -223,7 +225,7 @@ def domain_state(name: str) -> str | None:
         return None
     try:
         dom = _lookup(conn, name)
-        return None if dom is None else STATE_NAMES.get(dom.state()[0], "unknown")
+        return None if dom is None else state_name(dom.state()[0])
     finally:
         conn.close()
 

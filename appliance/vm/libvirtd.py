@@ -163,9 +163,13 @@ def ensure(run_dir: Path, ovs_rundir: Path, kvm_works: bool = True) -> Daemons:
         out.started["virtlogd"] = _start("virtlogd", VIRTLOGD_SOCK, run_dir / "virtlogd.log")
         out.actions.append(f"started virtlogd (pid {out.started['virtlogd']})")
     hide = not kvm_works and os.path.exists("/dev/kvm")
-    out.started["libvirtd"] = _start(
-        "libvirtd", LIBVIRT_SOCK, run_dir / "libvirtd.log", env={"OVS_RUNDIR": str(ovs_rundir)}, hide_kvm=hide
-    )
+    try:
+        out.started["libvirtd"] = _start(
+            "libvirtd", LIBVIRT_SOCK, run_dir / "libvirtd.log", env={"OVS_RUNDIR": str(ovs_rundir)}, hide_kvm=hide
+        )
+    except LabError:
+        release(out.started, None)  # the virtlogd started above is recorded nowhere else
+        raise
     out.actions.append(
         f"started libvirtd (pid {out.started['libvirtd']}) with OVS_RUNDIR={ovs_rundir}"
         + (", /dev/kvm hidden from it (KVM does not boot guests here)" if hide else "")

@@ -115,7 +115,7 @@ def bench_vm_rr() -> list[str]:
                 p.wait(timeout=10)
             lab.down()
     a, b, c = (statistics.median(x) for x in (ns_ns, ns_vm, vm_ns))
-    kind = "TCG" if accel == "qemu" else "KVM"
+    kind = {"qemu": "TCG", "kvm": "KVM"}.get(accel, "an unknown accelerator")
     return [
         f"QEMU guest vs namespace, TCP_RR {RR_SECONDS} s, median of {RR_ROUNDS} alternating rounds (guest under {kind})",
         f"  lab up with one QEMU guest (libvirt define+start, boot, ready)  {up_s:6.1f} s",

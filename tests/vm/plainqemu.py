@@ -1,6 +1,6 @@
 """Boot the probe image with plain QEMU (no libvirt): for the image tests and the boot benchmark.
 
-Always TCG: KVM exists on these machines but its guests hang (PLATFORM.md);
+Always TCG: on some hosts /dev/kvm exists but its guests hang (see appliance/vm/accel.py);
 the lab detects the accelerator, these tests only need a guest that boots.
 Everything started here is stopped by pid, and only when /proc confirms the
 pid is still the process that was started.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
