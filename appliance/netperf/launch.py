@@ -153,6 +153,7 @@ class Batch:
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     ready: int = 0  # launchers that reported ready before the release
     finished_ns: Optional[int] = None  # when the last instance was reaped
+    cpu_unmeasured: int = 0  # VM instances whose guest CPU never came back (their CPU is unknown, not 0)
     _go_w: Optional[int] = None
 
     def out_path(self, i: int) -> Path:
@@ -265,6 +266,7 @@ class Batch:
                 guest_cpu = read_guest_cpu(self.err_path(i))
                 self.outcomes[i].cpu_s = guest_cpu if guest_cpu is not None else 0.0
                 self.outcomes[i].launcher_cpu_s = 0.0
+                self.cpu_unmeasured += guest_cpu is None
 
     def kill(self) -> None:
         """Stop every instance still running (error paths); by PID, only ours."""

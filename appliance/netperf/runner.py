@@ -470,8 +470,12 @@ class Runner:
         cpu["netperf_pct_of_core"] = round(100.0 * netperf_cpu / max(span, 1e-3), 1)
         if self.client.in_vm:
             cpu["netperf_cpu_measured_in"] = f"QEMU guest {self.client.name} (its own accounting of its CPU)"
+            if batch.cpu_unmeasured:
+                cpu["netperf_pct_of_core"] = None  # unknown, never a made-up 0
         agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
         notes = self._notes(step, agg)
+        if batch.cpu_unmeasured:
+            notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
         if batch.ready < step.concurrency:
             notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
         if self.netserver is not None and not self.netserver.alive():

@@ -53,18 +53,21 @@ def _hello(chan: Path, deadline: float, qemu: subprocess.Popen) -> bool:
             time.sleep(0.1)
             continue
         with s:
-            s.sendall(encode({"op": "hello"}))
-            s.settimeout(0.5)
-            while time.monotonic() < deadline and qemu.poll() is None:
-                try:
-                    data = s.recv(65536)
-                except socket.timeout:
-                    s.sendall(encode({"op": "hello"}))
-                    continue
-                if not data:
-                    break
-                if any(m.get("ev") == "hello" for m in dec.feed(data)):
-                    return True
+            try:
+                s.sendall(encode({"op": "hello"}))
+                s.settimeout(0.5)
+                while time.monotonic() < deadline and qemu.poll() is None:
+                    try:
+                        data = s.recv(65536)
+                    except socket.timeout:
+                        s.sendall(encode({"op": "hello"}))
+                        continue
+                    if not data:
+                        break
+                    if any(m.get("ev") == "hello" for m in dec.feed(data)):
+                        return True
+            except OSError:  # QEMU went away mid-conversation: no answer, so no KVM
+                time.sleep(0.1)
     return False
 
 

@@ -528,7 +528,10 @@ def _cached(final: Path, digest: str, start: float) -> ProbeImage | None:
     manifest_path = final / "manifest.json"
     if not manifest_path.exists():
         return None
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        return None  # a damaged cache entry is rebuilt, not trusted
     return ProbeImage(
         kernel=final / "vmlinuz",
         initrd=final / "initrd.img",

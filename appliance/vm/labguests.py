@@ -234,6 +234,16 @@ def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: P
     """Remove the lab's domains, multiplexers, files and the daemons it started."""
     domains = recorded("domains")
     uuids = {domain_name(g["name"]): g.get("vm_uuid") for g in state.get("guests", []) if g.get("kind") == "qemu"}
+    lv = state.setdefault("libvirt", {"started": {}, "linked": None})
+    if domains and not libvirtd.available() and not libvirtd._listening(libvirtd.LIBVIRT_SOCK):
+        # The definitions outlive libvirtd (a crash, a reboot): start it again to remove them,
+        # rather than leave domains behind that would block the next 'lab up'.
+        try:
+            again = libvirtd.ensure(run_dir, run_dir, kvm_works=state.get("accel", {}).get("domain_type") == "kvm")
+            lv.setdefault("started", {}).update(again.started)
+            lv["linked"] = lv.get("linked") or again.linked
+        except LabError as exc:
+            actions.append(f"could not remove domains {', '.join(domains)}: {exc}")
     if domains and libvirtd._listening(libvirtd.LIBVIRT_SOCK) and not libvirtd.available():
         import libvirt
 
@@ -259,7 +269,6 @@ def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: P
     for pidfile in recorded("muxes"):
         if stop_mux(pidfile):
             actions.append(f"stopped the channel multiplexer {Path(pidfile).stem.split('.')[0]}")
-    lv = state.get("libvirt") or {}
     actions.extend(libvirtd.release(lv.get("started", {}), lv.get("linked")))
 
 
