@@ -269,7 +269,7 @@ def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: P
     for pidfile in recorded("muxes"):
         if stop_mux(pidfile):
             actions.append(f"stopped the channel multiplexer {Path(pidfile).stem.split('.')[0]}")
-    actions.extend(libvirtd.release(lv.get("started", {}), lv.get("linked")))
+    actions.extend(libvirtd.release(lv.get("started", {}), lv.get("linked"), run_dir))
 
 
 def status(g: dict[str, Any], switch: Switch, run_dir: Path) -> dict[str, Any]:

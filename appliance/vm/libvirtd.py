@@ -32,6 +32,7 @@ LIBVIRT_SOCK = Path("/run/libvirt/libvirt-sock")
 VIRTLOGD_SOCK = Path("/run/libvirt/virtlogd-sock")
 SYSTEM_OVS_SOCK = Path("/var/run/openvswitch/db.sock")
 LIBVIRTD_PIDFILE = Path("/run/libvirtd.pid")
+OWNER_VAR = "HVNET_LAB_RUN_DIR"  # in the environment of the daemons a lab started: whose they are
 DIRS = ("/var/log/libvirt", "/var/lib/libvirt", "/var/cache/libvirt", "/run/libvirt")
 PACKAGES = "libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 (Debian)"
 
@@ -105,7 +106,7 @@ def _start(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), OWNER_VAR: str(log.parent)},
             start_new_session=True,
             cwd="/",
         )
@@ -168,7 +169,7 @@ def ensure(run_dir: Path, ovs_rundir: Path, kvm_works: bool = True) -> Daemons:
             "libvirtd", LIBVIRT_SOCK, run_dir / "libvirtd.log", env={"OVS_RUNDIR": str(ovs_rundir)}, hide_kvm=hide
         )
     except LabError:
-        release(out.started, None)  # the virtlogd started above is recorded nowhere else
+        release(out.started, None, run_dir)  # the virtlogd started above is recorded nowhere else
         raise
     out.actions.append(
         f"started libvirtd (pid {out.started['libvirtd']}) with OVS_RUNDIR={ovs_rundir}"
@@ -190,21 +191,23 @@ def serving_ovs_rundir() -> str | None:
     return None
 
 
-def is_ours(pid: int, daemon: str) -> bool:
-    """True if ``pid`` is still the ``daemon`` hvnet started (not a reused PID)."""
+def is_ours(pid: int, daemon: str, run_dir: Path) -> bool:
+    """True if ``pid`` is still the ``daemon`` this lab started: its program and the owner mark
+    in its environment both match (a reused PID, or another lab's daemon, is never stopped)."""
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-    return os.path.basename(cmd) == daemon
+    return os.path.basename(cmd) == daemon and f"{OWNER_VAR}={run_dir}".encode() in env
 
 
-def release(started: dict[str, int], linked: str | None) -> list[str]:
-    """Stop the daemons hvnet started (libvirtd first) and remove its link; returns what was done."""
+def release(started: dict[str, int], linked: str | None, run_dir: Path) -> list[str]:
+    """Stop the daemons this lab started (libvirtd first) and remove its link; returns what was done."""
     done = []
     for daemon in ("libvirtd", "virtlogd"):
         pid = started.get(daemon)
-        if pid and is_ours(pid, daemon):
+        if pid and is_ours(pid, daemon, run_dir):
             stop_pid(pid, timeout=10.0)
             done.append(f"stopped {daemon} (pid {pid})")
     if linked and Path(linked).is_symlink():

@@ -151,5 +151,5 @@ def test_inventory_shows_libvirt_domains(tmp_path: Path) -> None:
             finally:
                 conn.close()
         if daemons is not None:
-            libvirtd.release(daemons.started, daemons.linked)
+            libvirtd.release(daemons.started, daemons.linked, tmp_path)
         sw.stop()
