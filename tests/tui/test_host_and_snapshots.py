@@ -93,15 +93,15 @@ async def test_snapshots(lab, size) -> None:
     try:
         async with app.run_test(size=size) as pilot:
             assert await wait_until(pilot, lambda: "cpu0" in screen_text(app), 5.0)
-            assert_snapshot(app, "host", extra)
+            await assert_snapshot(pilot, app, "host", extra)
             table = await _settled_vifs(pilot, app)
-            assert_snapshot(app, "vifs", extra)
+            await assert_snapshot(pilot, app, "vifs", extra)
             table.move_cursor(row=[k.value for k in table.rows].index("vif3.0"))
             await pilot.press("enter")
             assert await wait_until(pilot, lambda: isinstance(app.screen, EditVifDialog))
             assert await wait_until(pilot, lambda: app.screen.state is not None)
             app.screen.query_one("#tag").value = "9999"
             assert await wait_until(pilot, lambda: "✗ Tag" in screen_text(app))
-            assert_snapshot(app, "edit-vif", extra)
+            await assert_snapshot(pilot, app, "edit-vif", extra)
     finally:
         app.backend.close()

@@ -128,6 +128,6 @@ async def test_isolation_snapshots(lab, size: tuple[int, int]) -> None:
             await pilot.press("r")
             assert await wait_until(pilot, lambda: screen.result is not None, CHECK_TIMEOUT_S)
             await pilot.pause(0.2)
-            assert_snapshot(app, "isolation")
+            await assert_snapshot(pilot, app, "isolation")
     finally:
         conn.close()

@@ -120,6 +120,6 @@ async def test_log_snapshots(lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             assert await wait_until(pilot, lambda: screen.query_one("#audit", DataTable).row_count == 2)
             assert await wait_until(pilot, lambda: screen.query_one("#messages", DataTable).row_count >= 1)
             await pilot.pause(0.2)
-            assert_snapshot(app, "log")
+            await assert_snapshot(pilot, app, "log")
     finally:
         conn.close()

@@ -218,10 +218,10 @@ async def test_snapshots(clean: Lab, size: tuple[int, int]) -> None:
             screen_text(app)
         )
         await pilot.pause(0.2)
-        assert_snapshot(app, "mirrors")
+        await assert_snapshot(pilot, app, "mirrors")
         await open_dialog(app, pilot)
         await pilot.pause(0.2)
-        assert_snapshot(app, "mirror-dialog")
+        await assert_snapshot(pilot, app, "mirror-dialog")
 
 
 def test_rate_is_measured_between_counter_changes() -> None:

@@ -223,6 +223,6 @@ async def test_snapshot(lab, tmp_path: Path, monkeypatch, size: tuple[int, int])
             screen = await open_suites(pilot, app)
             assert await wait_until(pilot, lambda: "shipped suites" in status(screen), 5)
             await pilot.pause(0.2)
-            assert_snapshot(app, "suites")
+            await assert_snapshot(pilot, app, "suites")
     finally:
         conn.close()
