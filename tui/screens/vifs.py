@@ -180,7 +180,9 @@ class VifsScreen(Screen[None]):
             return
         from ..dialogs.edit_vif import EditVifDialog  # loaded when first used
 
-        self.app.push_screen(EditVifDialog(port))
+        # The dialog's apply installs meters/qdiscs after its OVSDB commit, so a check triggered by the
+        # commit alone can run too early: check this VIF again once the dialog is closed.
+        self.app.push_screen(EditVifDialog(port), callback=lambda _result: self.check_enforcement({port}))
 
     def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_edit()
