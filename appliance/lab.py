@@ -401,9 +401,11 @@ class Lab:
     def status(self) -> dict[str, Any]:
         """Daemons, guests and their devices as they are now."""
         guests = []
-        for g in self.state.get("guests", []):
-            if g.get("kind") == "qemu":
-                guests.append(labguests.status(g, self.switch, self.run_dir))
+        recorded = self.state.get("guests", [])
+        vms = labguests.statuses([g for g in recorded if g.get("kind") == "qemu"], self.switch, self.run_dir)
+        for g in recorded:
+            if g["name"] in vms:
+                guests.append(vms[g["name"]])
                 continue
             guests.append(
                 {

@@ -259,7 +259,7 @@ class LibvirtDomains:
                 log.debug("libvirt at %s not reachable: %s", self.uri, why)
                 self._failed_at = now
                 return False
-            _quiet_libvirt()
+            quiet_libvirt()
             try:
                 self._conn = libvirt.openReadOnly(self.uri)
             except libvirt.libvirtError as exc:
@@ -332,7 +332,7 @@ def libvirt_source(uri: str) -> LibvirtDomains:
         return _sources[uri]
 
 
-def _quiet_libvirt() -> None:
+def quiet_libvirt() -> None:
     """libvirt prints every error on stderr by default; hvnet reports them itself (or not at all)."""
     import libvirt
 

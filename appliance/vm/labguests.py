@@ -18,6 +18,7 @@ their logs, and the daemons the lab started.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LabError
-from ..names import state_name
+from ..names import quiet_libvirt, state_name
 from ..switch import Switch
 from ..topology import Guest, Topology
 from . import accel, libvirtd
@@ -62,14 +63,10 @@ def cmdline(g: Guest) -> str:
     return kernel_cmdline(g.ip, extra=[f"hvnet.hostname={g.name}"])
 
 
-def _quiet(_ctx: Any, _err: Any) -> None:
-    """libvirt prints every error to stderr by default; hvnet reports the ones that matter itself."""
-
-
 def _open(uri: str = libvirtd.URI) -> Any:
     import libvirt
 
-    libvirt.registerErrorHandler(_quiet, None)
+    quiet_libvirt()
     try:
         return libvirt.open(uri)
     except libvirt.libvirtError as exc:
@@ -88,7 +85,7 @@ def _lookup(conn: Any, name: str) -> Any | None:
 def check_conflicts(t: Topology, mine: list[str]) -> list[str]:
     """Domains named like the lab's guests that the lab did not create."""
     qguests = [g for g in t.guests if g.kind == "qemu"]
-    if not qguests or libvirtd.available() or not libvirtd._listening(libvirtd.LIBVIRT_SOCK):
+    if not qguests or not libvirtd.reachable():
         return []
     conn = _open()
     try:
@@ -191,41 +188,52 @@ def _wait_ready(qguests: list[Guest], run_dir: Path, actions: list[str]) -> None
     actions.append(f"QEMU guests ready in {time.monotonic() - t0:.1f} s: {', '.join(n for n, _ in results)}")
 
 
+def vifs_by_mac(switch: Switch) -> dict[str, tuple[str, int]]:
+    """``attached-mac`` -> (port name, ofport) of every VIF on the switch, in one read
+    (an ofport of -1 or 0 means not attached yet)."""
+    out = switch.vsctl("--format=json", "--columns=name,ofport,external_ids", "list", "Interface", check=False)
+    try:
+        rows = json.loads(out)["data"] if out.strip() else []
+    except (ValueError, KeyError):
+        return {}
+    found = {}
+    for name, ofport, ids in rows:
+        mac = dict(ids[1]).get("attached-mac") if isinstance(ids, list) and ids[0] == "map" else None
+        if mac:
+            found[mac] = (name, ofport if isinstance(ofport, int) else -1)
+    return found
+
+
 def find_vif(switch: Switch, mac: str) -> tuple[str, int] | None:
     """The (port name, ofport) libvirt gave the NIC with ``mac``, if plugged."""
-    out = switch.vsctl("--bare", "--columns=name,ofport", "find", "Interface", f'external_ids:attached-mac="{mac}"',
-                       check=False)  # fmt: skip
-    words = out.split()
-    if len(words) >= 2 and words[1].lstrip("-").isdigit():
-        return words[0], int(words[1])
-    return None
+    return vifs_by_mac(switch).get(mac)
 
 
 def _wait_vifs(qguests: list[Guest], switch: Switch, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     missing = list(qguests)
     while missing and time.monotonic() < deadline:
-        missing = [g for g in missing if not ((v := find_vif(switch, g.mac)) and v[1] > 0)]
+        plugged = vifs_by_mac(switch)
+        missing = [g for g in missing if plugged.get(g.mac, ("", -1))[1] <= 0]
         if missing:
             time.sleep(0.1)
     if missing:
         raise LabError("libvirt did not plug a VIF with an OpenFlow port for " + ", ".join(g.name for g in missing))
 
 
-def domain_state(name: str) -> str | None:
-    """libvirt's word for the domain's state, or None if there is no such domain / no libvirt."""
-    if libvirtd.available() or not libvirtd._listening(libvirtd.LIBVIRT_SOCK):
-        return None
+def domain_states(names: list[str]) -> dict[str, str]:
+    """libvirt's word for each named domain's state (absent: no such domain, or no libvirt); one connection."""
+    if not names or not libvirtd.reachable():
+        return {}
     import libvirt
 
-    libvirt.registerErrorHandler(_quiet, None)
+    quiet_libvirt()
     try:
         conn = libvirt.openReadOnly(libvirtd.URI)
     except libvirt.libvirtError:
-        return None
+        return {}
     try:
-        dom = _lookup(conn, name)
-        return None if dom is None else state_name(dom.state()[0])
+        return {n: state_name(dom.state()[0]) for n in names if (dom := _lookup(conn, n)) is not None}
     finally:
         conn.close()
 
@@ -235,7 +243,7 @@ def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: P
     domains = recorded("domains")
     uuids = {domain_name(g["name"]): g.get("vm_uuid") for g in state.get("guests", []) if g.get("kind") == "qemu"}
     lv = state.setdefault("libvirt", {"started": {}, "linked": None})
-    if domains and not libvirtd.available() and not libvirtd._listening(libvirtd.LIBVIRT_SOCK):
+    if domains and libvirtd.available() is None and not libvirtd.reachable():
         # The definitions outlive libvirtd (a crash, a reboot): start it again to remove them,
         # rather than leave domains behind that would block the next 'lab up'.
         try:
@@ -244,7 +252,7 @@ def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: P
             lv["linked"] = lv.get("linked") or again.linked
         except LabError as exc:
             actions.append(f"could not remove domains {', '.join(domains)}: {exc}")
-    if domains and libvirtd._listening(libvirtd.LIBVIRT_SOCK) and not libvirtd.available():
+    if domains and libvirtd.reachable():
         import libvirt
 
         conn = _open()
@@ -272,20 +280,26 @@ def down(state: dict[str, Any], recorded: Callable[[str], list[str]], run_dir: P
     actions.extend(libvirtd.release(lv.get("started", {}), lv.get("linked"), run_dir))
 
 
-def status(g: dict[str, Any], switch: Switch, run_dir: Path) -> dict[str, Any]:
-    """A QEMU guest's live record: domain state, its current VIF, channel multiplexer."""
-    files = GuestFiles(run_dir, g["name"])
-    vif = find_vif(switch, g["mac"]) if switch.pid("ovsdb-server") else None
-    dstate = domain_state(domain_name(g["name"]))
-    return {
-        **g,
-        "vif": vif[0] if vif else "",
-        "domain": domain_name(g["name"]),
-        "domain_state": dstate,
-        "channel": str(files.sock),
-        "namespace_present": dstate == "running" and mux_pid(files.mux_pid) is not None,
-        "vif_present": bool(vif and vif[1] > 0),
-    }
+def statuses(guests: list[dict[str, Any]], switch: Switch, run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The QEMU guests' live records (domain state, current VIF, channel), by name: one OVSDB
+    read and one libvirt connection for all of them."""
+    plugged = vifs_by_mac(switch) if switch.pid("ovsdb-server") else {}
+    states = domain_states([domain_name(g["name"]) for g in guests])
+    out = {}
+    for g in guests:
+        files = GuestFiles(run_dir, g["name"])
+        vif = plugged.get(g["mac"])
+        dstate = states.get(domain_name(g["name"]))
+        out[g["name"]] = {
+            **g,
+            "vif": vif[0] if vif else "",
+            "domain": domain_name(g["name"]),
+            "domain_state": dstate,
+            "channel": str(files.sock),
+            "namespace_present": dstate == "running" and mux_pid(files.mux_pid) is not None,
+            "vif_present": bool(vif and vif[1] > 0),
+        }
+    return out
 
 
 def guest_client(run_dir: Path, guest: str) -> GuestClient:

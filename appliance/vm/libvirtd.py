@@ -71,6 +71,11 @@ def available() -> str | None:
     return None
 
 
+def reachable() -> bool:
+    """True if libvirt is installed and a libvirtd answers on its socket (nothing is started)."""
+    return available() is None and _listening(LIBVIRT_SOCK)
+
+
 def _ensure_accounts() -> list[str]:
     """The user, groups and directories libvirt's QEMU driver expects."""
     done = []

@@ -39,7 +39,7 @@ def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def leftovers() -> dict[str, list[str]]:
     """What a lab with QEMU guests could leave behind, as the host's own tools see it."""
     domains = []
-    if libvirtd._listening(libvirtd.LIBVIRT_SOCK):
+    if libvirtd.reachable():
         domains = [d for d in virsh("list", "--all", "--name", check=False).stdout.split() if d in VMS]
     return {
         "domains": domains,
