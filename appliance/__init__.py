@@ -1,33 +1,18 @@
 """hvnet: the host networking engine for XenServer and KVM hypervisors.
 
-Public API (front ends use only these):
+Layers, top to bottom (enforced by the import-linter contracts in ``make lint``):
 
-* :func:`connect` -- open an OVSDB connection (target resolution included);
-* :func:`read_inventory`, :class:`LiveInventory` -- what is on the switch;
-* :class:`Lab`, :func:`load_topology` -- the built-in lab;
-* :class:`HvnetError` and its subclasses -- expected failures, with exit codes.
+* front ends -- :mod:`appliance.cli` (``hvnet``) and the :mod:`tui` console --
+  build a :class:`~appliance.host.Host` at the front door, parse, call a
+  service verb and render;
+* :mod:`appliance.lab` -- the built-in lab, beside the product;
+* :mod:`appliance.services` -- the one verb set every front end calls;
+* the engine -- inventory, policy, netperf, isolation;
+* the core -- OVSDB, targets, the Host and its command runner, bounded YAML.
+
+Importing this package loads nothing else, so each verb loads only what it uses.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
-
-from .api import LiveInventory, connect, read_inventory
-from .errors import ConfigError, HvnetError, OvsdbUnreachable
-from .inventory import Inventory, Vif
-from .lab import Lab
-from .topology import load as load_topology
-
-__all__ = [
-    "ConfigError",
-    "HvnetError",
-    "Inventory",
-    "Lab",
-    "LiveInventory",
-    "OvsdbUnreachable",
-    "Vif",
-    "__version__",
-    "connect",
-    "load_topology",
-    "read_inventory",
-]

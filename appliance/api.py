@@ -1,61 +1,33 @@
-"""The engine's public API: what the CLI, the TUI and the agent call.
+"""Reading the switch as front ends see it: a connection and the inventory on it.
 
-Front ends never reach into the IDL or the lab's files directly; they
-connect here and read the inventory here, so that target resolution, VM
-name sources and counters work the same everywhere.
+The :class:`~appliance.host.Host` (built at the front door) knows the target
+and the VM name sources; these helpers turn it into the inventory that the
+CLI's ``status``, the console's VIF table and the policy engine all read.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
-from . import inventory, lab, names
+from . import inventory
 from .counters import RateMeter
+from .host import Host
 from .inventory import Inventory
 from .ovsdb import Connection
-from .target import DbTarget, resolve
 
 # OVS writes Interface.statistics every 5 s by default (other_config:
 # stats-update-interval); rates from those counters need at least that long.
 OVSDB_STATS_INTERVAL_S = 5.0
 
 
-def connect(
-    db: str | None = None,
-    *,
-    ssl_key: str | None = None,
-    ssl_cert: str | None = None,
-    ssl_ca: str | None = None,
-    timeout: float = 5.0,
-    columns: dict[str, list[str]] | None = None,
-) -> Connection:
-    """Resolve the target (--db, HVNET_DB, lab, system) and open a connection."""
-    target = resolve(db, ssl_key=ssl_key, ssl_cert=ssl_cert, ssl_ca=ssl_ca)
-    return Connection.open(target, columns or inventory.COLUMNS, timeout=timeout)
+def connect(host: Host, *, timeout: float = 5.0, columns: dict[str, list[str]] | None = None) -> Connection:
+    """Open the host's OVSDB connection (the inventory's columns unless told otherwise)."""
+    return host.connect(columns or inventory.COLUMNS, timeout=timeout)
 
 
-# The front end's choice of libvirt URI (``hvnet --libvirt URI``; ``none`` turns
-# libvirt off).  One per process, like the name sources' shared connections:
-# every reader (inventory, the policy engine, the console) asks the same libvirt.
-_libvirt_choice: str | None = None
-
-
-def use_libvirt(uri: str | None) -> None:
-    """Ask libvirt at ``uri`` (``none``: not at all); None goes back to
-    ``$HVNET_LIBVIRT_URI``, ``$LIBVIRT_DEFAULT_URI`` or a local ``qemu:///system``."""
-    global _libvirt_choice
-    _libvirt_choice = uri
-
-
-def name_sources(target: DbTarget) -> list[names.NameSource]:
-    """VM name sources for ``target``: libvirt, XAPI, and the lab's records."""
-    return names.default_sources(lab.lab_vm_names(target.remote), os.environ, _libvirt_choice)
-
-
-def read_inventory(conn: Connection, *, kernel_counters: bool = True) -> Inventory:
-    """The current inventory, VM names resolved."""
-    return inventory.read(conn, names=name_sources(conn.target), kernel_counters=kernel_counters)
+def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True) -> Inventory:
+    """The current inventory, VM names resolved through the host's name sources."""
+    return inventory.read(conn, names=host.name_sources(), kernel_counters=kernel_counters)
 
 
 class LiveInventory:
@@ -67,10 +39,10 @@ class LiveInventory:
     fiction, so they are left unset (shown as "-") rather than as 0.
     """
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, host: Host) -> None:
         self.conn = conn
         self.meter = RateMeter()
-        self._sources = name_sources(conn.target)
+        self._sources = host.name_sources()
 
     def refresh(self) -> Inventory:
         inv = inventory.read(self.conn, names=self._sources)

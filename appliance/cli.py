@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, api, cli_policy, cli_suite, render
-from .errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HvnetError, UsageError
+from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
+from .frontdoor import build_host
+from .host import Host
 from .inventory import Inventory, Vif
-from .lab import Lab
 from .topology import DEFAULT_TOPOLOGY
-from .topology import load as load_topology
 
 log = logging.getLogger("hvnet")
 
@@ -111,13 +111,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     conn = _connect(args)
     with conn:
         if args.rates:
-            live = api.LiveInventory(conn)
+            live = api.LiveInventory(conn, host_of(args))
             live.refresh()
             time.sleep(args.rates)
             conn.run_once()
             inv = live.refresh()
         else:
-            inv = api.read_inventory(conn)
+            inv = api.read_inventory(conn, host_of(args))
     if args.bridge:
         if not any(b.name == args.bridge for b in inv.bridges):
             raise HvnetError(
@@ -132,135 +132,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- lab -----------------------------------------------------------------------
-
-
-def _runs_in(g: dict[str, Any]) -> str:
-    """Where a lab guest runs: its namespace, or its libvirt domain and state."""
-    if g.get("kind") == "qemu":
-        return f"domain {g.get('domain')} ({g.get('domain_state') or 'no domain'})"
-    return str(g["namespace"])
-
-
-def cmd_lab_up(args: argparse.Namespace) -> int:
-    topo = load_topology(args.topology)  # validated whole before anything is created
-    lab = Lab()
-    report = lab.up(topo)
-    if args.json:
-        render.print_json({"db": report.db, "actions": report.actions, "guests": report.guests})
-        return EXIT_OK
-    for action in report.actions or ["already up; nothing to do"]:
-        print(f"  {action}")
-    print()
-    print(
-        render.table(
-            ["GUEST", "RUNS IN", "VIF", "IP", "MAC"],
-            [[g["name"], _runs_in(g), g["vif"], g["ip"], g["mac"]] for g in report.guests],
-        )
-    )
-    print(f"\nlab '{topo.name}' is up. hvnet finds it by itself; other tools need:")
-    print(f"  export HVNET_DB={report.db}")
-    print(f"  ovs-vsctl --db={report.db} list-ports {topo.bridges[0].name}")
-    ns_guest = next((g["name"] for g in report.guests if g.get("kind", "netns") == "netns"), None)
-    if ns_guest:
-        print(f"  ip netns exec {lab.ns_of(ns_guest)} ping ...")
-    vm_guest = next((g for g in report.guests if g.get("kind") == "qemu"), None)
-    if vm_guest:
-        print(f"  {sys.argv[0]} lab exec {vm_guest['name']} -- ping -c1 ...   (runs inside the VM)")
-    return EXIT_OK
-
-
-def cmd_lab_down(args: argparse.Namespace) -> int:
-    report = Lab().down()
-    if args.json:
-        render.print_json({"actions": report.actions})
-    else:
-        for action in report.actions or ["no lab here; nothing to do"]:
-            print(f"  {action}")
-    return EXIT_OK
-
-
-def cmd_lab_status(args: argparse.Namespace) -> int:
-    st = Lab().status()
-    if args.json:
-        render.print_json(st)
-    else:
-        print(f"lab: {st['state']}" + (f" (topology {st['topology']})" if st["topology"] else ""))
-        print(f"run directory: {st['run_dir']}")
-        if st["db"]:
-            print(f"HVNET_DB={st['db']}")
-        for daemon, pid in st["daemons"].items():
-            print(f"  {daemon}: {'pid ' + str(pid) if pid else 'not running'}")
-        if st["guests"]:
-            print(
-                render.table(
-                    ["GUEST", "RUNS IN", "VIF", "IP", "PRESENT"],
-                    [
-                        [
-                            g["name"],
-                            _runs_in(g),
-                            g["vif"],
-                            g["ip"],
-                            "yes" if g["namespace_present"] and g["vif_present"] else "NO",
-                        ]
-                        for g in st["guests"]
-                    ],
-                )
-            )
-    return EXIT_OK if st["state"] == "up" else EXIT_FAILED
-
-
-def cmd_lab_exec(args: argparse.Namespace) -> int:
-    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    if not argv:
-        raise UsageError("no command given", hint="hvnet lab exec GUEST -- COMMAND [ARG...]")
-    lab = Lab()
-    guests = {g["name"]: g for g in lab.status()["guests"]}
-    if args.guest not in guests:
-        raise UsageError(f"the lab has no guest {args.guest!r}", hint="guests: " + (", ".join(guests) or "none"))
-    sys.stdout.flush()
-    # exec: the command's output streams and its exit status becomes ours.
-    full = lab.exec_argv(args.guest, argv)
-    os.execv(full[0], full)
-    return EXIT_OK  # not reached
-
-
-def cmd_lab_image(args: argparse.Namespace) -> int:
-    """Build the probe guest image, or find it in the cache; say which, and how long it took."""
-    from pathlib import Path
-
-    from .vm.image import DEFAULT_CACHE, build_image
-
-    image = build_image(Path(args.cache) if args.cache else DEFAULT_CACHE, force=args.force)
-    if args.json:
-        render.print_json(image.to_json())
-        return EXIT_OK
-    info = image.to_json()
-    print(f"probe image {image.digest[:16]} ({'built' if image.built else 'cached'} in {image.seconds:.2f} s)")
-    print(f"  kernel  {image.kernel}  {info['kernel_bytes'] / 1e6:.1f} MB  ({info['kernel_package']})")
-    print(f"  initrd  {image.initrd}  {info['initrd_bytes'] / 1e6:.1f} MB")
-    for note in image.notes:
-        print(f"  note: {note}")
-    return EXIT_OK
-
-
 # -- isolation -------------------------------------------------------------------
 
 
 def cmd_isolation_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .isolation import check, report
-    from .isolation import scenario as scenario_mod
+    from .isolation import report
+    from .lab import Lab
+    from .services import isolation
 
-    sc = scenario_mod.load(args.file)  # validated whole before anything is touched
-    methods = check.METHODS if args.method == "both" else (args.method,)
-    lab, out_dir = check.prepare(
-        sc, methods, Path(args.out) if args.out else None, root_hint="run as root, or use --method trace"
-    )
+    sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
+    lab = Lab()
     # The check drives the lab's own switch, whatever --db or HVNET_DB say.
-    with api.connect(lab.db, timeout=args.timeout) as conn:
-        result = check.run_check(conn, lab, sc, methods, out_dir)
+    host = build_host(lab.db, libvirt=args.libvirt)
+    result = isolation.run_check(
+        host, lab, sc, args.method, Path(args.out) if args.out else None,
+        root_hint="run as root, or use --method trace", timeout=args.timeout,
+    )  # fmt: skip
     if args.json:
         render.print_json(report.to_json(result))
     else:
@@ -275,16 +164,39 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui  # the UI is optional for scripted use
 
     conn = _connect(args)
-    return run_tui(conn, start=args.screen)
+    return run_tui(conn, host_of(args), start=args.screen)
 
 
 # -- plumbing ----------------------------------------------------------------------
 
 
-def _connect(args: argparse.Namespace) -> Any:
-    conn = api.connect(args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout)
+def host_of(args: argparse.Namespace) -> Host:
+    """The Host these options name, built once per command (the front door)."""
+    host: Host | None = getattr(args, "_host", None)
+    if host is None:
+        host = build_host(
+            args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt
+        )
+        args._host = host
+    return host
+
+
+def _connect(args: argparse.Namespace, columns: dict[str, list[str]] | None = None) -> Any:
+    conn = api.connect(host_of(args), timeout=args.timeout, columns=columns)
     log.debug("connected to %s", conn.target.describe())
     return conn
+
+
+def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command whose module is imported only when it runs (start-up loads what the verb needs)."""
+
+    def call(args: argparse.Namespace) -> int:
+        import importlib
+
+        return int(getattr(importlib.import_module(f"{__package__}.{module}"), name)(args))
+
+    call.__name__ = name
+    return call
 
 
 def _positive_float(text: str) -> float:
@@ -345,22 +257,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--topology", default=str(DEFAULT_TOPOLOGY), metavar="FILE", help="topology YAML (default: the 2010 study's)"
     )
     up.add_argument("--json", action="store_true", help="machine-readable output")
-    up.set_defaults(func=cmd_lab_up)
+    up.set_defaults(func=_lazy("cli_lab", "cmd_lab_up"))
     down = lsub.add_parser("down", help="remove every namespace, veth, daemon and file the lab created")
     down.add_argument("--json", action="store_true", help="machine-readable output")
-    down.set_defaults(func=cmd_lab_down)
+    down.set_defaults(func=_lazy("cli_lab", "cmd_lab_down"))
     st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.set_defaults(func=cmd_lab_status)
+    st.set_defaults(func=_lazy("cli_lab", "cmd_lab_status"))
     im = lsub.add_parser("image", help="build the probe guest image for QEMU guests (or find it in the cache)")
     im.add_argument("--force", action="store_true", help="rebuild even when the cached image is current")
     im.add_argument("--cache", metavar="DIR", help="cache directory (default /var/cache/hvnet/image)")
     im.add_argument("--json", action="store_true", help="machine-readable output")
-    im.set_defaults(func=cmd_lab_image)
+    im.set_defaults(func=_lazy("cli_lab", "cmd_lab_image"))
     ex = lsub.add_parser("exec", help="run a command inside a lab guest (namespace or QEMU VM); its exit status")
     ex.add_argument("guest", metavar="GUEST", help="guest name from the topology")
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
-    ex.set_defaults(func=cmd_lab_exec)
+    ex.set_defaults(func=_lazy("cli_lab", "cmd_lab_exec"))
 
     iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
     isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)
@@ -391,8 +303,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="hvnet: %(message)s",
         stream=sys.stderr,
     )
-    if args.libvirt:
-        api.use_libvirt(args.libvirt)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import api, render
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, HvnetError, Problem, UsageError
+from .host import Host
 from .policy import (
     COLUMNS,
     DEFAULT_POLICY,
@@ -41,13 +42,18 @@ from .policy.load import FieldError
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:
-    conn = api.connect(
-        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout, columns=COLUMNS
-    )
-    engine = PolicyEngine(conn, command=_command_line())
+    host = _host(args)
+    conn = api.connect(host, timeout=args.timeout, columns=COLUMNS)
+    engine = PolicyEngine(conn, host, command=_command_line())
     if getattr(args, "policing", None):
         engine.force_policing = args.policing
     return engine
+
+
+def _host(args: argparse.Namespace) -> Host:
+    from .cli import host_of
+
+    return host_of(args)
 
 
 def _command_line() -> str:
@@ -125,7 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     policy = load(_policy_file(args))
     with _engine(args) as eng:
-        if args.no_commit and journal.load_pending(eng.remote):
+        if args.no_commit and eng.journal.load_pending():
             raise UsageError("an earlier --no-commit apply is still pending", hint="hvnet commit, or hvnet rollback")
         result = eng.apply(policy, dry_run=args.dry_run, verify=not args.no_verify, wait=not args.no_wait)
         if args.no_commit and result.status == "applied" and result.record_id:
@@ -134,18 +140,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def _arm_watcher(eng: PolicyEngine, result: ApplyResult, timeout: float) -> None:
-    record = journal.load_last(eng.remote)
+    record = eng.journal.load_last()
     assert record is not None and record["id"] == result.record_id
     deadline = time.time() + timeout
-    journal.save_pending(eng.remote, record, deadline, None)
-    log_path = journal.state_dir(eng.remote) / "rollback-watcher.log"
+    eng.journal.save_pending(record, deadline, None)
+    log_path = eng.journal.state_dir / "rollback-watcher.log"
     with open(log_path, "a") as log_file:
         watcher = subprocess.Popen(
             [sys.executable, "-m", "appliance", "--db", eng.remote, "rollback", "--pending", record["id"],
              "--at", f"{deadline:.3f}"],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True,
         )  # fmt: skip
-    journal.save_pending(eng.remote, record, deadline, watcher.pid)
+    eng.journal.save_pending(record, deadline, watcher.pid)
     result.plan.warnings.append(
         f"not committed: rolls back automatically at {datetime.fromtimestamp(deadline):%H:%M:%S} "
         f"({timeout:g} s) unless 'hvnet commit' runs first"
@@ -191,15 +197,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        pending = journal.load_pending(eng.remote)
+        pending = eng.journal.load_pending()
         if pending is None:
             msg = "nothing to commit: no --no-commit apply is pending"
             _out(args, {"committed": False, "message": msg}, msg)
             return EXIT_OK
-        if journal.seconds_left(pending) <= 0 or not journal.clear_pending(eng.remote, pending["id"]):
+        if journal.seconds_left(pending) <= 0 or not eng.journal.clear_pending(pending["id"]):
             raise HvnetError("too late: the pending change has already been rolled back (or is being)")
         _stop_watcher(pending)
-        journal.audit(eng.remote, _command_line(), [], f"committed {pending['id']}")
+        eng.journal.audit(_command_line(), [], f"committed {pending['id']}")
     msg = f"committed {pending['id']} ({len(pending['changes'])} change(s)); automatic rollback cancelled"
     _out(args, {"committed": True, "id": pending["id"]}, msg)
     return EXIT_OK
@@ -231,20 +237,20 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if args.pending:
         return _watch_and_rollback(args)
     with _engine(args) as eng:
-        pending = journal.load_pending(eng.remote)
+        pending = eng.journal.load_pending()
         if pending is not None:
-            if not journal.clear_pending(eng.remote, pending["id"]):
+            if not eng.journal.clear_pending(pending["id"]):
                 raise HvnetError("the pending change is being rolled back already")
             _stop_watcher(pending)
             record = pending
         else:
-            record = journal.load_last(eng.remote)
+            record = eng.journal.load_last()
             if record is None:
                 raise HvnetError("nothing to roll back: no apply is recorded for this switch")
         result = eng.apply_changes(
             [c.inverse() for c in reversed(journal.record_changes(record))], label=f"hvnet rollback {record['id']}"
         )
-        journal.mark_rolled_back(eng.remote)
+        eng.journal.mark_rolled_back()
     return _finish(args, result)
 
 
@@ -254,14 +260,14 @@ def _watch_and_rollback(args: argparse.Namespace) -> int:
     while time.time() < deadline:
         time.sleep(min(0.2, max(0.0, deadline - time.time())))
     with _engine(args) as eng:
-        pending = journal.load_pending(eng.remote)
-        if pending is None or pending["id"] != args.pending or not journal.clear_pending(eng.remote, args.pending):
+        pending = eng.journal.load_pending()
+        if pending is None or pending["id"] != args.pending or not eng.journal.clear_pending(args.pending):
             return EXIT_OK  # committed (or rolled back by hand) in time
         eng.command = f"hvnet (automatic rollback of {args.pending}: not committed in time)"
         result = eng.apply_changes(
             [c.inverse() for c in reversed(journal.record_changes(pending))], label="hvnet automatic rollback"
         )
-        journal.mark_rolled_back(eng.remote)
+        eng.journal.mark_rolled_back()
     print(format_result(result))
     return EXIT_OK if result.ok else EXIT_FAILED
 
@@ -410,10 +416,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     root.propagate = False
     root.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
     columns = {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
-    conn = api.connect(
-        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, timeout=args.timeout, columns=columns
-    )
-    agent = Agent(conn, path, tick=args.tick)
+    host = _host(args)
+    conn = api.connect(host, timeout=args.timeout, columns=columns)
+    agent = Agent(conn, host, path, tick=args.tick)
     if args.policing:
         agent.engine.force_policing = args.policing
     agent.install_signal_handlers()

@@ -11,19 +11,15 @@ import shutil
 import signal
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import api, render
-from .errors import EXIT_FAILED, EXIT_OK, HvnetError, UsageError
-from .lab import Lab
+from . import render
+from .errors import EXIT_FAILED, EXIT_OK
 from .netperf import compare as compare_mod
 from .netperf import report, results
 from .netperf import suite as suite_mod
-from .netperf.runner import Event, Runner
-from .policy import COLUMNS
-from .topology import load as load_topology
+from .netperf.runner import Event
 
 
 class Progress:
@@ -83,42 +79,43 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    s = suite_mod.load(args.file)  # validated whole before anything is touched
-    if args.concurrency or args.duration or args.repetitions:
-        s = s.with_overrides(concurrency=args.concurrency, duration=args.duration, repetitions=args.repetitions)
-    if args.topology or args.client or args.server:
-        topo = load_topology(args.topology) if args.topology else s.topology
-        try:
-            s = s.with_endpoints(topo, args.client, args.server)
-        except ValueError as exc:
-            raise UsageError(str(exc), hint="--client/--server name guests of --topology (or of the suite's)") from None
-    out_dir = Path(args.out) if args.out else results.runs_dir() / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UsageError(
-            f"{out_dir} exists and is not empty; a run directory holds one run", hint="give a new --out directory"
-        )
+    from .cli import host_of
+    from .frontdoor import build_host
+    from .lab import Lab
+    from .services import suites
+
+    s = suites.load_suite(
+        args.file,
+        concurrency=args.concurrency,
+        duration=args.duration,
+        repetitions=args.repetitions,
+        topology=args.topology,
+        client=args.client,
+        server=args.server,
+    )  # fmt: skip  (validated whole before anything is touched)
     lab = Lab()
-    # Endpoints are lab guests: refuse a missing or different lab before connecting anywhere.
-    lab.require_guests(s.topology, [s.client] + ([s.server.guest] if s.server.guest else []))
-    progress = Progress(quiet=args.json)
-    with api.connect(lab.db, timeout=args.timeout, columns=COLUMNS) as conn:
-        runner = Runner(s, lab=lab, conn=conn, out_dir=out_dir, on_event=progress)
-        stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {sig: signal.getsignal(sig) for sig in stop_signals}
+    # The suite drives the lab's own switch; data paths and name sources as the options say.
+    host = build_host(lab.db, libvirt=host_of(args).names.libvirt_uri)
+    run = suites.SuiteRun(host, lab, s, suites.run_dir(host, s, Path(args.out) if args.out else None),
+                          Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
+    out_dir = run.out_dir
+    run.check()  # endpoints are lab guests: refuse a missing or different lab before connecting anywhere
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in stop_signals}
 
-        def on_signal(signum: int, frame: Any) -> None:
-            # Stop cleanly: instances stopped by PID, policy restored, netserver stopped, partial
-            # results saved. The handler stays: a second signal must not cut the clean-up short.
-            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            runner.stop(f"interrupted ({name})")
+    def on_signal(signum: int, frame: Any) -> None:
+        # Stop cleanly: instances stopped by PID, policy restored, netserver stopped, partial
+        # results saved. The handler stays: a second signal must not cut the clean-up short.
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        run.stop(f"interrupted ({name})")
 
-        for sig in stop_signals:
-            signal.signal(sig, on_signal)
-        try:
-            doc = runner.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    for sig in stop_signals:
+        signal.signal(sig, on_signal)
+    try:
+        doc = run.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if args.json:
         render.print_json({"run": str(out_dir), "state": doc["state"], "steps": len(doc["steps"])})
     else:
@@ -153,22 +150,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    shipped = []
-    for p in suite_mod.shipped():
-        try:
-            s = suite_mod.load(p)
-            shipped.append(
-                {
-                    "suite": s.name,
-                    "file": str(p),
-                    "steps": len(s.steps()),
-                    "minutes": round(s.estimated_seconds() / 60, 1),
-                    "description": s.description,
-                }
-            )
-        except HvnetError as exc:
-            shipped.append({"suite": p.stem, "file": str(p), "error": str(exc)})
-    runs = results.list_runs(Path(args.runs) if args.runs else None)
+    from .cli import host_of
+    from .services import suites
+
+    shipped = [x.to_json() for x in suites.shipped_suites()]
+    where = Path(args.runs) if args.runs else host_of(args).paths.runs_dir
+    runs = suites.list_runs(host_of(args), where)
     if args.json:
         render.print_json({"suites": shipped, "runs": runs})
         return EXIT_OK
@@ -186,7 +173,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             ],
         )
     )
-    where = args.runs or results.runs_dir()
     if runs:
         print(f"\nruns in {where}:")
         print(
@@ -219,7 +205,7 @@ def register(sub: Any) -> None:
     r = ss.add_parser("run", help="run a suite (a file, or a shipped suite's name) and save a run directory")
     r.add_argument("file", metavar="SUITE", help="suite YAML, or the name of a shipped suite (e.g. quick)")
     r.add_argument(
-        "--out", metavar="DIR", help=f"run directory (default $HVNET_RUNS_DIR or {results.DEFAULT_RUNS_DIR}/SUITE-TIME)"
+        "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/tmp/hvnet/runs, then SUITE-TIME)"
     )
     r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
     r.add_argument(

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import IO, Any
 
 from .errors import CommandFailed, MissingTool
 
@@ -93,3 +94,29 @@ def run(
 def in_netns(netns: str, argv: Sequence[str]) -> list[str]:
     """The argv that runs ``argv`` inside network namespace ``netns``."""
     return ["ip", "netns", "exec", netns, *argv]
+
+
+def popen(
+    argv: Sequence[str],
+    *,
+    stdin: int | IO[Any] | None = None,
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+    start_new_session: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (binary mode); ``env`` entries are added to the current environment.
+
+    The program is looked up as :func:`run` does, except an argv that is
+    already a path (e.g. ``sys.executable``) is kept as it is.
+    """
+    first = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    return subprocess.Popen(
+        [first, *argv[1:]], stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, pass_fds=tuple(pass_fds),
+        start_new_session=start_new_session,
+    )  # fmt: skip

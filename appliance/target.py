@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -65,22 +66,23 @@ def resolve(
     ssl_key: str | None = None,
     ssl_cert: str | None = None,
     ssl_ca: str | None = None,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    lab_db: str | None = None,
 ) -> DbTarget:
-    """Resolve the database target (see the module docstring for the order)."""
+    """Resolve the database target (see the module docstring for the order).
+
+    ``lab_db`` is the running lab's remote, which the front door looks up
+    (:mod:`appliance.labstate`); resolution itself never goes looking for a lab.
+    """
     env = os.environ if environ is None else environ
     if db:
         remote, source = validate_remote(db, "--db"), "--db"
     elif env.get("HVNET_DB"):
         remote, source = validate_remote(env["HVNET_DB"], "HVNET_DB"), "HVNET_DB"
+    elif lab_db:
+        remote, source = lab_db, "lab"
     else:
-        from .lab import running_lab_db  # local import: lab pulls in topology code
-
-        lab_db = running_lab_db(env)
-        if lab_db:
-            remote, source = lab_db, "lab"
-        else:
-            remote, source = SYSTEM_DB, "system default"
+        remote, source = SYSTEM_DB, "system default"
     ssl = None
     if remote.startswith("ssl:"):
         key = ssl_key or env.get("HVNET_SSL_KEY")

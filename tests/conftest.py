@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from appliance.lab import Lab  # noqa: E402
-from appliance.switch import Switch  # noqa: E402
+from appliance.lab.switch import Switch  # noqa: E402
 from appliance.topology import DEFAULT_TOPOLOGY  # noqa: E402
 from appliance.topology import load as load_topology  # noqa: E402
 

@@ -9,6 +9,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from appliance.host import Host
 from appliance.ovsdb import Connection
 
 from .backend import Backend
@@ -29,9 +30,9 @@ class HvnetApp(App[int]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, conn: Connection, *, start: str = "vifs") -> None:
+    def __init__(self, conn: Connection, host: Host | None = None, *, start: str = "vifs") -> None:
         super().__init__()
-        self.backend = Backend(conn)
+        self.backend = Backend(conn, host)
         self.sections = available()
         self._start_mode = start
         for s in self.sections:
@@ -102,7 +103,7 @@ def _make(section) -> Screen:
     return section.load()()
 
 
-def run(conn: Connection, start: str = "vifs") -> int:
-    """Open the UI on ``conn`` until the operator quits."""
-    HvnetApp(conn, start=start).run()
+def run(conn: Connection, host: Host, start: str = "vifs") -> int:
+    """Open the UI on ``conn`` (made from ``host``) until the operator quits."""
+    HvnetApp(conn, host, start=start).run()
     return 0

@@ -17,10 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import proc
+from .. import inventory
 from ..errors import HvnetError, UsageError
+from ..guests import GuestEndpoint, GuestSource
+from ..host import Host
 from ..inventory import Inventory
-from ..lab import Lab
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from . import model, trace, traffic
@@ -150,7 +151,7 @@ def restore_settings(conn: Connection, sc: Scenario, snapshot: dict[str, Any]) -
     conn.transact(build, comment=f"hvnet isolation {sc.name}: restore", wait_for_vswitchd=True)
 
 
-def _flush_datapath_flows(lab: Lab) -> None:
+def _flush_datapath_flows(host: Host) -> None:
     """Make the datapath forget flows cached before a configuration change.
 
     ``cur_cfg`` only says ovs-vswitchd has read the change.  Flows already
@@ -160,8 +161,8 @@ def _flush_datapath_flows(lab: Lab) -> None:
     frames take an upcall through the new configuration.  Lab only: this is
     a burst of upcalls, harmless for namespace guests.
     """
-    lab.switch.appctl("ovs-vswitchd", "revalidator/purge", check=False)
-    lab.switch.appctl("ovs-vswitchd", "revalidator/wait", check=False)
+    host.appctl("ovs-vswitchd", "revalidator/purge", check=False)
+    host.appctl("ovs-vswitchd", "revalidator/wait", check=False)
 
 
 # -- the configuration as the model sees it -------------------------------------
@@ -205,7 +206,7 @@ def unused_address(ips: list[str]) -> str:
 # -- the two methods ----------------------------------------------------------------
 
 
-def run_trace(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
+def run_trace(host: Host, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
     res = MethodResult("trace")
     guest_of = {port: guest for guest, port in vif_of.items()}
     odp_cache: dict[str, dict[int, str]] = {}
@@ -219,11 +220,9 @@ def run_trace(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) ->
                     res.reasons[(listener, sender)] = f"{vif_of[sender]} is not on the switch"
             continue
         if v.bridge not in odp_cache:
-            odp_cache[v.bridge] = trace.parse_dpif_show(lab.switch.appctl("ovs-vswitchd", "dpif/show"), v.bridge)
+            odp_cache[v.bridge] = trace.parse_dpif_show(host.appctl("ovs-vswitchd", "dpif/show"), v.bridge)
         target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
-        out = lab.switch.appctl(
-            "ovs-vswitchd", "ofproto/trace", v.bridge, trace.arp_flow(v.port, g.mac, g.address, target)
-        )
+        out = host.appctl("ovs-vswitchd", "ofproto/trace", v.bridge, trace.arp_flow(v.port, g.mac, g.address, target))
         actions = trace.datapath_actions(out)
         res.stats.setdefault("datapath_actions", {})[sender] = actions or "drop"
         heard = {guest_of[d.port]: d for d in trace.deliveries(actions, odp_cache[v.bridge]) if d.port in guest_of}
@@ -233,20 +232,25 @@ def run_trace(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) ->
     return res
 
 
-def run_traffic(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str], out_dir: Path) -> MethodResult:
+def run_traffic(
+    host: Host,
+    guests: dict[str, GuestEndpoint],
+    sc: Scenario,
+    inv: Inventory,
+    vif_of: dict[str, str],
+    out_dir: Path,
+) -> MethodResult:
     res = MethodResult("traffic")
     eps = []
     for name in sc.guests:
-        g = sc.topology.guest(name)
         v = inv.vif_by_port(vif_of[name])
-        channel = lab.guest_channel(name)
         eps.append(
             traffic.Endpoint(
-                name, lab.ns_of(name), g.address, g.mac, v.bridge if v else "", v.ofport if v else None, channel
+                guests[name], sc.topology.guest(name).address, v.bridge if v else "", v.ofport if v else None
             )
         )
     unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
-    run = traffic.run(eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir, lab.switch.env)
+    run = traffic.run(host, eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir)
     res.stats = {
         "probes_sent": run.probes_sent,
         "window_s": round(run.window_s, 3),
@@ -295,46 +299,48 @@ def run_traffic(lab: Lab, sc: Scenario, inv: Inventory, vif_of: dict[str, str], 
     return res
 
 
-OUT_ROOT = Path("/var/tmp/hvnet/isolation")
-
-
 def prepare(
-    sc: Scenario, methods: tuple[str, ...], out_dir: Path | None = None, *, root_hint: str
-) -> tuple[Lab, Path | None]:
+    host: Host,
+    source: GuestSource,
+    sc: Scenario,
+    methods: tuple[str, ...],
+    out_dir: Path | None = None,
+    *,
+    root_hint: str,
+) -> tuple[dict[str, GuestEndpoint], Path | None]:
     """Everything checked before a run touches the switch: root and tcpdump for the traffic method,
-    the scenario's guests in the lab.  Returns the lab and where the traffic method keeps its pcaps."""
+    the scenario's guests from ``source``.  Returns them and where the traffic method keeps its pcaps
+    (``out_dir``, or a new directory under the host's captures directory)."""
 
     if "traffic" in methods:
         if os.geteuid() != 0:
             raise UsageError(
                 "the traffic method needs root (captures and probes inside the guests' namespaces)", hint=root_hint
             )
-        proc.which("tcpdump")
-    lab = Lab()
-    lab.require_guests(sc.topology, sc.guests)
+        host.runner.which("tcpdump")
+    guests = source.require(sc.topology, list(sc.guests))
     if "traffic" not in methods:
-        return lab, None
-    return lab, out_dir or OUT_ROOT / f"{sc.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        return guests, None
+    return guests, out_dir or host.paths.captures_dir / f"{sc.name}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 def run_check(
     conn: Connection,
-    lab: Lab,
+    host: Host,
+    guests: dict[str, GuestEndpoint],
     sc: Scenario,
     methods: tuple[str, ...] = METHODS,
     out_dir: Path | None = None,
 ) -> CheckResult:
-    from ..api import read_inventory
-
     started = time.monotonic()
     # A QEMU guest's VIF is whatever libvirt named it when the domain started.
-    vif_of = {name: sc.topology.guest(name).vif or lab.guest_vif(name) for name in sc.guests}
+    vif_of = {name: sc.topology.guest(name).vif or guests[name].vif for name in sc.guests}
     snapshot = apply_settings(conn, sc, vif_of)
     try:
         if snapshot:
-            _flush_datapath_flows(lab)
+            _flush_datapath_flows(host)
         conn.run_once()
-        inv = read_inventory(conn)
+        inv = inventory.read(conn, names=host.name_sources())
         if "traffic" in methods and all(inv.vif_by_port(p) is None for p in vif_of.values()):
             listed = ", ".join(f"{g} ({p})" for g, p in vif_of.items())
             raise HvnetError(
@@ -354,15 +360,15 @@ def run_check(
             if method not in methods:
                 continue
             if method == "trace":
-                results["trace"] = run_trace(lab, sc, inv, vif_of)
+                results["trace"] = run_trace(host, sc, inv, vif_of)
             else:
                 if out_dir is None:
                     raise HvnetError("the traffic method needs an output directory for its captures")
-                results["traffic"] = run_traffic(lab, sc, inv, vif_of, out_dir)
+                results["traffic"] = run_traffic(host, guests, sc, inv, vif_of, out_dir)
     finally:
         restore_settings(conn, sc, snapshot)
         if snapshot:
-            _flush_datapath_flows(lab)
+            _flush_datapath_flows(host)
     return CheckResult(
         scenario=sc.name,
         guests=list(sc.guests),

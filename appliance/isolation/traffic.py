@@ -28,11 +28,13 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
+from ..errors import CommandFailed
+from ..guests import GuestEndpoint
+from ..host import Host
+from ..runner import CommandRunner
 from .pcap import ArpFrame, read_arp
 
 CLONE_NEWNET = 0x40000000
@@ -43,15 +45,28 @@ SETTLE_S = 0.4  # after the last probe: replies cross the userspace datapath
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A guest as the traffic method needs it."""
+    """A guest as the traffic method needs it: the guest, and where its VIF is on the switch."""
 
-    name: str
-    netns: str
-    ip: str
-    mac: str
+    guest: GuestEndpoint
+    ip: str  # the address it probes from (no prefix length)
     bridge: str
     ofport: int | None
-    channel: str | None = None  # a QEMU guest's multiplexer socket; None for a namespace guest
+
+    @property
+    def name(self) -> str:
+        return self.guest.name
+
+    @property
+    def mac(self) -> str:
+        return self.guest.mac
+
+    @property
+    def netns(self) -> str:
+        return self.guest.netns or ""
+
+    @property
+    def channel(self) -> str | None:
+        return self.guest.channel
 
 
 # Runs inside a QEMU guest: argv = repetitions, then the frames in hex.
@@ -62,12 +77,6 @@ _GUEST_SENDER = (
     "for _ in range(int(sys.argv[1])):\n"
     " for f in fs:s.send(f)\n"
 )
-
-
-def _gexec(channel: str, argv: list[str]) -> list[str]:
-    from ..vm.gexec import gexec_argv
-
-    return gexec_argv(channel, argv, stdin=False)
 
 
 @dataclass
@@ -138,31 +147,28 @@ def open_raw_socket(netns: str, ifname: str = "eth0") -> socket.socket:
     return result["sock"]  # type: ignore[return-value]
 
 
-def _in_guest(ep: Endpoint, argv: list[str], timeout: float = 10.0) -> tuple[int, str]:
+def _in_guest(runner: CommandRunner, ep: Endpoint, argv: list[str], timeout: float = 10.0) -> tuple[int, str]:
     """Run ``argv`` in a QEMU guest; (exit status, output), or (-1, why) if the channel failed."""
-    from ..vm.channel import ChannelError, GuestClient
-
     try:
-        with GuestClient(ep.channel or "", connect_timeout=2.0) as client:
-            res = client.run(argv, timeout=timeout)
-        return res.returncode, res.stdout
-    except ChannelError as exc:
-        return -1, str(exc)
-    except subprocess.TimeoutExpired:
+        res = runner.run(ep.guest.argv(argv, stdin=False), check=False, timeout=timeout)
+    except CommandFailed:
         return -1, f"{argv[0]} did not finish within {timeout:g} s"
+    if res.returncode == 255 and res.stderr.startswith("gexec:"):  # the channel's own failure, not the command's
+        return -1, res.stderr.partition(":")[2].strip()
+    return res.returncode, res.stdout
 
 
-def guest_down_reason(ep: Endpoint) -> str | None:
+def guest_down_reason(runner: CommandRunner, ep: Endpoint) -> str | None:
     """Why ``ep`` cannot send or capture, or None if it can."""
     if ep.channel:
-        rc, out = _in_guest(ep, ["ip", "-o", "link", "show", "eth0"])
+        rc, out = _in_guest(runner, ep, ["ip", "-o", "link", "show", "eth0"])
         if rc == -1:
             return f"the guest's agent channel does not answer: {out}"
         res = subprocess.CompletedProcess([], rc, out, "")
     elif not os.path.exists(f"/run/netns/{ep.netns}"):
         return f"namespace {ep.netns} does not exist"
     else:
-        res = proc.run(["ip", "-n", ep.netns, "-o", "link", "show", "eth0"], check=False)
+        res = runner.run(["ip", "-n", ep.netns, "-o", "link", "show", "eth0"], check=False)
     if res.returncode != 0:
         return "eth0 is missing"
     flags = res.stdout.partition("<")[2].partition(">")[0].split(",")
@@ -172,9 +178,9 @@ def guest_down_reason(ep: Endpoint) -> str | None:
 
 
 def _arm_captures(
-    endpoints: list[Endpoint], out_dir: Path, timeout: float
+    runner: CommandRunner, endpoints: list[Endpoint], out_dir: Path, timeout: float
 ) -> dict[str, tuple[subprocess.Popen, Capture]]:
-    tcpdump = proc.which("tcpdump")
+    tcpdump = runner.which("tcpdump")
     running: dict[str, tuple[subprocess.Popen, Capture]] = {}
     opts = ["-i", "eth0", "-U", "--immediate-mode", "-nn", "-s", "128"]
     for ep in endpoints:
@@ -182,14 +188,14 @@ def _arm_captures(
         if ep.channel:
             # The pcap streams out of the VM on tcpdump's stdout, into the same file on the host.
             with open(pcap, "wb") as sink:
-                p = subprocess.Popen(
-                    _gexec(ep.channel, ["tcpdump", *opts, "-w", "-", CAPTURE_FILTER]),
+                p = runner.popen(
+                    ep.guest.argv(["tcpdump", *opts, "-w", "-", CAPTURE_FILTER], stdin=False),
                     stdout=sink,
                     stderr=subprocess.PIPE,
                 )
         else:
-            argv = [proc.which("ip"), "netns", "exec", ep.netns, tcpdump, *opts, "-w", str(pcap), CAPTURE_FILTER]
-            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            argv = ep.guest.argv([tcpdump, *opts, "-w", str(pcap), CAPTURE_FILTER])
+            p = runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         running[ep.name] = (p, Capture(ep.name, pcap))
     # tcpdump says "listening on ..." once its socket is open: only then is a
     # probe sure to be seen.
@@ -207,42 +213,43 @@ def _arm_captures(
     return running
 
 
-def _send_control(ep: Endpoint, switch_env: Mapping[str, str]) -> bool:
+def _send_control(host: Host, ep: Endpoint) -> bool:
     if ep.ofport is None or ep.ofport < 1:
         return False
     frame = arp_request(CONTROL_MAC, "0.0.0.0", ep.ip).hex()
-    res = proc.run(
+    res = host.runner.run(
         ["ovs-ofctl", "packet-out", ep.bridge, f"in_port=controller,packet={frame},actions=output:{ep.ofport}"],
-        env=dict(switch_env),
+        env=host.ovs_env,
         check=False,
     )
     return res.returncode == 0
 
 
 def run(
+    host: Host,
     endpoints: list[Endpoint],
     unused_ips: dict[str, str],
     probes_per_target: int,
     out_dir: Path,
-    switch_env: Mapping[str, str],
 ) -> TrafficRun:
     """Capture on every guest, probe from every guest, collect the frames."""
+    runner = host.runner
     out_dir.mkdir(parents=True, exist_ok=True)
     down: dict[str, str] = {}
     live: list[Endpoint] = []
     for ep in endpoints:
-        reason = guest_down_reason(ep)
+        reason = guest_down_reason(runner, ep)
         if reason:
             down[ep.name] = reason
         else:
             live.append(ep)
     for ep in live:
         if ep.channel:
-            _in_guest(ep, ["ip", "neigh", "flush", "all"])
+            _in_guest(runner, ep, ["ip", "neigh", "flush", "all"])
         else:
-            proc.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
+            runner.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
 
-    running = _arm_captures(live, out_dir, timeout=10.0)
+    running = _arm_captures(runner, live, out_dir, timeout=10.0)
     probes = 0
     controls: list[str] = []
     started = time.monotonic()
@@ -251,7 +258,7 @@ def run(
         senders: list[tuple[subprocess.Popen, int]] = []
         try:
             for ep in live:
-                if _send_control(ep, switch_env):
+                if _send_control(host, ep):
                     controls.append(ep.name)
             frames = {
                 ep.name: [arp_request(ep.mac, ep.ip, other.ip) for other in endpoints if other is not ep]
@@ -262,7 +269,8 @@ def run(
                 if ep.channel:
                     argv = ["python3", "-c", _GUEST_SENDER, str(probes_per_target), *(f.hex() for f in frames[ep.name])]
                     senders.append(
-                        (subprocess.Popen(_gexec(ep.channel, argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+                        (runner.popen(ep.guest.argv(argv, stdin=False), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE),
                          probes_per_target * len(frames[ep.name]))
                     )  # fmt: skip
             for _ in range(probes_per_target):

@@ -26,7 +26,8 @@ from typing import Optional
 
 import psutil
 
-from .. import proc
+from ..guests import GuestEndpoint
+from ..runner import CommandRunner, LocalRunner
 
 # The launcher: ready byte, wait for the release, stamp the time, become netperf.
 # A release is one byte per launcher; end-of-file means hvnet went away: exit without running netperf.
@@ -40,40 +41,50 @@ _LAUNCHER = (
     "os.execv(sys.argv[3],sys.argv[3:])"
 )
 START_MARK = "hvnet-start "
-GUEST_CPU_MARK = "hvnet-guest-cpu "  # appliance.vm.gexec's last stderr line: the guest process's CPU seconds
+GUEST_CPU_MARK = "hvnet-guest-cpu "  # appliance.lab.vm.gexec's last stderr line: the guest process's CPU seconds
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a process runs: a lab guest's network namespace, a QEMU guest (through its
-    agent channel, ``channel`` = the multiplexer's socket), or this host."""
+    """Where a process runs: a guest (a lab namespace, a QEMU VM through its agent channel),
+    or, with no guest, this host."""
 
     name: str
-    netns: Optional[str]
-    address: Optional[str] = None
-    vif: Optional[str] = None
-    channel: Optional[str] = None
+    guest: Optional[GuestEndpoint] = None
+
+    @staticmethod
+    def of(guest: GuestEndpoint) -> Endpoint:
+        return Endpoint(guest.name, guest)
+
+    @property
+    def address(self) -> Optional[str]:
+        return self.guest.address if self.guest else None
+
+    @property
+    def vif(self) -> Optional[str]:
+        return self.guest.vif if self.guest else None
 
     @property
     def in_vm(self) -> bool:
-        return self.channel is not None
+        return self.guest is not None and self.guest.in_vm
 
     def wrap(self, argv: list[str]) -> list[str]:
-        if self.channel:
-            from ..vm.gexec import gexec_argv
-
-            return gexec_argv(self.channel, argv, stdin=False)  # never hvnet's own stdin
-        return proc.in_netns(self.netns, argv) if self.netns else list(argv)
+        if self.guest is None:
+            return list(argv)
+        return self.guest.argv(argv, stdin=False if self.in_vm else None)  # never hvnet's own stdin in a VM
 
     def tool(self, name: str, host_path: str) -> str:
         """The program to run here: the host's (found by preflight) or, in a VM, the guest's own on its PATH."""
-        return name if self.channel else host_path
+        return name if self.in_vm else host_path
 
 
 class Netserver:
     """A netserver hvnet started in a guest; stopped by its PID (and the children it forked)."""
 
-    def __init__(self, endpoint: Endpoint, port: int, log: Path, program: str) -> None:
+    def __init__(
+        self, endpoint: Endpoint, port: int, log: Path, program: str, runner: Optional[CommandRunner] = None
+    ) -> None:
+        self.runner: CommandRunner = runner or LocalRunner()
         self.endpoint = endpoint
         self.program = program  # the netserver preflight found
         self.port = port
@@ -83,7 +94,7 @@ class Netserver:
     def start(self) -> None:
         argv = self.endpoint.wrap([self.program, "-D", "-4", "-p", str(self.port)])
         with open(self.log, "ab") as log:
-            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.popen = self.runner.popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
     def pid(self) -> Optional[int]:
@@ -148,6 +159,7 @@ class Batch:
     argvs: list[list[str]]
     endpoint: Endpoint
     out_dir: Path
+    runner: CommandRunner = field(default_factory=LocalRunner)
     popens: list[subprocess.Popen] = field(default_factory=list)
     released_ns: Optional[int] = None
     outcomes: dict[int, Outcome] = field(default_factory=dict)
@@ -179,7 +191,7 @@ class Batch:
             if self.endpoint.in_vm:
                 # The launcher waits on the host and becomes the channel client; netperf runs in the
                 # guest, whose CPU comes back on the client's last stderr line.
-                env = {**os.environ, "HVNET_GEXEC_CPU": "1"}
+                env = {"HVNET_GEXEC_CPU": "1"}
             for i, argv in enumerate(self.argvs):
                 if self.endpoint.in_vm:
                     cmd = [*launcher, *self.endpoint.wrap(argv)]
@@ -187,7 +199,7 @@ class Batch:
                     cmd = self.endpoint.wrap([*launcher, *argv])
                 with open(self.out_path(i), "wb") as out, open(self.err_path(i), "wb") as err:
                     self.popens.append(
-                        subprocess.Popen(
+                        self.runner.popen(
                             cmd, stdout=out, stderr=err, pass_fds=(go_r, ready_w), start_new_session=True, env=env
                         )
                     )

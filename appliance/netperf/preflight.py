@@ -13,14 +13,13 @@ from __future__ import annotations
 import os
 import re
 import resource
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import psutil
 
-from .. import proc
 from ..errors import HvnetError
+from ..runner import CommandRunner
 from .launch import Endpoint
 from .suite import Suite
 
@@ -77,23 +76,23 @@ def crr_ceiling(ports: int, duration_s: int) -> float:
     return (ports + ports * (duration_s - TIME_WAIT_S) / TIME_WAIT_S) / duration_s
 
 
-def check(suite: Suite, client: Endpoint, *, managed_server: bool) -> Preflight:
+def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_server: bool) -> Preflight:
     """Everything that can be checked before starting a process that matters."""
     pf = Preflight()
     try:
-        pf.netperf = proc.which("netperf")
+        pf.netperf = runner.which("netperf")
     except HvnetError as exc:
         pf.failures.append(str(exc))
         return pf
     if managed_server:
         try:
-            pf.netserver = proc.which("netserver")
+            pf.netserver = runner.which("netserver")
         except HvnetError as exc:
             pf.failures.append(str(exc))
     try:
-        out = subprocess.run([pf.netperf, "-V"], capture_output=True, text=True, timeout=10, check=False)
+        out = runner.run([pf.netperf, "-V"], check=False, timeout=10)
         version = parse_version(out.stdout + out.stderr)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, HvnetError):
         version = None
     if version is None:
         pf.failures.append(f"{pf.netperf} -V did not report a netperf version")
@@ -107,7 +106,7 @@ def check(suite: Suite, client: Endpoint, *, managed_server: bool) -> Preflight:
 
     _limits(suite, pf)
     if any(t.type == "TCP_CRR" for t in suite.tests):
-        _ports(suite, client, pf)
+        _ports(runner, suite, client, pf)
     return pf
 
 
@@ -146,10 +145,10 @@ def _limits(suite: Suite, pf: Preflight) -> None:
     pf.facts["peak_concurrency"] = peak
 
 
-def _ports(suite: Suite, client: Endpoint, pf: Preflight) -> None:
+def _ports(runner: CommandRunner, suite: Suite, client: Endpoint, pf: Preflight) -> None:
     """TCP_CRR opens one connection per transaction: compare what it may need with the port range."""
     argv = client.wrap(["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/net/ipv4/tcp_tw_reuse"])
-    out = proc.run(argv, timeout=10)
+    out = runner.run(argv, timeout=10)
     lines = out.stdout.splitlines() if out.returncode == 0 else []
     rng = port_range(lines[0]) if lines else None
     if rng is None:

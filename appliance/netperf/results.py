@@ -12,7 +12,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import HvnetError, UsageError
 
@@ -20,15 +20,10 @@ SCHEMA = "hvnet.netperf.results"
 SCHEMA_VERSION = 1
 RESULTS = "results.json"
 CSV = "results.csv"
-DEFAULT_RUNS_DIR = Path("/var/tmp/hvnet/runs")
 
 
 class NotARun(UsageError):
     """A directory that holds no hvnet run."""
-
-
-def runs_dir() -> Path:
-    return Path(os.environ.get("HVNET_RUNS_DIR", str(DEFAULT_RUNS_DIR)))
 
 
 def write(run_dir: Path, doc: dict[str, Any]) -> None:
@@ -118,9 +113,8 @@ def load(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def list_runs(base: Optional[Path] = None) -> list[dict[str, Any]]:
-    """Past runs under the runs directory, newest first (name, suite, when, state, steps)."""
-    base = base or runs_dir()
+def list_runs(base: Path) -> list[dict[str, Any]]:
+    """Past runs under ``base``, newest first (name, suite, when, state, steps)."""
     out = []
     for f in sorted(base.glob(f"*/{RESULTS}")):
         try:

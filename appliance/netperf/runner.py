@@ -2,7 +2,7 @@
 
 Public API (what ``hvnet suite run`` and the TUI use)::
 
-    runner = Runner(suite, lab=Lab(), conn=conn, out_dir=path, on_event=callback)
+    runner = Runner(suite, host=host, guests=lab, conn=conn, out_dir=path, on_event=callback)
     doc = runner.run()          # results document, also saved in out_dir
     runner.stop()               # from another thread or a signal handler: stop cleanly
 
@@ -31,9 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import __version__, proc
+from .. import __version__
 from ..errors import HvnetError
-from ..lab import Lab
+from ..guests import GuestSource
+from ..host import Host
 from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
@@ -76,13 +77,15 @@ class Runner:
         self,
         suite: Suite,
         *,
-        lab: Lab,
+        host: Host,
+        guests: GuestSource,
         conn: Connection,
         out_dir: Path,
         on_event: Optional[Callable[[Event], None]] = None,
     ) -> None:
         self.suite = suite
-        self.lab = lab
+        self.host = host
+        self.guests = guests
         self.conn = conn
         self.out_dir = Path(out_dir)
         self.on_event = on_event or (lambda e: None)
@@ -90,8 +93,8 @@ class Runner:
         self._stop_reason = "stopped by the operator"
         self._t0 = 0.0
         self._done_s = 0.0  # planned seconds of the steps finished (for the ETA)
-        self.engine = PolicyEngine(conn, command="hvnet suite run")
-        self.of = OpenFlow.for_target(conn.target)
+        self.engine = PolicyEngine(conn, host, command="hvnet suite run")
+        self.of = OpenFlow.for_host(host)
         self.netserver: Optional[Netserver] = None
         self.doc: dict[str, Any] = {}
 
@@ -118,12 +121,10 @@ class Runner:
 
     def _endpoints(self) -> tuple[Endpoint, Optional[Endpoint], str]:
         wanted = [self.suite.client] + ([self.suite.server.guest] if self.suite.server.guest else [])
-        in_lab = self.lab.require_guests(self.suite.topology, wanted)
-        c = in_lab[self.suite.client]
-        client = Endpoint(c["name"], c["namespace"], c["ip"].split("/")[0], c["vif"], c.get("channel"))
+        found = self.guests.require(self.suite.topology, wanted)
+        client = Endpoint.of(found[self.suite.client])
         if self.suite.server.guest:
-            s = in_lab[self.suite.server.guest]
-            server = Endpoint(s["name"], s["namespace"], s["ip"].split("/")[0], s["vif"], s.get("channel"))
+            server = Endpoint.of(found[self.suite.server.guest])
             return client, server, server.address or ""
         return client, None, self.suite.server.address or ""
 
@@ -133,7 +134,7 @@ class Runner:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
         client, server, address = self._endpoints()
-        pf = check(self.suite, client, managed_server=server is not None)
+        pf = check(self.host.runner, self.suite, client, managed_server=server is not None)
         pf.failures += self._plan_fragments()
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
@@ -248,7 +249,11 @@ class Runner:
     def _start_netserver(self) -> None:
         if self.server_ep is not None:
             self.netserver = Netserver(
-                self.server_ep, self.suite.server.port, self.out_dir / "netserver.log", self.netserver_path
+                self.server_ep,
+                self.suite.server.port,
+                self.out_dir / "netserver.log",
+                self.netserver_path,
+                self.host.runner,
             )
             self.netserver.start()
             self.doc["meta"]["server"]["netserver_pid"] = self.netserver.pid
@@ -257,7 +262,7 @@ class Runner:
         while time.monotonic() < deadline:
             probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
             try:
-                res = proc.run(self.client.wrap(probe), check=False, timeout=10.0)
+                res = self.host.runner.run(self.client.wrap(probe), check=False, timeout=10.0)
                 out = (res.returncode, res.stdout, res.stderr)
             except HvnetError as exc:  # no answer within the timeout
                 out = (-1, "", str(exc))
@@ -417,7 +422,7 @@ class Runner:
         ]
         tag = f"rep{rep}-warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
-        batch = Batch(argvs, self.client, raw)
+        batch = Batch(argvs, self.client, raw, runner=self.host.runner)
         bridge, ofport = self._client_port() if not warmup else (None, None)
         policing = cs.policing or setup.policing
         metered = not warmup and policing is not None and policing["mechanism"] == "meter"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, HvnetError
+from ..host import Host
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from .engine import PolicyEngine
@@ -38,11 +39,11 @@ TICK_S = 2.0  # meter check and orphan observation period
 class Agent:
     """Reconciles the switch with a policy file, event-driven."""
 
-    def __init__(self, conn: Connection, policy_path: str | Path, *, tick: float = TICK_S) -> None:
+    def __init__(self, conn: Connection, host: Host, policy_path: str | Path, *, tick: float = TICK_S) -> None:
         self.conn = conn
         self.policy_path = str(policy_path)
         self.tick = tick
-        self.engine = PolicyEngine(conn, command="hvnet agent")
+        self.engine = PolicyEngine(conn, host, command="hvnet agent")
         self.engine.lenient = True
         self.policy: Policy = load(self.policy_path)  # invalid at start: refuse to run
         self._wake = threading.Event()

@@ -21,13 +21,14 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .. import api
 from ..errors import ConfigError, HvnetError, Problem
+from ..host import Host
 from ..inventory import _VM_ID_KEYS
 from ..names import resolve_names
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from . import journal, openflow, planner, writer
+from .journal import Journal
 from .model import DEAD, Ingress, Policy
 from .planner import Change, Plan, PlanOptions
 from .state import State, VlanCols
@@ -94,13 +95,15 @@ def change_json(c: Change) -> dict[str, Any]:
 class PolicyEngine:
     """Plans and applies policies on one open OVSDB connection."""
 
-    def __init__(self, conn: Connection, *, command: str = "hvnet", audit: bool = True) -> None:
+    def __init__(self, conn: Connection, host: Host, *, command: str = "hvnet", audit: bool = True) -> None:
         self.conn = conn
+        self.host = host
         self.command = command
         self.audit = audit
         self.remote = conn.target.remote
-        self.of = openflow.OpenFlow.for_target(conn.target)
-        self._names_sources = api.name_sources(conn.target)
+        self.journal = Journal.for_host(host)
+        self.of = openflow.OpenFlow.for_host(host)
+        self._names_sources = host.name_sources()
         self._names: dict[str, str] = {}
         self._tc_police: bool | None = None
         self.force_policing: str | None = None
@@ -142,7 +145,7 @@ class PolicyEngine:
 
     def options(self) -> PlanOptions:
         if self._tc_police is None and self.force_policing in (None, "auto"):
-            self._tc_police = openflow.tc_police_works()
+            self._tc_police = openflow.tc_police_works(self.host.runner, self.host.paths.cache_dir)
         return PlanOptions(tc_police=bool(self._tc_police), openflow=self.of is not None, lenient=self.lenient)
 
     def plan(self, policy: Policy) -> Plan:
@@ -243,17 +246,17 @@ class PolicyEngine:
         if verify and wait:
             self._verify(plan, result)
         if plan.changes:
-            record = journal.new_record(self.remote, label or self.command, plan.changes)
+            record = self.journal.new_record(label or self.command, plan.changes)
             result.record_id = record["id"]
             if self.audit:
-                journal.save_last(self.remote, record)
+                self.journal.save_last(record)
         outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
         self._audit(plan.changes, outcome, isolated=result.isolated or None)
         return result
 
     def _audit(self, changes: list[Change], result: str, **extra: Any) -> None:
         if self.audit:
-            journal.audit(self.remote, self.command, changes, result, **{k: v for k, v in extra.items() if v})
+            self.journal.audit(self.command, changes, result, **{k: v for k, v in extra.items() if v})
 
     def _restore(self, changes: list[Change], wait: bool) -> None:
         inverse = [c.inverse() for c in reversed(changes)]
@@ -383,7 +386,7 @@ class PolicyEngine:
         def tc_state(interface: str) -> tuple[bool | None, bool | None]:
             """Both directions' tc state from one pair of ``tc`` runs per interface."""
             if interface not in by_interface:
-                by_interface[interface] = openflow.tc_enforcement(interface)
+                by_interface[interface] = openflow.tc_enforcement(self.host.runner, interface)
             return by_interface[interface]
 
         for name, kind in sorted(touched):

@@ -20,37 +20,14 @@ import uuid
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import lab
 from .planner import Change, describe
+
+if TYPE_CHECKING:
+    from ..host import Host
+
 from .state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols, VlanCols
-
-DEFAULT_AUDIT_LOG = "/var/log/hvnet/audit.jsonl"
-DEFAULT_STATE_DIR = "/var/lib/hvnet"
-
-
-def _lab_dir_for(remote: str) -> Path | None:
-    d = lab.lab_dir()
-    if lab.running_lab_db() == remote:
-        return d
-    return None
-
-
-def audit_path(remote: str) -> Path:
-    env = os.environ.get("HVNET_AUDIT_LOG")
-    if env:
-        return Path(env)
-    d = _lab_dir_for(remote)
-    return d / "audit.jsonl" if d else Path(DEFAULT_AUDIT_LOG)
-
-
-def state_dir(remote: str) -> Path:
-    env = os.environ.get("HVNET_STATE_DIR")
-    if env:
-        return Path(env)
-    d = _lab_dir_for(remote)
-    return d if d else Path(DEFAULT_STATE_DIR)
 
 
 def user() -> str:
@@ -64,39 +41,6 @@ def user() -> str:
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def audit(remote: str, command: str, changes: list[Change], result: str, **extra: Any) -> Path:
-    """Append one line to the audit log (creating its directory) and return its path."""
-    path = audit_path(remote)
-    entry = {
-        "time": now_iso(),
-        "user": user(),
-        "command": command,
-        "target": remote,
-        "before": [_summary(c, c.before) for c in changes],
-        "after": [_summary(c, c.after) for c in changes],
-        "result": result,
-        **extra,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry, sort_keys=False) + "\n")
-    return path
-
-
-def read_audit(remote: str, last: int = 50) -> list[dict[str, Any]]:
-    try:
-        lines = audit_path(remote).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines[-last:]:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 def _summary(c: Change, value: Any) -> dict[str, Any]:
@@ -209,39 +153,88 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def save_last(remote: str, record: dict[str, Any]) -> None:
-    _write_json(state_dir(remote) / "last-apply.json", record)
-
-
-def load_last(remote: str) -> dict[str, Any] | None:
-    rec = _read_json(state_dir(remote) / "last-apply.json")
-    return rec if rec and rec.get("target") == remote else None
-
-
-def mark_rolled_back(remote: str) -> None:
-    path = state_dir(remote) / "last-apply.json"
-    if path.exists():
-        os.replace(path, path.with_name("last-apply.rolled-back.json"))
-
-
-def save_pending(remote: str, record: dict[str, Any], deadline: float, watcher_pid: int | None) -> None:
-    _write_json(state_dir(remote) / "pending.json", {**record, "deadline": deadline, "watcher_pid": watcher_pid})
-
-
-def load_pending(remote: str) -> dict[str, Any] | None:
-    rec = _read_json(state_dir(remote) / "pending.json")
-    return rec if rec and rec.get("target") == remote else None
-
-
-def clear_pending(remote: str, record_id: str) -> bool:
-    """Remove the pending record if it is still ``record_id`` (True when removed)."""
-    path = state_dir(remote) / "pending.json"
-    rec = _read_json(path)
-    if rec is None or rec.get("id") != record_id:
-        return False
-    path.unlink(missing_ok=True)
-    return True
-
-
 def seconds_left(pending: dict[str, Any]) -> float:
     return float(pending["deadline"]) - time.time()
+
+
+class Journal:
+    """One host's audit log and rollback records (paths from the :class:`~appliance.host.Host`).
+
+    Records carry the OVSDB remote they were made for; one read for another
+    remote (a state directory shared by mistake) finds nothing rather than
+    another switch's changes.
+    """
+
+    def __init__(self, remote: str, state_dir: Path, audit_log: Path) -> None:
+        self.remote = remote
+        self.state_dir = Path(state_dir)
+        self.audit_path = Path(audit_log)
+
+    @classmethod
+    def for_host(cls, host: Host) -> Journal:
+        return cls(host.remote, host.paths.state_dir, host.paths.audit_log)
+
+    # -- the audit log -----------------------------------------------------------
+
+    def audit(self, command: str, changes: list[Change], result: str, **extra: Any) -> Path:
+        """Append one line to the audit log (creating its directory) and return its path."""
+        entry = {
+            "time": now_iso(),
+            "user": user(),
+            "command": command,
+            "target": self.remote,
+            "before": [_summary(c, c.before) for c in changes],
+            "after": [_summary(c, c.after) for c in changes],
+            "result": result,
+            **extra,
+        }
+        self.audit_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.audit_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, sort_keys=False) + "\n")
+        return self.audit_path
+
+    def read_audit(self, last: int = 50) -> list[dict[str, Any]]:
+        try:
+            lines = self.audit_path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines[-last:]:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    # -- rollback records ---------------------------------------------------------
+
+    def new_record(self, command: str, changes: list[Change]) -> dict[str, Any]:
+        return new_record(self.remote, command, changes)
+
+    def save_last(self, record: dict[str, Any]) -> None:
+        _write_json(self.state_dir / "last-apply.json", record)
+
+    def load_last(self) -> dict[str, Any] | None:
+        rec = _read_json(self.state_dir / "last-apply.json")
+        return rec if rec and rec.get("target") == self.remote else None
+
+    def mark_rolled_back(self) -> None:
+        path = self.state_dir / "last-apply.json"
+        if path.exists():
+            os.replace(path, path.with_name("last-apply.rolled-back.json"))
+
+    def save_pending(self, record: dict[str, Any], deadline: float, watcher_pid: int | None) -> None:
+        _write_json(self.state_dir / "pending.json", {**record, "deadline": deadline, "watcher_pid": watcher_pid})
+
+    def load_pending(self) -> dict[str, Any] | None:
+        rec = _read_json(self.state_dir / "pending.json")
+        return rec if rec and rec.get("target") == self.remote else None
+
+    def clear_pending(self, record_id: str) -> bool:
+        """Remove the pending record if it is still ``record_id`` (True when removed)."""
+        path = self.state_dir / "pending.json"
+        rec = _read_json(path)
+        if rec is None or rec.get("id") != record_id:
+            return False
+        path.unlink(missing_ok=True)
+        return True

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import proc
 from ..counters import Counters, parse_ofctl_ports
-from ..errors import CommandFailed, HvnetError
-from ..target import DbTarget
+from ..errors import HvnetError
+from ..runner import CommandRunner, LocalRunner
+
+if TYPE_CHECKING:
+    from ..host import Host
 from .state import State
 
 COOKIE = 0x68766E6574  # "hvnet"
@@ -137,15 +139,16 @@ def parse_meter_stats(text: str) -> dict[int, int]:
 class OpenFlow:
     """ovs-ofctl against a bridge's management socket in ovs-vswitchd's run directory."""
 
-    def __init__(self, rundir: str | Path) -> None:
+    def __init__(self, rundir: str | Path, runner: CommandRunner | None = None) -> None:
         self.rundir = Path(rundir)
+        self.runner: CommandRunner = runner or LocalRunner()
 
     @staticmethod
-    def for_target(target: DbTarget) -> OpenFlow | None:
-        """Local unix-socket databases only: the run directory is the socket's directory."""
-        if not target.remote.startswith("unix:"):
+    def for_host(host: Host) -> OpenFlow | None:
+        """Where the host's OVS run directory is known (a unix-socket database: the socket's directory)."""
+        if host.ovs_rundir is None:
             return None
-        return OpenFlow(Path(target.remote[5:]).parent)
+        return OpenFlow(host.ovs_rundir, host.runner)
 
     def available(self, bridge: str) -> bool:
         return (self.rundir / f"{bridge}.mgmt").exists()
@@ -154,14 +157,7 @@ class OpenFlow:
         return f"unix:{self.rundir / (bridge + '.mgmt')}"
 
     def _ofctl(self, *args: str, stdin: str | None = None) -> str:
-        argv = [proc.which("ovs-ofctl"), "-O", "OpenFlow13", *args]
-        try:
-            out = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30, check=False)
-        except subprocess.TimeoutExpired:
-            raise HvnetError(f"{' '.join(argv)} timed out after 30 s") from None
-        if out.returncode != 0:
-            raise CommandFailed(argv, out.returncode, out.stderr)
-        return out.stdout
+        return self.runner.run(["ovs-ofctl", "-O", "OpenFlow13", *args], input_text=stdin, timeout=30).stdout
 
     def port_counters(self, bridge: str) -> dict[str, Counters]:
         """Every port's counters as OVS counted them (drops included), by port name."""
@@ -194,9 +190,8 @@ class OpenFlow:
         ctl = self._vswitchd_ctl()
         if ctl is None:
             return False
-        appctl = proc.which("ovs-appctl")
         for command in ("revalidator/purge", "revalidator/wait"):
-            subprocess.run([appctl, "-t", ctl, command], capture_output=True, timeout=30, check=False)
+            self.runner.run(["ovs-appctl", "-t", ctl, command], check=False, timeout=30)
         return True
 
     def read(self, bridge: str, *, stats: bool = False) -> Installed:
@@ -283,7 +278,7 @@ def _lowest_free(used: set[int]) -> int:
     return i
 
 
-def tc_police_works(cache_dir: str | Path = "/run/hvnet") -> bool:
+def tc_police_works(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet") -> bool:
     """Whether this kernel can run tc's police action (what ``ingress_policing_rate`` needs).
 
     Probed once per boot on a veth pair in a throwaway namespace -- the only
@@ -297,23 +292,23 @@ def tc_police_works(cache_dir: str | Path = "/run/hvnet") -> bool:
         return cache.read_text().strip() == "yes"
     except OSError:
         pass
-    if os.geteuid() != 0 or proc.which_optional("tc") is None:
+    if os.geteuid() != 0 or runner.which_optional("tc") is None:
         return False
     ns = f"hvnet-tcprobe-{os.getpid()}"
     ok = False
     try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=10)
+        runner.run(["ip", "netns", "add", ns], timeout=10)
         steps = [
             ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
             ["tc", "-n", ns, "qdisc", "add", "dev", "p0", "handle", "ffff:", "ingress"],
             ["tc", "-n", ns, "filter", "add", "dev", "p0", "parent", "ffff:", "protocol", "all", "prio", "49",
              "basic", "police", "rate", "1000kbit", "burst", "100k", "drop"],
         ]  # fmt: skip
-        ok = all(subprocess.run(s, capture_output=True, timeout=10).returncode == 0 for s in steps)
-    except (subprocess.SubprocessError, OSError):
+        ok = all(runner.run(s, check=False, timeout=10).returncode == 0 for s in steps)
+    except (HvnetError, OSError):
         ok = False
     finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+        runner.run(["ip", "netns", "del", ns], check=False, timeout=10)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text("yes\n" if ok else "no\n")
@@ -322,14 +317,12 @@ def tc_police_works(cache_dir: str | Path = "/run/hvnet") -> bool:
     return ok
 
 
-def tc_enforcement(interface: str) -> tuple[bool | None, bool | None]:
+def tc_enforcement(runner: CommandRunner, interface: str) -> tuple[bool | None, bool | None]:
     """(tc police installed on ingress, htb qdisc on egress) for a host interface; None if unknown."""
-    if proc.which_optional("tc") is None:
+    if runner.which_optional("tc") is None:
         return None, None
-    filt = subprocess.run(
-        ["tc", "filter", "show", "dev", interface, "parent", "ffff:"], capture_output=True, text=True, timeout=10
-    )
-    qdisc = subprocess.run(["tc", "qdisc", "show", "dev", interface], capture_output=True, text=True, timeout=10)
+    filt = runner.run(["tc", "filter", "show", "dev", interface, "parent", "ffff:"], check=False, timeout=10)
+    qdisc = runner.run(["tc", "qdisc", "show", "dev", interface], check=False, timeout=10)
     if filt.returncode != 0 and qdisc.returncode != 0:
         return None, None
     return ("police" in filt.stdout, "htb" in qdisc.stdout)

@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from appliance import api, ovsdb  # noqa: E402
+from appliance.frontdoor import build_host  # noqa: E402
+from appliance.host import Host  # noqa: E402
 from appliance.inventory import COLUMNS  # noqa: E402
-from appliance.switch import Switch  # noqa: E402
+from appliance.lab.switch import Switch  # noqa: E402
 from appliance.target import DbTarget  # noqa: E402
 
 N_PORTS = 1000
@@ -121,6 +123,7 @@ def bench_inventory() -> list[str]:
         sw.start(vswitchd=False)
         try:
             target = DbTarget(sw.remote, "--db")
+            host = Host(target)
             with ovsdb.Connection.open(target, COLUMNS) as conn:
                 populate(conn, N_PORTS)
                 conn.run_once()
@@ -132,7 +135,7 @@ def bench_inventory() -> list[str]:
                     return lambda: subprocess.run(argv, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
                 def refresh() -> object:
-                    inv = api.read_inventory(conn)
+                    inv = api.read_inventory(conn, host)
                     assert len(inv.vifs) == N_PORTS
                     return inv
 
@@ -263,8 +266,9 @@ def bench_policy() -> list[str]:
                         "--policing", "tc"]  # fmt: skip
                 subprocess.run(argv, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
-            with _environ(**hvnet_env), ovsdb.Connection.open(target, POLICY_COLUMNS) as pconn:
-                engine = PolicyEngine(pconn, command="hvnet bench")
+            host = build_host(sw.remote, environ=hvnet_env)
+            with ovsdb.Connection.open(target, POLICY_COLUMNS) as pconn:
+                engine = PolicyEngine(pconn, host, command="hvnet bench")
                 engine.force_policing = "tc"
 
                 def in_process() -> None:
@@ -341,10 +345,12 @@ def bench_isolation() -> list[str]:
             lab = Lab(Path(tmp) / f"lab{n}")
             try:
                 lab.up(sc.topology)
+                host = Host(DbTarget(lab.db, "lab"))
+                guests = lab.require(sc.topology, list(sc.guests))
                 with ovsdb.Connection.open(DbTarget(lab.db, "lab"), COLUMNS) as conn:
                     for rep in range(4):
                         start = time.perf_counter()
-                        res = check.run_check(conn, lab, sc, ("traffic",), Path(tmp) / f"out{n}-{rep}")
+                        res = check.run_check(conn, host, guests, sc, ("traffic",), Path(tmp) / f"out{n}-{rep}")
                         elapsed = time.perf_counter() - start
                         if rep:  # the first run warms caches (tcpdump, ARP tables, megaflows)
                             times.setdefault(n, []).append(elapsed)
@@ -356,8 +362,10 @@ def bench_isolation() -> list[str]:
         lab = Lab(Path(tmp) / "lab-many")
         try:
             lab.up(many.topology)
+            host = Host(DbTarget(lab.db, "lab"))
+            guests = lab.require(many.topology, list(many.guests))
             with ovsdb.Connection.open(DbTarget(lab.db, "lab"), COLUMNS) as conn:
-                res = check.run_check(conn, lab, many, check.METHODS, Path(tmp) / "out-many")
+                res = check.run_check(conn, host, guests, many, check.METHODS, Path(tmp) / "out-many")
         finally:
             lab.down()
         verdicts = [v for m in res.methods for v in res.verdicts(m).values()]

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 from appliance import api, ovsdb
+from appliance.frontdoor import build_host
 from appliance.inventory import COLUMNS
-from appliance.switch import Switch
+from appliance.lab.switch import Switch
 from appliance.target import DbTarget
 
 STARTS = 5
@@ -35,7 +36,7 @@ async def _first_table(remote: str, n: int) -> float:
     from tui.widgets.vif_table import VifTable
 
     started = time.perf_counter()
-    app = HvnetApp(api.connect(remote))
+    app = HvnetApp(api.connect(build_host(remote)))
     async with app.run_test(size=(120, 40)) as pilot:
         while True:
             tables = app.screen.query(VifTable)
@@ -52,7 +53,7 @@ async def _changes(remote: str, env: dict[str, str], port: str) -> tuple[list[fl
     from tui.app import HvnetApp
     from tui.widgets.vif_table import VifTable
 
-    app = HvnetApp(api.connect(remote))
+    app = HvnetApp(api.connect(build_host(remote)))
     seen, vsctl_alone = [], []
     async with app.run_test(size=(120, 40)) as pilot:
         while not (app.screen.query(VifTable) and app.screen.query_one(VifTable).row_count > 0):

@@ -22,8 +22,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance.vm.gexec import gexec_argv  # noqa: E402
-from appliance.vm.image import DEFAULT_CACHE, build_image  # noqa: E402
+from appliance.lab.vm.gexec import gexec_argv  # noqa: E402
+from appliance.lab.vm.image import DEFAULT_CACHE, build_image  # noqa: E402
 from tests.vm import plainqemu  # noqa: E402
 
 BOOTS = 3
@@ -84,8 +84,8 @@ def bench_vm_rr() -> list[str]:
     netperf, only the endpoint differs.
     """
     from appliance.lab import Lab
+    from appliance.lab.vm import libvirtd
     from appliance.topology import load as load_topology
-    from appliance.vm import libvirtd
 
     why = libvirtd.available()
     if why:

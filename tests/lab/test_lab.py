@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from appliance import api
+from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from appliance.topology import DEFAULT_TOPOLOGY
 from appliance.topology import load as load_topology
@@ -161,9 +162,10 @@ def test_all_ports_and_bridge_filter(lab: Lab) -> None:
 
 
 def test_in_process_inventory_and_live_rates(lab: Lab) -> None:
-    with api.connect() as conn:
+    host = build_host()
+    with api.connect(host) as conn:
         assert conn.target.source == "lab"
-        live = api.LiveInventory(conn)
+        live = api.LiveInventory(conn, host)
         first = live.refresh()
         assert all(v.rates is None for v in first.vifs)  # one reading: no rate yet
         lab.guest_exec("VM1", ["ping", "-c", "3", "-i", "0.1", "192.168.0.151"])
@@ -173,7 +175,7 @@ def test_in_process_inventory_and_live_rates(lab: Lab) -> None:
 
 
 def test_wait_for_vswitchd_applies_change(lab: Lab) -> None:
-    with api.connect() as conn:
+    with api.connect(build_host()) as conn:
 
         def set_tag(ctx):
             port = next(p for p in ctx.rows("Port") if p.name == "vif2.0")

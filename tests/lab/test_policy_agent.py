@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from appliance.switch import stop_pid
+from appliance.lab.switch import stop_pid
 
 from ..conftest import HVNET, ROOT
 from .policy_helpers import ofctl, vsctl

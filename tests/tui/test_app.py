@@ -6,6 +6,7 @@ import asyncio
 import time
 
 from appliance import api
+from appliance.frontdoor import build_host
 from tests.conftest import run_hvnet
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog
@@ -31,7 +32,7 @@ async def open_vifs(pilot, app: HvnetApp) -> VifTable:
 
 
 async def test_vif_table_shows_lab_and_follows_external_changes(lab) -> None:
-    app = HvnetApp(api.connect(), start="host" if _has_host() else "vifs")
+    app = HvnetApp(api.connect(build_host()), start="host" if _has_host() else "vifs")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             table = await open_vifs(pilot, app)
@@ -61,7 +62,7 @@ async def test_vif_table_shows_lab_and_follows_external_changes(lab) -> None:
 
 
 async def test_edit_vm3_tag_through_the_dialog(lab) -> None:
-    app = HvnetApp(api.connect())
+    app = HvnetApp(api.connect(build_host()))
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             table = await open_vifs(pilot, app)
@@ -101,7 +102,7 @@ async def test_edit_vm3_tag_through_the_dialog(lab) -> None:
 
 
 async def test_edit_limits_show_enforcement(lab) -> None:
-    app = HvnetApp(api.connect())
+    app = HvnetApp(api.connect(build_host()))
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             table = await open_vifs(pilot, app)
@@ -134,7 +135,7 @@ def _has_host() -> bool:
 
 
 async def test_connection_loss_banner_reconnect_and_nothing_half_applied(lab) -> None:
-    app = HvnetApp(api.connect())
+    app = HvnetApp(api.connect(build_host()))
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             table = await open_vifs(pilot, app)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance import api
+from appliance.frontdoor import build_host
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog
 from tui.screens.host import HostScreen
@@ -17,7 +18,7 @@ async def test_host_screen_shows_switch_cpu_agent_and_audit(lab) -> None:
     from tests.conftest import run_hvnet
 
     assert run_hvnet("vif", "set", "vif2.0", "--tag", "1").returncode == 0  # one audit entry, no change
-    app = HvnetApp(api.connect(), start="host")
+    app = HvnetApp(api.connect(build_host()), start="host")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             assert await wait_until(pilot, lambda: isinstance(app.screen, HostScreen))
@@ -35,7 +36,7 @@ async def test_host_screen_shows_switch_cpu_agent_and_audit(lab) -> None:
 
 
 async def test_palette_lists_screens_and_actions(lab) -> None:
-    app = HvnetApp(api.connect())
+    app = HvnetApp(api.connect(build_host()))
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("2")
@@ -54,7 +55,7 @@ async def test_palette_lists_screens_and_actions(lab) -> None:
 
 async def test_no_color_is_monochrome(lab, monkeypatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
-    app = HvnetApp(api.connect())
+    app = HvnetApp(api.connect(build_host()))
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             assert app.no_color
@@ -88,7 +89,7 @@ async def _settled_vifs(pilot, app: HvnetApp) -> VifTable:
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_snapshots(lab, size) -> None:
-    app = HvnetApp(api.connect(), start="host")
+    app = HvnetApp(api.connect(build_host()), start="host")
     extra = (str(lab.run_dir),)
     try:
         async with app.run_test(size=size) as pilot:

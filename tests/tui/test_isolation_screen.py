@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance import api
+from appliance.frontdoor import build_host
 from tui.app import HvnetApp
 from tui.screens.isolation import IsolationScreen
 from tui.widgets.matrix import MatrixTable
@@ -44,7 +45,7 @@ async def type_path(pilot, path: str) -> None:
 
 
 async def test_seed_scenario_matrix_and_evidence(lab) -> None:
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="isolation")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -97,7 +98,7 @@ async def test_invalid_scenario_shows_error_and_touches_nothing(lab, tmp_path: P
     bad.write_text(
         f"name: bad\ntopology: {topology}\nguests: [VM1, VM2, VM3]\nvlans:\n  VM3: {{tag: 5000}}\nexpect: derive\n"
     )
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="isolation")
     before_tags, before_mirrors = tags(lab), mirrors(lab)
     try:
@@ -118,7 +119,7 @@ async def test_invalid_scenario_shows_error_and_touches_nothing(lab, tmp_path: P
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_isolation_snapshots(lab, size: tuple[int, int]) -> None:
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="isolation")
     try:
         async with app.run_test(size=size) as pilot:

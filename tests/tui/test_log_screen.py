@@ -10,6 +10,7 @@ import pytest
 from textual.widgets import DataTable
 
 from appliance import api
+from appliance.frontdoor import build_host
 from tui.app import HvnetApp
 from tui.screens.log import LogScreen
 
@@ -26,7 +27,7 @@ def has_row(table: DataTable, *words: str) -> bool:
 
 
 async def test_cli_change_shows_in_audit_and_notes_in_messages(lab) -> None:
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="log")
     try:
         async with app.run_test(size=(120, 40)) as pilot:
@@ -111,7 +112,7 @@ async def test_log_snapshots(lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     audit_log = tmp_path / "audit.jsonl"
     audit_log.write_text("".join(json.dumps(e) + "\n" for e in AUDIT))
     monkeypatch.setenv("HVNET_AUDIT_LOG", str(audit_log))  # fixed entries: the snapshot does not drift
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="log")
     try:
         async with app.run_test(size=size) as pilot:

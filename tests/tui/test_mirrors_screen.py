@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Select
 
 from appliance import api
+from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
 from tui.app import HvnetApp
@@ -48,7 +49,7 @@ def clean(lab: Lab) -> Iterator[Lab]:
 
 @asynccontextmanager
 async def mirrors_app(size: tuple[int, int] = (80, 24)) -> AsyncIterator[tuple[HvnetApp, Pilot]]:
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="mirrors")
     try:
         async with app.run_test(size=size) as pilot:

@@ -13,6 +13,7 @@ import pytest
 from textual.widgets import DataTable, Input, Select, Static
 
 from appliance import api
+from appliance.frontdoor import build_host
 from tui.app import HvnetApp
 from tui.screens.suites import REGRESSION_MARK, SuitesScreen
 from tui.widgets.chart import Chart
@@ -64,7 +65,7 @@ async def run_and_wait(pilot, screen: SuitesScreen) -> Path:
 
 async def test_bad_adjustments_start_nothing(lab, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HVNET_RUNS_DIR", str(tmp_path))
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="suites")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -95,7 +96,7 @@ async def test_bad_adjustments_start_nothing(lab, tmp_path: Path, monkeypatch) -
 
 async def test_run_quick_open_and_compare(lab, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HVNET_RUNS_DIR", str(tmp_path))
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="suites")
     started = time.monotonic()
     try:
@@ -191,7 +192,7 @@ async def test_run_quick_open_and_compare(lab, tmp_path: Path, monkeypatch) -> N
 
 async def test_stop_saves_a_partial_run(lab, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HVNET_RUNS_DIR", str(tmp_path))
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="suites")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -216,7 +217,7 @@ async def test_stop_saves_a_partial_run(lab, tmp_path: Path, monkeypatch) -> Non
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 async def test_snapshot(lab, tmp_path: Path, monkeypatch, size: tuple[int, int]) -> None:
     monkeypatch.setenv("HVNET_RUNS_DIR", str(tmp_path))
-    conn = api.connect()
+    conn = api.connect(build_host())
     app = HvnetApp(conn, start="suites")
     try:
         async with app.run_test(size=size) as pilot:

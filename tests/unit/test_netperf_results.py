@@ -434,11 +434,12 @@ def test_list_runs(tmp_path) -> None:
     assert runs[0]["suite"] == "regression" and runs[0]["steps"] == 1
 
 
-def test_runs_dir_follows_the_environment(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("HVNET_RUNS_DIR", str(tmp_path))
-    assert results.runs_dir() == tmp_path
-    monkeypatch.delenv("HVNET_RUNS_DIR")
-    assert results.runs_dir() == results.DEFAULT_RUNS_DIR
+def test_runs_dir_follows_the_environment(tmp_path) -> None:
+    from appliance.frontdoor import data_paths
+    from appliance.host import DataPaths
+
+    assert data_paths({"HVNET_RUNS_DIR": str(tmp_path)}).runs_dir == tmp_path
+    assert data_paths({}).runs_dir == DataPaths().runs_dir == Path("/var/tmp/hvnet/runs")
 
 
 # -- report -----------------------------------------------------------------------------

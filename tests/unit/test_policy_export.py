@@ -445,36 +445,46 @@ def test_planned_changes_survive_the_journal() -> None:
     assert back == changes
 
 
-def test_audit_log_lines(tmp_path, monkeypatch) -> None:
+def test_audit_log_lines(tmp_path) -> None:
     log = tmp_path / "audit" / "audit.jsonl"
-    monkeypatch.setenv("HVNET_AUDIT_LOG", str(log))
-    path = journal.audit("unix:/x.sock", "hvnet apply", CHANGES[:2], "ok", plan_id="abc")
+    j = journal.Journal("unix:/x.sock", tmp_path / "state", log)
+    path = j.audit("hvnet apply", CHANGES[:2], "ok", plan_id="abc")
     assert path == log
-    journal.audit("unix:/x.sock", "hvnet rollback", [CHANGES[0].inverse()], "failed")
-    entries = journal.read_audit("unix:/x.sock")
+    j.audit("hvnet rollback", [CHANGES[0].inverse()], "failed")
+    entries = j.read_audit()
     assert [e["result"] for e in entries] == ["ok", "failed"]
     first = entries[0]
     assert first["command"] == "hvnet apply" and first["target"] == "unix:/x.sock" and first["plan_id"] == "abc"
     assert first["before"][0] == {"kind": "vlan", "bridge": "xenbr0", "name": "vif1.0", "value": "access tag 1"}
     assert first["after"][1]["value"] == "dead VLAN 4095 (isolated)"
     assert entries[1]["after"][0]["value"] == "access tag 1"
-    assert journal.read_audit("unix:/x.sock", last=1) == entries[1:]
+    assert j.read_audit(last=1) == entries[1:]
 
 
-def test_last_apply_and_pending_records(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("HVNET_STATE_DIR", str(tmp_path))
+def test_journal_paths_come_from_the_front_door(tmp_path) -> None:
+    """HVNET_AUDIT_LOG and HVNET_STATE_DIR are read once, by the front door, into the Host's paths."""
+    from appliance.frontdoor import build_host
+
+    env = {"HVNET_AUDIT_LOG": str(tmp_path / "a.jsonl"), "HVNET_STATE_DIR": str(tmp_path / "s"),
+           "HVNET_LAB_DIR": str(tmp_path / "no-lab")}  # fmt: skip
+    j = journal.Journal.for_host(build_host("unix:/x.sock", environ=env))
+    assert (j.audit_path, j.state_dir, j.remote) == (tmp_path / "a.jsonl", tmp_path / "s", "unix:/x.sock")
+
+
+def test_last_apply_and_pending_records(tmp_path) -> None:
     remote = "unix:/x.sock"
-    record = journal.new_record(remote, "hvnet apply", CHANGES[:3])
-    journal.save_last(remote, record)
-    assert journal.record_changes(journal.load_last(remote)) == CHANGES[:3]
-    assert journal.load_last("tcp:10.0.0.1:6640") is None  # a record for another switch
-    journal.mark_rolled_back(remote)
-    assert journal.load_last(remote) is None
+    j = journal.Journal(remote, tmp_path, tmp_path / "audit.jsonl")
+    record = j.new_record("hvnet apply", CHANGES[:3])
+    j.save_last(record)
+    assert journal.record_changes(j.load_last()) == CHANGES[:3]
+    assert journal.Journal("tcp:10.0.0.1:6640", tmp_path, tmp_path / "a").load_last() is None  # another switch's
+    j.mark_rolled_back()
+    assert j.load_last() is None
     assert (tmp_path / "last-apply.rolled-back.json").exists()
 
-    journal.save_pending(remote, record, deadline=123.0, watcher_pid=None)
-    pending = journal.load_pending(remote)
+    j.save_pending(record, deadline=123.0, watcher_pid=None)
+    pending = j.load_pending()
     assert pending["deadline"] == 123.0 and pending["id"] == record["id"]
-    assert journal.clear_pending(remote, "someone-else") is False
-    assert journal.clear_pending(remote, record["id"]) is True
-    assert journal.load_pending(remote) is None
+    assert j.clear_pending("someone-else") is False
+    assert j.clear_pending(record["id"]) is True
+    assert j.load_pending() is None

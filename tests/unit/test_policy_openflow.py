@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from appliance.host import Host
 from appliance.policy import openflow
 from appliance.policy.openflow import COOKIE, Installed, OpenFlow, SyncResult, Wanted
 from appliance.policy.state import BridgeState, PoliceCols, PortState, State, VlanCols
@@ -195,10 +196,10 @@ def test_lowest_free_meter_id() -> None:
     assert openflow._lowest_free({2, 3}) == 1
 
 
-def test_openflow_for_target_and_sockets(tmp_path) -> None:
-    assert OpenFlow.for_target(DbTarget("tcp:10.0.0.1:6640", "--db")) is None
-    assert OpenFlow.for_target(DbTarget("ssl:10.0.0.1:6640", "--db")) is None
-    of = OpenFlow.for_target(DbTarget(f"unix:{tmp_path}/db.sock", "lab"))
+def test_openflow_for_host_and_sockets(tmp_path) -> None:
+    assert OpenFlow.for_host(Host(DbTarget("tcp:10.0.0.1:6640", "--db"))) is None
+    assert OpenFlow.for_host(Host(DbTarget("ssl:10.0.0.1:6640", "--db"))) is None
+    of = OpenFlow.for_host(Host(DbTarget(f"unix:{tmp_path}/db.sock", "lab")))
     assert of is not None and of.rundir == tmp_path
     assert not of.available("xenbr0")
     (tmp_path / "xenbr0.mgmt").touch()

@@ -7,8 +7,8 @@ import pytest
 
 from appliance import topology
 from appliance.errors import ConfigError
+from appliance.lab.vm.domain import DomainSpec, Nic, domain_xml, interface_xml
 from appliance.netperf import suite as suite_mod
-from appliance.vm.domain import DomainSpec, Nic, domain_xml, interface_xml
 
 ROOT = Path(__file__).resolve().parents[2]
 MIXED = ROOT / "vlan-tests" / "topologies" / "mixed-qemu.yaml"

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from appliance.vm import image
-from appliance.vm.protocol import EXIT_LOST, IdMap, LineDecoder, encode, exit_status
+from appliance.lab.vm import image
+from appliance.lab.vm.protocol import EXIT_LOST, IdMap, LineDecoder, encode, exit_status
 
 
 def test_encode_is_one_line() -> None:

@@ -1,6 +1,6 @@
 """Boot the probe image with plain QEMU (no libvirt): for the image tests and the boot benchmark.
 
-Always TCG: on some hosts /dev/kvm exists but its guests hang (see appliance/vm/accel.py);
+Always TCG: on some hosts /dev/kvm exists but its guests hang (see appliance/lab/vm/accel.py);
 the lab detects the accelerator, these tests only need a guest that boots.
 Everything started here is stopped by pid, and only when /proc confirms the
 pid is still the process that was started.
@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from appliance.vm import channel
-from appliance.vm.image import ProbeImage, kernel_cmdline
-from appliance.vm.protocol import PORT_NAME
+from appliance.lab.vm import channel
+from appliance.lab.vm.image import ProbeImage, kernel_cmdline
+from appliance.lab.vm.protocol import PORT_NAME
 
 
 @dataclass

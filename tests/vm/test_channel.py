@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.vm import channel
-from appliance.vm.gexec import gexec_argv
-from appliance.vm.protocol import EXIT_LOST
+from appliance.lab.vm import channel
+from appliance.lab.vm.gexec import gexec_argv
+from appliance.lab.vm.protocol import EXIT_LOST
 
 AGENT = Path(channel.__file__).resolve().parent / "guest" / "agent.py"
 
@@ -166,5 +166,5 @@ def test_gexec(guest: tuple[FakeQemu, Path]) -> None:
     g.send_signal(signal.SIGTERM)
     assert g.wait(10) == 128 + signal.SIGTERM
     # The module form works too.
-    r = subprocess.run([sys.executable, "-m", "appliance.vm.gexec", str(sock), "--", "true"], timeout=30)
+    r = subprocess.run([sys.executable, "-m", "appliance.lab.vm.gexec", str(sock), "--", "true"], timeout=30)
     assert r.returncode == 0

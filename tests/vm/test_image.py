@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance.vm import channel
-from appliance.vm.gexec import gexec_argv
-from appliance.vm.image import DEFAULT_CACHE, build_image
-from appliance.vm.protocol import EXIT_LOST
+from appliance.lab.vm import channel
+from appliance.lab.vm.gexec import gexec_argv
+from appliance.lab.vm.image import DEFAULT_CACHE, build_image
+from appliance.lab.vm.protocol import EXIT_LOST
 from tests.vm import plainqemu
 
 pytestmark = pytest.mark.vm

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from appliance.switch import Switch
-from appliance.vm import libvirtd
+from appliance.lab.switch import Switch
+from appliance.lab.vm import libvirtd
 from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.vm

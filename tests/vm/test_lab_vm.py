@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
+from appliance.lab.vm import libvirtd
+from appliance.lab.vm.domain import Nic, interface_xml
 from appliance.topology import load as load_topology
-from appliance.vm import libvirtd
-from appliance.vm.domain import Nic, interface_xml
 
 from ..conftest import ROOT, lab_up, run_hvnet
 from ..lab.test_policy_agent import AgentProc, wait_until

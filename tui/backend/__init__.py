@@ -20,11 +20,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from appliance import LiveInventory
+from appliance.api import LiveInventory
 from appliance.errors import HvnetError
+from appliance.frontdoor import build_host
+from appliance.host import Host
 from appliance.inventory import Inventory
 from appliance.ovsdb import Connection
-from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State, journal
+from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State
 from appliance.policy.engine import Enforcement
 
 log = logging.getLogger("hvnet.tui")
@@ -60,10 +62,12 @@ class _Collector(logging.Handler):
 class Backend:
     """Everything the screens need from the engine, on one connection."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, host: Host | None = None) -> None:
         self.conn = conn
-        self.live = LiveInventory(conn)
-        self.engine = PolicyEngine(conn, command="hvnet tui")
+        # The console is a front door: given no Host, it builds the one its connection's target names.
+        self.host = host or build_host(conn.target.remote)
+        self.live = LiveInventory(conn, self.host)
+        self.engine = PolicyEngine(conn, self.host, command="hvnet tui")
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
         self._message_listeners: list[Callable[[LogLine], None]] = []
         self._lock = threading.Lock()
@@ -159,7 +163,7 @@ class Backend:
         The Host and Log screens ask every few seconds; the file is read again
         only when it has changed since (it only ever grows by appended lines).
         """
-        path = journal.audit_path(self.remote)
+        path = self.engine.journal.audit_path
         try:
             st = path.stat()
             stamp: tuple[Any, ...] | None = (path, st.st_mtime_ns, st.st_size)
@@ -170,7 +174,7 @@ class Backend:
         if stamp is not None and cached is not None and cached[0] == stamp:
             entries = cached[1]
         else:
-            entries = journal.read_audit(self.remote, last=last)
+            entries = self.engine.journal.read_audit(last=last)
             with self._lock:
                 self._audit_cache[last] = (stamp, entries)
         return list(entries)

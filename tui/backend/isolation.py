@@ -16,12 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance import api
-from appliance.errors import UsageError
-from appliance.isolation import check, model
-from appliance.isolation import scenario as scenario_mod
+from appliance.isolation import model
 from appliance.isolation.check import CheckResult
 from appliance.isolation.scenario import Scenario
+from appliance.services import isolation
 
 if TYPE_CHECKING:
     from . import Backend
@@ -39,16 +37,12 @@ def shipped_scenarios(directory: Path = SCENARIO_DIR) -> list[Path]:
 
 def methods_for(choice: str) -> tuple[str, ...]:
     """The engine's method tuple for the picker's choice (both runs traffic then trace)."""
-    if choice == "both":
-        return check.METHODS
-    if choice not in check.METHODS:
-        raise UsageError(f"unknown method {choice!r}; choose one of {', '.join(METHOD_CHOICES)}")
-    return (choice,)
+    return isolation.methods_of(choice)
 
 
 def load(path: str | Path) -> Scenario:
     """Validate the scenario file whole; raises ConfigError (file:line: field) before anything is touched."""
-    return scenario_mod.load(Path(path).expanduser())
+    return isolation.load_scenario(str(Path(path).expanduser()))
 
 
 def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
@@ -58,15 +52,17 @@ def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
     mirrors, undone afterwards), so it drives the lab's own database even when
     the console watches another one -- exactly like the CLI.
     """
+    from appliance.frontdoor import build_host
+    from appliance.lab import Lab
+
     sc = load(path)
-    methods = methods_for(choice)
-    lab, out_dir = check.prepare(sc, methods, root_hint="run the console as root, or choose the trace method")
-    backend.note(f"isolation check {sc.name} ({', '.join(methods)}) started")
-    if backend.remote == lab.db:
-        result = check.run_check(backend.conn, lab, sc, methods, out_dir)
-    else:
-        with api.connect(lab.db) as conn:
-            result = check.run_check(conn, lab, sc, methods, out_dir)
+    lab = Lab()
+    host = backend.host if backend.remote == lab.db else build_host(lab.db, libvirt=backend.host.names.libvirt_uri)
+    backend.note(f"isolation check {sc.name} ({', '.join(methods_for(choice))}) started")
+    result = isolation.run_check(
+        host, lab, sc, choice, root_hint="run the console as root, or choose the trace method",
+        conn=backend.conn if host is backend.host else None,
+    )  # fmt: skip
     backend.note(f"isolation check {sc.name}: {VERDICT[result.exit_code]} in {result.duration_s:.1f} s")
     return result
 

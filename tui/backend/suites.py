@@ -14,21 +14,18 @@ same code, so a live table and a reopened run agree.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-from appliance import api
-from appliance.errors import HvnetError
-from appliance.lab import Lab
+from appliance.host import Host
 from appliance.netperf import compare as compare_mod
 from appliance.netperf import report, results
 from appliance.netperf import suite as suite_mod
-from appliance.netperf.runner import Event, Runner
+from appliance.netperf.runner import Event
 from appliance.netperf.suite import Step, Suite
-from appliance.policy import COLUMNS
+from appliance.services import suites
+from appliance.services.suites import ShippedSuite as SuiteChoice
+from appliance.services.suites import SuiteRun
 
 from ..widgets.chart import Series
 
@@ -77,81 +74,28 @@ def parse_overrides(concurrency: str, duration: str, repetitions: str) -> Overri
     )
 
 
-@dataclass(frozen=True)
-class SuiteChoice:
-    """A shipped suite as the chooser lists it."""
-
-    name: str
-    path: str
-    steps: int = 0
-    minutes: float = 0.0
-    description: str = ""
-    error: str = ""
-
-
 def shipped_suites() -> list[SuiteChoice]:
     """Every shipped suite, loaded and validated (a broken one is listed with its error)."""
-    out = []
-    for p in suite_mod.shipped():
-        try:
-            s = suite_mod.load(p)
-        except HvnetError as exc:
-            out.append(SuiteChoice(p.stem, str(p), error=str(exc)))
-            continue
-        out.append(SuiteChoice(s.name, str(p), len(s.steps()), s.estimated_seconds() / 60, s.description))
-    return out
+    return suites.shipped_suites()
 
 
 def prepare(path: str, overrides: Overrides) -> Suite:
     """Load and validate the suite, then apply the overrides the way ``hvnet suite run`` does."""
-    s = suite_mod.load(path)
-    if overrides.concurrency or overrides.duration or overrides.repetitions:
-        s = s.with_overrides(
-            concurrency=overrides.concurrency, duration=overrides.duration, repetitions=overrides.repetitions
-        )
-    return s
+    return suites.load_suite(
+        path, concurrency=overrides.concurrency, duration=overrides.duration, repetitions=overrides.repetitions
+    )
 
 
-def new_run_dir(s: Suite, base: Optional[Path] = None) -> Path:
-    """``$HVNET_RUNS_DIR/SUITE-TIME`` as the CLI names it; a second run in the same second gets a suffix."""
-    base = base or results.runs_dir()
-    out = base / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    n = 2
-    while out.exists():
-        out = base / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}-{n}"
-        n += 1
-    return out
+def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun:
+    """A run of ``s`` on the lab's switch, in a new run directory (named as the CLI names it)."""
+    from appliance.frontdoor import build_host
+    from appliance.lab import Lab
 
-
-class SuiteRun:
-    """One run of a suite on the lab, stoppable from the UI thread at any moment."""
-
-    def __init__(self, suite: Suite, out_dir: Path, on_event: Callable[[Event], None]) -> None:
-        self.suite = suite
-        self.out_dir = out_dir
-        self.on_event = on_event
-        self._lock = threading.Lock()
-        self._runner: Optional[Runner] = None
-        self._stop_reason: Optional[str] = None
-
-    def run(self) -> dict[str, Any]:
-        """Blocking (a worker thread): lab checks, connect, run, disconnect; returns the results document."""
-        lab = Lab()
-        lab.require_guests(self.suite.topology, [self.suite.client] + [g for g in [self.suite.server.guest] if g])
-        with api.connect(lab.db, columns=COLUMNS) as conn:
-            runner = Runner(self.suite, lab=lab, conn=conn, out_dir=self.out_dir, on_event=self.on_event)
-            with self._lock:
-                self._runner = runner
-                if self._stop_reason is not None:  # stopped while connecting
-                    runner.stop(self._stop_reason)
-            return runner.run()
-
-    def stop(self, reason: str = "stopped by the operator") -> None:
-        """Non-blocking: the runner stops its instances, restores policy and saves a partial result."""
-        with self._lock:
-            self._stop_reason = reason
-            if self._runner is not None:
-                self._runner.stop(reason)
+    lab = Lab()
+    lab_host = host if host.remote == lab.db else build_host(lab.db, libvirt=host.names.libvirt_uri)
+    run = SuiteRun(lab_host, lab, s, suites.run_dir(lab_host, s), on_event)
+    run.check()
+    return run
 
 
 # -- figures shown on the screen ------------------------------------------------
@@ -244,10 +188,9 @@ def chart_series(figures: list[StepFigures], rr: bool) -> list[Series]:
 # -- past runs --------------------------------------------------------------------
 
 
-def list_runs() -> list[dict[str, Any]]:
-    """Runs under ``$HVNET_RUNS_DIR``, newest first."""
-    base = results.runs_dir()
-    return results.list_runs(base) if base.is_dir() else []
+def list_runs(host: Host) -> list[dict[str, Any]]:
+    """Runs under the host's runs directory (``$HVNET_RUNS_DIR``), newest first."""
+    return suites.list_runs(host)
 
 
 def load_run(path: str) -> dict[str, Any]:

@@ -305,8 +305,12 @@ class SuitesScreen(Screen[None]):
         except HvnetError as exc:
             self.post_message(RunRefused(str(exc)))
             return
-        out = engine.new_run_dir(s)
-        run = SuiteRun(s, out, lambda e: self.post_message(RunEvent(e)))
+        try:
+            run = engine.new_run(self.app.backend.host, s, lambda e: self.post_message(RunEvent(e)))
+        except HvnetError as exc:
+            self.post_message(RunRefused(str(exc)))
+            return
+        out = run.out_dir
         self.active_run = run  # Stop works from here on, even before the first event
         self.post_message(RunStarted(s, out))
         try:
@@ -471,7 +475,7 @@ class SuitesScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="runs")
     def action_list_runs(self) -> None:
-        self.post_message(RunsListed(engine.list_runs()))
+        self.post_message(RunsListed(engine.list_runs(self.app.backend.host)))
 
     def on_runs_listed(self, message: RunsListed) -> None:
         self.runs = message.runs

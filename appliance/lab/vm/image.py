@@ -3,7 +3,7 @@
 A probe guest exists to send and receive test traffic through the switch
 under test, so it carries only what that takes: the kernel's virtio drivers,
 busybox, netperf/netserver, tcpdump, arping, ip, ethtool, and the agent that
-runs them for the host over a virtio-serial port (:mod:`appliance.vm.guest.agent`,
+runs them for the host over a virtio-serial port (:mod:`appliance.lab.vm.guest.agent`,
 with the guest's own copy of Debian's Python and the few standard modules the
 agent imports).  Everything comes from Debian packages already on the host,
 except the kernel, which is *downloaded* (``apt-get download``), never
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import proc
-from ..errors import HvnetError
+from ... import proc
+from ...errors import HvnetError
 from .protocol import PORT_NAME
 
 BUILDER_VERSION = "2"

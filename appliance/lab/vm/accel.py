@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import proc
+from ... import proc
 from ..switch import stop_pid
 from .protocol import PORT_NAME, LineDecoder, encode
 

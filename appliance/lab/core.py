@@ -19,22 +19,24 @@ import os
 import shutil
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import proc
-from .errors import CommandFailed, LabError, UsageError
-from .ovsdb import Connection, TxnContext
-from .ovsdb import column as col
+from .. import labstate, proc
+from ..errors import CommandFailed, LabError, UsageError
+from ..guests import GuestEndpoint
+from ..ovsdb import Connection, TxnContext
+from ..ovsdb import column as col
+from ..target import DbTarget
+from ..topology import Guest, Topology
 from .switch import Switch
-from .target import DbTarget
-from .topology import Guest, Topology
 from .vm import labguests
 from .vm.gexec import gexec_argv
 
-DEFAULT_LAB_DIR = "/run/hvnet/lab"
-STATE_FILE = "lab.json"
+DEFAULT_LAB_DIR = labstate.DEFAULT_LAB_DIR
+STATE_FILE = labstate.STATE_FILE
 MARKER = ".hvnet-lab"
 NS_PREFIX = "hvnet-"
 # XenServer gives every VIF's host side this MAC; the VM's own MAC is in
@@ -69,32 +71,18 @@ def _assign(row: Any, column: str, value: Any) -> None:
         setattr(row, column, value)
 
 
-def lab_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    return Path(env.get("HVNET_LAB_DIR") or DEFAULT_LAB_DIR)
+def lab_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The lab's run directory (``$HVNET_LAB_DIR`` or the default)."""
+    return labstate.lab_dir(os.environ if env is None else env)
 
 
-def running_lab_db(env: dict[str, str] | os._Environ[str] | None = None) -> str | None:
+def running_lab_db(env: Mapping[str, str] | None = None) -> str | None:
     """The lab's OVSDB remote if a lab is running, else None."""
-    switch = Switch(lab_dir(env))
-    if (switch.run_dir / STATE_FILE).exists() and switch.db_sock.exists() and switch.pid("ovsdb-server"):
-        return switch.remote
-    return None
-
-
-def lab_vm_names(remote: str, env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
-    """VM uuid -> name records of the lab serving ``remote`` (empty if none)."""
-    state = _read_state(lab_dir(env))
-    if state and state.get("db") == remote:
-        return dict(state.get("vm_names", {}))
-    return {}
+    return labstate.running_lab_db(lab_dir(env))
 
 
 def _read_state(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((run_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    return labstate.read_state(run_dir)
 
 
 def _ns_exists(ns: str) -> bool:
@@ -463,6 +451,24 @@ class Lab:
             raise UsageError(f"guest {', '.join(absent)} is recorded but its namespace, domain or VIF is gone",
                              hint="hvnet lab down && hvnet lab up")  # fmt: skip
         return {g: in_lab[g] for g in names}
+
+    def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
+        """``names`` as endpoints for the engine (suites, isolation checks): the lab is their GuestSource."""
+        gexec = tuple(gexec_argv("", [])[:-2])  # the program that reaches a VM's channel
+        out = {}
+        for name, rec in self.require_guests(topology, names).items():
+            channel = rec.get("channel")
+            out[name] = GuestEndpoint(
+                name=name,
+                kind=rec.get("kind", "netns"),
+                ip=rec["ip"],
+                mac=rec["mac"],
+                vif=rec.get("vif") or "",
+                netns=rec.get("namespace") or None,
+                channel=channel,
+                gexec=gexec if channel else (),
+            )
+        return out
 
     # -- guests ----------------------------------------------------------------
 

@@ -18,8 +18,8 @@ import signal
 import time
 from pathlib import Path
 
-from . import proc
-from .errors import LabError
+from .. import labstate, proc
+from ..errors import LabError
 
 SCHEMA_PATHS = (
     "/usr/share/openvswitch/vswitch.ovsschema",
@@ -27,17 +27,7 @@ SCHEMA_PATHS = (
 )
 
 
-def _pid_alive_for(pidfile: Path, marker: str) -> int | None:
-    """The PID in ``pidfile`` if that process is alive and mentions ``marker``."""
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return None
-    return pid if marker in cmdline else None
+_pid_alive_for = labstate.pid_alive_for
 
 
 def _os_release() -> dict[str, str]:

@@ -9,12 +9,12 @@ clients on its own socket:
     QEMU  RUN/NAME.chan  <-- mux -->  RUN/NAME.sock  <-- GuestClient / gexec ...
 
 Each client connection is its own id namespace (the mux remaps ids, see
-:class:`~appliance.vm.protocol.IdMap`).  The mux outlives the guest: when
+:class:`~appliance.lab.vm.protocol.IdMap`).  The mux outlives the guest: when
 QEMU goes away it tells every client whose processes were lost (exit code
-:data:`~appliance.vm.protocol.EXIT_LOST`, "guest restarted"), then reconnects
+:data:`~appliance.lab.vm.protocol.EXIT_LOST`, "guest restarted"), then reconnects
 when the socket comes back.  Start it with :func:`start_mux` or::
 
-    python -m appliance.vm.channel mux --chan RUN/NAME.chan --listen RUN/NAME.sock \\
+    python -m appliance.lab.vm.channel mux --chan RUN/NAME.chan --listen RUN/NAME.sock \\
         --pidfile RUN/NAME.mux.pid --log RUN/NAME.mux.log
 """
 
@@ -361,7 +361,7 @@ def mux_pid(pidfile: str | Path) -> int | None:
     if pid is None:
         return None
     cmd = _cmdline(pid)
-    if "appliance.vm.channel" in cmd and "mux" in cmd and str(pidfile) in cmd:
+    if "appliance.lab.vm.channel" in cmd and "mux" in cmd and str(pidfile) in cmd:
         return pid
     return None
 
@@ -382,7 +382,7 @@ def start_mux(
         stop_mux(pidfile)  # alive but its socket is gone: replace it rather than leave it orphaned
     argv = [
         # -W: appliance/__init__ imports this module before runpy runs it, which is harmless.
-        sys.executable, "-W", "ignore::RuntimeWarning", "-m", "appliance.vm.channel", "mux",
+        sys.executable, "-W", "ignore::RuntimeWarning", "-m", "appliance.lab.vm.channel", "mux",
         "--chan", str(chan), "--listen", str(listen), "--pidfile", str(pidfile), "--log", str(log_path),
     ]  # fmt: skip
     Path(listen).parent.mkdir(parents=True, exist_ok=True)
@@ -743,7 +743,7 @@ class GuestClient:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m appliance.vm.channel", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m appliance.lab.vm.channel", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("mux", help="serve a guest's channel socket to many clients (runs until SIGTERM)")
     m.add_argument("--chan", required=True, help="QEMU's unix socket for the org.hvnet.agent port")

@@ -1,6 +1,6 @@
 """The host<->guest channel's wire format and the multiplexer's bookkeeping (pure).
 
-Messages are JSON objects, one per line (see :mod:`appliance.vm.guest.agent`
+Messages are JSON objects, one per line (see :mod:`appliance.lab.vm.guest.agent`
 for the vocabulary).  The multiplexer lets many host clients share the one
 virtio-serial port: each client numbers its processes from 1 in its own
 namespace, and :class:`IdMap` maps those to the ids the guest sees.  Nothing

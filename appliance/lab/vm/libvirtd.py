@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
-from ..errors import LabError
+from ... import proc
+from ...errors import LabError
 from ..switch import stop_pid
 
 URI = "qemu:///system"

@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import LabError
-from ..names import quiet_libvirt, state_name
+from ...errors import LabError
+from ...names import quiet_libvirt, state_name
+from ...topology import Guest, Topology
 from ..switch import Switch
-from ..topology import Guest, Topology
 from . import accel, libvirtd
 from .channel import ChannelError, GuestClient, mux_pid, start_mux, stop_mux
 from .domain import DomainSpec, Nic, domain_xml

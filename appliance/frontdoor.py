@@ -1,0 +1,70 @@
+"""The front door: the one place a :class:`~appliance.host.Host` is built from
+command-line options and the environment.
+
+The CLI, the console and the agent call :func:`build_host` once; everything
+below receives the Host and reads no ``HVNET_*`` variable itself.  The
+variables read here:
+
+* ``HVNET_DB``, ``HVNET_SSL_KEY|CERT|CA`` -- the OVSDB target (after ``--db``);
+* ``HVNET_LAB_DIR`` -- where a running lab is looked for (its record, not its code);
+* ``HVNET_STATE_DIR``, ``HVNET_AUDIT_LOG``, ``HVNET_RUNS_DIR``, ``HVNET_CAPTURES_DIR`` -- data paths;
+* ``HVNET_LIBVIRT_URI``, ``LIBVIRT_DEFAULT_URI``, ``HVNET_XAPI_*`` -- VM name sources.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+from . import labstate
+from .host import DataPaths, Host, NameConfig
+from .target import resolve
+
+NAME_VARIABLES = (
+    "HVNET_LIBVIRT_URI",
+    "LIBVIRT_DEFAULT_URI",
+    "HVNET_XAPI_URL",
+    "HVNET_XAPI_CREDENTIALS",
+    "HVNET_XAPI_TIMEOUT",
+)
+
+
+def data_paths(environ: Mapping[str, str], lab_run_dir: Path | None = None) -> DataPaths:
+    """Default paths, the lab's own when the target is the lab's, then the variables' overrides."""
+    paths = DataPaths()
+    if lab_run_dir is not None:
+        paths = replace(paths, state_dir=lab_run_dir, audit_log=lab_run_dir / "audit.jsonl")
+    overrides = {
+        "state_dir": environ.get("HVNET_STATE_DIR"),
+        "audit_log": environ.get("HVNET_AUDIT_LOG"),
+        "runs_dir": environ.get("HVNET_RUNS_DIR"),
+        "captures_dir": environ.get("HVNET_CAPTURES_DIR"),
+    }
+    return replace(paths, **{k: Path(v) for k, v in overrides.items() if v})
+
+
+def build_host(
+    db: str | None = None,
+    *,
+    ssl_key: str | None = None,
+    ssl_cert: str | None = None,
+    ssl_ca: str | None = None,
+    libvirt: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Host:
+    """The Host for these options: the target (``--db``, ``$HVNET_DB``, a running lab, the
+    system's OVS), its data paths and its VM name sources."""
+    env = os.environ if environ is None else environ
+    run_dir = labstate.lab_dir(env)
+    lab_db = labstate.running_lab_db(run_dir)
+    target = resolve(db, ssl_key=ssl_key, ssl_cert=ssl_cert, ssl_ca=ssl_ca, environ=env, lab_db=lab_db)
+    is_lab = lab_db is not None and target.remote == lab_db
+    names = NameConfig(
+        libvirt_uri=libvirt,
+        environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}),
+        static=MappingProxyType(labstate.lab_vm_names(run_dir, target.remote) if is_lab else {}),
+    )
+    return Host(target, paths=data_paths(env, run_dir.resolve() if is_lab else None), names=names)

@@ -1,0 +1,135 @@
+"""The host hvnet manages: built once at the front door, passed down.
+
+A :class:`Host` carries everything below the front ends would otherwise
+discover for themselves: the OVSDB target, where state, the audit log and run
+data live, where VM names come from, where ovs-vswitchd's control sockets are,
+and the :class:`~appliance.runner.CommandRunner` every external program goes
+through.  Modules below the front door take a Host (or the piece of it they
+need) and never read ``HVNET_*`` variables, look for a lab or call
+``subprocess`` themselves: that is what lets a remote hypervisor be the same
+object with a different runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .runner import CommandRunner, LocalRunner
+from .target import DbTarget
+
+if TYPE_CHECKING:
+    from .names import NameSource
+    from .ovsdb import Connection
+
+DEFAULT_STATE_DIR = Path("/var/lib/hvnet")
+DEFAULT_AUDIT_LOG = Path("/var/log/hvnet/audit.jsonl")
+DEFAULT_WORK_DIR = Path("/var/tmp/hvnet")
+DEFAULT_CACHE_DIR = Path("/run/hvnet")
+
+
+@dataclass(frozen=True)
+class DataPaths:
+    """Where hvnet keeps what it writes for one host."""
+
+    state_dir: Path = DEFAULT_STATE_DIR  # rollback records, the pending --no-commit apply, the watcher's log
+    audit_log: Path = DEFAULT_AUDIT_LOG
+    runs_dir: Path = DEFAULT_WORK_DIR / "runs"  # suite runs
+    captures_dir: Path = DEFAULT_WORK_DIR / "isolation"  # isolation checks' pcaps
+    cache_dir: Path = DEFAULT_CACHE_DIR  # answers kept per boot (is tc policing enforced here?)
+
+
+@dataclass(frozen=True)
+class NameConfig:
+    """Where VM names come from: the settings, not the connections (those are opened lazily)."""
+
+    libvirt_uri: str | None = None  # the front end's --libvirt choice
+    environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # XAPI/libvirt settings
+    static: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # uuid -> name (the lab's)
+
+
+class Host:
+    """One hypervisor as hvnet sees it (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: DbTarget,
+        *,
+        paths: DataPaths | None = None,
+        runner: CommandRunner | None = None,
+        names: NameConfig | None = None,
+        ovs_rundir: Path | None = None,
+    ) -> None:
+        self.target = target
+        self.paths = paths or DataPaths()
+        self.runner: CommandRunner = runner or LocalRunner()
+        self.names = names or NameConfig()
+        if ovs_rundir is None and target.remote.startswith("unix:"):
+            ovs_rundir = Path(target.remote[5:]).parent  # ovs-vswitchd's sockets sit beside the database's
+        self.ovs_rundir = ovs_rundir
+        self._sources: list[NameSource] | None = None
+
+    @property
+    def remote(self) -> str:
+        return self.target.remote
+
+    def describe(self) -> str:
+        return self.target.describe()
+
+    # -- OVSDB -------------------------------------------------------------------
+
+    def connect(self, columns: dict[str, list[str]] | None = None, *, timeout: float = 5.0) -> Connection:
+        """Open the one long-lived OVSDB connection a front end works on."""
+        from .ovsdb import Connection
+
+        if columns is None:
+            from .inventory import COLUMNS as columns
+        return Connection.open(self.target, columns, timeout=timeout)
+
+    # -- VM names ------------------------------------------------------------------
+
+    def name_sources(self) -> list[NameSource]:
+        """libvirt, XAPI and static names, built once per Host (their connections are kept)."""
+        if self._sources is None:
+            from . import names
+
+            self._sources = names.default_sources(dict(self.names.static), self.names.environ, self.names.libvirt_uri)
+        return self._sources
+
+    # -- OVS's own tools -------------------------------------------------------------
+
+    @property
+    def ovs_env(self) -> dict[str, str]:
+        """The environment that makes ovs-appctl/ovs-ofctl find this switch's sockets."""
+        return {"OVS_RUNDIR": str(self.ovs_rundir)} if self.ovs_rundir else {}
+
+    def daemon_ctl(self, daemon: str) -> str | None:
+        """``daemon``'s unixctl socket in the OVS run directory (hvnet's lab names it ``DAEMON.ctl``)."""
+        if self.ovs_rundir is None:
+            return None
+        fixed = self.ovs_rundir / f"{daemon}.ctl"
+        if fixed.exists():
+            return str(fixed)
+        try:
+            pid = int((self.ovs_rundir / f"{daemon}.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        ctl = self.ovs_rundir / f"{daemon}.{pid}.ctl"
+        return str(ctl) if ctl.exists() else None
+
+    def appctl(self, daemon: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
+        """``ovs-appctl -t DAEMON ARGS`` against this switch's daemon; its output."""
+        ctl = self.daemon_ctl(daemon) or daemon
+        res = self.runner.run(["ovs-appctl", "-t", ctl, *args], check=check, env=self.ovs_env, timeout=timeout)
+        return res.stdout
+
+    def __repr__(self) -> str:
+        return f"Host({self.target.describe()})"
+
+
+def local_host(remote: str, **kwargs: Any) -> Host:
+    """A Host on this machine for ``remote`` with default paths (tests, tools)."""
+    return Host(DbTarget(remote=remote, source="--db"), **kwargs)

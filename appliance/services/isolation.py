@@ -1,0 +1,61 @@
+"""Isolation verbs: load a scenario, run its check on a host's guests.
+
+``hvnet isolation check`` and the console's Isolation screen both call
+:func:`run_check`, so the checks before anything is touched (root and
+tcpdump for the traffic method, the scenario's guests) and the capture
+directory rule are the same from either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UsageError
+from ..guests import GuestSource
+from ..host import Host
+from ..isolation import check
+from ..isolation import scenario as scenario_mod
+from ..isolation.check import CheckResult
+from ..isolation.scenario import Scenario
+from ..ovsdb import Connection
+
+METHODS = check.METHODS
+
+
+def load_scenario(file: str) -> Scenario:
+    """The scenario in ``file``, validated whole (``file:line: field`` errors, exit 2)."""
+    return scenario_mod.load(file)
+
+
+def methods_of(method: str) -> tuple[str, ...]:
+    """``both`` -> every method in their fixed order; otherwise the one named."""
+    if method == "both":
+        return check.METHODS
+    if method not in check.METHODS:
+        raise UsageError(f"unknown method {method!r}; choose one of both, {', '.join(check.METHODS)}")
+    return (method,)
+
+
+def run_check(
+    host: Host,
+    guests: GuestSource,
+    sc: Scenario,
+    method: str = "both",
+    out_dir: Optional[Path] = None,
+    *,
+    root_hint: str,
+    conn: Optional[Connection] = None,
+    timeout: float = 5.0,
+) -> CheckResult:
+    """Check ``sc`` on ``host`` with ``guests``: settings applied for the run and undone after it.
+
+    ``conn``: an open connection to reuse (the console's); otherwise one is
+    opened for the check and closed after it.
+    """
+    methods = methods_of(method)
+    found, captures = check.prepare(host, guests, sc, methods, out_dir, root_hint=root_hint)
+    if conn is not None:
+        return check.run_check(conn, host, found, sc, methods, captures)
+    with host.connect(timeout=timeout) as own:
+        return check.run_check(own, host, found, sc, methods, captures)

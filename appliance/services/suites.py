@@ -1,0 +1,153 @@
+"""Suite verbs: load a suite with the operator's adjustments, name its run directory,
+run it (a handle that streams events and can be stopped), list shipped suites and past runs.
+
+``hvnet suite run`` and the console's Suites screen both go through here, so a
+run started from either is the same run: same validation, same guest checks,
+same run directory rule, same results files.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..errors import HvnetError, UsageError
+from ..guests import GuestSource
+from ..host import Host
+from ..netperf import results
+from ..netperf import suite as suite_mod
+from ..netperf.runner import Event, Runner
+from ..netperf.suite import Suite
+from ..policy import COLUMNS
+from ..topology import load as load_topology
+
+
+def load_suite(
+    file: str,
+    *,
+    concurrency: Optional[tuple[int, ...]] = None,
+    duration: Optional[int] = None,
+    repetitions: Optional[int] = None,
+    topology: Optional[str] = None,
+    client: Optional[str] = None,
+    server: Optional[str] = None,
+) -> Suite:
+    """The suite in ``file`` (or a shipped suite's name), validated whole, with the operator's overrides."""
+    s = suite_mod.load(file)
+    if concurrency or duration or repetitions:
+        s = s.with_overrides(concurrency=concurrency, duration=duration, repetitions=repetitions)
+    if topology or client or server:
+        topo = load_topology(topology) if topology else s.topology
+        try:
+            s = s.with_endpoints(topo, client, server)
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="--client/--server name guests of --topology (or of the suite's)") from None
+    return s
+
+
+def run_dir(host: Host, suite: Suite, out: Optional[Path] = None) -> Path:
+    """Where a run of ``suite`` keeps its results.
+
+    An operator's ``out`` must be new or empty (a run directory holds one run);
+    the default, ``RUNS/SUITE-YYYYmmdd-HHMMSS``, takes a ``-2``, ``-3`` ...
+    suffix when a run in the same second already has the name.
+    """
+    if out is not None:
+        if out.exists() and any(out.iterdir()):
+            raise UsageError(f"{out} exists and is not empty; a run directory holds one run",
+                             hint="give a new --out directory")  # fmt: skip
+        return out
+    base = host.paths.runs_dir
+    stamp = f"{suite.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    path, n = base / stamp, 2
+    while path.exists():
+        path, n = base / f"{stamp}-{n}", n + 1
+    return path
+
+
+class SuiteRun:
+    """One run of a suite, blocking in :meth:`run` (a worker thread), stoppable from any thread."""
+
+    def __init__(
+        self,
+        host: Host,
+        guests: GuestSource,
+        suite: Suite,
+        out_dir: Path,
+        on_event: Callable[[Event], None],
+        *,
+        timeout: float = 5.0,
+    ) -> None:
+        self.host = host
+        self.guests = guests
+        self.suite = suite
+        self.out_dir = out_dir
+        self.on_event = on_event
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._runner: Optional[Runner] = None
+        self._stop_reason: Optional[str] = None
+
+    def check(self) -> None:
+        """Refuse missing or different guests before connecting anywhere (the runner asks again)."""
+        self.guests.require(self.suite.topology, [self.suite.client] + [g for g in [self.suite.server.guest] if g])
+
+    def run(self) -> dict[str, Any]:
+        """Connect, run, disconnect; the results document (also saved in :attr:`out_dir`)."""
+        with self.host.connect(COLUMNS, timeout=self.timeout) as conn:
+            runner = Runner(
+                self.suite, host=self.host, guests=self.guests, conn=conn, out_dir=self.out_dir,
+                on_event=self.on_event,
+            )  # fmt: skip
+            with self._lock:
+                self._runner = runner
+                if self._stop_reason is not None:  # stopped while connecting
+                    runner.stop(self._stop_reason)
+            return runner.run()
+
+    def stop(self, reason: str = "stopped by the operator") -> None:
+        """Non-blocking: the runner stops its instances, restores policy and saves a partial result."""
+        with self._lock:
+            self._stop_reason = reason
+            if self._runner is not None:
+                self._runner.stop(reason)
+
+
+@dataclass(frozen=True)
+class ShippedSuite:
+    """A suite shipped with hvnet, as the suite lists show it (a broken one carries its error)."""
+
+    name: str
+    path: str
+    steps: int = 0
+    minutes: float = 0.0
+    description: str = ""
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        if self.error:
+            return {"suite": self.name, "file": self.path, "error": self.error}
+        return {"suite": self.name, "file": self.path, "steps": self.steps, "minutes": round(self.minutes, 1),
+                "description": self.description}  # fmt: skip
+
+
+def shipped_suites() -> list[ShippedSuite]:
+    """Every shipped suite, loaded and validated."""
+    out = []
+    for p in suite_mod.shipped():
+        try:
+            s = suite_mod.load(p)
+        except HvnetError as exc:
+            out.append(ShippedSuite(p.stem, str(p), error=str(exc)))
+            continue
+        out.append(ShippedSuite(s.name, str(p), len(s.steps()), s.estimated_seconds() / 60, s.description))
+    return out
+
+
+def list_runs(host: Host, base: Optional[Path] = None) -> list[dict[str, Any]]:
+    """Past runs under ``base`` (default: the host's runs directory), newest first."""
+    base = base or host.paths.runs_dir
+    return results.list_runs(base) if base.is_dir() else []
