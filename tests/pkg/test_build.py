@@ -49,7 +49,7 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
         f"{PREFIX}/app/policies/seed-2010.yaml",
         f"{PREFIX}/vendor/textual/__init__.py",
         f"{PREFIX}/vendor/rich/__init__.py",
-        f"{PREFIX}/vendor/sortedcontainers/__init__.py",
+        f"{PREFIX}/vendor/XenAPI/XenAPI.py",
         f"{PREFIX}/vendor/matplotlib/__init__.py",
         f"{PREFIX}/vendor/psutil/_psutil_linux.abi3.so",
         f"{PREFIX}/vendor/yaml/_yaml.cpython-39-x86_64-linux-gnu.so",
@@ -67,6 +67,8 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
     assert not [f for f in got if f.startswith(f"{PREFIX}/vendor/ovs/")]
     assert not [f for f in got if "/__pycache__" in f or "/.build-id" in f or f.startswith(f"{PREFIX}/app/tests")]
     assert not [f for f in got if f.startswith(f"{PREFIX}/vendor/numpy/") and "/tests/" in f]
+    # sortedcontainers: neither imported by hvnet nor required by anything it pins
+    assert not [f for f in got if f.startswith(f"{PREFIX}/vendor/sortedcontainers")]
 
 
 def test_hvnet_config_files_and_modes(rpms: dict[str, Path]) -> None:
@@ -141,8 +143,8 @@ def test_installed_hvnet_runs_with_its_vendored_libraries(installed_root: Path) 
     code = (
         "import sys; "
         f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; "
-        "import textual, rich, yaml, psutil, sortedcontainers, numpy, matplotlib; "
-        "matplotlib.use('Agg'); import matplotlib.pyplot; import tui.app, appliance.cli; "
+        "import textual, rich, yaml, psutil, XenAPI, numpy, matplotlib; "
+        "matplotlib.use('Agg'); import matplotlib.pyplot; import tui.app, appliance.cli, appliance.names; "
         "assert yaml.__with_libyaml__; "
         "print('\\n'.join(m.__file__ for m in (textual, yaml, psutil, numpy, matplotlib, tui.app)))"
     )
@@ -199,8 +201,8 @@ def test_installed_hvnet_runs_under_python39_like_el9(installed_root: Path, tmp_
     code = (
         "import sys; "
         f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; sys.path.append({str(shim)!r}); "
-        "import textual, yaml, psutil, numpy, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; "
-        "import tui.app, appliance.cli; assert yaml.__with_libyaml__; "
+        "import textual, yaml, psutil, XenAPI, numpy, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; "
+        "import tui.app, appliance.cli, appliance.names; assert yaml.__with_libyaml__; "
         f"fig = plt.figure(); plt.plot([1, 2], [3, 4]); fig.savefig({str(tmp_path / 'plot.png')!r}); "
         "sys.argv = ['hvnet', '--version']; sys.exit(appliance.cli.main())"
     )
