@@ -29,6 +29,7 @@ lab-down:
 lint: setup
 	$(VENV)/bin/ruff check appliance tui tests
 	$(VENV)/bin/ruff format --check appliance tui tests
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(PY) tests/bench/run.py

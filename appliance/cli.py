@@ -18,8 +18,7 @@ from typing import Any
 
 from . import __version__, api, cli_policy, cli_suite, render
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
-from .frontdoor import build_host
-from .host import Host
+from .frontdoor import build_host, host_of
 from .inventory import Inventory, Vif
 from .topology import DEFAULT_TOPOLOGY
 
@@ -168,17 +167,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 # -- plumbing ----------------------------------------------------------------------
-
-
-def host_of(args: argparse.Namespace) -> Host:
-    """The Host these options name, built once per command (the front door)."""
-    host: Host | None = getattr(args, "_host", None)
-    if host is None:
-        host = build_host(
-            args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt
-        )
-        args._host = host
-    return host
 
 
 def _connect(args: argparse.Namespace, columns: dict[str, list[str]] | None = None) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import api, render
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, HvnetError, Problem, UsageError
-from .host import Host
+from .frontdoor import host_of
 from .policy import (
     COLUMNS,
     DEFAULT_POLICY,
@@ -42,18 +42,12 @@ from .policy.load import FieldError
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:
-    host = _host(args)
+    host = host_of(args)
     conn = api.connect(host, timeout=args.timeout, columns=COLUMNS)
     engine = PolicyEngine(conn, host, command=_command_line())
     if getattr(args, "policing", None):
         engine.force_policing = args.policing
     return engine
-
-
-def _host(args: argparse.Namespace) -> Host:
-    from .cli import host_of
-
-    return host_of(args)
 
 
 def _command_line() -> str:
@@ -416,7 +410,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     root.propagate = False
     root.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
     columns = {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
-    host = _host(args)
+    host = host_of(args)
     conn = api.connect(host, timeout=args.timeout, columns=columns)
     agent = Agent(conn, host, path, tick=args.tick)
     if args.policing:

@@ -79,8 +79,7 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .cli import host_of
-    from .frontdoor import build_host
+    from .frontdoor import build_host, host_of
     from .lab import Lab
     from .services import suites
 
@@ -150,7 +149,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .cli import host_of
+    from .frontdoor import host_of
     from .services import suites
 
     shipped = [x.to_json() for x in suites.shipped_suites()]

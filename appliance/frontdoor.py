@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from . import labstate
 from .host import DataPaths, Host, NameConfig
@@ -68,3 +69,15 @@ def build_host(
         static=MappingProxyType(labstate.lab_vm_names(run_dir, target.remote) if is_lab else {}),
     )
     return Host(target, paths=data_paths(env, run_dir.resolve() if is_lab else None), names=names)
+
+
+def host_of(args: Any) -> Host:
+    """The Host the global command-line options name (``--db``, ``--ssl-*``, ``--libvirt``),
+    built once per command and kept on ``args``."""
+    host: Host | None = getattr(args, "_host", None)
+    if host is None:
+        host = build_host(
+            args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt
+        )
+        args._host = host
+    return host

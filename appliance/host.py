@@ -81,12 +81,10 @@ class Host:
 
     # -- OVSDB -------------------------------------------------------------------
 
-    def connect(self, columns: dict[str, list[str]] | None = None, *, timeout: float = 5.0) -> Connection:
-        """Open the one long-lived OVSDB connection a front end works on."""
+    def connect(self, columns: dict[str, list[str]], *, timeout: float = 5.0) -> Connection:
+        """Open an OVSDB connection registered for ``columns`` (what the caller will read or write)."""
         from .ovsdb import Connection
 
-        if columns is None:
-            from .inventory import COLUMNS as columns
         return Connection.open(self.target, columns, timeout=timeout)
 
     # -- VM names ------------------------------------------------------------------

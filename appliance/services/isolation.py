@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from .. import inventory
 from ..errors import UsageError
 from ..guests import GuestSource
 from ..host import Host
@@ -57,5 +58,5 @@ def run_check(
     found, captures = check.prepare(host, guests, sc, methods, out_dir, root_hint=root_hint)
     if conn is not None:
         return check.run_check(conn, host, found, sc, methods, captures)
-    with host.connect(timeout=timeout) as own:
+    with host.connect(inventory.COLUMNS, timeout=timeout) as own:
         return check.run_check(own, host, found, sc, methods, captures)

@@ -1,0 +1,49 @@
+"""The import graph: no cycles, and the layer contracts that 'make lint' checks hold."""
+
+from __future__ import annotations
+
+import subprocess
+
+import grimp
+
+from tests.conftest import ROOT
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    adj = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    state: dict[str, int] = {}
+    found: list[list[str]] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in adj[m]:
+            if state.get(n) == 1:
+                found.append([*path[path.index(n) :], n])
+            elif n not in state:
+                visit(n, path)
+        path.pop()
+        state[m] = 2
+
+    for m in adj:
+        if m not in state:
+            visit(m, [])
+    return found
+
+
+def test_no_import_cycle() -> None:
+    assert _cycles(grimp.build_graph("appliance", "tui")) == []
+
+
+def test_the_engine_never_imports_the_lab_or_the_console() -> None:
+    graph = grimp.build_graph("appliance", "tui")
+    below = ("policy", "netperf", "isolation", "services", "inventory", "api", "host", "ovsdb", "target", "names")
+    for name in below:
+        for upper in ("appliance.lab", "tui"):
+            chains = graph.find_shortest_chains(importer=f"appliance.{name}", imported=upper, as_packages=True)
+            assert not chains, f"appliance.{name} reaches {upper}: {sorted(chains)}"
+
+
+def test_layer_contracts_hold() -> None:
+    res = subprocess.run([str(ROOT / ".venv/bin/lint-imports")], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout[-2000:]
