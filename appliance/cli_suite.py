@@ -12,14 +12,18 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import render
 from .errors import EXIT_FAILED, EXIT_OK
-from .netperf import compare as compare_mod
-from .netperf import report, results
-from .netperf import suite as suite_mod
-from .netperf.runner import Event
+
+if TYPE_CHECKING:
+    from .netperf.runner import Event
+
+# Bounds of the overrides (netperf.suite checks the same): here so that building
+# the parser loads no netperf code; a test checks they agree.
+MAX_DURATION_S = 3600
+MAX_REPETITIONS = 100
 
 
 class Progress:
@@ -62,6 +66,8 @@ class Progress:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
+    from .netperf import suite as suite_mod
+
     try:
         return suite_mod.concurrency_list(text)
     except ValueError as exc:
@@ -70,6 +76,8 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def _bounded(lo: int, hi: int, what: str) -> Any:
     def parse(text: str) -> int:
+        from .netperf import suite as suite_mod
+
         try:
             return suite_mod.bounded_int(text, lo, hi, what)
         except ValueError as exc:
@@ -81,6 +89,7 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from .frontdoor import build_host, host_of
     from .lab import Lab
+    from .netperf import report
     from .services import suites
 
     s = suites.load_suite(
@@ -124,6 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from .netperf import report, results
+
     doc = results.load(args.run)
     if args.json:
         render.print_json(doc)
@@ -139,6 +150,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from .netperf import compare as compare_mod
+    from .netperf import results
+
     base, new = results.load(args.base), results.load(args.new)
     result = compare_mod.compare(base, new, threshold_pct=args.threshold)
     if args.json:
@@ -189,6 +203,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from .netperf import suite as suite_mod
+
     s = suite_mod.load(args.file)
     print(
         f"{s.file}: valid: {len(s.tests)} test(s), {len(s.cases)} case(s), {len(s.steps())} step(s), "
@@ -209,13 +225,13 @@ def register(sub: Any) -> None:
     r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
     r.add_argument(
         "--duration",
-        type=_bounded(1, suite_mod.MAX_DURATION_S, "--duration"),
+        type=_bounded(1, MAX_DURATION_S, "--duration"),
         metavar="S",
         help="replace every test's duration (seconds)",
     )
     r.add_argument(
         "--repetitions",
-        type=_bounded(1, suite_mod.MAX_REPETITIONS, "--repetitions"),
+        type=_bounded(1, MAX_REPETITIONS, "--repetitions"),
         metavar="N",
         help="replace every test's repetitions",
     )

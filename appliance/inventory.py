@@ -17,7 +17,7 @@ import re
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from . import counters as ctr
@@ -191,9 +191,13 @@ class Vif:
         return (self.counters.rx_errors or 0) + (self.counters.tx_errors or 0)
 
     def to_json(self) -> dict[str, Any]:
-        """Machine-readable form; units are part of the key names."""
-        d = asdict(self)
-        d["counters_source"] = self.counters.source
+        """Machine-readable form; units are part of the key names.
+
+        Field by field rather than ``asdict`` (which deep-copies the counters
+        and rates only to have them replaced below): a third of ``status
+        --json``'s time on a 1000-VIF host went there.
+        """
+        d = {f: _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS}
         d["counters"] = self.counters.as_dict()
         d["rates"] = (
             None
@@ -206,7 +210,18 @@ class Vif:
                 "interval_s": round(self.rates.interval_s, 3),
             }
         )
+        d["counters_source"] = self.counters.source
         return d
+
+
+_VIF_JSON_FIELDS = tuple(f.name for f in fields(Vif))  # counters and rates are replaced in to_json
+
+
+def _plain(value: Any) -> Any:
+    """A copy of a field's value that shares nothing with the Vif (lists of values or of dicts)."""
+    if isinstance(value, list):
+        return [dict(v) if isinstance(v, dict) else v for v in value]
+    return value
 
 
 @dataclass

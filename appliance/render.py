@@ -52,6 +52,9 @@ def kbps(value: float | None) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """``--json`` output: indented, key order kept, anything unusual as text."""
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    """``--json`` output: indented, key order kept, anything unusual as text.
+
+    Encoded whole, then written once: ``json.dump`` to a stream writes every
+    token separately (200,000 writes for a 1000-VIF host).
+    """
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")

@@ -11,7 +11,6 @@ Public API (what the CLI and the TUI use)::
 
 from __future__ import annotations
 
-from . import aggregate, compare, omni, report, results, stats, suite
-from .runner import Event, Runner
-
-__all__ = ["Event", "Runner", "aggregate", "compare", "omni", "report", "results", "stats", "suite"]
+# Submodules are imported where used (``from appliance.netperf import suite``):
+# loading the package loads nothing else, so listing suites or validating one
+# does not pay for the runner.

@@ -573,3 +573,10 @@ def test_a_bad_default_is_reported_once(tmp_path: Path) -> None:
     found = problems(tmp_path, "endpoints: {client: VM1, server: VM2}\ndefaults: {duration: 0}\n"
                                "tests: [{type: TCP_RR}, {type: UDP_RR}, {type: TCP_CRR}]\n")  # fmt: skip
     assert len([p for p in found if "defaults.duration" in p]) == 1, found
+
+
+def test_cli_override_bounds_match_the_suite_loader() -> None:
+    """The CLI's parser keeps its own copy of the bounds (so building it loads no netperf code)."""
+    from appliance import cli_suite
+
+    assert (cli_suite.MAX_DURATION_S, cli_suite.MAX_REPETITIONS) == (suite.MAX_DURATION_S, suite.MAX_REPETITIONS)
