@@ -84,7 +84,8 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     notes = []
     for v in vifs:
         if v.is_vif and v.trunks_all_vlans:
-            notes.append(f"warning: {v.port} has no tag and no trunks: it carries EVERY VLAN")
+            why = "no tag and no trunks" if v.vlan_mode == "trunk" else f"{v.vlan_mode} with no trunks"
+            notes.append(f"warning: {v.port} has {why}: it carries EVERY VLAN")
         if v.error:
             notes.append(f"error: {v.port}: {v.error}")
         if v.ingress_policing_rate_kbps:

@@ -24,6 +24,7 @@ from . import counters as ctr
 from .names import NameSource, resolve_vms
 from .ovsdb import Connection, c_json_parser_in_use
 from .ovsdb import column as col
+from .vlan import VlanCols
 
 # Columns the inventory reads; registering only these keeps the replica small.
 COLUMNS: dict[str, list[str]] = {
@@ -89,18 +90,14 @@ def parse_xen_port(name: str) -> tuple[str, int, int] | None:
 
 
 def effective_vlan_mode(vlan_mode: str | None, tag: int | None) -> str:
-    """The VLAN mode OVS applies: an empty ``vlan_mode`` means access when a
-    tag is set and trunk otherwise (ovs-vswitchd.conf.db(5))."""
-    if vlan_mode:
-        return vlan_mode
-    return "access" if tag is not None else "trunk"
+    """The VLAN mode OVS applies (see :mod:`appliance.vlan`, the one rule)."""
+    return VlanCols(vlan_mode, tag).mode
 
 
 def trunks_all_vlans(vlan_mode: str | None, tag: int | None, trunks: list[int]) -> bool:
-    """True when the port carries every VLAN: a trunk (explicit or by empty
-    mode without a tag) with an empty trunk list.  On a VM's VIF this is the
-    fail-open state an accidentally cleared tag produces."""
-    return effective_vlan_mode(vlan_mode, tag) == "trunk" and not trunks
+    """True when the port carries every VLAN: a trunk or native port with an
+    empty trunk list (see :mod:`appliance.vlan`, the one rule)."""
+    return VlanCols(vlan_mode, tag, tuple(trunks)).every_vlan
 
 
 def hypervisor_of(ids: dict[str, str]) -> str | None:
@@ -172,10 +169,10 @@ class Vif:
 
     def vlan_summary(self) -> str:
         """``access 1``, ``trunk 10,20``, ``native-untagged 10 +20,21``, or
-        ``trunk ALL`` for the fail-open state of a port carrying every VLAN."""
-        if self.trunks_all_vlans:
+        ``trunk ALL`` / ``native-untagged 10 +ALL`` for a port carrying every VLAN."""
+        if self.trunks_all_vlans and self.vlan_mode == "trunk":
             return "trunk ALL"
-        trunks = ",".join(str(t) for t in self.trunks)
+        trunks = "ALL" if self.trunks_all_vlans else ",".join(str(t) for t in self.trunks)
         if self.vlan_mode == "access":
             return f"access {self.tag}"
         if self.vlan_mode == "trunk":

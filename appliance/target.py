@@ -66,7 +66,7 @@ def resolve(
     ssl_key: str | None = None,
     ssl_cert: str | None = None,
     ssl_ca: str | None = None,
-    environ: Mapping[str, str] | None = None,
+    environ: Mapping[str, str],
     lab_db: str | None = None,
 ) -> DbTarget:
     """Resolve the database target (see the module docstring for the order).
@@ -74,7 +74,7 @@ def resolve(
     ``lab_db`` is the running lab's remote, which the front door looks up
     (:mod:`appliance.labstate`); resolution itself never goes looking for a lab.
     """
-    env = os.environ if environ is None else environ
+    env = environ
     if db:
         remote, source = validate_remote(db, "--db"), "--db"
     elif env.get("HVNET_DB"):

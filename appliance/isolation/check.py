@@ -22,12 +22,13 @@ from ..errors import HvnetError, UsageError
 from ..guests import GuestEndpoint, GuestSource
 from ..host import Host
 from ..inventory import Inventory
-from ..ovsdb import Connection, TxnContext
-from ..ovsdb import column as col
+from ..ovsdb import Connection
+from ..policy.engine import PolicyEngine
+from ..policy.model import OWNER_KEY as OWNER
+from ..policy.planner import Change
+from ..policy.state import MirrorCols, State, VlanCols
 from . import model, trace, traffic
 from .scenario import _UNSET, Scenario
-
-OWNER = "hvnet-owner"
 
 METHODS = ("traffic", "trace")
 
@@ -81,74 +82,66 @@ class CheckResult:
 
 
 # -- applying and undoing the scenario's settings ------------------------------
+#
+# Through the policy writer, like any other change: one transaction that
+# verifies every column it read, mirrors added to (and removed from) the
+# bridge's list rather than the list rewritten, the set-up and the undo each
+# an audit line marked as an isolation check's.  The undo is the exact inverse
+# of what was applied, and leaves alone anything changed meanwhile.
 
 
-def _ports_by_name(ctx: TxnContext) -> dict[str, Any]:
-    return {col(p, "name"): p for p in ctx.rows("Port")}
+def setting_changes(state: State, sc: Scenario, vif_of: dict[str, str]) -> list[Change]:
+    """The scenario's VLAN overrides and mirrors as changes against ``state`` (pure)."""
+    changes: list[Change] = []
+    for ov in sc.vlans:
+        port = state.ports.get(vif_of[ov.guest])
+        if port is None:
+            raise HvnetError(f"port {vif_of[ov.guest]} of guest {ov.guest} is not on the switch")
+        before = port.vlan
+        after = VlanCols(
+            vlan_mode=before.vlan_mode if ov.vlan_mode is _UNSET else ov.vlan_mode,
+            tag=before.tag if ov.tag is _UNSET else ov.tag,
+            trunks=tuple(before.trunks) if ov.trunks is _UNSET else tuple(sorted(ov.trunks)),
+        )
+        if after != before:
+            changes.append(Change("vlan", port.bridge, port.name, before, after, port.vm_name))
+    for m in sc.mirrors:
+        out = state.ports.get(vif_of[m.output])
+        if out is None:
+            raise HvnetError(f"port {vif_of[m.output]} of guest {m.output} is not on the switch")
+        if (out.bridge, m.name) in state.mirrors:
+            raise HvnetError(f"bridge {out.bridge} already has a mirror named {m.name!r}")
+        cols = MirrorCols(
+            select_all=m.select_all,
+            src=tuple(sorted(vif_of[g] for g in m.select_src)),  # as the state reads them back
+            dst=tuple(sorted(vif_of[g] for g in m.select_dst)),
+            vlans=tuple(sorted(m.select_vlans)),
+            output_port=out.name,
+            external_ids=((OWNER, f"isolation:{sc.name}"),),
+        )
+        changes.append(Change("mirror", out.bridge, m.name, None, cols))
+    return changes
 
 
-def apply_settings(conn: Connection, sc: Scenario, vif_of: dict[str, str]) -> dict[str, Any]:
-    """Apply VLAN overrides and mirrors in one transaction; return what to restore."""
+def apply_settings(engine: PolicyEngine, sc: Scenario, vif_of: dict[str, str]) -> list[Change]:
+    """Apply the scenario's VLAN overrides and mirrors in one transaction; what was applied."""
     if not sc.vlans and not sc.mirrors:
-        return {}
-
-    def build(ctx: TxnContext) -> dict[str, Any]:
-        ports = _ports_by_name(ctx)
-        snapshot: dict[str, Any] = {"ports": {}, "mirrors": [m.name for m in sc.mirrors]}
-        for ov in sc.vlans:
-            port = ports.get(vif_of[ov.guest])
-            if port is None:
-                raise HvnetError(f"port {vif_of[ov.guest]} of guest {ov.guest} is not on the switch")
-            for column in ("tag", "trunks", "vlan_mode"):
-                port.verify(column)
-            snapshot["ports"][col(port, "name")] = {
-                "tag": list(port.tag), "trunks": list(port.trunks), "vlan_mode": list(port.vlan_mode),
-            }  # fmt: skip
-            if ov.tag is not _UNSET:
-                port.tag = [] if ov.tag is None else [ov.tag]
-            if ov.trunks is not _UNSET:
-                port.trunks = list(ov.trunks)
-            if ov.vlan_mode is not _UNSET:
-                port.vlan_mode = [] if ov.vlan_mode is None else [ov.vlan_mode]
-        bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
-        for m in sc.mirrors:
-            out_port = ports[vif_of[m.output]]
-            bridge = next(b for b in bridges.values() if any(p.uuid == out_port.uuid for p in b.ports))
-            bridge.verify("mirrors")
-            if any(col(x, "name") == m.name for x in bridge.mirrors):
-                raise HvnetError(f"bridge {col(bridge, 'name')} already has a mirror named {m.name!r}")
-            row = ctx.insert("Mirror")
-            row.name = m.name
-            row.select_all = m.select_all
-            row.select_src_port = [ports[vif_of[g]] for g in m.select_src]
-            row.select_dst_port = [ports[vif_of[g]] for g in m.select_dst]
-            row.select_vlan = list(m.select_vlans)
-            row.output_port = [out_port]
-            row.external_ids = {OWNER: f"isolation:{sc.name}"}
-            bridge.mirrors = [*bridge.mirrors, row]
-        return snapshot
-
-    return conn.transact(build, comment=f"hvnet isolation {sc.name}: apply", wait_for_vswitchd=True).value
+        return []
+    changes = setting_changes(engine.snapshot(), sc, vif_of)
+    if not changes:
+        return []
+    result = engine.apply_changes(changes, label=f"hvnet isolation {sc.name}: set-up", record=False)
+    if result.status != "applied" or len(result.plan.changes) != len(changes):
+        left = [w for w in result.plan.warnings] + result.problems
+        restore_settings(engine, sc, result.plan.changes)
+        raise HvnetError(f"could not apply the scenario's settings: {'; '.join(left) or result.status}")
+    return result.plan.changes
 
 
-def restore_settings(conn: Connection, sc: Scenario, snapshot: dict[str, Any]) -> None:
-    """Undo :func:`apply_settings`: port VLAN columns back, our mirrors removed."""
-    if not snapshot:
-        return
-
-    def build(ctx: TxnContext) -> None:
-        ports = _ports_by_name(ctx)
-        for name, before in snapshot["ports"].items():
-            port = ports.get(name)
-            if port is not None:  # a port removed meanwhile has nothing to restore
-                port.tag, port.trunks, port.vlan_mode = before["tag"], before["trunks"], before["vlan_mode"]
-        mine = f"isolation:{sc.name}"
-        for bridge in ctx.rows("Bridge"):
-            keep = [m for m in bridge.mirrors if col(m, "external_ids").get(OWNER) != mine]
-            if len(keep) != len(bridge.mirrors):
-                bridge.mirrors = keep
-
-    conn.transact(build, comment=f"hvnet isolation {sc.name}: restore", wait_for_vswitchd=True)
+def restore_settings(engine: PolicyEngine, sc: Scenario, applied: list[Change]) -> None:
+    """Undo :func:`apply_settings`: exactly the inverse of what it applied."""
+    if applied:
+        engine.undo(applied, label=f"hvnet isolation {sc.name}: restore", record=False)
 
 
 def _flush_datapath_flows(host: Host) -> None:
@@ -335,7 +328,8 @@ def run_check(
     started = time.monotonic()
     # A QEMU guest's VIF is whatever libvirt named it when the domain started.
     vif_of = {name: sc.topology.guest(name).vif or guests[name].vif for name in sc.guests}
-    snapshot = apply_settings(conn, sc, vif_of)
+    engine = PolicyEngine(conn, host, command=f"hvnet isolation check {sc.name} (test set-up)")
+    snapshot = apply_settings(engine, sc, vif_of)
     try:
         if snapshot:
             _flush_datapath_flows(host)
@@ -366,7 +360,7 @@ def run_check(
                     raise HvnetError("the traffic method needs an output directory for its captures")
                 results["traffic"] = run_traffic(host, guests, sc, inv, vif_of, out_dir)
     finally:
-        restore_settings(conn, sc, snapshot)
+        restore_settings(engine, sc, snapshot)
         if snapshot:
             _flush_datapath_flows(host)
     return CheckResult(

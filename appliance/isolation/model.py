@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..vlan import VlanCols
+
 YES, NO, EXCEPTION, UNKNOWN = "yes", "no", "exception", "unknown"
 
 
@@ -35,9 +37,7 @@ class PortVlan:
 
     @property
     def effective_mode(self) -> str:
-        if self.mode:
-            return self.mode
-        return "access" if self.tag is not None else "trunk"
+        return VlanCols(self.mode, self.tag).mode  # the one rule (appliance.vlan)
 
     def trunks_vlan(self, vlan: int) -> bool:
         return not self.trunks or vlan in self.trunks

@@ -171,8 +171,14 @@ class PolicyEngine:
         self._refresh_names()
         return self._run(lambda state: planner.plan(policy, state, options), dry_run=dry_run, verify=verify, wait=wait)
 
-    def apply_changes(self, changes: list[Change], *, label: str, wait: bool = True) -> ApplyResult:
-        """Apply given changes (a rollback): each only if the row is still as it expects."""
+    def apply_changes(
+        self, changes: list[Change], *, label: str, wait: bool = True, record: bool = True
+    ) -> ApplyResult:
+        """Apply given changes (a rollback, a test's set-up): each only if the row is still as it expects.
+
+        ``record=False`` keeps the last-apply record as it is: a test's set-up and
+        its undo must not become what ``hvnet rollback`` undoes.
+        """
 
         def make_plan(state: State) -> Plan:
             result = Plan()
@@ -187,7 +193,11 @@ class PolicyEngine:
                 result.changes.append(c)
             return result
 
-        return self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label)
+        return self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label, record=record)
+
+    def undo(self, changes: list[Change], *, label: str, wait: bool = True, record: bool = True) -> ApplyResult:
+        """Put back what ``changes`` replaced: their inverses, newest first (rollbacks, test undo)."""
+        return self.apply_changes([c.inverse() for c in reversed(changes)], label=label, wait=wait, record=record)
 
     def _run(
         self,
@@ -197,7 +207,9 @@ class PolicyEngine:
         verify: bool,
         wait: bool,
         label: str | None = None,
+        record: bool = True,
     ) -> ApplyResult:
+        keep_record = record
         if dry_run:
             with self.conn.lock:
                 state = self._read(self.conn)
@@ -248,7 +260,7 @@ class PolicyEngine:
         if plan.changes:
             record = self.journal.new_record(label or self.command, plan.changes)
             result.record_id = record["id"]
-            if self.audit:
+            if self.audit and keep_record:
                 self.journal.save_last(record)
         outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
         self._audit(plan.changes, outcome, isolated=result.isolated or None)

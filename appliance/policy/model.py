@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Union
 
+from ..vlan import DEAD_VLAN, Vlan
+
 OWNER_KEY = "hvnet-owner"
 OWNER = "hvnet"
 # Interface external_ids that record meter-enforced policing (the switch has
@@ -21,7 +23,6 @@ POLICE_RATE_KEY = "hvnet-police-rate-kbps"
 POLICE_BURST_KEY = "hvnet-police-burst-kbit"
 TUNNEL_MIRROR_KEY = "hvnet-mirror"
 
-DEAD_VLAN = 4095
 MIN_BURST_KBIT = 12  # one 1500-byte frame
 MAX_MIRRORS_PER_BRIDGE = 32
 MECHANISMS = ("auto", "tc", "meter")
@@ -74,39 +75,6 @@ class Selector:
 
     def __str__(self) -> str:
         return f"{self.kind} {self.pattern}"
-
-
-@dataclass(frozen=True)
-class Vlan:
-    """A VIF's whole VLAN configuration, as OVS applies it.
-
-    ``trunks`` empty in trunk or native modes means "every VLAN" -- hvnet
-    writes that only when ``all_vlans`` says so explicitly.
-    """
-
-    mode: str  # access | trunk | native-tagged | native-untagged
-    tag: int | None = None
-    trunks: tuple[int, ...] = ()
-
-    @property
-    def trunks_every_vlan(self) -> bool:
-        return self.mode != "access" and not self.trunks
-
-    @property
-    def is_dead(self) -> bool:
-        return self.mode == "trunk" and self.trunks == (DEAD_VLAN,)
-
-    def describe(self) -> str:
-        from ..validate import format_vlan_list
-
-        if self.is_dead:
-            return f"dead VLAN {DEAD_VLAN} (isolated)"
-        if self.mode == "access":
-            return f"access tag {self.tag}" if self.tag is not None else "access untagged"
-        trunks = format_vlan_list(list(self.trunks)) if self.trunks else "ALL"
-        if self.mode == "trunk":
-            return f"trunk {trunks}"
-        return f"{self.mode} tag {self.tag} trunks {trunks}"
 
 
 DEAD = Vlan("trunk", None, (DEAD_VLAN,))

@@ -15,7 +15,8 @@ from typing import Any
 from ..inventory import _LIBVIRT_PORT, _VIF_ID_KEYS, _VM_ID_KEYS, parse_xen_port
 from ..ovsdb import Connection
 from ..ovsdb import column as col
-from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, Vlan, is_owned
+from ..vlan import VlanCols
+from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, is_owned
 
 # Everything the policy engine reads or writes.
 COLUMNS: dict[str, list[str]] = {
@@ -49,28 +50,6 @@ COLUMNS: dict[str, list[str]] = {
         "statistics",
     ],
 }
-
-
-@dataclass(frozen=True)
-class VlanCols:
-    """A Port's VLAN columns exactly as stored."""
-
-    vlan_mode: str | None = None
-    tag: int | None = None
-    trunks: tuple[int, ...] = ()
-
-    def effective(self) -> Vlan:
-        mode = self.vlan_mode or ("access" if self.tag is not None else "trunk")
-        # OVS ignores the tag of a trunk port and the trunks of an access port.
-        tag = None if mode == "trunk" else self.tag
-        if mode == "access" and tag is None:
-            tag = 0  # OVS treats an untagged access port as VLAN 0
-        trunks = () if mode == "access" else tuple(sorted(self.trunks))
-        return Vlan(mode, tag, trunks)
-
-    @staticmethod
-    def of(vlan: Vlan) -> VlanCols:
-        return VlanCols(vlan.mode, vlan.tag, tuple(vlan.trunks))
 
 
 @dataclass(frozen=True)

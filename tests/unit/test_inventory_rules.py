@@ -35,7 +35,10 @@ def test_cleared_tag_trunks_every_vlan() -> None:
     assert inventory.trunks_all_vlans(None, None, []) is True
     assert inventory.trunks_all_vlans("trunk", None, [10]) is False
     assert inventory.trunks_all_vlans(None, 3, []) is False
-    assert inventory.trunks_all_vlans("native-untagged", 3, []) is False
+    # A native port with no trunks list carries every VLAN too (ovs-vswitchd.conf.db(5)): one rule
+    # with the planner's (appliance.vlan).
+    assert inventory.trunks_all_vlans("native-untagged", 3, []) is True
+    assert inventory.trunks_all_vlans("native-tagged", 3, [10]) is False
 
 
 def test_hvm_tap_grouped_into_its_vif() -> None:

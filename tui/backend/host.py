@@ -9,15 +9,14 @@ some other process's figures.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import psutil
 
-from appliance import proc
 from appliance.inventory import Inventory
+from appliance.runner import CommandRunner
 
 from . import Backend
 
@@ -44,10 +43,10 @@ class HostSample:
     audit: list[dict[str, Any]] = field(default_factory=list)
 
 
-def agent_status() -> AgentStatus:
+def agent_status(runner: CommandRunner) -> AgentStatus:
     """The agent as systemd sees it, else as a process on this host."""
-    if os.path.isdir("/run/systemd/system") and shutil.which("systemctl"):
-        r = proc.run(["systemctl", "is-active", AGENT_UNIT], check=False, timeout=5)
+    if os.path.isdir("/run/systemd/system") and runner.which_optional("systemctl"):
+        r = runner.run(["systemctl", "is-active", AGENT_UNIT], check=False, timeout=5)
         state = r.stdout.strip() or "unknown"
         return AgentStatus(state == "active", f"{AGENT_UNIT}: {state}")
     me = os.getpid()
@@ -72,7 +71,7 @@ class HostSampler:
     def _agent_status(self) -> AgentStatus:
         now = time.monotonic()
         if self._agent is None or now - self._agent[0] >= AGENT_INTERVAL_S:
-            self._agent = (now, agent_status())
+            self._agent = (now, agent_status(self.backend.host.runner))
         return self._agent[1]
 
     def _find_vswitchd(self) -> Optional[psutil.Process]:
