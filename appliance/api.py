@@ -30,6 +30,14 @@ def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True
     return inventory.read(conn, names=host.name_sources(), kernel_counters=kernel_counters)
 
 
+def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
+    """The inventory from one consistent read, without a replica (one-shot verbs: ``status``)."""
+    from . import snapshot
+
+    snap = snapshot.take(host.target, inventory.COLUMNS, timeout)
+    return inventory.read(snap, names=host.name_sources())  # type: ignore[arg-type]
+
+
 class LiveInventory:
     """Successive inventory reads with per-VIF rates between them.
 

@@ -108,16 +108,16 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    conn = _connect(args)
-    with conn:
-        if args.rates:
-            live = api.LiveInventory(conn, host_of(args))
+    host = host_of(args)
+    if args.rates:
+        with _connect(args) as conn:
+            live = api.LiveInventory(conn, host)
             live.refresh()
             time.sleep(args.rates)
             conn.run_once()
             inv = live.refresh()
-        else:
-            inv = api.read_inventory(conn, host_of(args))
+    else:
+        inv = api.read_inventory_once(host, timeout=args.timeout)
     if args.bridge:
         if not any(b.name == args.bridge for b in inv.bridges):
             raise HvnetError(

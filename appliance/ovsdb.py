@@ -83,6 +83,15 @@ def _unreachable(target: DbTarget, reason: str) -> OvsdbUnreachable:
 
 def fetch_schema(target: DbTarget, timeout: float) -> dict[str, Any]:
     """Ask the server for the Open_vSwitch schema (JSON), within ``timeout``."""
+    return request(target, [("get_schema", [DB_NAME])], timeout)[0]
+
+
+def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float) -> list[Any]:
+    """Send JSON-RPC ``calls`` (method, params) on one new stream, pipelined; their results in order.
+
+    For one-shot reads (the schema, a snapshot's selects) where a replica
+    would cost more than it saves.
+    """
     _configure_ssl(target)
     deadline = time.monotonic() + timeout
     err, stream = ovs.stream.Stream.open(target.remote)
@@ -93,15 +102,20 @@ def fetch_schema(target: DbTarget, timeout: float) -> dict[str, Any]:
         raise _unreachable(target, os.strerror(err) if err > 0 else "connection failed")
     conn = ovs.jsonrpc.Connection(stream)
     try:
-        request = ovs.jsonrpc.Message.create_request("get_schema", [DB_NAME])
-        conn.send(request)
-        while True:
+        pending = {}
+        for i, (method, params) in enumerate(calls):
+            msg = ovs.jsonrpc.Message.create_request(method, params)
+            pending[msg.id] = i
+            conn.send(msg)
+        results: dict[int, Any] = {}
+        while len(results) < len(calls):
             conn.run()
             err, msg = conn.recv()
-            if err == 0 and msg is not None and msg.id == request.id:
+            if err == 0 and msg is not None and msg.id in pending:
                 if msg.type == ovs.jsonrpc.Message.T_ERROR:
                     raise _unreachable(target, f"server has no {DB_NAME} database ({msg.error})")
-                return msg.result
+                results[pending.pop(msg.id)] = msg.result
+                continue
             if err not in (0, errno.EAGAIN):
                 raise _unreachable(target, os.strerror(err) if err > 0 else "connection closed")
             remaining = deadline - time.monotonic()
@@ -112,6 +126,7 @@ def fetch_schema(target: DbTarget, timeout: float) -> dict[str, Any]:
             conn.recv_wait(poller)
             poller.timer_wait(int(remaining * 1000) + 1)
             poller.block()
+        return [results[i] for i in range(len(calls))]
     finally:
         conn.close()
 

@@ -121,7 +121,6 @@ class VifsScreen(Screen[None]):
         if stale:
             # marks for changed limits are unknown until checked; no mark rather than an old one
             self.checked = {k: val for k, val in self.checked.items() if k[0] not in stale}
-            self.check_enforcement(stale)
         bridges = ", ".join(f"{b.name} ({b.datapath_type})" for b in inv.bridges)
         h = inv.host
         self.query_one("#host-line", Static).update(
@@ -129,6 +128,10 @@ class VifsScreen(Screen[None]):
             f" · sort {self.sort_column}{' ↓' if self.sort_reverse else ''}"
         )
         self._show()
+        if stale:
+            # After the table is painted: on a first read every VIF is stale, and checking
+            # 1000 VIFs' limits beside the first paint would hold it back.
+            self.call_after_refresh(self.check_enforcement, stale)
 
     def on_enforcement_read(self, message: EnforcementRead) -> None:
         if message.ports is None:

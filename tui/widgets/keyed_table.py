@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Union
+
+from rich.text import Text
 from textual.widgets import DataTable
+
+Cell = Union[str, Text]
+
+
+def literal(cell: Cell) -> Text:
+    """A cell as shown: text from VMs, operators and files is never read as markup.
+
+    DataTable parses a plain ``str`` cell as Rich markup: a mirror named
+    ``x[/]`` would raise ``MarkupError`` and ``[b]VM`` would print bold.
+    Parsing markup for every cell is also most of a 1000-row table's fill.
+    """
+    return Text(cell) if isinstance(cell, str) else cell
 
 
 class KeyedTable(DataTable):
@@ -17,8 +32,9 @@ class KeyedTable(DataTable):
             return keys[self.cursor_row].value
         return None
 
-    def show(self, rows: dict[str, tuple[str, ...]]) -> None:
-        """Show ``rows`` (key -> cells, one per column) in the given order."""
+    def show(self, rows: dict[str, tuple[Cell, ...]]) -> None:
+        """Show ``rows`` (key -> cells, one per column) in the given order; ``str`` cells literally."""
+        rows = {key: tuple(literal(c) for c in cells) for key, cells in rows.items()}
         current = [k.value for k in self.rows]
         if current != list(rows):
             # Rows came or went, or the order or filter changed: rebuild and
