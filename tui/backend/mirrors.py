@@ -122,7 +122,7 @@ def choices(backend: Backend) -> Choices:
     return result
 
 
-class RateMeter:
+class MirrorPacketRates:
     """Packets per second between two *changes* of a mirror's tx_packets counter.
 
     OVS refreshes the counter every few seconds, so two reads 2 s apart often
