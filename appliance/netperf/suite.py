@@ -24,7 +24,7 @@ from typing import Any, Optional
 from .. import yamldoc
 from ..errors import ConfigError, Problem
 from ..policy import Policy
-from ..policy.load import from_document as policy_from_document
+from ..policy.document import from_document as policy_from_document
 from ..topology import DEFAULT_TOPOLOGY, Topology
 from ..topology import load as load_topology
 
