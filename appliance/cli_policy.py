@@ -36,8 +36,8 @@ from .policy import (
     load,
     require_one,
 )
-from .policy.document import FieldError
 from .policy.engine import change_json
+from .policy.fields import FieldError
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError, Problem
 from ..validate import vlan_list
-from .document import (
+from .fields import (
     FieldError,
     egress_from_fields,
     ingress_from_fields,

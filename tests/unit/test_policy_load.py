@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from appliance.errors import EXIT_USAGE, ConfigError, Problem
-from appliance.policy import document
+from appliance.policy import document, fields
 from appliance.policy.model import (
     REMOVE,
     Egress,
@@ -216,9 +216,9 @@ def test_explicit_burst_and_mechanism() -> None:
     # An explicit burst below one frame is allowed (with a warning from burst_warnings).
     rule = parse("vifs:\n  - vm: VM1\n    ingress: {rate: 2000, burst: 5}\n").vifs[0]
     assert rule.ingress == Ingress(2000, 5, "auto")
-    warnings = document.burst_warnings(rule)
+    warnings = fields.burst_warnings(rule)
     assert len(warnings) == 1 and "5 kbit" in warnings[0] and "12 kbit" in warnings[0]
-    assert document.burst_warnings(parse("vifs:\n  - vm: VM1\n    ingress: 2000\n").vifs[0]) == []
+    assert fields.burst_warnings(parse("vifs:\n  - vm: VM1\n    ingress: 2000\n").vifs[0]) == []
 
 
 def test_top_level_policing_is_the_default_mechanism() -> None:
@@ -369,7 +369,7 @@ def test_15_character_interface_name_is_allowed() -> None:
     ],
 )
 def test_kbit_units(value, expected) -> None:
-    assert document.kbit(value, "rate") == expected
+    assert fields.kbit(value, "rate") == expected
 
 
 @pytest.mark.parametrize(
@@ -389,7 +389,7 @@ def test_kbit_units(value, expected) -> None:
 )
 def test_kbit_refuses(value, message) -> None:
     with pytest.raises(ValueError, match=message):
-        document.kbit(value, "rate")
+        fields.kbit(value, "rate")
 
 
 # -- invalid policies: one problem each, located and explained ----------------

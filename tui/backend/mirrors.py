@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from appliance import render
 from appliance.errors import HvnetError
 from appliance.policy import Plan, Policy, State
-from appliance.policy.document import FieldError
 from appliance.policy.engine import ApplyResult
+from appliance.policy.fields import FieldError
 from appliance.policy.intents import mirror_rule
 from appliance.policy.model import MirrorRule
 from appliance.policy.planner import describe_mirror
