@@ -50,22 +50,43 @@ def parse(text: str, file: str) -> Policy:
     return from_document(yamldoc.parse(text, file, strict=False))
 
 
+class _Problems:
+    """Every problem found in one document, in the order found, each at its ``file:line: field``."""
+
+    def __init__(self, doc: yamldoc.Document) -> None:
+        self.doc = doc
+        self.items: list[Problem] = list(doc.problems)  # duplicate keys, found while parsing
+
+    def bad(self, path: yamldoc.PathKey, message: str) -> None:
+        self.items.append(self.doc.problem(path, message))
+
+    def unknown_keys(self, mapping: dict[str, Any], path: yamldoc.PathKey, allowed: set[str]) -> None:
+        self.items += self.doc.unknown_keys(mapping, path, allowed)
+
+
 def from_document(doc: yamldoc.Document) -> Policy:
-    problems: list[Problem] = list(doc.problems)
-
-    def bad(path: yamldoc.PathKey, message: str) -> None:
-        problems.append(doc.problem(path, message))
-
+    """The policy a parsed document asks for, or ConfigError listing every problem in it."""
+    problems = _Problems(doc)
     policy = Policy(source=doc.file, lines=dict(doc.lines))
     data = doc.data
     if data is None:
-        if problems:
-            raise ConfigError(problems)
+        if problems.items:
+            raise ConfigError(problems.items)
         return policy  # an empty policy asks for nothing
     if not isinstance(data, dict):
         allowed = ", ".join(sorted(_TOP_KEYS))
-        raise ConfigError([*problems, doc.problem((), f"a policy is a mapping with keys: {allowed}")])
-    problems += doc.unknown_keys(data, (), _TOP_KEYS)
+        raise ConfigError([*problems.items, doc.problem((), f"a policy is a mapping with keys: {allowed}")])
+    problems.unknown_keys(data, (), _TOP_KEYS)
+    _header(data, policy, problems.bad)
+    _vifs(doc, data.get("vifs") or [], policy, problems.bad)
+    _bridges(data.get("bridges") or {}, policy, problems)
+    if problems.items:
+        raise ConfigError(problems.items)
+    return policy
+
+
+def _header(data: dict[str, Any], policy: Policy, bad: Any) -> None:
+    """``version`` and ``policing``: read before the VIF rules, whose mechanism defaults to the policing."""
     if "version" in data and data["version"] != 1:
         bad(("version",), f"unsupported version {data['version']!r}; allowed: 1")
     if "policing" in data:
@@ -74,51 +95,56 @@ def from_document(doc: yamldoc.Document) -> Policy:
         else:
             bad(("policing",), f"invalid {data['policing']!r}; allowed: {', '.join(MECHANISMS)}")
 
-    vifs = data.get("vifs") or []
+
+def _vifs(doc: yamldoc.Document, vifs: Any, policy: Policy, bad: Any) -> None:
+    """The VIF rules in file order; a rule with a problem is reported and left out, the others still read."""
     if not isinstance(vifs, list):
         bad(("vifs",), "must be a list of VIF rules (each with one of vm, vm_uuid, mac, port)")
-        vifs = []
+        return
     for i, entry in enumerate(vifs):
         rule = _vif_rule(doc, entry, ("vifs", i), policy.policing, bad)
         if rule is not None:
             policy.vifs.append(rule)
 
-    bridges = data.get("bridges") or {}
+
+def _bridges(bridges: Any, policy: Policy, problems: _Problems) -> None:
+    """Each bridge named (even with no settings, so the planner checks it exists) and its mirrors."""
     if not isinstance(bridges, dict):
-        bad(("bridges",), "must be a mapping of bridge name to its settings (mirrors)")
-        bridges = {}
+        problems.bad(("bridges",), "must be a mapping of bridge name to its settings (mirrors)")
+        return
     for br, settings in bridges.items():
         path: yamldoc.PathKey = ("bridges", br)
         try:
             validate.ifname(br)
         except ValueError as exc:
-            bad(path, str(exc))
+            problems.bad(path, str(exc))
             continue
         policy.bridges[br] = path
         if settings is None:
             continue
         if not isinstance(settings, dict):
-            bad(path, "must be a mapping with key: mirrors")
+            problems.bad(path, "must be a mapping with key: mirrors")
             continue
-        problems.extend(doc.unknown_keys(settings, path, _BRIDGE_KEYS))
-        mirrors = settings.get("mirrors") or {}
-        if not isinstance(mirrors, dict):
-            bad((*path, "mirrors"), "must be a mapping of mirror name to its definition (or 'remove')")
-            continue
-        active = 0
-        for name, spec in mirrors.items():
-            rule = _mirror_rule(doc, br, name, spec, (*path, "mirrors", name), bad)
-            if rule is not None:
-                policy.mirrors.append(rule)
-                active += 0 if rule.remove else 1
-        if active > MAX_MIRRORS_PER_BRIDGE:
-            bad(
-                (*path, "mirrors"),
-                f"{active} mirrors on bridge {br}; OVS allows at most {MAX_MIRRORS_PER_BRIDGE} per bridge",
-            )
-    if problems:
-        raise ConfigError(problems)
-    return policy
+        problems.unknown_keys(settings, path, _BRIDGE_KEYS)
+        _mirrors(problems.doc, br, settings.get("mirrors") or {}, path, policy, problems.bad)
+
+
+def _mirrors(doc: yamldoc.Document, br: str, mirrors: Any, path: yamldoc.PathKey, policy: Policy, bad: Any) -> None:
+    """One bridge's mirrors; only those kept (not removed) count towards OVS's limit per bridge."""
+    if not isinstance(mirrors, dict):
+        bad((*path, "mirrors"), "must be a mapping of mirror name to its definition (or 'remove')")
+        return
+    active = 0
+    for name, spec in mirrors.items():
+        rule = _mirror_rule(doc, br, name, spec, (*path, "mirrors", name), bad)
+        if rule is not None:
+            policy.mirrors.append(rule)
+            active += 0 if rule.remove else 1
+    if active > MAX_MIRRORS_PER_BRIDGE:
+        bad(
+            (*path, "mirrors"),
+            f"{active} mirrors on bridge {br}; OVS allows at most {MAX_MIRRORS_PER_BRIDGE} per bridge",
+        )
 
 
 def _is_remove(value: Any) -> bool:
@@ -242,29 +268,7 @@ def _mirror_rule(
         if k not in _MIRROR_KEYS:
             bad((*path, k), "unknown key; allowed: " + ", ".join(sorted(_MIRROR_KEYS)))
     rule = MirrorRule(bridge, name, path=path)
-    sel = spec.get("select")
-    if sel == "all" or sel == {"all": True}:
-        rule.select_all = True
-    elif isinstance(sel, dict):
-        for k in sel:
-            if k not in _SELECT_KEYS:
-                bad((*path, "select", k), "unknown key; allowed: all, dst, src, vlans")
-        if sel.get("all") not in (None, False, True):
-            bad((*path, "select", "all"), "must be true or false")
-        rule.select_all = sel.get("all") is True
-        rule.src = _selectors(sel.get("src"), (*path, "select", "src"), bad)
-        rule.dst = _selectors(sel.get("dst"), (*path, "select", "dst"), bad)
-        if sel.get("vlans") is not None:
-            try:
-                rule.vlans = tuple(validate.vlan_list(sel["vlans"]))
-            except ValueError as exc:
-                bad((*path, "select", "vlans"), str(exc))
-        if rule.select_all and (rule.src or rule.dst):
-            bad((*path, "select"), "'all' already selects every port; drop src/dst or 'all'")
-        if not (rule.select_all or rule.src or rule.dst or rule.vlans):
-            bad((*path, "select"), "selects nothing; give src, dst, vlans or all: true")
-    else:
-        bad((*path, "select"), "required: 'all', or a mapping with src, dst (VIF selectors) and/or vlans")
+    _mirror_select(spec.get("select"), rule, (*path, "select"), bad)
     if "output" not in spec:
         bad((*path, "output"), "required: one of port, vlan (RSPAN), gre or erspan (remote collector)")
     else:
@@ -272,6 +276,39 @@ def _mirror_rule(
             rule.output = mirror_output(spec["output"])
         except FieldError as exc:
             bad((*path, *exc.field.split(".")), str(exc))
+    _mirror_options(spec, rule, path, bad)
+    return rule
+
+
+def _mirror_select(sel: Any, rule: MirrorRule, path: yamldoc.PathKey, bad: Any) -> None:
+    """What the mirror copies: ``all``, or ports (src/dst selectors) and/or VLANs -- never nothing."""
+    if sel == "all" or sel == {"all": True}:
+        rule.select_all = True
+        return
+    if not isinstance(sel, dict):
+        bad(path, "required: 'all', or a mapping with src, dst (VIF selectors) and/or vlans")
+        return
+    for k in sel:
+        if k not in _SELECT_KEYS:
+            bad((*path, k), "unknown key; allowed: all, dst, src, vlans")
+    if sel.get("all") not in (None, False, True):
+        bad((*path, "all"), "must be true or false")
+    rule.select_all = sel.get("all") is True
+    rule.src = _selectors(sel.get("src"), (*path, "src"), bad)
+    rule.dst = _selectors(sel.get("dst"), (*path, "dst"), bad)
+    if sel.get("vlans") is not None:
+        try:
+            rule.vlans = tuple(validate.vlan_list(sel["vlans"]))
+        except ValueError as exc:
+            bad((*path, "vlans"), str(exc))
+    if rule.select_all and (rule.src or rule.dst):
+        bad(path, "'all' already selects every port; drop src/dst or 'all'")
+    if not (rule.select_all or rule.src or rule.dst or rule.vlans):
+        bad(path, "selects nothing; give src, dst, vlans or all: true")
+
+
+def _mirror_options(spec: dict[str, Any], rule: MirrorRule, path: yamldoc.PathKey, bad: Any) -> None:
+    """What each copy keeps (snaplen, filter) and whether the mirror may break VIF isolation."""
     if "snaplen" in spec:
         sn = spec["snaplen"]
         if isinstance(sn, bool) or not isinstance(sn, int) or not 14 <= sn <= 65535:
@@ -287,4 +324,3 @@ def _mirror_rule(
     if not isinstance(allow, bool):
         bad((*path, "allow_isolation_exception"), "must be true or false")
     rule.allow_isolation_exception = allow is True
-    return rule
