@@ -102,44 +102,56 @@ def vlan_from_fields(mode: Any, tag: Any, trunks: Any) -> Vlan:
     Raises ``ValueError(field, message)``-style errors via :class:`FieldError`.
     """
     if mode is None:
-        if tag is not None and trunks is None:
-            mode = "access"
-        elif trunks is not None and tag is None:
-            mode = "trunk"
-        elif tag is not None:
-            raise FieldError("mode", "tag and trunks together need mode native-tagged or native-untagged")
-        else:
-            raise FieldError("(vlan)", "give tag (access), trunks (trunk) or mode; 'remove' isolates the VIF")
+        mode = _implied_mode(tag, trunks)
     try:
         mode = validate.vlan_mode(mode)
     except ValueError as exc:
         raise FieldError("mode", str(exc)) from None
-    tag_v: int | None = None
+    return Vlan(mode, _vlan_tag(mode, tag), _vlan_trunks(mode, trunks))
+
+
+def _implied_mode(tag: Any, trunks: Any) -> str:
+    """The mode a VLAN given without one means: a tag alone is access, trunks alone a trunk."""
+    if tag is not None and trunks is None:
+        return "access"
+    if trunks is not None and tag is None:
+        return "trunk"
     if tag is not None:
-        if mode == "trunk":
-            raise FieldError("tag", "a trunk port carries no tag; use native-tagged/native-untagged for a native VLAN")
-        try:
-            tag_v = validate.vlan_id(tag)
-        except ValueError as exc:
-            raise FieldError("tag", str(exc)) from None
-    elif mode != "trunk":
-        raise FieldError("tag", f"mode {mode} needs a tag (0..4094)")
-    trunks_v: tuple[int, ...] = ()
-    if trunks is not None:
-        if mode == "access":
-            raise FieldError("trunks", "an access port has no trunks; use mode trunk or native-*")
-        if isinstance(trunks, str) and trunks.strip().lower() == "all":
-            trunks_v = ()
-        else:
-            try:
-                trunks_v = tuple(validate.vlan_list(trunks))
-            except ValueError as exc:
-                raise FieldError("trunks", str(exc)) from None
-            if not trunks_v:
-                raise FieldError("trunks", "an empty trunk list means every VLAN in OVS; write 'all' if you mean it")
-    elif mode != "access":
-        raise FieldError("trunks", f"mode {mode} needs trunks: a list like '10,20-30', or 'all' for every VLAN")
-    return Vlan(mode, tag_v, trunks_v)
+        raise FieldError("mode", "tag and trunks together need mode native-tagged or native-untagged")
+    raise FieldError("(vlan)", "give tag (access), trunks (trunk) or mode; 'remove' isolates the VIF")
+
+
+def _vlan_tag(mode: str, tag: Any) -> int | None:
+    """The tag (or native VLAN): required by every mode but trunk, refused by trunk."""
+    if tag is None:
+        if mode != "trunk":
+            raise FieldError("tag", f"mode {mode} needs a tag (0..4094)")
+        return None
+    if mode == "trunk":
+        raise FieldError("tag", "a trunk port carries no tag; use native-tagged/native-untagged for a native VLAN")
+    try:
+        return validate.vlan_id(tag)
+    except ValueError as exc:
+        raise FieldError("tag", str(exc)) from None
+
+
+def _vlan_trunks(mode: str, trunks: Any) -> tuple[int, ...]:
+    """The trunked VLANs (``()`` is every VLAN, so an empty list must be written ``all``); none on access."""
+    if trunks is None:
+        if mode != "access":
+            raise FieldError("trunks", f"mode {mode} needs trunks: a list like '10,20-30', or 'all' for every VLAN")
+        return ()
+    if mode == "access":
+        raise FieldError("trunks", "an access port has no trunks; use mode trunk or native-*")
+    if isinstance(trunks, str) and trunks.strip().lower() == "all":
+        return ()
+    try:
+        trunks_v = tuple(validate.vlan_list(trunks))
+    except ValueError as exc:
+        raise FieldError("trunks", str(exc)) from None
+    if not trunks_v:
+        raise FieldError("trunks", "an empty trunk list means every VLAN in OVS; write 'all' if you mean it")
+    return trunks_v
 
 
 def ingress_from_fields(rate: Any, burst: Any, mechanism: Any) -> Ingress:
@@ -223,6 +235,11 @@ def mirror_output(value: Any) -> MirrorOutput:
             return MirrorOutput("vlan", vlan=validate.vlan_id(value["vlan"]))
         except ValueError as exc:
             raise FieldError("output.vlan", str(exc)) from None
+    return _tunnel_output(kind, value)
+
+
+def _tunnel_output(kind: str, value: dict[str, Any]) -> MirrorOutput:
+    """A GRE or ERSPAN output: the collector's address, the tunnel key, ERSPAN's session index."""
     try:
         ip = str(ipaddress.ip_address(str(value[kind])))
     except ValueError:
