@@ -38,7 +38,7 @@ from .policy import (
     require_one,
 )
 from .policy.engine import change_json
-from .policy.load import FieldError
+from .policy.fields import FieldError
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:

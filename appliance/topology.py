@@ -12,6 +12,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import validate, yamldoc
 from .errors import ConfigError, Problem
@@ -101,6 +102,7 @@ def load(path: str | Path) -> Topology:
 
 
 def from_document(doc: yamldoc.Document) -> Topology:
+    """The topology a parsed document describes, or ConfigError listing every problem in it."""
     problems: list[Problem] = []
 
     def bad(path: yamldoc.PathKey, message: str) -> None:
@@ -119,85 +121,168 @@ def from_document(doc: yamldoc.Document) -> Topology:
     if hypervisor not in HYPERVISORS:
         bad(("hypervisor",), f"unknown hypervisor {hypervisor!r}; allowed: {', '.join(HYPERVISORS)}")
 
-    bridges: list[Bridge] = []
-    raw_bridges = data.get("bridges")
+    seen_ifnames: dict[str, yamldoc.PathKey] = {}  # bridges and VIFs share the kernel's interface names
+    bridges = _bridges(doc, data.get("bridges"), seen_ifnames, problems)
+    reader = _GuestReader(doc, str(name), hypervisor, bridges, seen_ifnames, problems)
+    guests = reader.read_all(data.get("guests", []))
+    if problems:
+        raise ConfigError(problems)
+    return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests))
+
+
+def _bridges(
+    doc: yamldoc.Document, raw_bridges: Any, seen_ifnames: dict[str, yamldoc.PathKey], problems: list[Problem]
+) -> list[Bridge]:
+    """The bridges, each name unique and a legal interface name (recorded in ``seen_ifnames``)."""
     if not isinstance(raw_bridges, list) or not raw_bridges:
-        bad(("bridges",), "required: a non-empty list of bridges, each with a 'name'")
-        raw_bridges = []
-    seen_ifnames: dict[str, yamldoc.PathKey] = {}
+        problems.append(doc.problem(("bridges",), "required: a non-empty list of bridges, each with a 'name'"))
+        return []
+    bridges: list[Bridge] = []
     for i, rb in enumerate(raw_bridges):
         path: yamldoc.PathKey = ("bridges", i)
         if not isinstance(rb, dict):
-            bad(path, "each bridge is a mapping with 'name' (and optional 'datapath_type')")
+            problems.append(doc.problem(path, "each bridge is a mapping with 'name' (and optional 'datapath_type')"))
             continue
         problems += doc.unknown_keys(rb, path, _BRIDGE_KEYS)
         try:
             bname = validate.ifname(rb.get("name"))
         except ValueError as exc:
-            bad((*path, "name"), str(exc))
+            problems.append(doc.problem((*path, "name"), str(exc)))
             continue
         if bname in seen_ifnames:
-            bad((*path, "name"), f"duplicate name {bname!r} (also at {yamldoc.dotted(seen_ifnames[bname])})")
+            also = yamldoc.dotted(seen_ifnames[bname])
+            problems.append(doc.problem((*path, "name"), f"duplicate name {bname!r} (also at {also})"))
             continue
         seen_ifnames[bname] = (*path, "name")
         dp = rb.get("datapath_type", "netdev")
         if dp not in DATAPATH_TYPES:
-            bad((*path, "datapath_type"), f"unknown datapath type {dp!r}; allowed: {', '.join(DATAPATH_TYPES)}")
+            allowed = ", ".join(DATAPATH_TYPES)
+            problems.append(doc.problem((*path, "datapath_type"), f"unknown datapath type {dp!r}; allowed: {allowed}"))
         bridges.append(Bridge(bname, dp))
-    bridge_names = {b.name for b in bridges}
+    return bridges
 
-    guests: list[Guest] = []
-    raw_guests = data.get("guests", [])
-    if not isinstance(raw_guests, list):
-        bad(("guests",), "must be a list of guests")
-        raw_guests = []
-    seen_guest: dict[str, int] = {}
-    seen_ip: dict[str, int] = {}
-    seen_mac: dict[str, int] = {}
-    seen_domid: dict[int, int] = {}
-    for i, rg in enumerate(raw_guests):
-        path = ("guests", i)
+
+class _GuestReader:
+    """Reads the guests one field at a time, remembering what earlier guests claimed.
+
+    Names, IPs, MACs, domids and VIF names must be unique across guests; each
+    reader method reports its field's problems and returns the value (or a
+    fallback that lets the following fields still be checked).  A guest with
+    any problem is reported whole and left out.
+    """
+
+    def __init__(
+        self,
+        doc: yamldoc.Document,
+        topology: str,
+        hypervisor: Any,
+        bridges: list[Bridge],
+        seen_ifnames: dict[str, yamldoc.PathKey],
+        problems: list[Problem],
+    ) -> None:
+        self.doc = doc
+        self.topology = topology
+        self.hypervisor = hypervisor
+        self.bridges = bridges
+        self.bridge_names = {b.name for b in bridges}
+        self.problems = problems
+        self.seen_ifnames = seen_ifnames
+        self.seen_guest: dict[str, int] = {}
+        self.seen_ip: dict[str, int] = {}
+        self.seen_mac: dict[str, int] = {}
+        self.seen_domid: dict[int, int] = {}
+
+    def bad(self, path: yamldoc.PathKey, message: str) -> None:
+        self.problems.append(self.doc.problem(path, message))
+
+    def read_all(self, raw_guests: Any) -> list[Guest]:
+        if not isinstance(raw_guests, list):
+            self.bad(("guests",), "must be a list of guests")
+            return []
+        guests: list[Guest] = []
+        for i, rg in enumerate(raw_guests):
+            guest = self.read(i, rg)
+            if guest is not None:
+                guests.append(guest)
+        return guests
+
+    def read(self, i: int, rg: Any) -> Guest | None:
+        """Guest ``i``, or None once its problems are reported (every field is still checked)."""
+        path: yamldoc.PathKey = ("guests", i)
         if not isinstance(rg, dict):
-            bad(path, "each guest is a mapping with 'name' and 'ip'")
-            continue
-        unknown = doc.unknown_keys(rg, path, _GUEST_KEYS)
-        problems += unknown
-        ok = not unknown
+            self.bad(path, "each guest is a mapping with 'name' and 'ip'")
+            return None
+        before = len(self.problems)
+        self.problems += self.doc.unknown_keys(rg, path, _GUEST_KEYS)
+        gname = self.name(i, rg, path)
+        kind = self.kind(rg, path)
+        memory = self.memory(rg, path, kind)
+        bridge = self.bridge(rg, path)
+        ip = self.ip(i, rg, path)
+        domid = self.domid(i, rg, path)
+        vif = self.vif(rg, path, kind, domid)
+        mac = self.mac(i, rg, path, gname)
+        tag, trunks, mode = self.vlan(rg, path)
+        if len(self.problems) > before:
+            return None
+        return Guest(
+            name=gname,
+            bridge=bridge,
+            ip=ip,
+            mac=mac,
+            vif=vif,
+            domid=domid,
+            tag=tag,
+            trunks=tuple(trunks),
+            vlan_mode=mode,
+            kind=kind,
+            memory_mib=memory,
+        )
+
+    def name(self, i: int, rg: dict[str, Any], path: yamldoc.PathKey) -> str:
+        """The guest's name, unique; ``#i`` stands in for a bad one (it derives the MAC)."""
         gname = rg.get("name")
         if not isinstance(gname, str) or not _GUEST_NAME.match(gname):
-            bad((*path, "name"), "required: 1-24 characters, a letter first, then letters, digits, '_' or '-'")
-            ok, gname = False, f"#{i}"
-        elif gname in seen_guest:
-            bad((*path, "name"), f"duplicate guest name {gname!r} (also guests[{seen_guest[gname]}])")
-            ok = False
+            self.bad((*path, "name"), "required: 1-24 characters, a letter first, then letters, digits, '_' or '-'")
+            return f"#{i}"
+        if gname in self.seen_guest:
+            self.bad((*path, "name"), f"duplicate guest name {gname!r} (also guests[{self.seen_guest[gname]}])")
         else:
-            seen_guest[gname] = i
+            self.seen_guest[gname] = i
+        return gname
 
+    def kind(self, rg: dict[str, Any], path: yamldoc.PathKey) -> str:
+        """netns or qemu (a QEMU guest needs libvirt to plug it); netns stands in for a bad one."""
         kind = rg.get("kind", "netns")
         if kind not in KINDS:
-            bad((*path, "kind"), f"unknown guest kind {kind!r}; allowed: {', '.join(KINDS)}")
-            ok, kind = False, "netns"
-        elif kind == "qemu" and hypervisor != "libvirt":
-            bad((*path, "kind"), "a qemu guest is plugged into OVS by libvirt: set 'hypervisor: libvirt'")
-            ok = False
+            self.bad((*path, "kind"), f"unknown guest kind {kind!r}; allowed: {', '.join(KINDS)}")
+            return "netns"
+        if kind == "qemu" and self.hypervisor != "libvirt":
+            self.bad((*path, "kind"), "a qemu guest is plugged into OVS by libvirt: set 'hypervisor: libvirt'")
+        return kind
+
+    def memory(self, rg: dict[str, Any], path: yamldoc.PathKey, kind: str) -> int:
+        """A QEMU guest's memory in MiB; only a QEMU guest may give one."""
         memory = rg.get("memory", 256)
         if "memory" in rg and kind != "qemu":
-            bad((*path, "memory"), "only a qemu guest has memory to size; drop it or set 'kind: qemu'")
-            ok = False
+            self.bad((*path, "memory"), "only a qemu guest has memory to size; drop it or set 'kind: qemu'")
         elif isinstance(memory, bool) or not isinstance(memory, int) or not MEMORY_MIB[0] <= memory <= MEMORY_MIB[1]:
-            bad((*path, "memory"), f"must be an integer {MEMORY_MIB[0]}..{MEMORY_MIB[1]} (MiB)")
-            ok, memory = False, 256
+            self.bad((*path, "memory"), f"must be an integer {MEMORY_MIB[0]}..{MEMORY_MIB[1]} (MiB)")
+            return 256
+        return memory
 
-        bridge = rg.get("bridge", bridges[0].name if len(bridges) == 1 else None)
+    def bridge(self, rg: dict[str, Any], path: yamldoc.PathKey) -> Any:
+        """The guest's bridge: one of the topology's, implied when there is only one."""
+        bridge = rg.get("bridge", self.bridges[0].name if len(self.bridges) == 1 else None)
+        names = ", ".join(sorted(self.bridge_names))
         if bridge is None:
-            bad(
-                (*path, "bridge"), f"required when there are several bridges; one of: {', '.join(sorted(bridge_names))}"
-            )
-            ok = False
-        elif bridge not in bridge_names:
-            bad((*path, "bridge"), f"unknown bridge {bridge!r}; defined: {', '.join(sorted(bridge_names)) or 'none'}")
-            ok = False
+            self.bad((*path, "bridge"), f"required when there are several bridges; one of: {names}")
+        elif bridge not in self.bridge_names:
+            self.bad((*path, "bridge"), f"unknown bridge {bridge!r}; defined: {names or 'none'}")
+        return bridge
 
+    def ip(self, i: int, rg: dict[str, Any], path: yamldoc.PathKey) -> Any:
+        """address/prefix, a usable host address of its network, unique across guests."""
         ip = rg.get("ip")
         try:
             if not isinstance(ip, str) or "/" not in ip:
@@ -207,98 +292,82 @@ def from_document(doc: yamldoc.Document) -> Topology:
             if net.prefixlen < net.max_prefixlen - 1 and iface.ip in (net.network_address, net.broadcast_address):
                 raise ValueError(f"{iface.ip} is the network or broadcast address of {net}")
             key_ip = str(iface.ip)
-            if key_ip in seen_ip:
-                raise ValueError(f"duplicate IP {key_ip} (also guests[{seen_ip[key_ip]}])")
-            seen_ip[key_ip] = i
-            ip = str(iface)
+            if key_ip in self.seen_ip:
+                raise ValueError(f"duplicate IP {key_ip} (also guests[{self.seen_ip[key_ip]}])")
+            self.seen_ip[key_ip] = i
+            return str(iface)
         except ValueError as exc:
-            bad((*path, "ip"), str(exc))
-            ok = False
+            self.bad((*path, "ip"), str(exc))
+            return ip
 
+    def domid(self, i: int, rg: dict[str, Any], path: yamldoc.PathKey) -> int:
+        """The domain id, unique; by default the guest's position (1-based), which also stands in for a bad one."""
         domid = rg.get("domid", i + 1)
         if isinstance(domid, bool) or not isinstance(domid, int) or not 1 <= domid <= 32767:
-            bad((*path, "domid"), "must be an integer 1..32767 (the guest's domain id)")
-            ok, domid = False, i + 1
-        elif domid in seen_domid:
-            bad((*path, "domid"), f"duplicate domid {domid} (also guests[{seen_domid[domid]}])")
-            ok = False
+            self.bad((*path, "domid"), "must be an integer 1..32767 (the guest's domain id)")
+            return i + 1
+        if domid in self.seen_domid:
+            self.bad((*path, "domid"), f"duplicate domid {domid} (also guests[{self.seen_domid[domid]}])")
         else:
-            seen_domid[domid] = i
+            self.seen_domid[domid] = i
+        return domid
 
+    def vif(self, rg: dict[str, Any], path: yamldoc.PathKey, kind: str, domid: int) -> Any:
+        """A namespace guest's VIF name (``vifDOMID.0`` by default); libvirt names a QEMU guest's."""
         vif = rg.get("vif", f"vif{domid}.0")
         if kind == "qemu":
             if "vif" in rg:
-                bad((*path, "vif"), "libvirt names a qemu guest's VIF (vnetN) when it plugs the VM: drop 'vif'")
-                ok = False
-            vif = ""
-        else:
-            try:
-                vif = validate.ifname(vif)
-                if vif in seen_ifnames:
-                    raise ValueError(f"name {vif!r} is already used (at {yamldoc.dotted(seen_ifnames[vif])})")
-                seen_ifnames[vif] = (*path, "vif")
-            except ValueError as exc:
-                bad((*path, "vif"), str(exc))
-                ok = False
+                self.bad((*path, "vif"), "libvirt names a qemu guest's VIF (vnetN) when it plugs the VM: drop 'vif'")
+            return ""
+        try:
+            vif = validate.ifname(vif)
+            if vif in self.seen_ifnames:
+                raise ValueError(f"name {vif!r} is already used (at {yamldoc.dotted(self.seen_ifnames[vif])})")
+            self.seen_ifnames[vif] = (*path, "vif")
+        except ValueError as exc:
+            self.bad((*path, "vif"), str(exc))
+        return vif
 
+    def mac(self, i: int, rg: dict[str, Any], path: yamldoc.PathKey, gname: str) -> Any:
+        """The guest's MAC, unique; derived from the topology and guest names when not given."""
         mac = rg.get("mac")
         if mac is None:
-            mac = _derived_mac(str(name), str(gname))
+            mac = _derived_mac(self.topology, str(gname))
         else:
             try:
                 mac = validate.mac(mac)
             except ValueError as exc:
-                bad((*path, "mac"), str(exc))
-                ok = False
+                self.bad((*path, "mac"), str(exc))
         if isinstance(mac, str):
-            if mac in seen_mac:
-                bad((*path, "mac"), f"duplicate MAC {mac} (also guests[{seen_mac[mac]}])")
-                ok = False
-            seen_mac[mac] = i
+            if mac in self.seen_mac:
+                self.bad((*path, "mac"), f"duplicate MAC {mac} (also guests[{self.seen_mac[mac]}])")
+            self.seen_mac[mac] = i
+        return mac
 
+    def vlan(self, rg: dict[str, Any], path: yamldoc.PathKey) -> tuple[Any, list[int], Any]:
+        """tag, trunks and vlan_mode, each valid on its own and consistent with each other."""
         tag = rg.get("tag")
         if tag is not None:
             try:
                 tag = validate.vlan_id(tag)
             except ValueError as exc:
-                bad((*path, "tag"), str(exc))
-                ok = False
+                self.bad((*path, "tag"), str(exc))
         trunks: list[int] = []
         if rg.get("trunks") is not None:
             try:
                 trunks = validate.vlan_list(rg["trunks"])
             except ValueError as exc:
-                bad((*path, "trunks"), str(exc))
-                ok = False
+                self.bad((*path, "trunks"), str(exc))
         mode = rg.get("vlan_mode")
         if mode is not None:
             try:
                 mode = validate.vlan_mode(mode)
             except ValueError as exc:
-                bad((*path, "vlan_mode"), str(exc))
-                ok = False
+                self.bad((*path, "vlan_mode"), str(exc))
         if mode == "access" and trunks:
-            bad((*path, "trunks"), "an access port carries one VLAN: drop 'trunks' or use vlan_mode trunk/native-*")
-            ok = False
-        if mode in ("access", "native-tagged", "native-untagged") and tag is None:
-            bad((*path, "tag"), f"vlan_mode {mode} needs a tag (0..4094)")
-            ok = False
-        if ok:
-            guests.append(
-                Guest(
-                    name=gname,
-                    bridge=bridge,
-                    ip=ip,
-                    mac=mac,
-                    vif=vif,
-                    domid=domid,
-                    tag=tag,
-                    trunks=tuple(trunks),
-                    vlan_mode=mode,
-                    kind=kind,
-                    memory_mib=memory,
-                )
+            self.bad(
+                (*path, "trunks"), "an access port carries one VLAN: drop 'trunks' or use vlan_mode trunk/native-*"
             )
-    if problems:
-        raise ConfigError(problems)
-    return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests))
+        if mode in ("access", "native-tagged", "native-untagged") and tag is None:
+            self.bad((*path, "tag"), f"vlan_mode {mode} needs a tag (0..4094)")
+        return tag, trunks, mode

@@ -75,56 +75,97 @@ def _guest_list(value: Any, path: yamldoc.PathKey, known: set[str], bad) -> tupl
     return tuple(value)
 
 
+class _Problems:
+    """Every problem found in one scenario, in the order found, each at its ``file:line: field``."""
+
+    def __init__(self, doc: yamldoc.Document) -> None:
+        self.doc = doc
+        self.items: list[Problem] = []
+
+    def bad(self, path: yamldoc.PathKey, message: str) -> None:
+        self.items.append(self.doc.problem(path, message))
+
+    def unknown_keys(self, mapping: dict[str, Any], path: yamldoc.PathKey, allowed: set[str]) -> None:
+        self.items += self.doc.unknown_keys(mapping, path, allowed)
+
+
 def from_document(doc: yamldoc.Document) -> Scenario:
-    problems: list[Problem] = []
-
-    def bad(path: yamldoc.PathKey, message: str) -> None:
-        problems.append(doc.problem(path, message))
-
+    """The scenario a parsed document describes, or ConfigError listing every problem in it."""
+    problems = _Problems(doc)
     data = doc.data
     if not isinstance(data, dict):
         raise ConfigError([doc.problem((), "a scenario is a mapping with 'topology' and 'expect'")])
-    problems += doc.unknown_keys(data, (), _TOP)
+    problems.unknown_keys(data, (), _TOP)
 
     name = data.get("name", Path(doc.file).stem)
     if not isinstance(name, str) or not name:
-        bad(("name",), "must be a non-empty string")
+        problems.bad(("name",), "must be a non-empty string")
         name = Path(doc.file).stem
-    topo_ref = data.get("topology")
+    topology = _topology(doc, data.get("topology"), problems.items)
+    known = {g.name for g in topology.guests}
+
+    guests = list(_guest_list(data.get("guests", [g.name for g in topology.guests]), ("guests",), known, problems.bad))
+    if len(guests) < 2:
+        problems.bad(("guests",), "an isolation check needs at least two guests")
+    if len(set(guests)) != len(guests):
+        problems.bad(("guests",), "a guest is listed twice")
+    vlans = _vlans(data.get("vlans", {}), known, problems)
+    mirrors = _mirrors(data.get("mirrors", []), known, problems)
+    probes = data.get("probes_per_target", 1)
+    if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 100:
+        problems.bad(("probes_per_target",), "must be an integer 1..100")
+        probes = 1
+    matrix = _expectation(data.get("expect"), guests, problems.bad)
+
+    if problems.items:
+        raise ConfigError(problems.items)
+    return Scenario(
+        name=name,
+        file=doc.file,
+        description=str(data.get("description", "")),
+        topology=topology,
+        guests=guests,
+        vlans=vlans,
+        mirrors=mirrors,
+        probes_per_target=probes,
+        matrix=matrix,
+    )
+
+
+def _topology(doc: yamldoc.Document, topo_ref: Any, problems: list[Problem]) -> Topology:
+    """The lab topology the scenario runs on, relative to its file.
+
+    Guests are checked against it, so without a valid one nothing further can
+    be checked: the problems found so far are reported with this one.
+    """
     if not isinstance(topo_ref, str):
         raise ConfigError(
             [*problems, doc.problem(("topology",), "required: the lab topology file (relative to this file)")]
         )
     topo_path = (Path(doc.file).parent / topo_ref).resolve()
     try:
-        topology = load_topology(topo_path)
+        return load_topology(topo_path)
     except ConfigError as exc:
         raise ConfigError(
             [*problems, doc.problem(("topology",), f"topology {topo_ref} is invalid: {exc.problems[0]}")]
         ) from None
-    known = {g.name for g in topology.guests}
 
-    guests = list(_guest_list(data.get("guests", [g.name for g in topology.guests]), ("guests",), known, bad))
-    if len(guests) < 2:
-        bad(("guests",), "an isolation check needs at least two guests")
-    if len(set(guests)) != len(guests):
-        bad(("guests",), "a guest is listed twice")
-    taking_part = set(guests)
 
-    vlans: list[VlanOverride] = []
-    raw_vlans = data.get("vlans", {})
+def _vlans(raw_vlans: Any, known: set[str], problems: _Problems) -> list[VlanOverride]:
+    """Per guest, the VLAN fields the run overrides; a bad field is reported and the others still apply."""
     if not isinstance(raw_vlans, dict):
-        bad(("vlans",), "must map guest names to {tag, trunks, vlan_mode}")
-        raw_vlans = {}
+        problems.bad(("vlans",), "must map guest names to {tag, trunks, vlan_mode}")
+        return []
+    vlans: list[VlanOverride] = []
     for guest, settings in raw_vlans.items():
         path: yamldoc.PathKey = ("vlans", guest)
         if guest not in known:
-            bad(path, f"unknown guest {guest!r}; guests: {', '.join(sorted(known))}")
+            problems.bad(path, f"unknown guest {guest!r}; guests: {', '.join(sorted(known))}")
             continue
         if not isinstance(settings, dict) or not settings:
-            bad(path, "must be a mapping with tag, trunks and/or vlan_mode")
+            problems.bad(path, "must be a mapping with tag, trunks and/or vlan_mode")
             continue
-        problems += doc.unknown_keys(settings, path, _VLAN_KEYS)
+        problems.unknown_keys(settings, path, _VLAN_KEYS)
         kwargs: dict[str, Any] = {}
         for key, value in settings.items():
             if key not in _VLAN_KEYS:
@@ -137,96 +178,96 @@ def from_document(doc: yamldoc.Document) -> Scenario:
                 else:
                     kwargs["vlan_mode"] = None if value is None else validate.vlan_mode(value)
             except ValueError as exc:
-                bad((*path, key), str(exc))
+                problems.bad((*path, key), str(exc))
         vlans.append(VlanOverride(guest=guest, **kwargs))
+    return vlans
 
-    mirrors: list[MirrorDef] = []
-    raw_mirrors = data.get("mirrors", [])
+
+def _mirrors(raw_mirrors: Any, known: set[str], problems: _Problems) -> list[MirrorDef]:
+    """The mirrors set up for the run, names unique."""
     if not isinstance(raw_mirrors, list):
-        bad(("mirrors",), "must be a list of mirrors")
-        raw_mirrors = []
+        problems.bad(("mirrors",), "must be a list of mirrors")
+        return []
+    mirrors: list[MirrorDef] = []
     seen_mirrors: set[str] = set()
     for i, rm in enumerate(raw_mirrors):
-        path = ("mirrors", i)
-        if not isinstance(rm, dict):
-            bad(path, "each mirror is a mapping with name, output and a selection")
-            continue
-        problems += doc.unknown_keys(rm, path, _MIRROR_KEYS)
-        mname = rm.get("name")
-        if not isinstance(mname, str) or not mname:
-            bad((*path, "name"), "required: the mirror's name")
-            continue
-        if mname in seen_mirrors:
-            bad((*path, "name"), f"duplicate mirror name {mname!r}")
-        seen_mirrors.add(mname)
-        output = rm.get("output")
-        if output not in known:
-            bad(
-                (*path, "output"),
-                f"required: the guest whose VIF receives the copies; guests: {', '.join(sorted(known))}",
-            )
-            continue
-        src = _guest_list(rm.get("select_src", []), (*path, "select_src"), known, bad)
-        dst = _guest_list(rm.get("select_dst", []), (*path, "select_dst"), known, bad)
-        select_all = rm.get("select_all", False)
-        if not isinstance(select_all, bool):
-            bad((*path, "select_all"), "must be true or false")
-            select_all = False
-        try:
-            svlans = tuple(validate.vlan_list(rm["select_vlans"])) if rm.get("select_vlans") is not None else ()
-        except ValueError as exc:
-            bad((*path, "select_vlans"), str(exc))
-            svlans = ()
-        if not (src or dst or select_all):
-            bad(path, "selects nothing: give select_src, select_dst or select_all: true")
-        if output in src or output in dst:
-            bad((*path, "output"), f"output {output} is also a selected port; OVS would loop the copies")
-        mirrors.append(MirrorDef(mname, output, src, dst, select_all, svlans))
+        mirror = _mirror(rm, ("mirrors", i), known, seen_mirrors, problems)
+        if mirror is not None:
+            mirrors.append(mirror)
+    return mirrors
 
-    probes = data.get("probes_per_target", 1)
-    if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 100:
-        bad(("probes_per_target",), "must be an integer 1..100")
-        probes = 1
 
-    expect = data.get("expect")
-    matrix: dict[tuple[str, str], str] | None = None
+def _mirror(
+    rm: Any, path: yamldoc.PathKey, known: set[str], seen_mirrors: set[str], problems: _Problems
+) -> MirrorDef | None:
+    """One mirror: a name, a guest receiving the copies, and a selection that does not include it."""
+    if not isinstance(rm, dict):
+        problems.bad(path, "each mirror is a mapping with name, output and a selection")
+        return None
+    problems.unknown_keys(rm, path, _MIRROR_KEYS)
+    mname = rm.get("name")
+    if not isinstance(mname, str) or not mname:
+        problems.bad((*path, "name"), "required: the mirror's name")
+        return None
+    if mname in seen_mirrors:
+        problems.bad((*path, "name"), f"duplicate mirror name {mname!r}")
+    seen_mirrors.add(mname)
+    output = rm.get("output")
+    if output not in known:
+        problems.bad(
+            (*path, "output"),
+            f"required: the guest whose VIF receives the copies; guests: {', '.join(sorted(known))}",
+        )
+        return None
+    src = _guest_list(rm.get("select_src", []), (*path, "select_src"), known, problems.bad)
+    dst = _guest_list(rm.get("select_dst", []), (*path, "select_dst"), known, problems.bad)
+    select_all = rm.get("select_all", False)
+    if not isinstance(select_all, bool):
+        problems.bad((*path, "select_all"), "must be true or false")
+        select_all = False
+    try:
+        svlans = tuple(validate.vlan_list(rm["select_vlans"])) if rm.get("select_vlans") is not None else ()
+    except ValueError as exc:
+        problems.bad((*path, "select_vlans"), str(exc))
+        svlans = ()
+    if not (src or dst or select_all):
+        problems.bad(path, "selects nothing: give select_src, select_dst or select_all: true")
+    if output in src or output in dst:
+        problems.bad((*path, "output"), f"output {output} is also a selected port; OVS would loop the copies")
+    return MirrorDef(mname, output, src, dst, select_all, svlans)
+
+
+def _expectation(expect: Any, guests: list[str], bad: Any) -> dict[tuple[str, str], str] | None:
+    """``derive`` (None: computed from the VLANs in force) or the explicit matrix of who hears whom."""
     if expect == "derive":
-        pass
-    elif isinstance(expect, dict) and set(expect) == {"matrix"} and isinstance(expect["matrix"], dict):
-        matrix = {}
-        raw = expect["matrix"]
-        for listener in guests:
-            row = raw.get(listener)
-            if not isinstance(row, dict):
-                bad(("expect", "matrix", listener) if listener in raw else ("expect", "matrix"),
-                    f"row {listener} missing: each guest maps every other guest to yes or no")  # fmt: skip
-                continue
-            for sender in guests:
-                if sender == listener:
-                    continue
-                value = row.get(sender)
-                if value not in ("yes", "no"):
-                    bad(("expect", "matrix", listener, sender),
-                        f"must be yes or no (does {listener} hear {sender}?), not {value!r}")  # fmt: skip
-                else:
-                    matrix[(listener, sender)] = value
-            for extra in set(row) - taking_part:
-                bad(("expect", "matrix", listener, extra), f"{extra!r} is not a guest of this scenario")
-        for extra in set(raw) - taking_part:
-            bad(("expect", "matrix", extra), f"{extra!r} is not a guest of this scenario")
-    else:
-        bad(("expect",), "required: 'derive', or {matrix: {LISTENER: {SENDER: yes|no}}}")
+        return None
+    if isinstance(expect, dict) and set(expect) == {"matrix"} and isinstance(expect["matrix"], dict):
+        return _matrix(expect["matrix"], guests, bad)
+    bad(("expect",), "required: 'derive', or {matrix: {LISTENER: {SENDER: yes|no}}}")
+    return None
 
-    if problems:
-        raise ConfigError(problems)
-    return Scenario(
-        name=name,
-        file=doc.file,
-        description=str(data.get("description", "")),
-        topology=topology,
-        guests=guests,
-        vlans=vlans,
-        mirrors=mirrors,
-        probes_per_target=probes,
-        matrix=matrix,
-    )
+
+def _matrix(raw: dict[Any, Any], guests: list[str], bad: Any) -> dict[tuple[str, str], str]:
+    """Row hears column: every guest taking part maps every other one to yes or no, and no one else."""
+    taking_part = set(guests)
+    matrix: dict[tuple[str, str], str] = {}
+    for listener in guests:
+        row = raw.get(listener)
+        if not isinstance(row, dict):
+            bad(("expect", "matrix", listener) if listener in raw else ("expect", "matrix"),
+                f"row {listener} missing: each guest maps every other guest to yes or no")  # fmt: skip
+            continue
+        for sender in guests:
+            if sender == listener:
+                continue
+            value = row.get(sender)
+            if value not in ("yes", "no"):
+                bad(("expect", "matrix", listener, sender),
+                    f"must be yes or no (does {listener} hear {sender}?), not {value!r}")  # fmt: skip
+            else:
+                matrix[(listener, sender)] = value
+        for extra in set(row) - taking_part:
+            bad(("expect", "matrix", listener, extra), f"{extra!r} is not a guest of this scenario")
+    for extra in set(raw) - taking_part:
+        bad(("expect", "matrix", extra), f"{extra!r} is not a guest of this scenario")
+    return matrix

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from .. import yamldoc
 from ..errors import ConfigError, Problem
 from ..policy import Policy
-from ..policy.load import from_document as policy_from_document
+from ..policy.document import from_document as policy_from_document
 from ..topology import DEFAULT_TOPOLOGY, Topology
 from ..topology import load as load_topology
 
@@ -362,16 +362,7 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         ck.bad(("defaults",), "must be a mapping with: " + ", ".join(sorted(_DEFAULT_KEYS)))
         defaults = {}
     ck.problems += doc.unknown_keys(defaults, ("defaults",), _DEFAULT_KEYS)
-
-    setup_policy = None
-    setup = data.get("setup")
-    if setup is not None:
-        if not isinstance(setup, dict):
-            ck.bad(("setup",), "must be a mapping with key: policy")
-        else:
-            ck.problems += doc.unknown_keys(setup, ("setup",), _SETUP_KEYS)
-            setup_policy = ck.policy(setup.get("policy"), ("setup", "policy"))
-
+    setup_policy = _setup(ck, data.get("setup"))
     cases = _cases(ck, data.get("cases"))
     tests = _tests(ck, data.get("tests"), defaults)
     n_steps = len(cases) * sum(len(t.message_sizes) * len(t.concurrency) for t in tests)
@@ -384,6 +375,17 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     return Suite(
         name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests
     )
+
+
+def _setup(ck: _Checker, setup: Any) -> Optional[Policy]:
+    """The policy fragment applied for the whole suite (and restored after), if any."""
+    if setup is None:
+        return None
+    if not isinstance(setup, dict):
+        ck.bad(("setup",), "must be a mapping with key: policy")
+        return None
+    ck.problems += ck.doc.unknown_keys(setup, ("setup",), _SETUP_KEYS)
+    return ck.policy(setup.get("policy"), ("setup", "policy"))
 
 
 def _topology(ck: _Checker, ref: Any) -> Optional[Topology]:
@@ -513,6 +515,19 @@ def _test(ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, defaults: di
     value, where = _setting(raw, defaults, "concurrency", [1], path)
     concurrency = ck.int_list(value, where, 1, MAX_CONCURRENCY, "concurrency")
 
+    sizes, req, resp = _sizes(ck, ttype, raw, path)
+    confidence = None
+    if raw.get("confidence") is not None:
+        confidence = _confidence(ck, raw["confidence"], (*path, "confidence"))
+    if None in (duration, reps, warmup) or not concurrency or not sizes:
+        return None
+    return Test(name, ttype, duration, concurrency, reps, warmup, sizes, req, resp, confidence)  # type: ignore[arg-type]
+
+
+def _sizes(
+    ck: _Checker, ttype: str, raw: dict[str, Any], path: yamldoc.PathKey
+) -> tuple[tuple[Optional[int], ...], Optional[int], Optional[int]]:
+    """Message sizes (a stream's sends) or request/response sizes (RR), limited by UDP's payload or netperf's rings."""
     sizes: tuple[Optional[int], ...] = (None,)
     req = resp = None
     if ttype in STREAM_TYPES:
@@ -528,13 +543,7 @@ def _test(ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, defaults: di
             ck.bad((*path, "message_size"), f"{ttype} sends requests and responses; use request_size/response_size")
         req = ck.integer(raw.get("request_size", 1), (*path, "request_size"), 1, limit, f"{ttype} request_size")
         resp = ck.integer(raw.get("response_size", 1), (*path, "response_size"), 1, limit, f"{ttype} response_size")
-
-    confidence = None
-    if raw.get("confidence") is not None:
-        confidence = _confidence(ck, raw["confidence"], (*path, "confidence"))
-    if None in (duration, reps, warmup) or not concurrency or not sizes:
-        return None
-    return Test(name, ttype, duration, concurrency, reps, warmup, sizes, req, resp, confidence)  # type: ignore[arg-type]
+    return sizes, req, resp
 
 
 def _confidence(ck: _Checker, value: Any, path: yamldoc.PathKey) -> Optional[Confidence]:

@@ -12,8 +12,8 @@ Public API (what the CLI, the TUI and the agent use)::
 from __future__ import annotations
 
 from . import export
+from .document import DEFAULT_POLICY, load, parse
 from .engine import ApplyResult, PolicyEngine, require_one
-from .load import DEFAULT_POLICY, load, parse
 from .model import REMOVE, Egress, Ingress, MirrorOutput, MirrorRule, Policy, Selector, VifRule, Vlan
 from .planner import Change, Plan, PlanOptions, describe
 from .state import COLUMNS, State

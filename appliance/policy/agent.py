@@ -26,8 +26,8 @@ from ..errors import ConfigError, HvnetError
 from ..host import Host
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
+from .document import load
 from .engine import PolicyEngine
-from .load import load
 from .model import TUNNEL_MIRROR_KEY, Policy, is_owned
 
 log = logging.getLogger("hvnet.agent")

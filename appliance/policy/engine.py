@@ -491,7 +491,7 @@ _GONE = _Gone()
 
 def require_one(state: State, text: str, what: str) -> str:
     """Resolve a CLI VIF argument (``vif1.0``, ``vm:VM3``, ``mac:...``) to exactly one port."""
-    from .load import parse_selector
+    from .fields import parse_selector
     from .model import Selector
 
     try:

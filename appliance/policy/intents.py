@@ -14,7 +14,14 @@ from typing import Any
 
 from ..errors import ConfigError, Problem
 from ..validate import vlan_list
-from .load import FieldError, egress_from_fields, ingress_from_fields, mirror_output, parse_selector, vlan_from_fields
+from .fields import (
+    FieldError,
+    egress_from_fields,
+    ingress_from_fields,
+    mirror_output,
+    parse_selector,
+    vlan_from_fields,
+)
 from .model import REMOVE, Egress, Ingress, MirrorRule, Selector, VifRule, Vlan
 from .state import PortState
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import ConfigError, Problem
 from ..yamldoc import dotted
@@ -28,7 +28,7 @@ from .model import (
     Selector,
     Vlan,
 )
-from .state import MirrorCols, PoliceCols, PortState, QosCols, QueueCols, State, TunnelCols, VlanCols
+from .state import MirrorCols, MirrorState, PoliceCols, PortState, QosCols, QueueCols, State, TunnelCols, VlanCols
 
 KINDS = ("vlan", "ingress", "egress", "mirror", "protocols")
 
@@ -208,9 +208,34 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
     for br, path in policy.bridges.items():
         if br not in state.bridges and not opts.lenient:
             problems.add(path, f"bridge {br} does not exist (bridges: {', '.join(sorted(state.bridges)) or 'none'})")
+    wanted, conflicted = _wanted(policy, state, opts, problems, result)
+    protocols_needed = _vif_changes(wanted, conflicted, state, opts, problems, result)
+    counts = {br: len(b.mirrors) for br, b in state.bridges.items()}
+    for rule in sorted(policy.mirrors, key=lambda r: not r.remove):  # removals free slots first
+        change = _mirror_change(rule, state, opts, problems, result, counts)
+        if change is not None:
+            result.changes.append(change)
+    result.changes += _protocol_changes(protocols_needed, state)
 
-    # -- VIF rules: resolve, merge, detect conflicts --------------------------
-    wanted: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {}
+    if problems.items:
+        raise ConfigError(problems.items)
+    return result
+
+
+# Per port name, per kind (vlan/ingress/egress): the value wanted and the policy field asking for it.
+_Wanted = dict[str, dict[str, tuple[Any, tuple[Any, ...]]]]
+
+
+def _wanted(
+    policy: Policy, state: State, opts: PlanOptions, problems: _Problems, result: Plan
+) -> tuple[_Wanted, set[str]]:
+    """Resolve every VIF rule to ports and merge them: what each port should have, and the conflicted ports.
+
+    Rules may overlap as long as they agree.  Two rules giving one VIF different
+    settings are refused -- except by the agent (lenient), which isolates a VIF
+    whose VLAN they disagree about (the conflicted ports) and skips the rest.
+    """
+    wanted: _Wanted = {}
     conflicted: set[str] = set()
     index = _Index(state)
     for rule in policy.vifs:
@@ -240,7 +265,13 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
                     )
                     continue
                 slots[kind] = (value, (*rule.path, kind))
+    return wanted, conflicted
 
+
+def _vif_changes(
+    wanted: _Wanted, conflicted: set[str], state: State, opts: PlanOptions, problems: _Problems, result: Plan
+) -> set[str]:
+    """Append each port's VLAN/ingress/egress changes; return the bridges whose meters need OpenFlow 1.3."""
     protocols_needed: set[str] = set()
     for name in sorted(wanted):
         port = state.ports[name]
@@ -256,25 +287,18 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
                 mech = value.mechanism if value.mechanism != "auto" else ("tc" if opts.tc_police else "meter")
                 if mech == "meter":
                     protocols_needed.add(port.bridge)
+    return protocols_needed
 
-    # -- mirrors -------------------------------------------------------------
-    counts = {br: len(b.mirrors) for br, b in state.bridges.items()}
-    for rule in sorted(policy.mirrors, key=lambda r: not r.remove):  # removals free slots first
-        change = _mirror_change(rule, state, opts, problems, result, counts)
-        if change is not None:
-            result.changes.append(change)
 
+def _protocol_changes(protocols_needed: set[str], state: State) -> list[Change]:
+    """OpenFlow13 added to bridges that police with meters but restrict their protocols without it."""
+    changes = []
     for br in sorted(protocols_needed):
         b = state.bridges[br]
         if b.protocols and "OpenFlow13" not in b.protocols:
             after = tuple(sorted({*b.protocols, "OpenFlow13"}))
-            result.changes.append(
-                Change("protocols", br, br, b.protocols, after, note="OpenFlow 1.3 is needed for meters")
-            )
-
-    if problems.items:
-        raise ConfigError(problems.items)
-    return result
+            changes.append(Change("protocols", br, br, b.protocols, after, note="OpenFlow 1.3 is needed for meters"))
+    return changes
 
 
 def _vif_change(
@@ -286,46 +310,60 @@ def _vif_change(
     problems: _Problems,
     result: Plan,
 ) -> Change | None:
-    vm = port.vm_name
     if kind == "vlan":
-        note = ""
-        if value is REMOVE:
-            value = DEAD
-            note = "VLAN removed: the VIF is isolated in the dead VLAN 4095 rather than left trunking every VLAN"
-            result.dead[port.name] = note
-        assert isinstance(value, Vlan)
-        if port.vlan.effective() == value:
-            return None
-        return Change("vlan", port.bridge, port.name, port.vlan, VlanCols.of(value), vm, note)
-
+        return _vlan_change(value, port, result)
     if kind == "ingress":
-        if value is REMOVE:
-            after = PoliceCols()
-        else:
-            assert isinstance(value, Ingress)
-            mech = value.mechanism
-            if mech == "auto":
-                mech = "tc" if opts.tc_police else "meter"
-            if mech == "meter" and not opts.openflow:
-                problems.add(
-                    path,
-                    "meter policing needs ovs-vswitchd's OpenFlow socket on this host (the database is remote); "
-                    "use mechanism: tc, or run hvnet on the hypervisor",
-                )
-                return None
-            if mech == "meter" and port.iface_type not in ("system", "internal", "tap", "dpdk", "dpdkvhostuser"):
-                result.warnings.append(f"{port.name}: meter on a {port.iface_type} interface")
-            if mech == "tc":
-                after = PoliceCols(value.rate_kbps, value.burst_kbit)
-            else:
-                after = PoliceCols(0, 0, value.rate_kbps, value.burst_kbit)
-            if port.police.effective() == Ingress(value.rate_kbps, value.burst_kbit, mech):
-                return None
-        if port.police == after:
-            return None
-        return Change("ingress", port.bridge, port.name, port.police, after, vm)
+        return _ingress_change(value, port, path, opts, problems, result)
+    return _egress_change(value, port)
 
-    # egress
+
+def _vlan_change(value: Any, port: PortState, result: Plan) -> Change | None:
+    """A removed VLAN isolates the VIF in the dead VLAN: left untagged it would trunk every VLAN."""
+    note = ""
+    if value is REMOVE:
+        value = DEAD
+        note = "VLAN removed: the VIF is isolated in the dead VLAN 4095 rather than left trunking every VLAN"
+        result.dead[port.name] = note
+    assert isinstance(value, Vlan)
+    if port.vlan.effective() == value:
+        return None
+    return Change("vlan", port.bridge, port.name, port.vlan, VlanCols.of(value), port.vm_name, note)
+
+
+def _ingress_change(
+    value: Any, port: PortState, path: tuple[Any, ...], opts: PlanOptions, problems: _Problems, result: Plan
+) -> Change | None:
+    """Policing by tc (the Interface's ingress_policing_*) or by an OpenFlow meter (needs the switch's socket)."""
+    if value is REMOVE:
+        after = PoliceCols()
+    else:
+        assert isinstance(value, Ingress)
+        mech = value.mechanism
+        if mech == "auto":
+            mech = "tc" if opts.tc_police else "meter"
+        if mech == "meter" and not opts.openflow:
+            problems.add(
+                path,
+                "meter policing needs ovs-vswitchd's OpenFlow socket on this host (the database is remote); "
+                "use mechanism: tc, or run hvnet on the hypervisor",
+            )
+            return None
+        if mech == "meter" and port.iface_type not in ("system", "internal", "tap", "dpdk", "dpdkvhostuser"):
+            result.warnings.append(f"{port.name}: meter on a {port.iface_type} interface")
+        if mech == "tc":
+            after = PoliceCols(value.rate_kbps, value.burst_kbit)
+        else:
+            after = PoliceCols(0, 0, value.rate_kbps, value.burst_kbit)
+        if port.police.effective() == Ingress(value.rate_kbps, value.burst_kbit, mech):
+            return None
+    if port.police == after:
+        return None
+    return Change("ingress", port.bridge, port.name, port.police, after, port.vm_name)
+
+
+def _egress_change(value: Any, port: PortState) -> Change | None:
+    """Shaping by a QoS row hvnet owns; a QoS someone else made is detached or replaced, never deleted."""
+    vm = port.vm_name
     if value is REMOVE:
         if port.qos is None:
             return None
@@ -360,6 +398,7 @@ def _mirror_change(
     result: Plan,
     counts: dict[str, int],
 ) -> Change | None:
+    """The change one mirror rule asks for; ``counts`` (mirrors per bridge) follows the plan's removals and adds."""
     if rule.bridge not in state.bridges:
         return None  # reported once for the bridge
     current = state.mirrors.get((rule.bridge, rule.name))
@@ -374,81 +413,11 @@ def _mirror_change(
     if opts.lenient and not (rule.select_all or src or dst or rule.vlans):
         result.warnings.append(f"mirror {rule.name}: none of its selected ports is present; left as it is")
         return None
-    out = rule.output
-    assert out is not None
-    output_port = None
-    output_vlan = None
-    tunnel = None
-    if out.kind == "port":
-        assert out.port is not None
-        ports = [p for p in select(state, out.port, vifs_only=False) if p.bridge == rule.bridge]
-        if len(ports) != 1 and opts.lenient:
-            result.warnings.append(f"mirror {rule.name}: output port {out.port.pattern} is not present; left as is")
-            return None
-        if len(ports) != 1:
-            problems.add(
-                (*rule.path, "output", "port"),
-                f"{out.port} must name exactly one port on bridge {rule.bridge} (matches {len(ports)})",
-            )
-            return None
-        target = ports[0]
-        output_port = target.name
-        if target.name in src or target.name in dst:
-            problems.add(
-                (*rule.path, "output", "port"),
-                f"output port {target.name} is also a selected port; a mirror cannot output to what it selects",
-            )
-        if target.is_vif and not (rule.allow_isolation_exception or opts.allow_isolation_exception):
-            who = f"VM {target.vm_name}'s" if target.vm_name else "a VM's"
-            problems.add(
-                (*rule.path, "output", "port"),
-                f"output port {target.name} is {who} interface: the VM would receive copies of "
-                f"{'the selected VLANs' if rule.vlans else 'every VLAN'} (an isolation exception); "
-                "set allow_isolation_exception: true (--allow-isolation-exception) if that is intended",
-            )
-    elif out.kind == "vlan":
-        output_vlan = out.vlan
-        result.warnings.append(
-            f"mirror {rule.name}: RSPAN VLAN {out.vlan} must be in flood_vlans (MAC learning off) on every "
-            "physical switch on the path, or the copies will be learned and dropped"
-        )
-    else:
-        options = {"remote_ip": str(out.remote_ip)}
-        if out.key is not None:
-            options["key"] = str(out.key)
-        if out.kind == "erspan":
-            options.update({"erspan_ver": "1", "erspan_idx": str(out.erspan_idx)})
-        name = tunnel_port_name(rule.bridge, rule.name)
-        tunnel = TunnelCols(name, out.kind, tuple(sorted(options.items())))
-        output_port = name
-        existing = state.ports.get(name)
-        if existing is not None and existing.owner_mirror != rule.name:
-            problems.add((*rule.path, "output"), f"port {name} exists and is not this mirror's tunnel")
-    if rule.filter is not None and not state.has_mirror_filter:
-        problems.add(
-            (*rule.path, "filter"),
-            f"this OVS ({state.ovs_version or 'unknown version'}) has no Mirror filter column; remove the filter",
-        )
-    if rule.snaplen is not None and not state.has_mirror_snaplen:
-        problems.add((*rule.path, "snaplen"), "this OVS has no Mirror snaplen column; remove snaplen")
-
-    ext = current.cols.external_ids if current is not None else ((OWNER_KEY, OWNER),)
-    # OVS applies select_vlan on top of the port selection: VLANs alone mean
-    # "every port, these VLANs", which OVS spells select_all + select_vlan.
-    # (With select_all, OVS never mirrors the output port's own traffic.)
-    vlan_only = bool(rule.vlans) and not (src or dst or rule.src or rule.dst)
-    after = MirrorCols(
-        select_all=rule.select_all or vlan_only,
-        src=src,
-        dst=dst,
-        vlans=tuple(rule.vlans),
-        output_port=output_port,
-        output_vlan=output_vlan,
-        snaplen=rule.snaplen,
-        filter=rule.filter,
-        external_ids=ext,
-        tunnel=tunnel,
-    )
+    output = _mirror_output(rule, state, src, dst, opts, problems, result)
+    if output is None:
+        return None
+    _check_mirror_columns(rule, state, problems)
+    after = _mirror_cols(rule, current, src, dst, output)
     if current is None:
         counts[rule.bridge] += 1
         if counts[rule.bridge] > MAX_MIRRORS_PER_BRIDGE:
@@ -463,4 +432,119 @@ def _mirror_change(
         return None
     return Change(
         "mirror", rule.bridge, rule.name, current.cols, replace(after, external_ids=current.cols.external_ids)
+    )
+
+
+# Where a mirror's copies go, as Mirror columns: output_port, output_vlan, and the tunnel port hvnet makes.
+_Output = tuple[Optional[str], Optional[int], Optional[TunnelCols]]
+
+
+def _mirror_output(
+    rule: MirrorRule,
+    state: State,
+    src: tuple[str, ...],
+    dst: tuple[str, ...],
+    opts: PlanOptions,
+    problems: _Problems,
+    result: Plan,
+) -> _Output | None:
+    """The output columns, or None when the output port is not there (no change is planned for the mirror)."""
+    out = rule.output
+    assert out is not None
+    if out.kind == "port":
+        port = _output_port(rule, state, src, dst, opts, problems, result)
+        return None if port is None else (port, None, None)
+    if out.kind == "vlan":
+        result.warnings.append(
+            f"mirror {rule.name}: RSPAN VLAN {out.vlan} must be in flood_vlans (MAC learning off) on every "
+            "physical switch on the path, or the copies will be learned and dropped"
+        )
+        return None, out.vlan, None
+    options = {"remote_ip": str(out.remote_ip)}
+    if out.key is not None:
+        options["key"] = str(out.key)
+    if out.kind == "erspan":
+        options.update({"erspan_ver": "1", "erspan_idx": str(out.erspan_idx)})
+    name = tunnel_port_name(rule.bridge, rule.name)
+    existing = state.ports.get(name)
+    if existing is not None and existing.owner_mirror != rule.name:
+        problems.add((*rule.path, "output"), f"port {name} exists and is not this mirror's tunnel")
+    return name, None, TunnelCols(name, out.kind, tuple(sorted(options.items())))
+
+
+def _output_port(
+    rule: MirrorRule,
+    state: State,
+    src: tuple[str, ...],
+    dst: tuple[str, ...],
+    opts: PlanOptions,
+    problems: _Problems,
+    result: Plan,
+) -> str | None:
+    """The one port on the bridge receiving the copies: not a selected one, nor a VM's without consent.
+
+    A VM's interface as the output lets that VM see traffic of other VLANs,
+    so it takes an explicit isolation exception (the rule's or the option).
+    """
+    out = rule.output
+    assert out is not None and out.port is not None
+    ports = [p for p in select(state, out.port, vifs_only=False) if p.bridge == rule.bridge]
+    if len(ports) != 1 and opts.lenient:
+        result.warnings.append(f"mirror {rule.name}: output port {out.port.pattern} is not present; left as is")
+        return None
+    if len(ports) != 1:
+        problems.add(
+            (*rule.path, "output", "port"),
+            f"{out.port} must name exactly one port on bridge {rule.bridge} (matches {len(ports)})",
+        )
+        return None
+    target = ports[0]
+    if target.name in src or target.name in dst:
+        problems.add(
+            (*rule.path, "output", "port"),
+            f"output port {target.name} is also a selected port; a mirror cannot output to what it selects",
+        )
+    if target.is_vif and not (rule.allow_isolation_exception or opts.allow_isolation_exception):
+        who = f"VM {target.vm_name}'s" if target.vm_name else "a VM's"
+        problems.add(
+            (*rule.path, "output", "port"),
+            f"output port {target.name} is {who} interface: the VM would receive copies of "
+            f"{'the selected VLANs' if rule.vlans else 'every VLAN'} (an isolation exception); "
+            "set allow_isolation_exception: true (--allow-isolation-exception) if that is intended",
+        )
+    return target.name
+
+
+def _check_mirror_columns(rule: MirrorRule, state: State, problems: _Problems) -> None:
+    """A filter or snaplen needs an OVS whose Mirror table has that column."""
+    if rule.filter is not None and not state.has_mirror_filter:
+        problems.add(
+            (*rule.path, "filter"),
+            f"this OVS ({state.ovs_version or 'unknown version'}) has no Mirror filter column; remove the filter",
+        )
+    if rule.snaplen is not None and not state.has_mirror_snaplen:
+        problems.add((*rule.path, "snaplen"), "this OVS has no Mirror snaplen column; remove snaplen")
+
+
+def _mirror_cols(
+    rule: MirrorRule, current: MirrorState | None, src: tuple[str, ...], dst: tuple[str, ...], output: _Output
+) -> MirrorCols:
+    """The Mirror row the rule asks for (a new one is marked as hvnet's)."""
+    output_port, output_vlan, tunnel = output
+    ext = current.cols.external_ids if current is not None else ((OWNER_KEY, OWNER),)
+    # OVS applies select_vlan on top of the port selection: VLANs alone mean
+    # "every port, these VLANs", which OVS spells select_all + select_vlan.
+    # (With select_all, OVS never mirrors the output port's own traffic.)
+    vlan_only = bool(rule.vlans) and not (src or dst or rule.src or rule.dst)
+    return MirrorCols(
+        select_all=rule.select_all or vlan_only,
+        src=src,
+        dst=dst,
+        vlans=tuple(rule.vlans),
+        output_port=output_port,
+        output_vlan=output_vlan,
+        snaplen=rule.snaplen,
+        filter=rule.filter,
+        external_ids=ext,
+        tunnel=tunnel,
     )

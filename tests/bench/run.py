@@ -218,7 +218,7 @@ def _environ(**values: str) -> Iterator[None]:
 def bench_policy() -> list[str]:
     from appliance.policy import COLUMNS as POLICY_COLUMNS
     from appliance.policy import PolicyEngine
-    from appliance.policy.load import parse as parse_policy
+    from appliance.policy import parse as parse_policy
 
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-policy-") as tmp:
         hvnet_env = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.policy.load import load
+from appliance.policy import load
 
 from ..conftest import ROOT
 from .conftest import run

@@ -19,7 +19,7 @@ from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
 from tui.app import HvnetApp
-from tui.backend.mirrors import RateMeter, rate_text
+from tui.backend.mirrors import MirrorPacketRates, rate_text
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.mirror import MirrorDialog
 from tui.screens.mirrors import MirrorsScreen
@@ -227,7 +227,7 @@ async def test_snapshots(clean: Lab, size: tuple[int, int]) -> None:
 
 def test_rate_is_measured_between_counter_changes() -> None:
     """OVS rewrites the counter every few seconds: equal reads are "not measured", not 0/s."""
-    meter = RateMeter(stale_s=12.0)
+    meter = MirrorPacketRates(stale_s=12.0)
     assert meter.update("b/m", 100, now=0.0) is None  # first sight
     assert meter.update("b/m", 100, now=2.0) is None  # OVS has not written it again yet
     assert meter.update("b/m", 600, now=5.0) == pytest.approx(100.0)  # 500 packets in 5 s

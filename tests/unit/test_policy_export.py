@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
 import yaml
 
-from appliance.policy import export, journal, planner
+from appliance.policy import document, export, journal, planner
 from appliance.policy.model import DEAD_VLAN, Egress
 from appliance.policy.planner import Change, PlanOptions, owned_qos, tunnel_port_name
 from appliance.policy.state import (
@@ -25,8 +24,6 @@ from appliance.policy.state import (
 )
 
 from .policy_states import OWNED, vif
-
-load = importlib.import_module("appliance.policy.load")
 
 
 def port(name: str, bridge: str = "xenbr0", **kw) -> PortState:
@@ -70,7 +67,7 @@ def add_mirror(state: State, name: str, cols: MirrorCols, bridge: str = "xenbr0"
 
 def round_trip(state: State, *, by: str = "mac", **opts) -> planner.Plan:
     text = export.to_yaml(state, by=by)
-    policy = load.parse(text, "export.yaml")
+    policy = document.parse(text, "export.yaml")
     result = planner.plan(policy, state, PlanOptions(**opts))
     assert result.changes == [], text
     return result
@@ -309,7 +306,7 @@ def test_exported_policy_applied_to_a_changed_switch_puts_it_back() -> None:
     after = lab_state()
     after.ports["vif1.0"].vlan = VlanCols(None, 7, ())
     after.ports["vif3.0"].qos = owned_qos(Egress(100))  # not in the export: left alone
-    result = planner.plan(load.parse(text, "e.yaml"), after, PlanOptions())
+    result = planner.plan(document.parse(text, "e.yaml"), after, PlanOptions())
     assert [(c.kind, c.name, c.after) for c in result.changes] == [
         ("vlan", "vif1.0", VlanCols("access", 1, ())),
         ("ingress", "vif1.0", PoliceCols(0, 0, 1000, 800)),
@@ -439,7 +436,7 @@ def test_planned_changes_survive_the_journal() -> None:
         "bridges:\n  xenbr0:\n    mirrors:\n      m:\n        select: {src: vif2.0}\n"
         "        output: {gre: 192.0.2.5, key: 1}\n"
     )
-    changes = planner.plan(load.parse(text, "p.yaml"), state, PlanOptions()).changes
+    changes = planner.plan(document.parse(text, "p.yaml"), state, PlanOptions()).changes
     assert sorted(c.kind for c in changes) == ["egress", "ingress", "mirror", "protocols", "vlan"]
     back = [journal.change_from_json(json.loads(json.dumps(journal.change_to_json(c)))) for c in changes]
     assert back == changes

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import textwrap
 
 import pytest
 
 from appliance.errors import EXIT_USAGE, ConfigError, Problem
+from appliance.policy import document, fields
 from appliance.policy.model import (
     REMOVE,
     Egress,
@@ -19,9 +19,6 @@ from appliance.policy.model import (
     default_burst_kbit,
 )
 
-# ``appliance.policy`` re-exports the ``load`` function under the module's name.
-load = importlib.import_module("appliance.policy.load")
-
 FILE = "p.yaml"
 
 
@@ -30,7 +27,7 @@ def _text(text: str) -> str:
 
 
 def parse(text: str) -> Policy:
-    return load.parse(_text(text), FILE)
+    return document.parse(_text(text), FILE)
 
 
 def problems(text: str) -> list[Problem]:
@@ -65,7 +62,7 @@ def ingress_of(spec: str) -> Ingress:
 
 
 def test_empty_file_is_an_empty_policy() -> None:
-    policy = load.parse("", FILE)
+    policy = document.parse("", FILE)
     assert policy.vifs == [] and policy.mirrors == [] and policy.bridges == {}
     assert policy.source == FILE
     assert policy.policing == "auto"
@@ -79,14 +76,14 @@ def test_comment_only_and_empty_sections() -> None:
 def test_load_reads_a_file_and_names_it_in_problems(tmp_path) -> None:
     good = tmp_path / "policy.yaml"
     good.write_text("vifs:\n  - vm: VM1\n    vlan: 10\n")
-    policy = load.load(good)
+    policy = document.load(good)
     assert policy.source == str(good)
     assert policy.vifs[0].vlan == Vlan("access", 10)
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("vifs:\n  - vm: VM1\n    vlan: 5000\n")
     with pytest.raises(ConfigError) as exc:
-        load.load(bad)
+        document.load(bad)
     assert exc.value.problems[0].file == str(bad)
     assert str(exc.value).startswith(f"{bad}:3: vifs[0].vlan.tag: ")
 
@@ -219,9 +216,9 @@ def test_explicit_burst_and_mechanism() -> None:
     # An explicit burst below one frame is allowed (with a warning from burst_warnings).
     rule = parse("vifs:\n  - vm: VM1\n    ingress: {rate: 2000, burst: 5}\n").vifs[0]
     assert rule.ingress == Ingress(2000, 5, "auto")
-    warnings = load.burst_warnings(rule)
+    warnings = fields.burst_warnings(rule)
     assert len(warnings) == 1 and "5 kbit" in warnings[0] and "12 kbit" in warnings[0]
-    assert load.burst_warnings(parse("vifs:\n  - vm: VM1\n    ingress: 2000\n").vifs[0]) == []
+    assert fields.burst_warnings(parse("vifs:\n  - vm: VM1\n    ingress: 2000\n").vifs[0]) == []
 
 
 def test_top_level_policing_is_the_default_mechanism() -> None:
@@ -343,11 +340,11 @@ def _mirrors(n: int, extra: str = "") -> str:
 
 
 def test_32_mirrors_on_a_bridge_are_allowed() -> None:
-    assert len(load.parse(_mirrors(32), FILE).mirrors) == 32
+    assert len(document.parse(_mirrors(32), FILE).mirrors) == 32
 
 
 def test_removed_mirrors_do_not_count_against_the_limit() -> None:
-    policy = load.parse(_mirrors(32, "      gone: remove\n      gone2: null\n"), FILE)
+    policy = document.parse(_mirrors(32, "      gone: remove\n      gone2: null\n"), FILE)
     assert len(policy.mirrors) == 34
     assert sum(r.remove for r in policy.mirrors) == 2
 
@@ -372,7 +369,7 @@ def test_15_character_interface_name_is_allowed() -> None:
     ],
 )
 def test_kbit_units(value, expected) -> None:
-    assert load.kbit(value, "rate") == expected
+    assert fields.kbit(value, "rate") == expected
 
 
 @pytest.mark.parametrize(
@@ -392,7 +389,7 @@ def test_kbit_units(value, expected) -> None:
 )
 def test_kbit_refuses(value, message) -> None:
     with pytest.raises(ValueError, match=message):
-        load.kbit(value, "rate")
+        fields.kbit(value, "rate")
 
 
 # -- invalid policies: one problem each, located and explained ----------------
@@ -774,7 +771,7 @@ def test_33_mirrors_spread_over_two_bridges_are_fine() -> None:
         + "  xenbr1:\n    mirrors:\n"
         + "".join(f"      n{i:02d}: {{select: all, output: {{vlan: 10}}}}\n" for i in range(16))
     )
-    policy = load.parse(text, FILE)
+    policy = document.parse(text, FILE)
     assert sum(r.bridge == "xenbr0" for r in policy.mirrors) == 17
     assert sum(r.bridge == "xenbr1" for r in policy.mirrors) == 16
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import textwrap
 
 import pytest
 
 from appliance import validate
 from appliance.errors import ConfigError, Problem
-from appliance.policy import planner
+from appliance.policy import document, planner
 from appliance.policy.model import DEAD_VLAN, OWNER, OWNER_KEY, Egress, Policy
 from appliance.policy.planner import Change, Plan, PlanOptions, describe, owned_qos, tunnel_port_name
 from appliance.policy.state import (
@@ -26,8 +25,6 @@ from appliance.policy.state import (
 )
 
 from .policy_states import OWNED, vif
-
-load = importlib.import_module("appliance.policy.load")
 
 FILE = "p.yaml"
 
@@ -59,7 +56,7 @@ def add_port(state: State, port: PortState) -> None:
 
 
 def policy(text: str) -> Policy:
-    return load.parse(textwrap.dedent(text), FILE)
+    return document.parse(textwrap.dedent(text), FILE)
 
 
 def plan(text: str, state: State | None = None, **opts) -> Plan:

@@ -17,8 +17,8 @@ from appliance import render
 from appliance.errors import HvnetError
 from appliance.policy import Plan, Policy, State
 from appliance.policy.engine import ApplyResult
+from appliance.policy.fields import FieldError
 from appliance.policy.intents import mirror_rule
-from appliance.policy.load import FieldError
 from appliance.policy.model import MirrorRule
 from appliance.policy.planner import describe_mirror
 
@@ -122,7 +122,7 @@ def choices(backend: Backend) -> Choices:
     return result
 
 
-class RateMeter:
+class MirrorPacketRates:
     """Packets per second between two *changes* of a mirror's tx_packets counter.
 
     OVS refreshes the counter every few seconds, so two reads 2 s apart often

@@ -46,7 +46,7 @@ class MirrorsScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.rows: dict[str, mb.MirrorRow] = {}
-        self.meter = mb.RateMeter()
+        self.packet_rates = mb.MirrorPacketRates()
         self.loaded = False
 
     def compose(self) -> ComposeResult:
@@ -83,7 +83,7 @@ class MirrorsScreen(Screen[None]):
         self.loaded = True
         table = self.query_one("#mirrors", MirrorTable)
         wanted = {r.key: r for r in rows}
-        self.meter.forget_except(set(wanted))
+        self.packet_rates.forget_except(set(wanted))
         cells = {
             r.key: (
                 r.bridge,
@@ -93,7 +93,7 @@ class MirrorsScreen(Screen[None]):
                 r.output,
                 r.packets_text(),
                 r.bytes_text(),
-                mb.rate_text(self.meter.update(r.key, r.tx_packets, now)),
+                mb.rate_text(self.packet_rates.update(r.key, r.tx_packets, now)),
             )
             for r in rows
         }
