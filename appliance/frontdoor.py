@@ -35,9 +35,7 @@ NAME_VARIABLES = (
 
 def data_paths(environ: Mapping[str, str], lab_run_dir: Path | None = None) -> DataPaths:
     """Default paths, the lab's own when the target is the lab's, then the variables' overrides."""
-    paths = DataPaths()
-    if lab_run_dir is not None:
-        paths = replace(paths, state_dir=lab_run_dir, audit_log=lab_run_dir / "audit.jsonl")
+    paths = DataPaths() if lab_run_dir is None else DataPaths.for_lab(lab_run_dir)
     overrides = {
         "state_dir": environ.get("HVNET_STATE_DIR"),
         "audit_log": environ.get("HVNET_AUDIT_LOG"),

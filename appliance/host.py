@@ -41,6 +41,11 @@ class DataPaths:
     captures_dir: Path = DEFAULT_WORK_DIR / "isolation"  # isolation checks' pcaps
     cache_dir: Path = DEFAULT_CACHE_DIR  # answers kept per boot (is tc policing enforced here?)
 
+    @classmethod
+    def for_lab(cls, run_dir: Path) -> DataPaths:
+        """A lab keeps its state and audit log in its own run directory, gone with ``lab down``."""
+        return cls(state_dir=run_dir, audit_log=run_dir / "audit.jsonl")
+
 
 @dataclass(frozen=True)
 class NameConfig:

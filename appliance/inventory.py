@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -98,6 +98,19 @@ def trunks_all_vlans(vlan_mode: str | None, tag: int | None, trunks: list[int]) 
     """True when the port carries every VLAN: a trunk or native port with an
     empty trunk list (see :mod:`appliance.vlan`, the one rule)."""
     return VlanCols(vlan_mode, tag, tuple(trunks)).every_vlan
+
+
+def is_vif_port(name: str, ids: Mapping[str, str], n_interfaces: int) -> bool:
+    """A VM's interface: one interface, and a hypervisor's identity on it or a hypervisor's port name.
+    (The planner's state uses this rule too: what the display calls a VIF is what a policy selects.)"""
+    return n_interfaces == 1 and (
+        any(k in ids for k in _VIF_ID_KEYS) or parse_xen_port(name) is not None or bool(_LIBVIRT_PORT.match(name))
+    )
+
+
+def vm_uuid_of(ids: Mapping[str, str]) -> str | None:
+    """The VM's uuid as the hypervisor recorded it on the interface (XenServer or libvirt key)."""
+    return next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
 
 
 def hypervisor_of(ids: dict[str, str]) -> str | None:
@@ -320,139 +333,149 @@ def attach_vms(vifs: list[Vif], names: list[NameSource]) -> None:
 
 
 def _build(conn: Connection) -> Inventory:
+    """One pass over the replica (or a snapshot): bridges, mirrors, then every port as a VIF."""
     tables = conn.idl.tables
-    root = conn.root()
-    ext = dict(col(root, "external_ids"))
-
     port_bridge: dict[Any, str] = {}
-    bridges: list[BridgeInfo] = []
-    for br in sorted(tables["Bridge"].rows.values(), key=lambda r: r.name):
+    for br in tables["Bridge"].rows.values():
         for p in col(br, "ports"):
             port_bridge[p.uuid] = col(br, "name")
-        bridges.append(
-            BridgeInfo(
-                name=col(br, "name"),
-                datapath_type=col(br, "datapath_type") or "system",
-                ports=len(col(br, "ports")),
-                mirrors=sorted(col(m, "name") for m in col(br, "mirrors")),
-                protocols=list(col(br, "protocols")),
-                fail_mode=_opt(col(br, "fail_mode")),
-            )
-        )
+    bridges = [_bridge(br) for br in sorted(tables["Bridge"].rows.values(), key=lambda r: r.name)]
+    mirrors, touching = _mirrors(tables["Bridge"].rows.values())
+    vifs: list[Vif] = []
+    xen_groups: dict[tuple[str, int, int], list[Vif]] = {}
+    for port in tables["Port"].rows.values():
+        bridge = port_bridge.get(port.uuid)
+        ifaces = list(col(port, "interfaces"))
+        if bridge is None or not ifaces:
+            continue  # a Port row not (yet) referenced by any bridge, or one without interfaces
+        v = _vif(bridge, port, ifaces, touching.get(port.uuid, []))
+        if v.xen_domid is not None and v.xen_devid is not None:
+            xen_groups.setdefault((bridge, v.xen_domid, v.xen_devid), []).append(v)
+        vifs.append(v)
+    vifs = _group_xen_hvm(vifs, xen_groups)
+    vifs.sort(key=lambda v: (not v.is_vif, v.bridge, _natural(v.port)))
+    return Inventory(
+        host=_host_info(conn, bridges),
+        bridges=bridges,
+        vifs=vifs,
+        mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
+        read_at=time.time(),
+    )
 
+
+def _bridge(br: Any) -> BridgeInfo:
+    return BridgeInfo(
+        name=col(br, "name"),
+        datapath_type=col(br, "datapath_type") or "system",
+        ports=len(col(br, "ports")),
+        mirrors=sorted(col(m, "name") for m in col(br, "mirrors")),
+        protocols=list(col(br, "protocols")),
+        fail_mode=_opt(col(br, "fail_mode")),
+    )
+
+
+def _mirrors(bridge_rows: Iterable[Any]) -> tuple[list[MirrorInfo], dict[Any, list[dict[str, str]]]]:
+    """Every mirror, and for each port the mirrors it takes part in (as source, destination or output)."""
     mirrors: list[MirrorInfo] = []
     touching: dict[Any, list[dict[str, str]]] = {}
-    for br in tables["Bridge"].rows.values():
+    for br in bridge_rows:
         for m in col(br, "mirrors"):
             stats = dict(col(m, "statistics"))
             out_port = _opt(col(m, "output_port"))
-            info = MirrorInfo(
-                name=col(m, "name"),
-                bridge=col(br, "name"),
-                select_all=bool(col(m, "select_all")),
-                select_src_ports=sorted(col(p, "name") for p in col(m, "select_src_port")),
-                select_dst_ports=sorted(col(p, "name") for p in col(m, "select_dst_port")),
-                select_vlans=sorted(col(m, "select_vlan")),
-                output_port=col(out_port, "name") if out_port is not None else None,
-                output_vlan=_opt(col(m, "output_vlan")),
-                tx_packets=_stat_int(stats, "tx_packets"),
-                tx_bytes=_stat_int(stats, "tx_bytes"),
-                owner=dict(col(m, "external_ids")).get("hvnet-owner"),
+            mirrors.append(
+                MirrorInfo(
+                    name=col(m, "name"),
+                    bridge=col(br, "name"),
+                    select_all=bool(col(m, "select_all")),
+                    select_src_ports=sorted(col(p, "name") for p in col(m, "select_src_port")),
+                    select_dst_ports=sorted(col(p, "name") for p in col(m, "select_dst_port")),
+                    select_vlans=sorted(col(m, "select_vlan")),
+                    output_port=col(out_port, "name") if out_port is not None else None,
+                    output_vlan=_opt(col(m, "output_vlan")),
+                    tx_packets=_stat_int(stats, "tx_packets"),
+                    tx_bytes=_stat_int(stats, "tx_bytes"),
+                    owner=dict(col(m, "external_ids")).get("hvnet-owner"),
+                )
             )
-            mirrors.append(info)
             for p in col(m, "select_src_port"):
                 touching.setdefault(p.uuid, []).append({"mirror": col(m, "name"), "role": "source"})
             for p in col(m, "select_dst_port"):
                 touching.setdefault(p.uuid, []).append({"mirror": col(m, "name"), "role": "destination"})
             if out_port is not None:
                 touching.setdefault(out_port.uuid, []).append({"mirror": col(m, "name"), "role": "output"})
+    return mirrors, touching
 
-    vifs: list[Vif] = []
-    xen_groups: dict[tuple[str, int, int], list[Vif]] = {}
-    for port in tables["Port"].rows.values():
-        bridge = port_bridge.get(port.uuid)
-        if bridge is None:
-            continue  # a Port row not (yet) referenced by any bridge
-        ifaces = list(col(port, "interfaces"))
-        if not ifaces:
-            continue
-        iface = ifaces[0]  # VIF ports have exactly one interface; bonds are not VIFs
-        ids = dict(col(iface, "external_ids"))
-        tag = _opt(col(port, "tag"))
-        trunks = sorted(col(port, "trunks"))
-        mode = _opt(col(port, "vlan_mode"))
-        xen = parse_xen_port(col(port, "name"))
-        is_vif = len(ifaces) == 1 and (
-            any(k in ids for k in _VIF_ID_KEYS) or xen is not None or bool(_LIBVIRT_PORT.match(col(port, "name")))
-        )
-        qos = _opt(col(port, "qos"))
-        max_rate = None
-        if qos is not None and "max-rate" in col(qos, "other_config"):
-            try:
-                max_rate = int(col(qos, "other_config")["max-rate"]) / 1000.0
-            except ValueError:
-                max_rate = None
-        stats = dict(col(iface, "statistics"))
-        vm_uuid = next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
-        meter_rate = _int_or_zero(ids.get("hvnet-police-rate-kbps"))
-        meter_burst = _int_or_zero(ids.get("hvnet-police-burst-kbit"))
-        v = Vif(
-            bridge=bridge,
-            port=col(port, "name"),
-            interface=col(iface, "name"),
-            type=col(iface, "type") or "system",
-            is_vif=is_vif,
-            ofport=_opt(col(iface, "ofport")),
-            mac=ids.get("attached-mac"),
-            mac_in_use=_opt(col(iface, "mac_in_use")),
-            hypervisor=hypervisor_of(ids),
-            vm_uuid=vm_uuid,
-            vm_name=None,
-            vm_name_source=None,
-            ids=ids,
-            xen_domid=xen[1] if xen else None,
-            xen_devid=xen[2] if xen else None,
-            alias_ports=[],
-            vlan_mode=effective_vlan_mode(mode, tag),
-            vlan_mode_configured=mode,
-            tag=tag,
-            trunks=trunks,
-            trunks_all_vlans=trunks_all_vlans(mode, tag, trunks),
-            ingress_policing_rate_kbps=meter_rate or int(col(iface, "ingress_policing_rate")),
-            ingress_policing_burst_kbit=meter_burst if meter_rate else int(col(iface, "ingress_policing_burst")),
-            ingress_mechanism="meter" if meter_rate else ("tc" if col(iface, "ingress_policing_rate") else None),
-            egress_qos_type=col(qos, "type") if qos is not None else None,
-            egress_max_rate_kbps=max_rate,
-            mirrors=touching.get(port.uuid, []),
-            link_state=_opt(col(iface, "link_state")),
-            admin_state=_opt(col(iface, "admin_state")),
-            mtu=_opt(col(iface, "mtu")),
-            error=_opt(col(iface, "error")),
-            counters=ctr.Counters.from_mapping(stats, "ovsdb") if stats else ctr.Counters(),
-        )
-        if xen is not None:
-            xen_groups.setdefault((bridge, xen[1], xen[2]), []).append(v)
-        vifs.append(v)
 
-    vifs = _group_xen_hvm(vifs, xen_groups)
-    vifs.sort(key=lambda v: (not v.is_vif, v.bridge, _natural(v.port)))
-    return Inventory(
-        host=HostInfo(
-            hostname=ext.get("hostname") or socket.gethostname(),
-            system_id=ext.get("system-id"),
-            ovs_version=_opt(col(root, "ovs_version")),
-            db_version=_opt(col(root, "db_version")),
-            system_type=_opt(col(root, "system_type")),
-            system_version=_opt(col(root, "system_version")),
-            datapath_types=sorted(col(root, "datapath_types")),
-            bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
-            db_target=conn.target.remote,
-            c_json_parser=c_json_parser_in_use(),
-        ),
-        bridges=bridges,
-        vifs=vifs,
-        mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
-        read_at=time.time(),
+def _egress_max_rate(qos: Any) -> float | None:
+    """linux-htb ``max-rate`` (bit/s) in kbit/s; None when absent or not a number."""
+    if qos is None or "max-rate" not in col(qos, "other_config"):
+        return None
+    try:
+        return int(col(qos, "other_config")["max-rate"]) / 1000.0
+    except ValueError:
+        return None
+
+
+def _vif(bridge: str, port: Any, ifaces: list[Any], mirrors: list[dict[str, str]]) -> Vif:
+    """One port as the display sees it (VIF ports have exactly one interface; bonds are not VIFs)."""
+    iface = ifaces[0]
+    ids = dict(col(iface, "external_ids"))
+    vlan = VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks"))))
+    xen = parse_xen_port(col(port, "name"))
+    qos = _opt(col(port, "qos"))
+    stats = dict(col(iface, "statistics"))
+    meter_rate = _int_or_zero(ids.get("hvnet-police-rate-kbps"))
+    meter_burst = _int_or_zero(ids.get("hvnet-police-burst-kbit"))
+    return Vif(
+        bridge=bridge,
+        port=col(port, "name"),
+        interface=col(iface, "name"),
+        type=col(iface, "type") or "system",
+        is_vif=is_vif_port(col(port, "name"), ids, len(ifaces)),
+        ofport=_opt(col(iface, "ofport")),
+        mac=ids.get("attached-mac"),
+        mac_in_use=_opt(col(iface, "mac_in_use")),
+        hypervisor=hypervisor_of(ids),
+        vm_uuid=vm_uuid_of(ids),
+        vm_name=None,
+        vm_name_source=None,
+        ids=ids,
+        xen_domid=xen[1] if xen else None,
+        xen_devid=xen[2] if xen else None,
+        alias_ports=[],
+        vlan_mode=vlan.mode,
+        vlan_mode_configured=vlan.vlan_mode,
+        tag=vlan.tag,
+        trunks=list(vlan.trunks),
+        trunks_all_vlans=vlan.every_vlan,
+        ingress_policing_rate_kbps=meter_rate or int(col(iface, "ingress_policing_rate")),
+        ingress_policing_burst_kbit=meter_burst if meter_rate else int(col(iface, "ingress_policing_burst")),
+        ingress_mechanism="meter" if meter_rate else ("tc" if col(iface, "ingress_policing_rate") else None),
+        egress_qos_type=col(qos, "type") if qos is not None else None,
+        egress_max_rate_kbps=_egress_max_rate(qos),
+        mirrors=mirrors,
+        link_state=_opt(col(iface, "link_state")),
+        admin_state=_opt(col(iface, "admin_state")),
+        mtu=_opt(col(iface, "mtu")),
+        error=_opt(col(iface, "error")),
+        counters=ctr.Counters.from_mapping(stats, "ovsdb") if stats else ctr.Counters(),
+    )
+
+
+def _host_info(conn: Connection, bridges: list[BridgeInfo]) -> HostInfo:
+    root = conn.root()
+    ext = dict(col(root, "external_ids"))
+    return HostInfo(
+        hostname=ext.get("hostname") or socket.gethostname(),
+        system_id=ext.get("system-id"),
+        ovs_version=_opt(col(root, "ovs_version")),
+        db_version=_opt(col(root, "db_version")),
+        system_type=_opt(col(root, "system_type")),
+        system_version=_opt(col(root, "system_version")),
+        datapath_types=sorted(col(root, "datapath_types")),
+        bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
+        db_target=conn.target.remote,
+        c_json_parser=c_json_parser_in_use(),
     )
 
 

@@ -27,10 +27,15 @@ from typing import Any
 from .. import labstate, proc
 from ..errors import CommandFailed, LabError, UsageError
 from ..guests import GuestEndpoint
+from ..host import DataPaths
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
+from ..policy import writer
+from ..policy.journal import Journal
+from ..policy.planner import Change
 from ..target import DbTarget
 from ..topology import Guest, Topology
+from ..vlan import VlanCols
 from .switch import Switch
 from .vm import labguests
 from .vm.gexec import gexec_argv
@@ -45,7 +50,7 @@ XEN_VIF_HOST_MAC = "fe:ff:ff:ff:ff:ff"
 
 LAB_COLUMNS: dict[str, list[str]] = {
     "Open_vSwitch": ["bridges", "cur_cfg", "next_cfg", "external_ids"],
-    "Bridge": ["name", "ports", "datapath_type", "external_ids", "protocols"],
+    "Bridge": ["name", "ports", "datapath_type", "external_ids", "protocols", "mirrors"],
     "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "external_ids"],
     "Interface": ["name", "type", "ofport", "external_ids", "error"],
 }
@@ -83,6 +88,20 @@ def running_lab_db(env: Mapping[str, str] | None = None) -> str | None:
 
 def _read_state(run_dir: Path) -> dict[str, Any] | None:
     return labstate.read_state(run_dir)
+
+
+def _vlan_change(port: Any, g: Guest) -> Change:
+    """The guest's VLAN columns, from what the port holds (nothing, for a port inserted now)."""
+    try:
+        before: VlanCols | None = VlanCols(_opt(port.vlan_mode), _opt(port.tag), tuple(sorted(port.trunks)))
+    except AttributeError:  # inserted in this transaction: no stored columns yet
+        before = None
+    after = VlanCols(g.vlan_mode, g.tag, tuple(sorted(g.trunks)))
+    return Change("vlan", g.bridge, g.vif, before, after, g.name)
+
+
+def _opt(value: list[Any]) -> Any:
+    return value[0] if value else None
 
 
 def _ns_exists(ns: str) -> bool:
@@ -235,6 +254,11 @@ class Lab:
             result = conn.transact(lambda ctx: self._configure(ctx, t), comment="hvnet lab up", wait_for_vswitchd=True)
             if result.status == "success":
                 report.actions.append("configured bridges, ports, VLANs and VIF external_ids (one transaction)")
+            if result.value:
+                paths = DataPaths.for_lab(self.run_dir)
+                Journal(self.db, paths.state_dir, paths.audit_log).audit(
+                    "hvnet lab up (lab set-up)", result.value, "applied"
+                )
             self._wait_ofports(conn, t)
         labguests.up(t, self.switch, self.state, self._record, self._save, report.actions)
         report.guests = self.status()["guests"]
@@ -267,12 +291,13 @@ class Lab:
             proc.run(argv)
         return True
 
-    def _configure(self, ctx: TxnContext, t: Topology) -> None:
-        """Bridges, ports and VIF identities as ``t`` says, in one transaction.
+    def _configure(self, ctx: TxnContext, t: Topology) -> list[Change]:
+        """Bridges, ports and VIF identities as ``t`` says, in one transaction; the VLAN changes made.
 
         Idempotent: existing rows are updated in place (only where they
         differ, so a second ``up`` commits nothing), missing ones inserted.
         """
+        vlans: list[Change] = []
         root = ctx.root()
         ids = dict(root.external_ids)
         ids.setdefault("system-id", str(uuid.uuid4()))
@@ -315,12 +340,14 @@ class Lab:
                 iface = next(iter(port.interfaces))
             if all(p.uuid != port.uuid for p in bridge_ports[g.bridge]):
                 bridge_ports[g.bridge].append(port)
-            _assign(port, "tag", [] if g.tag is None else [g.tag])
-            _assign(port, "trunks", list(g.trunks))
-            _assign(port, "vlan_mode", [] if g.vlan_mode is None else [g.vlan_mode])
+            vlans.append(_vlan_change(port, g))
             _assign(iface, "external_ids", self._vif_ids(t, g))
         for name, plist in bridge_ports.items():
             _assign(bridges[name], "ports", plist)
+        # The guests' VLANs through the policy writer, like every VLAN hvnet writes.
+        changes = [c for c in vlans if c.before != c.after]
+        writer.write(ctx, changes)
+        return changes
 
     @staticmethod
     def _vif_ids(t: Topology, g: Guest) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, HvnetError, Problem
 from ..host import Host
-from ..inventory import _VM_ID_KEYS
+from ..inventory import vm_uuid_of
 from ..names import resolve_names
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
@@ -122,13 +122,8 @@ class PolicyEngine:
         if not self._names_sources:
             return
         with self.conn.lock:
-            uuids = {
-                ids[k]
-                for i in self.conn.idl.tables["Interface"].rows.values()
-                for ids in (col(i, "external_ids"),)
-                for k in _VM_ID_KEYS
-                if k in ids
-            }
+            found = (vm_uuid_of(col(i, "external_ids")) for i in self.conn.idl.tables["Interface"].rows.values())
+            uuids = {u for u in found if u}
         missing = uuids - set(self._names)
         if missing:
             for u, (name, _src) in resolve_names(self._names_sources, missing).items():

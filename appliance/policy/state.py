@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..inventory import _LIBVIRT_PORT, _VIF_ID_KEYS, _VM_ID_KEYS, parse_xen_port
+from ..inventory import is_vif_port, vm_uuid_of
 from ..ovsdb import Connection
 from ..ovsdb import column as col
 from ..vlan import VlanCols
@@ -230,72 +230,73 @@ def read(conn: Connection, vm_names: dict[str, str] | None = None) -> State:
     state.ovs_version = _opt(col(root, "ovs_version")) if root is not None else None
     port_bridge: dict[Any, str] = {}
     for br in tables["Bridge"].rows.values():
-        name = col(br, "name")
-        ports = col(br, "ports")
-        for p in ports:
-            port_bridge[p.uuid] = name
-        state.bridges[name] = BridgeState(
-            name=name,
-            protocols=tuple(col(br, "protocols")),
-            datapath_type=col(br, "datapath_type") or "system",
-            ports=tuple(sorted(col(p, "name") for p in ports)),
-            mirrors=tuple(sorted(col(m, "name") for m in col(br, "mirrors"))),
-        )
+        for p in col(br, "ports"):
+            port_bridge[p.uuid] = col(br, "name")
+        state.bridges[col(br, "name")] = _bridge_state(br)
     for port in tables["Port"].rows.values():
         bridge = port_bridge.get(port.uuid)
         ifaces = list(col(port, "interfaces"))
-        if bridge is None or not ifaces:
-            continue
-        iface = ifaces[0]
-        ids = dict(col(iface, "external_ids"))
-        name = col(port, "name")
-        qos = _opt(col(port, "qos"))
-        meter_rate = ids.get(POLICE_RATE_KEY)
-        meter_burst = ids.get(POLICE_BURST_KEY)
-        vm_uuid = next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
-        ofport = _opt(col(iface, "ofport"))
-        state.ports[name] = PortState(
-            name=name,
-            bridge=bridge,
-            interface=col(iface, "name"),
-            iface_type=col(iface, "type") or "system",
-            vlan=VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks")))),
-            police=PoliceCols(
-                int(col(iface, "ingress_policing_rate")),
-                int(col(iface, "ingress_policing_burst")),
-                int(meter_rate) if meter_rate and meter_rate.isdigit() else None,
-                int(meter_burst) if meter_burst and meter_burst.isdigit() else None,
-            ),
-            qos=qos_cols(qos) if qos is not None else None,
-            ofport=ofport,
-            error=_opt(col(iface, "error")),
-            mac=(ids.get("attached-mac") or _opt(col(iface, "mac_in_use")) or "").lower() or None,
-            vm_uuid=vm_uuid,
-            vm_name=(vm_names or {}).get(vm_uuid) if vm_uuid else None,
-            is_vif=len(ifaces) == 1
-            and (
-                any(k in ids for k in _VIF_ID_KEYS)
-                or parse_xen_port(name) is not None
-                or bool(_LIBVIRT_PORT.match(name))
-            ),
-            owner_mirror=dict(col(port, "external_ids")).get(TUNNEL_MIRROR_KEY)
-            if is_owned(col(port, "external_ids"))
-            else None,
-            n_interfaces=len(ifaces),
-        )
+        if bridge is not None and ifaces:
+            state.ports[col(port, "name")] = _port_state(bridge, port, ifaces, vm_names or {})
     for br in tables["Bridge"].rows.values():
-        bname = col(br, "name")
         for m in col(br, "mirrors"):
-            cols = mirror_cols(conn, m)
-            out = _opt(col(m, "output_port"))
-            if out is not None and cols.output_port in state.ports and state.ports[cols.output_port].owner_mirror:
-                iface = next(iter(col(out, "interfaces")))
-                tunnel = TunnelCols(cols.output_port, col(iface, "type"), _items(col(iface, "options")))
-                cols = replace(cols, tunnel=tunnel)
-            state.mirrors[(bname, col(m, "name"))] = MirrorState(
-                bname, col(m, "name"), cols, {k: int(v) for k, v in col(m, "statistics").items()}
-            )
+            state.mirrors[(col(br, "name"), col(m, "name"))] = _mirror_state(conn, state, col(br, "name"), m)
     return state
+
+
+def _bridge_state(br: Any) -> BridgeState:
+    return BridgeState(
+        name=col(br, "name"),
+        protocols=tuple(col(br, "protocols")),
+        datapath_type=col(br, "datapath_type") or "system",
+        ports=tuple(sorted(col(p, "name") for p in col(br, "ports"))),
+        mirrors=tuple(sorted(col(m, "name") for m in col(br, "mirrors"))),
+    )
+
+
+def _port_state(bridge: str, port: Any, ifaces: list[Any], vm_names: dict[str, str]) -> PortState:
+    """One port as the planner sees it; its identity (VM, VIF or not) by the display's own rules."""
+    iface = ifaces[0]
+    ids = dict(col(iface, "external_ids"))
+    name = col(port, "name")
+    qos = _opt(col(port, "qos"))
+    meter_rate = ids.get(POLICE_RATE_KEY)
+    meter_burst = ids.get(POLICE_BURST_KEY)
+    vm_uuid = vm_uuid_of(ids)
+    return PortState(
+        name=name,
+        bridge=bridge,
+        interface=col(iface, "name"),
+        iface_type=col(iface, "type") or "system",
+        vlan=VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks")))),
+        police=PoliceCols(
+            int(col(iface, "ingress_policing_rate")),
+            int(col(iface, "ingress_policing_burst")),
+            int(meter_rate) if meter_rate and meter_rate.isdigit() else None,
+            int(meter_burst) if meter_burst and meter_burst.isdigit() else None,
+        ),
+        qos=qos_cols(qos) if qos is not None else None,
+        ofport=_opt(col(iface, "ofport")),
+        error=_opt(col(iface, "error")),
+        mac=(ids.get("attached-mac") or _opt(col(iface, "mac_in_use")) or "").lower() or None,
+        vm_uuid=vm_uuid,
+        vm_name=vm_names.get(vm_uuid) if vm_uuid else None,
+        is_vif=is_vif_port(name, ids, len(ifaces)),
+        owner_mirror=dict(col(port, "external_ids")).get(TUNNEL_MIRROR_KEY)
+        if is_owned(col(port, "external_ids"))
+        else None,
+        n_interfaces=len(ifaces),
+    )
+
+
+def _mirror_state(conn: Connection, state: State, bridge: str, m: Any) -> MirrorState:
+    """A mirror's columns; a tunnel output port hvnet made for it is described with it."""
+    cols = mirror_cols(conn, m)
+    out = _opt(col(m, "output_port"))
+    if out is not None and cols.output_port in state.ports and state.ports[cols.output_port].owner_mirror:
+        iface = next(iter(col(out, "interfaces")))
+        cols = replace(cols, tunnel=TunnelCols(cols.output_port, col(iface, "type"), _items(col(iface, "options"))))
+    return MirrorState(bridge, col(m, "name"), cols, {k: int(v) for k, v in col(m, "statistics").items()})
 
 
 def mirror_cols(conn: Connection, m: Any) -> MirrorCols:

@@ -89,7 +89,13 @@ def bench_tui() -> list[str]:
             with ovsdb.Connection.open(DbTarget(sw.remote, "--db"), COLUMNS) as conn:
                 populate(conn, N_PORTS)
             env = {**os.environ, **sw.env}
-            starts = [asyncio.run(_first_table(sw.remote, N_PORTS)) for _ in range(STARTS)]
+            vsctl = ["ovs-vsctl", f"--db={sw.remote}", "--no-wait", "list", "Interface"]
+            starts, reference = [], []
+            for _ in range(STARTS):  # interleaved, so both see the same machine load
+                started = time.perf_counter()
+                subprocess.run(vsctl, env=env, check=True, stdout=subprocess.DEVNULL)
+                reference.append(time.perf_counter() - started)
+                starts.append(asyncio.run(_first_table(sw.remote, N_PORTS)))
             seen, alone = asyncio.run(_changes(sw.remote, env, f"vif{N_PORTS // 2}.0"))
         finally:
             for k, v in old.items():
@@ -99,11 +105,14 @@ def bench_tui() -> list[str]:
                     os.environ[k] = v
             sw.stop()
     first = statistics.median(starts)
+    ref = statistics.median(reference)
     change = statistics.median(seen)
     return [
         f"console, one bridge with {N_PORTS} VIFs (through the Pilot, 120x40, same database, same run)",
+        f"  ovs-vsctl list Interface (reference)     {ref * 1000:8.1f} ms   (median of {STARTS})",
         f"  start -> first complete VIF table        {first * 1000:8.1f} ms   (median of {STARTS}; "
-        f"max {max(starts) * 1000:.1f}; target <= 1500 ms: {'MET' if first <= 1.5 else 'NOT MET'})",
+        f"max {max(starts) * 1000:.1f}; {first / ref:.1f}x the reference; target <= 5x: "
+        f"{'MET' if first <= 5 * ref else 'NOT MET'})",
         f"  ovs-vsctl set Port tag -> shown in table {change * 1000:8.1f} ms   (median of {CHANGES}; "
         f"max {max(seen) * 1000:.1f}; target <= 1000 ms: {'MET' if max(seen) <= 1.0 else 'NOT MET'})",
         f"  ovs-vsctl set alone (reference)          {statistics.median(alone) * 1000:8.1f} ms",
