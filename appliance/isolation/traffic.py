@@ -235,75 +235,77 @@ def run(
     """Capture on every guest, probe from every guest, collect the frames."""
     runner = host.runner
     out_dir.mkdir(parents=True, exist_ok=True)
-    down: dict[str, str] = {}
-    live: list[Endpoint] = []
-    for ep in endpoints:
-        reason = guest_down_reason(runner, ep)
-        if reason:
-            down[ep.name] = reason
-        else:
-            live.append(ep)
+    down = {ep.name: why for ep in endpoints for why in [guest_down_reason(runner, ep)] if why}
+    live = [ep for ep in endpoints if ep.name not in down]
     for ep in live:
         if ep.channel:
             _in_guest(runner, ep, ["ip", "neigh", "flush", "all"])
         else:
             runner.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
-
+    frames = {
+        ep.name: [arp_request(ep.mac, ep.ip, other.ip) for other in endpoints if other is not ep]
+        + ([arp_request(ep.mac, ep.ip, unused_ips[ep.name])] if ep.name in unused_ips else [])
+        for ep in live
+    }
     running = _arm_captures(runner, live, out_dir, timeout=10.0)
-    probes = 0
-    controls: list[str] = []
     started = time.monotonic()
     try:
-        sockets = {ep.name: open_raw_socket(ep.netns) for ep in live if not ep.channel}
-        senders: list[tuple[subprocess.Popen, int]] = []
-        try:
-            for ep in live:
-                if _send_control(host, ep):
-                    controls.append(ep.name)
-            frames = {
-                ep.name: [arp_request(ep.mac, ep.ip, other.ip) for other in endpoints if other is not ep]
-                + ([arp_request(ep.mac, ep.ip, unused_ips[ep.name])] if ep.name in unused_ips else [])
-                for ep in live
-            }
-            for ep in live:
-                if ep.channel:
-                    argv = ["python3", "-c", _GUEST_SENDER, str(probes_per_target), *(f.hex() for f in frames[ep.name])]
-                    senders.append(
-                        (runner.popen(ep.guest.argv(argv, stdin=False), stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE),
-                         probes_per_target * len(frames[ep.name]))
-                    )  # fmt: skip
-            for _ in range(probes_per_target):
-                for ep in live:
-                    if ep.channel:
-                        continue
-                    s = sockets[ep.name]
-                    for frame in frames[ep.name]:
-                        s.send(frame)
-                        probes += 1
-            for p, count in senders:
-                try:
-                    if p.wait(timeout=30) == 0:
-                        probes += count
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-            time.sleep(SETTLE_S)
-        finally:
-            for s in sockets.values():
-                s.close()
+        controls = [ep.name for ep in live if _send_control(host, ep)]
+        probes = _probe(runner, live, frames, probes_per_target)
+        time.sleep(SETTLE_S)
     finally:
         window = time.monotonic() - started
-        for p, _c in running.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p, cap in running.values():
+        _stop_captures(running)
+    return TrafficRun(
+        captures=_read_captures(running), down=down, probes_sent=probes, window_s=window, controls_sent=controls
+    )
+
+
+def _probe(runner: CommandRunner, live: list[Endpoint], frames: dict[str, list[bytes]], repeat: int) -> int:
+    """Every guest's probes, ``repeat`` times: raw sockets for namespaces, one sender inside each VM.
+    Returns how many were sent (a VM's count only when its sender finished well)."""
+    probes = 0
+    sockets = {ep.name: open_raw_socket(ep.netns) for ep in live if not ep.channel}
+    try:
+        senders = [
+            (runner.popen(ep.guest.argv(["python3", "-c", _GUEST_SENDER, str(repeat),
+                                         *(f.hex() for f in frames[ep.name])], stdin=False),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+             repeat * len(frames[ep.name]))
+            for ep in live if ep.channel
+        ]  # fmt: skip
+        for _ in range(repeat):
+            for name, s in sockets.items():
+                for frame in frames[name]:
+                    s.send(frame)
+                    probes += 1
+        for p, count in senders:
             try:
-                p.wait(timeout=5)
+                if p.wait(timeout=30) == 0:
+                    probes += count
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-                cap.error = cap.error or "tcpdump did not stop"
+    finally:
+        for s in sockets.values():
+            s.close()
+    return probes
+
+
+def _stop_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> None:
+    for p, _c in running.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p, cap in running.values():
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            cap.error = cap.error or "tcpdump did not stop"
+
+
+def _read_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> dict[str, Capture]:
     captures = {}
     for name, (_p, cap) in running.items():
         if cap.error is None:
@@ -312,4 +314,4 @@ def run(
             except (OSError, ValueError) as exc:
                 cap.error = f"cannot read {cap.pcap}: {exc}"
         captures[name] = cap
-    return TrafficRun(captures=captures, down=down, probes_sent=probes, window_s=window, controls_sent=controls)
+    return captures

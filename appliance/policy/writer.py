@@ -28,7 +28,7 @@ class _Rows:
         self.ctx = ctx
         self.ports = {col(p, "name"): p for p in ctx.rows("Port")}
         self.bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
-        self.mirrors = {(col(b, "name"), col(m, "name")): m for b in ctx.rows("Bridge") for m in col(b, "mirrors")}
+        self.mirrors = {(col(b, "name"), col(m, "name")): m for b in ctx.rows("Bridge") for m in _stored(b, "mirrors")}
         self._qos_users: dict[Any, int] | None = None
         self.inserted_ports: dict[str, Any] = {}
 
@@ -43,6 +43,14 @@ class _Rows:
                     users[q.uuid] = users.get(q.uuid, 0) + 1
             self._qos_users = users
         return self._qos_users
+
+
+def _stored(row: Any, column: str) -> Any:
+    """A list column's value, or [] for a row inserted in this transaction that has not set it."""
+    try:
+        return col(row, column)
+    except AttributeError:
+        return []
 
 
 def write(ctx: TxnContext, changes: list[Change]) -> None:

@@ -72,38 +72,109 @@ def _auto_stdin() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def main(argv: list[str]) -> int:
+def _parse(argv: list[str]) -> tuple[bool | None, dict[str, str], str | None, str, list[str]] | None:
+    """``[--stdin|--no-stdin] [--env K=V]... [--cwd DIR] SOCK -- ARGV...``; None when malformed."""
     args = list(argv)
     forward_stdin: bool | None = None
     env: dict[str, str] = {}
     cwd: str | None = None
     while args and args[0].startswith("--") and args[0] != "--":
         opt = args.pop(0)
-        if opt == "--stdin":
-            forward_stdin = True
-        elif opt == "--no-stdin":
-            forward_stdin = False
+        if opt in ("--stdin", "--no-stdin"):
+            forward_stdin = opt == "--stdin"
         elif opt == "--env" and args and "=" in args[0]:
             k, _, v = args.pop(0).partition("=")
             env[k] = v
         elif opt == "--cwd" and args:
             cwd = args.pop(0)
         else:
-            return _usage()
+            return None
     if len(args) < 3 or args[1] != "--":
-        return _usage()
-    sock_path, command = args[0], args[2:]
-    if forward_stdin is None:
-        forward_stdin = _auto_stdin()
+        return None
+    return forward_stdin, env, cwd, args[0], args[2:]
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(sock_path)
-    except OSError as e:
-        _say(f"cannot reach the guest multiplexer at {sock_path}: {e.strerror}")
-        return 255
 
-    # Signals arrive on a pipe so that the loop below sees them between two reads.
+class _Client:
+    """One command in the guest: spawn it once the guest says hello, relay stdin, output and signals."""
+
+    def __init__(self, sock: socket.socket, command: list[str], stdin: bool, env: dict[str, str], cwd: str | None):
+        self.sock = sock
+        self.command, self.forward_stdin, self.env, self.cwd = command, stdin, env, cwd
+        self.inbuf = bytearray()
+        self.started = False
+        self.code: int | None = None
+        self.cpu_s = 0.0
+        self.error: str | None = None
+        self.stdin_open = stdin
+        self.pending_signals: list[int] = []
+
+    def send(self, msg: dict) -> None:
+        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+    def signals(self, wake_r: int) -> None:
+        """Signals caught since the last read: to the guest's process, or kept until it runs."""
+        try:
+            sigs = os.read(wake_r, 64)
+        except BlockingIOError:
+            sigs = b""
+        for sig in sigs:
+            if self.started:
+                self.send({"op": "signal", "id": 1, "sig": sig})
+            else:
+                self.pending_signals.append(sig)
+
+    def stdin(self) -> None:
+        data = os.read(0, 32768)
+        if data:
+            self.send({"op": "stdin", "id": 1, "data": base64.b64encode(data).decode()})
+        else:
+            self.send({"op": "eof", "id": 1})
+            self.stdin_open = False
+
+    def receive(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            self.error = self.error or "the guest multiplexer closed the connection"
+            self.code = EXIT_LOST
+            return
+        self.inbuf += data
+        while self.code is None:
+            nl = self.inbuf.find(b"\n")
+            if nl < 0:
+                return
+            line = bytes(self.inbuf[:nl])
+            del self.inbuf[: nl + 1]
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            self.event(msg)
+
+    def event(self, msg: dict) -> None:
+        ev = msg.get("ev")
+        if ev == "hello" and not self.started:
+            self.started = True
+            spawn = {"op": "spawn", "id": 1, "argv": self.command, "stdin": bool(self.forward_stdin)}
+            if self.env:
+                spawn["env"] = self.env
+            if self.cwd:
+                spawn["cwd"] = self.cwd
+            self.send(spawn)
+            for sig in self.pending_signals:  # a signal that came while the guest booted
+                self.send({"op": "signal", "id": 1, "sig": sig})
+        elif msg.get("id") != 1:
+            return
+        elif ev == "out":
+            _write_all(1 if msg.get("fd") == 1 else 2, base64.b64decode(msg.get("data", "")))
+        elif ev == "error":
+            self.error = str(msg.get("message"))
+        elif ev == "exit":
+            self.code = int(msg.get("code", EXIT_LOST))
+            self.cpu_s = float(msg.get("cpu_s") or 0.0)
+
+
+def _wake_pipe() -> int:
+    """Signals arrive on a pipe, so the loop sees them between two reads; its read end."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
@@ -111,90 +182,54 @@ def main(argv: list[str]) -> int:
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda *_: None)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    return wake_r
 
-    def send(msg: dict) -> None:
-        sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
 
-    inbuf = bytearray()
-    started = False
+def main(argv: list[str]) -> int:
+    parsed = _parse(argv)
+    if parsed is None:
+        return _usage()
+    forward_stdin, env, cwd, sock_path, command = parsed
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(sock_path)
+    except OSError as e:
+        _say(f"cannot reach the guest multiplexer at {sock_path}: {e.strerror}")
+        return 255
+    wake_r = _wake_pipe()
+    client = _Client(sock, command, _auto_stdin() if forward_stdin is None else forward_stdin, env, cwd)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    code: int | None = None
-    cpu_s = 0.0
-    error: str | None = None
-    stdin_open = forward_stdin
-    pending_signals: list[int] = []
-    send({"op": "hello"})
-    while code is None:
-        readers = [sock, wake_r] + ([0] if started and stdin_open else [])
-        timeout = max(0.0, deadline - time.monotonic()) if not started else None
+    client.send({"op": "hello"})
+    while client.code is None:
+        readers = [sock, wake_r] + ([0] if client.started and client.stdin_open else [])
+        timeout = max(0.0, deadline - time.monotonic()) if not client.started else None
         try:
             ready, _, _ = select.select(readers, [], [], timeout)
         except InterruptedError:
             continue
-        if not ready and not started:
+        if not ready and not client.started:
             _say(f"the guest behind {sock_path} was not ready within {READY_TIMEOUT_S:g} s")
             return 255
         if wake_r in ready:
-            try:
-                sigs = os.read(wake_r, 64)
-            except BlockingIOError:
-                sigs = b""
-            for sig in sigs:
-                if started:
-                    send({"op": "signal", "id": 1, "sig": sig})
-                else:
-                    pending_signals.append(sig)
+            client.signals(wake_r)
         if 0 in ready:
-            data = os.read(0, 32768)
-            if data:
-                send({"op": "stdin", "id": 1, "data": base64.b64encode(data).decode()})
-            else:
-                send({"op": "eof", "id": 1})
-                stdin_open = False
+            client.stdin()
         if sock in ready:
-            data = sock.recv(65536)
-            if not data:
-                error = error or "the guest multiplexer closed the connection"
-                code = EXIT_LOST
-                break
-            inbuf += data
-            while code is None:
-                nl = inbuf.find(b"\n")
-                if nl < 0:
-                    break
-                line = bytes(inbuf[:nl])
-                del inbuf[: nl + 1]
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                ev = msg.get("ev")
-                if ev == "hello" and not started:
-                    started = True
-                    spawn = {"op": "spawn", "id": 1, "argv": command, "stdin": bool(forward_stdin)}
-                    if env:
-                        spawn["env"] = env
-                    if cwd:
-                        spawn["cwd"] = cwd
-                    send(spawn)
-                    for sig in pending_signals:  # a signal that came while the guest booted
-                        send({"op": "signal", "id": 1, "sig": sig})
-                elif msg.get("id") != 1:
-                    continue
-                elif ev == "out":
-                    _write_all(1 if msg.get("fd") == 1 else 2, base64.b64decode(msg.get("data", "")))
-                elif ev == "error":
-                    error = str(msg.get("message"))
-                elif ev == "exit":
-                    code = int(msg.get("code", EXIT_LOST))
-                    cpu_s = float(msg.get("cpu_s") or 0.0)
+            client.receive()
     sock.close()
-    if error and (code == EXIT_LOST or code in (126, 127)):
-        _say(error)
+    return _finish(client)
+
+
+def _finish(client: _Client) -> int:
+    """The command's exit status as a shell would give it; the guest's CPU when asked."""
+    code = client.code
+    if client.error and (code == EXIT_LOST or code in (126, 127)):
+        _say(client.error)
     if os.environ.get("HVNET_GEXEC_CPU") == "1":
-        os.write(2, f"hvnet-guest-cpu {cpu_s:.6f}\n".encode())
+        os.write(2, f"hvnet-guest-cpu {client.cpu_s:.6f}\n".encode())
     if code == EXIT_LOST:
         return 255
+    assert code is not None
     return 128 - code if code < 0 else code
 
 
