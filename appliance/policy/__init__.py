@@ -11,12 +11,21 @@ Public API (what the CLI, the TUI and the agent use)::
 
 from __future__ import annotations
 
-from . import export
-from .document import DEFAULT_POLICY, load, parse
-from .engine import ApplyResult, PolicyEngine, require_one
-from .model import REMOVE, Egress, Ingress, MirrorOutput, MirrorRule, Policy, Selector, VifRule, Vlan
-from .planner import Change, Plan, PlanOptions, describe
-from .state import COLUMNS, State
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each name is loaded from its module on first use (PEP 562): ``from appliance.policy
+# import COLUMNS`` must not load the engine, the exporter and YAML for a verb that
+# only reads the switch.
+_WHERE = {
+    "export": None,
+    "DEFAULT_POLICY": "document", "load": "document", "parse": "document",
+    "ApplyResult": "engine", "PolicyEngine": "engine", "require_one": "engine",
+    "REMOVE": "model", "Egress": "model", "Ingress": "model", "MirrorOutput": "model", "MirrorRule": "model",
+    "Policy": "model", "Selector": "model", "VifRule": "model", "Vlan": "model",
+    "Change": "planner", "Plan": "planner", "PlanOptions": "planner", "describe": "planner",
+    "COLUMNS": "state", "State": "state",
+}  # fmt: skip
 
 __all__ = [
     "COLUMNS",
@@ -42,3 +51,20 @@ __all__ = [
     "parse",
     "require_one",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _WHERE[name]
+    value = importlib.import_module(f"{__name__}.{module or name}")
+    return value if module is None else getattr(value, name)
+
+
+if TYPE_CHECKING:
+    from . import export
+    from .document import DEFAULT_POLICY, load, parse
+    from .engine import ApplyResult, PolicyEngine, require_one
+    from .model import REMOVE, Egress, Ingress, MirrorOutput, MirrorRule, Policy, Selector, VifRule, Vlan
+    from .planner import Change, Plan, PlanOptions, describe
+    from .state import COLUMNS, State

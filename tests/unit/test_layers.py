@@ -47,3 +47,11 @@ def test_the_engine_never_imports_the_lab_or_the_console() -> None:
 def test_layer_contracts_hold() -> None:
     res = subprocess.run([str(ROOT / ".venv/bin/lint-imports")], cwd=ROOT, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stdout[-2000:]
+
+
+def test_the_policy_package_names_what_it_loads_lazily() -> None:
+    import appliance.policy as policy
+
+    assert sorted(policy.__all__) == sorted(policy._WHERE)
+    for name in policy.__all__:
+        assert getattr(policy, name) is not None
