@@ -9,6 +9,7 @@ Duplicate keys, which PyYAML silently accepts, are reported as errors.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,34 +63,95 @@ def dotted(path: PathKey) -> str:
     return out or "(document)"
 
 
-def _convert(node: yaml.Node, path: PathKey, doc: Document, problems: list[Problem]) -> Any:
-    doc.lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        result: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = yaml.SafeLoader.construct_object(_LOADER, key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) or key is None:
-                problems.append(
-                    Problem(doc.file, key_node.start_mark.line + 1, dotted(path), "keys must be plain scalars")
+# Bounds on what a file may make hvnet do before anything is validated: a few
+# hundred bytes of nested aliases ("billion laughs") otherwise expand to
+# millions of values, a recursive alias or deep nesting ends in RecursionError.
+MAX_BYTES = 8 * 1024 * 1024  # a 1000-VIF policy is about 150 KB
+MAX_VALUES = 100_000  # values after alias expansion (a 1000-VIF policy has ~10,000)
+MAX_DEPTH = 64
+PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")
+)  # anything else (``!!python/...``, ``!!binary``, local tags) is refused
+
+
+class _Budget:
+    """What one conversion may still spend, and the nodes being converted (to catch recursive aliases)."""
+
+    def __init__(self) -> None:
+        self.values = 0
+        self.open: set[int] = set()
+
+
+class _Stop(Exception):
+    """The document exceeded a bound: one problem, and nothing else is worth reading."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+
+def _convert(node: yaml.Node, path: PathKey, doc: Document, problems: list[Problem], budget: _Budget) -> Any:
+    line = node.start_mark.line + 1
+    budget.values += 1
+    if budget.values > MAX_VALUES:
+        raise _Stop(Problem(doc.file, line, dotted(path), f"more than {MAX_VALUES:,} values (aliases expand); "
+                            "hvnet files need no aliases of this size"))  # fmt: skip
+    if len(path) > MAX_DEPTH:
+        raise _Stop(Problem(doc.file, line, dotted(path[:MAX_DEPTH]), f"nested deeper than {MAX_DEPTH} levels"))
+    if id(node) in budget.open:
+        raise _Stop(Problem(doc.file, line, dotted(path), "recursive alias: a value that contains itself"))
+    if node.tag not in PLAIN_TAGS:
+        problems.append(Problem(doc.file, line, dotted(path), f"unsupported tag {node.tag!r}; allowed: plain YAML"))
+        return None
+    doc.lines[path] = line
+    budget.open.add(id(node))
+    try:
+        if isinstance(node, yaml.MappingNode):
+            return _mapping(node, path, doc, problems, budget)
+        if isinstance(node, yaml.SequenceNode):
+            return [_convert(item, (*path, i), doc, problems, budget) for i, item in enumerate(node.value)]
+        return _scalar(node, path, doc, problems)
+    finally:
+        budget.open.discard(id(node))
+
+
+def _mapping(node: yaml.MappingNode, path: PathKey, doc: Document, problems: list[Problem], budget: _Budget) -> Any:
+    result: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = _scalar(key_node, path, doc, problems) if isinstance(key_node, yaml.ScalarNode) else None
+        if not isinstance(key, (str, int, float, bool)) or key is None:
+            problems.append(Problem(doc.file, key_node.start_mark.line + 1, dotted(path), "keys must be plain scalars"))
+            continue
+        key = str(key)
+        if key in result:
+            problems.append(
+                Problem(
+                    doc.file,
+                    key_node.start_mark.line + 1,
+                    dotted((*path, key)),
+                    f"duplicate key (first given on line {doc.lines[(*path, key)]})",
                 )
-                continue
-            key = str(key)
-            if key in result:
-                problems.append(
-                    Problem(
-                        doc.file,
-                        key_node.start_mark.line + 1,
-                        dotted((*path, key)),
-                        f"duplicate key (first given on line {doc.lines[(*path, key)]})",
-                    )
-                )
-                continue
-            result[key] = _convert(value_node, (*path, key), doc, problems)
-            doc.lines[(*path, key)] = key_node.start_mark.line + 1
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), doc, problems) for i, item in enumerate(node.value)]
-    return yaml.SafeLoader.construct_object(_LOADER, node, deep=True)
+            )
+            continue
+        result[key] = _convert(value_node, (*path, key), doc, problems, budget)
+        doc.lines[(*path, key)] = key_node.start_mark.line + 1
+    return result
+
+
+def _scalar(node: yaml.ScalarNode, path: PathKey, doc: Document, problems: list[Problem]) -> Any:
+    """A plain scalar's value; a number out of range or not finite is a problem, not an exception."""
+    line = node.start_mark.line + 1
+    if node.tag not in PLAIN_TAGS:
+        problems.append(Problem(doc.file, line, dotted(path), f"unsupported tag {node.tag!r}; allowed: plain YAML"))
+        return None
+    try:
+        value = yaml.SafeLoader.construct_object(_LOADER, node, deep=True)
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:
+        problems.append(Problem(doc.file, line, dotted(path), f"cannot read {node.value[:40]!r}: {exc}"[:200]))
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        problems.append(Problem(doc.file, line, dotted(path), f"{node.value[:40]!r} is not a finite number"))
+        return None
+    return value
 
 
 # libyaml's parser when PyYAML was built with it (3x faster on a 1000-VIF policy).
@@ -135,6 +197,8 @@ def parse(text: str, file: str, *, strict: bool = True) -> Document:
     ``Document.problems`` for the caller to report with its own findings.
     """
     doc = Document(file=file, data=None)
+    if len(text) > MAX_BYTES:
+        raise ConfigError([Problem(file, None, "(file)", f"{len(text):,} characters; at most {MAX_BYTES:,}")])
     try:
         root = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -142,11 +206,16 @@ def parse(text: str, file: str, *, strict: bool = True) -> Document:
         line = mark.line + 1 if mark is not None else None
         reason = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([Problem(file, line, "(syntax)", f"YAML syntax error: {reason}")]) from None
+    except RecursionError:
+        raise ConfigError([Problem(file, None, "(syntax)", f"nested deeper than {MAX_DEPTH} levels")]) from None
     if root is None:
         doc.data = None
         return doc
     problems: list[Problem] = []
-    doc.data = _convert(root, (), doc, problems)
+    try:
+        doc.data = _convert(root, (), doc, problems, _Budget())
+    except _Stop as stop:
+        raise ConfigError([*problems, stop.problem]) from None
     if problems and strict:
         raise ConfigError(problems)
     doc.problems = problems
@@ -157,6 +226,8 @@ def load(path: str | Path, *, strict: bool = True) -> Document:
     """Read and parse the YAML file at ``path``."""
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_BYTES:
+            raise ConfigError([Problem(str(p), None, "(file)", f"{p.stat().st_size:,} bytes; at most {MAX_BYTES:,}")])
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([Problem(str(p), None, "(file)", f"cannot read: {exc.strerror}")]) from None
