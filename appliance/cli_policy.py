@@ -9,36 +9,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from . import api, render
-from .errors import EXIT_FAILED, EXIT_OK, ConfigError, HvnetError, Problem, UsageError
+from .errors import EXIT_FAILED, EXIT_OK, ConfigError, Problem, UsageError
 from .frontdoor import host_of
-from .policy import (
-    COLUMNS,
-    DEFAULT_POLICY,
-    REMOVE,
-    ApplyResult,
-    MirrorRule,
-    Plan,
-    Policy,
-    PolicyEngine,
-    Selector,
-    VifRule,
-    describe,
-    export,
-    intents,
-    journal,
-    load,
-    require_one,
-)
+from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, PolicyEngine, describe, intents, load
 from .policy.engine import change_json
 from .policy.fields import FieldError
+from .services import policy as svc
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:
@@ -110,7 +91,7 @@ def _finish(args: argparse.Namespace, result: ApplyResult) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     policy = load(_policy_file(args))  # validated before connecting
     with _engine(args) as eng:
-        plan = eng.plan(policy)
+        plan = svc.plan(eng, policy)
     if args.json:
         render.print_json(
             {"changes": [change_json(c) for c in plan.changes], "warnings": plan.warnings, "matched": plan.matched}
@@ -125,99 +106,50 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     policy = load(_policy_file(args))
     with _engine(args) as eng:
-        if args.no_commit and eng.journal.load_pending():
-            raise UsageError("an earlier --no-commit apply is still pending", hint="hvnet commit, or hvnet rollback")
-        result = eng.apply(policy, dry_run=args.dry_run, verify=not args.no_verify, wait=not args.no_wait)
-        if args.no_commit and result.status == "applied" and result.record_id:
-            _arm_watcher(eng, result, args.commit_timeout)
-    return _finish(args, result)
-
-
-def _arm_watcher(eng: PolicyEngine, result: ApplyResult, timeout: float) -> None:
-    record = eng.journal.load_last()
-    assert record is not None and record["id"] == result.record_id
-    deadline = time.time() + timeout
-    eng.journal.save_pending(record, deadline, None)
-    log_path = eng.journal.state_dir / "rollback-watcher.log"
-    with open(log_path, "a") as log_file:
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "appliance", "--db", eng.remote, "rollback", "--pending", record["id"],
-             "--at", f"{deadline:.3f}"],
-            stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True,
+        result = svc.apply(
+            eng, policy, dry_run=args.dry_run, verify=not args.no_verify, wait=not args.no_wait,
+            confirm_within=args.commit_timeout if args.no_commit else None,
         )  # fmt: skip
-    eng.journal.save_pending(record, deadline, watcher.pid)
-    result.plan.warnings.append(
-        f"not committed: rolls back automatically at {datetime.fromtimestamp(deadline):%H:%M:%S} "
-        f"({timeout:g} s) unless 'hvnet commit' runs first"
-    )
+    return _finish(args, result)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     policy = load(_policy_file(args))
     with _engine(args) as eng:
-        plan = eng.plan(policy)
-        of_drift = eng.openflow_drift()
-    drift = [
-        {"target": c.target, "setting": c.kind, "expected": c.describe(c.after), "found": c.describe(c.before)}
-        for c in plan.changes
-    ]
-    if of_drift:
-        drift.append({"target": "OpenFlow", "setting": "meters", "expected": "as recorded in OVSDB", "found": "differ"})
+        found = svc.verify(eng, policy)
     if args.json:
-        render.print_json({"in_sync": not drift, "drift": drift, "warnings": plan.warnings})
-    elif drift:
-        print(render.table(["TARGET", "SETTING", "EXPECTED", "FOUND"], [list(d.values()) for d in drift]))
-        print(f"drift: {len(drift)} setting(s) differ from {_policy_file(args)}")
+        render.print_json({"in_sync": found.in_sync, "drift": found.drift, "warnings": found.warnings})
+    elif found.drift:
+        print(render.table(["TARGET", "SETTING", "EXPECTED", "FOUND"], [list(d.values()) for d in found.drift]))
+        print(f"drift: {len(found.drift)} setting(s) differ from {_policy_file(args)}")
     else:
         print(f"in sync: the switch matches {_policy_file(args)}")
-    return EXIT_FAILED if drift else EXIT_OK
+    return EXIT_OK if found.in_sync else EXIT_FAILED
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        state = eng.snapshot()
-    header = f"# hvnet policy exported {datetime.now():%Y-%m-%d %H:%M:%S} from {eng.remote}\n"
+        out = svc.export(eng, by=args.by)
     if args.json:
-        render.print_json(export.to_policy(state, by=args.by))
-        return EXIT_OK
-    text = export.to_yaml(state, by=args.by, header=header)
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out} ({len(state.vifs())} VIFs, {len(state.mirrors)} mirrors)")
+        render.print_json(out.document)
+    elif args.out:
+        Path(args.out).write_text(out.yaml, encoding="utf-8")
+        print(f"wrote {args.out} ({out.vifs} VIFs, {out.mirrors} mirrors)")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(out.yaml)
     return EXIT_OK
 
 
 def cmd_commit(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        pending = eng.journal.load_pending()
-        if pending is None:
-            msg = "nothing to commit: no --no-commit apply is pending"
-            _out(args, {"committed": False, "message": msg}, msg)
-            return EXIT_OK
-        if journal.seconds_left(pending) <= 0 or not eng.journal.clear_pending(pending["id"]):
-            raise HvnetError("too late: the pending change has already been rolled back (or is being)")
-        _stop_watcher(pending)
-        eng.journal.audit(_command_line(), [], f"committed {pending['id']}")
-    msg = f"committed {pending['id']} ({len(pending['changes'])} change(s)); automatic rollback cancelled"
-    _out(args, {"committed": True, "id": pending["id"]}, msg)
+        done = svc.commit(eng)
+    if done is None:
+        msg = "nothing to commit: no --no-commit apply is pending"
+        _out(args, {"committed": False, "message": msg}, msg)
+        return EXIT_OK
+    msg = f"committed {done.id} ({done.changes} change(s)); automatic rollback cancelled"
+    _out(args, {"committed": True, "id": done.id}, msg)
     return EXIT_OK
-
-
-def _stop_watcher(pending: dict[str, Any]) -> None:
-    pid = pending.get("watcher_pid")
-    if not pid:
-        return
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return
-    if pending["id"].encode() in cmdline:  # only the watcher hvnet started for this record
-        try:
-            os.kill(int(pid), 15)
-        except ProcessLookupError:
-            pass
 
 
 def _out(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
@@ -229,41 +161,16 @@ def _out(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     if args.pending:
-        return _watch_and_rollback(args)
+        svc.wait_until(float(args.at))  # before connecting: a connection idle for the whole window goes stale
     with _engine(args) as eng:
-        pending = eng.journal.load_pending()
-        if pending is not None:
-            if not eng.journal.clear_pending(pending["id"]):
-                raise HvnetError("the pending change is being rolled back already")
-            _stop_watcher(pending)
-            record = pending
-        else:
-            record = eng.journal.load_last()
-            if record is None:
-                raise HvnetError("nothing to roll back: no apply is recorded for this switch")
-        result = eng.apply_changes(
-            [c.inverse() for c in reversed(journal.record_changes(record))], label=f"hvnet rollback {record['id']}"
-        )
-        eng.journal.mark_rolled_back()
-    return _finish(args, result)
-
-
-def _watch_and_rollback(args: argparse.Namespace) -> int:
-    """The detached watcher of a ``--no-commit`` apply."""
-    deadline = float(args.at)
-    while time.time() < deadline:
-        time.sleep(min(0.2, max(0.0, deadline - time.time())))
-    with _engine(args) as eng:
-        pending = eng.journal.load_pending()
-        if pending is None or pending["id"] != args.pending or not eng.journal.clear_pending(args.pending):
+        result = svc.rollback(eng, pending_id=args.pending, at=float(args.at) if args.at else None)
+    if args.pending:  # the detached watcher of a --no-commit apply: its log, never JSON
+        if result is None:
             return EXIT_OK  # committed (or rolled back by hand) in time
-        eng.command = f"hvnet (automatic rollback of {args.pending}: not committed in time)"
-        result = eng.apply_changes(
-            [c.inverse() for c in reversed(journal.record_changes(pending))], label="hvnet automatic rollback"
-        )
-        eng.journal.mark_rolled_back()
-    print(format_result(result))
-    return EXIT_OK if result.ok else EXIT_FAILED
+        print(format_result(result))
+        return EXIT_OK if result.ok else EXIT_FAILED
+    assert result is not None
+    return _finish(args, result)
 
 
 # -- imperative ----------------------------------------------------------------------
@@ -277,15 +184,12 @@ def cmd_vif_set(args: argparse.Namespace) -> int:
     if args.tag is None and args.trunks is None and args.vlan_mode is None:
         raise UsageError("give at least one of --tag, --trunks, --vlan-mode")
     with _engine(args) as eng:
-        state = eng.snapshot()
-        port = require_one(state, args.vif, "VIF")
         try:
-            vlan = intents.vlan_change(state.ports[port].vlan.effective(), args.vlan_mode, args.tag, args.trunks)
+            rule = svc.vlan_rule(eng, args.vif, mode=args.vlan_mode, tag=args.tag, trunks=args.trunks)
         except FieldError as exc:
             field = {"mode": "--vlan-mode", "tag": "--tag", "trunks": "--trunks"}.get(exc.field, "--vlan-mode")
             raise _cli_problem(field, str(exc)) from None
-        policy = Policy(vifs=[VifRule(Selector("port", port), vlan=vlan)])
-        return _finish(args, eng.apply(policy, dry_run=args.dry_run))
+        return _finish(args, svc.edit_vif(eng, rule, dry_run=args.dry_run))
 
 
 def cmd_qos_set(args: argparse.Namespace) -> int:
@@ -303,16 +207,12 @@ def cmd_qos_set(args: argparse.Namespace) -> int:
     except FieldError as exc:
         raise _cli_problem("--" + exc.field.replace(".", "-"), str(exc)) from None
     with _engine(args) as eng:
-        port = require_one(eng.snapshot(), args.vif, "VIF")
-        rule.selector = Selector("port", port)
-        return _finish(args, eng.apply(Policy(vifs=[rule]), dry_run=args.dry_run))
+        return _finish(args, svc.set_qos(eng, args.vif, rule, dry_run=args.dry_run))
 
 
 def cmd_qos_clear(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        port = require_one(eng.snapshot(), args.vif, "VIF")
-        rule = VifRule(Selector("port", port), ingress=REMOVE, egress=REMOVE)
-        return _finish(args, eng.apply(Policy(vifs=[rule]), dry_run=args.dry_run))
+        return _finish(args, svc.clear_qos(eng, args.vif, dry_run=args.dry_run))
 
 
 def cmd_mirror_add(args: argparse.Namespace) -> int:
@@ -350,23 +250,12 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
             flag = "--output-" + exc.field.split(".")[-1] if exc.field.startswith("output") else "--" + exc.field
         raise _cli_problem(flag, str(exc)) from None
     with _engine(args) as eng:
-        state = eng.snapshot()
-        if (args.bridge, args.name) in state.mirrors:
-            raise UsageError(f"mirror {args.name} already exists on {args.bridge}", hint="hvnet mirror del it first")
-        policy = Policy(mirrors=[rule], bridges={args.bridge: ("--bridge",)})
-        return _finish(args, eng.apply(policy, dry_run=args.dry_run))
+        return _finish(args, svc.add_mirror(eng, rule, dry_run=args.dry_run))
 
 
 def cmd_mirror_del(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        state = eng.snapshot()
-        found = [br for (br, name) in state.mirrors if name == args.name and (not args.bridge or br == args.bridge)]
-        if not found:
-            raise UsageError(f"no mirror named {args.name}" + (f" on {args.bridge}" if args.bridge else ""))
-        if len(found) > 1:
-            raise UsageError(f"mirror {args.name} exists on {', '.join(found)}", hint="give --bridge")
-        policy = Policy(mirrors=[MirrorRule(found[0], args.name, remove=True)])
-        return _finish(args, eng.apply(policy, dry_run=args.dry_run))
+        return _finish(args, svc.delete_mirror(eng, args.name, args.bridge, dry_run=args.dry_run))
 
 
 def cmd_mirror_list(args: argparse.Namespace) -> int:

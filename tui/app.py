@@ -5,12 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.markup import escape
 from textual.screen import Screen
+from textual.timer import Timer
 
+from appliance.errors import HvnetError
 from appliance.host import Host
 from appliance.ovsdb import Connection
+from appliance.services.policy import Pending
 
 from .backend import Backend
 from .screens import available
@@ -28,6 +33,7 @@ class HvnetApp(App[int]):
     BINDINGS = [
         *(Binding(s.key, f"switch_mode('{s.mode}')", s.title, group=_SCREENS) for s in available()),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+o", "keep_change", "Keep change", show=False),
     ]
 
     def __init__(self, conn: Connection, host: Host | None = None, *, start: str = "vifs") -> None:
@@ -38,6 +44,8 @@ class HvnetApp(App[int]):
         for s in self.sections:
             self.add_mode(s.mode, partial(_make, s))
         self.connected = True
+        self.pending: Pending | None = None  # an apply of this console's waiting for ctrl+o
+        self._pending_timer: Timer | None = None
 
     def on_mount(self) -> None:
         self.sub_title = self.backend.describe()
@@ -82,8 +90,71 @@ class HvnetApp(App[int]):
         else:
             self.backend.note(f"OVSDB connection to {self.backend.remote} lost; reconnecting")
 
+    # -- apply with automatic rollback -------------------------------------------------
+
+    def watch_pending(self, pending: Pending) -> None:
+        """An apply made here awaits confirmation: say how long is left and how to keep it."""
+        self.pending = pending
+        self.notify(
+            f"{pending.changes} change(s) roll back automatically in {pending.seconds_left:.0f} s "
+            "unless confirmed: ctrl+o keeps them",
+            title="Not confirmed yet",
+            timeout=max(pending.seconds_left, 1.0),
+        )
+        if self._pending_timer is None:
+            self._pending_timer = self.set_interval(1.0, self._pending_tick)
+
+    def _pending_tick(self) -> None:
+        """Past the deadline, say what became of the change once the journal knows."""
+        pending = self.pending
+        if pending is None or pending.seconds_left > 0:
+            return
+        result = self.backend.outcome(pending)  # two small local files
+        if result is None:
+            return
+        self.pending = None
+        if result == "rolled back":
+            self.notify(f"{pending.changes} change(s) not confirmed in time: rolled back", severity="warning")
+        else:
+            self.notify(f"{pending.changes} change(s) kept (confirmed elsewhere)")
+        self._notify_pending_changed()
+
+    def action_keep_change(self) -> None:
+        """Confirm (commit) the pending change, whichever screen or dialog is open."""
+        self.commit_pending()
+
+    @work(thread=True, exclusive=True, group="commit")
+    def commit_pending(self) -> None:
+        try:
+            done = self.backend.commit()
+        except HvnetError as exc:
+            self.call_from_thread(self._committed, None, f"✗ {exc}")
+            return
+        self.call_from_thread(self._committed, done, None)
+
+    def _committed(self, done: Pending | None, error: str | None) -> None:
+        if error is not None:
+            self.pending = None
+            self.notify(escape(error), severity="error")
+        elif done is None:
+            self.notify("nothing to confirm: no change is waiting")
+        else:
+            self.pending = None
+            self.clear_notifications()
+            self.notify(f"kept {done.changes} change(s); automatic rollback cancelled")
+        self._notify_pending_changed()
+
+    def _notify_pending_changed(self) -> None:
+        for screen in self._live_screens():
+            handler = getattr(screen, "pending_changed", None)
+            if handler is not None:
+                handler()
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
+        if self.pending is not None:
+            yield SystemCommand("Keep change (ctrl+o)", "Confirm the change that rolls back unless confirmed",
+                                self.action_keep_change)  # fmt: skip
         for s in self.sections:
             yield SystemCommand(f"{s.title} screen", s.help, partial(self.switch_mode, s.mode))
         # every binding of the current screen, so the palette lists each action

@@ -336,8 +336,7 @@ class Runner:
         return cs
 
     def _restore(self, changes: list[Change], label: str) -> None:
-        inverse = [c.inverse() for c in reversed(changes)]
-        result = self.engine.apply_changes(inverse, label=f"hvnet suite run: restore {label}")
+        result = self.engine.undo(changes, label=f"hvnet suite run: restore {label}")
         for w in result.plan.warnings:
             self._warn(f"restore {label}: {w}")
         if not result.ok:

@@ -191,8 +191,13 @@ class PolicyEngine:
         return self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label, record=record)
 
     def undo(self, changes: list[Change], *, label: str, wait: bool = True, record: bool = True) -> ApplyResult:
-        """Put back what ``changes`` replaced: their inverses, newest first (rollbacks, test undo)."""
-        return self.apply_changes([c.inverse() for c in reversed(changes)], label=label, wait=wait, record=record)
+        """Put back what ``changes`` replaced, newest first; a row changed since is left alone and reported.
+
+        The one rollback every caller uses (``hvnet rollback``, the automatic
+        rollback of an unconfirmed apply, a suite restoring its cases, an
+        isolation check undoing its set-up with ``record=False``).
+        """
+        return self.apply_changes(inverse(changes), label=label, wait=wait, record=record)
 
     def _run(
         self,
@@ -266,11 +271,11 @@ class PolicyEngine:
             self.journal.audit(self.command, changes, result, **{k: v for k, v in extra.items() if v})
 
     def _restore(self, changes: list[Change], wait: bool) -> None:
-        inverse = [c.inverse() for c in reversed(changes)]
+        undo = inverse(changes)
 
         def build(ctx: TxnContext) -> None:
             state = read_state(ctx.conn)
-            writer.write(ctx, [c for c in inverse if current_value(state, c) == c.before])
+            writer.write(ctx, [c for c in undo if current_value(state, c) == c.before])
 
         self.conn.transact(build, comment="hvnet: restore after failure", wait_for_vswitchd=wait, timeout=15.0)
         try:
@@ -450,6 +455,11 @@ _PROBLEM = {
     ("ingress", "tc"): "{name}: ingress policing configured but not enforced by tc",
     ("egress", "htb"): "{name}: egress shaping configured but no htb qdisc on the interface",
 }
+
+
+def inverse(changes: list[Change]) -> list[Change]:
+    """The changes that undo ``changes``: each inverted, in reverse order (later changes may build on earlier)."""
+    return [c.inverse() for c in reversed(changes)]
 
 
 def _touches_meters(c: Change) -> bool:

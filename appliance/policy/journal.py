@@ -218,6 +218,11 @@ class Journal:
         rec = _read_json(self.state_dir / "last-apply.json")
         return rec if rec and rec.get("target") == self.remote else None
 
+    def load_rolled_back(self) -> dict[str, Any] | None:
+        """The record of the apply rolled back last (what :meth:`mark_rolled_back` kept)."""
+        rec = _read_json(self.state_dir / "last-apply.rolled-back.json")
+        return rec if rec and rec.get("target") == self.remote else None
+
     def mark_rolled_back(self) -> None:
         path = self.state_dir / "last-apply.json"
         if path.exists():

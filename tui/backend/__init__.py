@@ -26,12 +26,14 @@ from appliance.frontdoor import build_host
 from appliance.host import Host
 from appliance.inventory import Inventory
 from appliance.ovsdb import Connection
-from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State
+from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State, VifRule
 from appliance.policy.engine import Enforcement
+from appliance.services import policy as svc
 
 log = logging.getLogger("hvnet.tui")
 
 MESSAGES_KEPT = 500
+CONFIRM_WITHIN_S = 60.0  # the dialogs' "roll back unless confirmed" window
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Backend:
         self.host = host or build_host(conn.target.remote)
         self.live = LiveInventory(conn, self.host)
         self.engine = PolicyEngine(conn, self.host, command="hvnet tui")
+        self.confirm_within_s = CONFIRM_WITHIN_S
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
         self._message_listeners: list[Callable[[LogLine], None]] = []
         self._lock = threading.Lock()
@@ -141,17 +144,40 @@ class Backend:
 
     def plan(self, policy: Policy) -> Plan:
         """What ``policy`` would change; touches nothing."""
-        return self.engine.plan(policy)
+        return svc.plan(self.engine, policy)
 
-    def apply(self, policy: Policy, what: str) -> ApplyResult:
-        """One atomic apply through the engine (verified, audited), noted in the log."""
+    def apply(self, policy: Policy, what: str, *, confirm_within: float | None = None) -> ApplyResult:
+        """One atomic apply (verified, audited), noted in the log; see :func:`svc.apply` for ``confirm_within``."""
+        return self.run_apply(what, lambda: svc.apply(self.engine, policy, confirm_within=confirm_within))
+
+    def run_apply(self, what: str, verb: Callable[[], ApplyResult]) -> ApplyResult:
+        """Run one service verb that applies, refused while disconnected, its outcome noted in the log."""
         if not self.connected:
             raise HvnetError(f"not connected to {self.remote}; nothing was applied", hint="wait for the reconnect")
         started = time.monotonic()
-        result = self.engine.apply(policy)
+        result = verb()
         level = logging.INFO if result.ok else logging.WARNING
         self.note(f"{what}: {result.status} in {time.monotonic() - started:.1f} s", level)
         return result
+
+    def edit_vif(self, rule: VifRule, what: str, *, confirm_within: float | None = None) -> ApplyResult:
+        """Apply one VIF's VLAN, ingress and egress rule (the Edit VIF dialog)."""
+        return self.run_apply(what, lambda: svc.edit_vif(self.engine, rule, confirm_within=confirm_within))
+
+    def pending(self) -> svc.Pending | None:
+        """The change waiting to be confirmed on this switch (made here or by ``hvnet apply --no-commit``)."""
+        return svc.pending(self.engine)
+
+    def outcome(self, waiting: svc.Pending) -> str | None:
+        """None while ``waiting`` is undecided; then ``"rolled back"`` or ``"kept"``."""
+        return svc.outcome(self.engine, waiting)
+
+    def commit(self) -> svc.Pending | None:
+        """Keep the pending change (its automatic rollback is cancelled); None when nothing was pending."""
+        done = svc.commit(self.engine)
+        if done is not None:
+            self.note(f"committed {done.id} ({done.changes} change(s)); automatic rollback cancelled")
+        return done
 
     def enforcement(self, ports: set[str] | None = None) -> list[Enforcement]:
         """How the limits on ``ports`` (None: every port) are enforced now; seconds on a large host."""

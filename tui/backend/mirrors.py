@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from appliance import render
-from appliance.errors import HvnetError
-from appliance.policy import Plan, Policy, State
+from appliance.policy import Plan, State
 from appliance.policy.engine import ApplyResult
 from appliance.policy.fields import FieldError
 from appliance.policy.intents import mirror_rule
 from appliance.policy.model import MirrorRule
 from appliance.policy.planner import describe_mirror
+from appliance.services import policy as svc
 
 if TYPE_CHECKING:
     from . import Backend
@@ -211,8 +211,9 @@ def form_rule(form: MirrorForm, existing: set[tuple[str, str]] | None = None) ->
     if not bridge:
         raise FieldError("bridge", "choose a bridge")
     name = form.name.strip()
-    if existing and (bridge, name) in existing:
-        raise FieldError("name", f"mirror {name} already exists on {bridge}; delete it first")
+    taken = svc.mirror_taken(existing or (), bridge, name)
+    if taken:
+        raise FieldError("name", f"{taken}; delete it first")
     value = form.output_value.strip()
     if not value:
         what = {"port": "an output port", "vlan": "an RSPAN VLAN", "gre": "a collector IP", "erspan": "a collector IP"}
@@ -263,33 +264,25 @@ def form_errors(form: MirrorForm, existing: set[tuple[str, str]] | None = None) 
     return errors
 
 
-def add_policy(rule: MirrorRule) -> Policy:
-    """The one-mirror policy ``hvnet mirror add`` applies (the bridge must exist)."""
-    return Policy(source=SOURCE, mirrors=[rule], bridges={rule.bridge: ("bridge",)})
-
-
-def delete_policy(bridge: str, name: str) -> Policy:
-    """The one-rule policy ``hvnet mirror del`` applies."""
-    return Policy(source=SOURCE, mirrors=[MirrorRule(bridge, name, remove=True)])
-
-
-def refuse_existing(backend: Backend, rule: MirrorRule) -> None:
-    """Refuse a name that exists now (re-read: another tool may have added it since the dialog opened)."""
-    if (rule.bridge, rule.name) in backend.snapshot().mirrors:
-        raise HvnetError(f"mirror {rule.name} already exists on {rule.bridge}", hint="delete it first")
+ORIGIN = svc.Origin(source=SOURCE, bridge_field="bridge", delete_hint="delete it first")
 
 
 def plan_add(backend: Backend, rule: MirrorRule) -> Plan:
-    refuse_existing(backend, rule)
-    return backend.plan(add_policy(rule))
+    """What adding the mirror would change; a name that exists now is refused (re-read, not remembered)."""
+    return svc.plan_mirror_add(backend.engine, rule, ORIGIN)
 
 
-def apply_add(backend: Backend, rule: MirrorRule) -> ApplyResult:
-    refuse_existing(backend, rule)
-    return backend.apply(add_policy(rule), f"mirror add {rule.name} on {rule.bridge}")
+def apply_add(backend: Backend, rule: MirrorRule, confirm_within: float | None = None) -> ApplyResult:
+    """Add the mirror (one transaction); ``confirm_within``: rolled back unless confirmed in time."""
+    return backend.run_apply(
+        f"mirror add {rule.name} on {rule.bridge}",
+        lambda: svc.add_mirror(backend.engine, rule, ORIGIN, confirm_within=confirm_within),
+    )
 
 
-def apply_delete(backend: Backend, bridge: str, name: str) -> ApplyResult:
-    if (bridge, name) not in backend.snapshot().mirrors:
-        raise HvnetError(f"no mirror named {name} on {bridge}")
-    return backend.apply(delete_policy(bridge, name), f"mirror del {name} on {bridge}")
+def apply_delete(backend: Backend, bridge: str, name: str, confirm_within: float | None = None) -> ApplyResult:
+    """Delete the mirror (and the tunnel port hvnet made for it); refused when it is gone."""
+    return backend.run_apply(
+        f"mirror del {name} on {bridge}",
+        lambda: svc.delete_mirror(backend.engine, name, bridge, ORIGIN, confirm_within=confirm_within),
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from appliance.errors import ConfigError, HvnetError
 from appliance.policy import ApplyResult, Plan
+from appliance.services.policy import Pending
 
 
 def plan_lines(plan: Plan, *, by_target: bool = False) -> list[str]:
@@ -47,3 +48,13 @@ def refusal_lines(exc: HvnetError) -> list[str]:
         if exc.hint:
             lines.append(f"  hint: {exc.hint}")
     return [*lines, "nothing was applied"]
+
+
+def pending_line(pending: Pending | None) -> str:
+    """The countdown of an unconfirmed apply ("" when none is waiting)."""
+    if pending is None:
+        return ""
+    left = pending.seconds_left
+    if left <= 0:
+        return "! not confirmed in time: rolling back"
+    return f"! not confirmed: rolls back in {left:.0f} s unless you keep it (ctrl+o)"

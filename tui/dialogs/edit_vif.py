@@ -5,6 +5,9 @@ The form's fields go through the same builder as ``hvnet vif set`` and
 refuses exactly what the CLI does.  Every valid edit is planned in a worker
 and shown as before -> after; applying needs a second, explicit confirm and
 is one engine apply: one transaction, verified, audited -- or nothing.
+With "roll back unless confirmed" ticked the apply is recorded pending and
+undone after the window (:data:`Backend.confirm_within_s`) unless the
+operator keeps it (ctrl+o, here or anywhere in the console).
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.errors import ConfigError, HvnetError
 from appliance.inventory import Vif
 from appliance.policy import ApplyResult, Plan, Policy, State, VifRule
 from appliance.policy.intents import MODES, VifForm, vif_form_rule
+from appliance.services.policy import Pending
 
-from ..backend.plans import plan_lines, result_lines
+from ..backend.plans import pending_line, plan_lines, result_lines
 from ..widgets.banner import ConnectionBanner
 
 # form field -> (input id, label)
@@ -55,10 +59,11 @@ class Planned(Message):
 
 
 class Applied(Message):
-    def __init__(self, result: ApplyResult | None, error: str | None) -> None:
+    def __init__(self, result: ApplyResult | None, error: str | None, pending: Pending | None = None) -> None:
         super().__init__()
         self.result = result
         self.error = error
+        self.pending = pending  # set when the apply rolls back unless confirmed
 
 
 class EditVifDialog(ModalScreen[None]):
@@ -69,6 +74,7 @@ class EditVifDialog(ModalScreen[None]):
         Binding("escape", "close", "Close / back"),
         Binding("ctrl+s", "apply", "Apply…"),
         Binding("ctrl+y", "confirm", "Confirm", show=False),
+        Binding("ctrl+o", "keep", "Keep change", show=False),
     ]
 
     def __init__(self, port: str) -> None:
@@ -80,13 +86,14 @@ class EditVifDialog(ModalScreen[None]):
         self.serial = 0
         self.confirming = False
         self.busy = False
+        self.watching: str | None = None  # the id of the unconfirmed apply made here
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"Edit VIF {self.port}", id="title")
+            yield Static(f"Edit VIF {self.port}", id="title", markup=False)
             yield ConnectionBanner()
             with VerticalScroll(id="body"):
-                yield Static("reading the switch...", id="details")
+                yield Static("reading the switch...", id="details", markup=False)
                 with Horizontal(classes="row"):
                     yield Label(FIELDS["mode"][1])
                     yield Select([(m, m) for m in MODES], id="mode", allow_blank=False, compact=True)
@@ -95,17 +102,24 @@ class EditVifDialog(ModalScreen[None]):
                     with Horizontal(classes="row"):
                         yield Label(label)
                         yield Input(id=ident, compact=True)
-                yield Static("", id="problems")
-                yield Static("", id="plan")
-                yield Static("", id="result")
+                with Horizontal(classes="row"):
+                    yield Label("")
+                    yield Checkbox(self._rollback_label(), id="auto-rollback", compact=True)
+                yield Static("", id="problems", markup=False)
+                yield Static("", id="plan", markup=False)
+                yield Static("", id="result", markup=False)
+                yield Static("", id="pending", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Apply… ^s", id="apply", variant="primary", disabled=True)
                 yield Button("Confirm ^y", id="confirm", variant="warning")
+                yield Button("Keep ^o", id="keep", variant="success")
                 yield Button("Close esc", id="close")
 
     def on_mount(self) -> None:
         self.backend = self.app.backend  # type: ignore[attr-defined]
         self.query_one("#confirm", Button).display = False
+        self.query_one("#keep", Button).display = False
+        self.set_interval(1.0, self.pending_changed)
         self.load()
 
     # -- loading -------------------------------------------------------------
@@ -250,12 +264,18 @@ class EditVifDialog(ModalScreen[None]):
         self.busy = True
         self._buttons()
         self.query_one("#result", Static).update("applying (one transaction, then verification)...")
-        self.apply_it(self.rule)
+        window = self.backend.confirm_within_s if self.query_one("#auto-rollback", Checkbox).value else None
+        self.apply_it(self.rule, window)
+
+    def _rollback_label(self) -> str:
+        return f"roll back in {self.app.backend.confirm_within_s:g} s unless confirmed"  # type: ignore[attr-defined]
 
     @work(thread=True, exclusive=True, group="edit-apply")
-    def apply_it(self, rule: VifRule) -> None:
+    def apply_it(self, rule: VifRule, confirm_within: float | None) -> None:
         try:
-            self.post_message(Applied(self.backend.apply(Policy(vifs=[rule]), f"edit {self.port}"), None))
+            result = self.backend.edit_vif(rule, f"edit {self.port}", confirm_within=confirm_within)
+            pending = self.backend.pending() if confirm_within is not None and result.record_id else None
+            self.post_message(Applied(result, None, pending if pending and pending.id == result.record_id else None))
         except ConfigError as exc:
             self.post_message(Applied(None, "\n".join(f"✗ {p.field}: {p.message}" for p in exc.problems)))
         except HvnetError as exc:
@@ -267,7 +287,30 @@ class EditVifDialog(ModalScreen[None]):
             self.query_one("#result", Static).update(f"{message.error}\nnothing was applied")
         else:
             self.query_one("#result", Static).update("\n".join(result_lines(message.result)))
+        if message.pending is not None:
+            self.watching = message.pending.id
+            self.app.watch_pending(message.pending)  # type: ignore[attr-defined]
+            self.pending_changed()
         self.load()  # the form now shows what the switch has
+
+    # -- the unconfirmed apply ---------------------------------------------------
+
+    def pending_changed(self) -> None:
+        """Show the countdown and the Keep button; once kept or rolled back, show what the switch has."""
+        if self.watching is None:
+            return
+        pending = getattr(self.app, "pending", None)
+        mine = pending if pending is not None and pending.id == self.watching else None
+        self.query_one("#keep", Button).display = mine is not None
+        if mine is not None:
+            self.query_one("#pending", Static).update(pending_line(mine))
+            return
+        self.query_one("#pending", Static).update("")
+        self.watching = None
+        self.load()  # kept or rolled back: the form shows the switch again
+
+    def action_keep(self) -> None:
+        self.app.action_keep_change()  # type: ignore[attr-defined]
 
     @on(Button.Pressed, "#apply")
     def _apply_pressed(self) -> None:
@@ -276,6 +319,10 @@ class EditVifDialog(ModalScreen[None]):
     @on(Button.Pressed, "#confirm")
     def _confirm_pressed(self) -> None:
         self.action_confirm()
+
+    @on(Button.Pressed, "#keep")
+    def _keep_pressed(self) -> None:
+        self.action_keep()
 
     @on(Button.Pressed, "#close")
     def _close_pressed(self) -> None:

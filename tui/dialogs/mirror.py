@@ -4,7 +4,9 @@ The fields are ``hvnet mirror add``'s flags and go through the same
 ``intents.mirror_rule`` (via :mod:`tui.backend.mirrors`), so the dialog
 refuses what the CLI refuses in the same words.  Nothing is written until
 the operator has seen the plan and pressed Apply; a form edited after its
-plan must be planned again.  Engine calls run in thread workers.
+plan must be planned again.  "Roll back unless confirmed" applies it pending:
+undone after the console's window unless kept (ctrl+o).  Engine calls run in
+thread workers.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Sele
 
 from appliance.errors import HvnetError
 from appliance.policy.model import MirrorRule
+from appliance.services.policy import Pending
 
 from ..backend import mirrors as mb
 from ..backend.plans import plan_lines, refusal_lines, result_lines
@@ -95,6 +98,10 @@ class MirrorDialog(ModalScreen[str | None]):
                 with Horizontal(classes="row"):
                     yield Label("", classes="label")
                     yield Checkbox("allow isolation exception (a VM receives the copies)", id="allow", compact=True)
+                with Horizontal(classes="row"):
+                    yield Label("", classes="label")
+                    window = self.app.backend.confirm_within_s  # type: ignore[attr-defined]
+                    yield Checkbox(f"roll back in {window:g} s unless confirmed", id="auto-rollback", compact=True)
             yield VerticalScroll(Static("", id="plan-text", markup=False), id="plan")
             with Horizontal(id="buttons"):
                 yield Button("Plan (F5)", id="plan-button", compact=True)
@@ -184,6 +191,8 @@ class MirrorDialog(ModalScreen[str | None]):
         """Any edit: re-validate, and forget a plan shown for the previous form."""
         control = getattr(event, "control", None)
         widget_id = getattr(control, "id", None)
+        if widget_id == "auto-rollback":
+            return  # how to apply, not what: the plan shown still holds
         if widget_id == "bridge":
             self._fill_ports()
         if widget_id == "output-kind":
@@ -293,22 +302,28 @@ class MirrorDialog(ModalScreen[str | None]):
         self.busy = True
         self._buttons()
         self._say(["applying..."])
-        self.run_apply(self.planned)
+        window = self.app.backend.confirm_within_s if self.query_one("#auto-rollback", Checkbox).value else None
+        self.run_apply(self.planned, window)
 
     @work(thread=True, exclusive=True, group="mirror-apply")
-    def run_apply(self, rule: MirrorRule) -> None:
+    def run_apply(self, rule: MirrorRule, confirm_within: float | None) -> None:
+        backend = self.app.backend
         try:
-            result = mb.apply_add(self.app.backend, rule)
+            result = mb.apply_add(backend, rule, confirm_within)
+            pending = backend.pending() if confirm_within is not None and result.record_id else None
         except HvnetError as exc:
             self.app.call_from_thread(self._applied, None, refusal_lines(exc))
             return
         lines = result_lines(result)
         summary = f"mirror {rule.name} on {rule.bridge}: {lines[0]}" if result.ok else None
-        self.app.call_from_thread(self._applied, summary, lines)
+        mine = pending if pending is not None and pending.id == result.record_id else None
+        self.app.call_from_thread(self._applied, summary, lines, mine)
 
-    def _applied(self, summary: str | None, lines: list[str]) -> None:
+    def _applied(self, summary: str | None, lines: list[str], pending: Pending | None = None) -> None:
         self.busy = False
         self.planned = None
+        if pending is not None:
+            self.app.watch_pending(pending)  # type: ignore[attr-defined]
         if summary is not None:
             self.dismiss(summary)
             return

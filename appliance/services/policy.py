@@ -1,0 +1,388 @@
+"""Policy verbs: plan, apply (optionally confirm-within), commit, rollback, verify, export,
+and the imperative edits (VIF VLAN, QoS, mirrors) the CLI's ``vif|qos|mirror`` and the
+console's dialogs make.
+
+Modelled on nmstate's netapplier: :func:`apply` with ``confirm_within=N``
+records the change as pending and starts a watcher that rolls it back after
+N seconds unless :func:`commit` runs first; :func:`rollback` undoes the
+pending change, else the last apply.  Both front ends call these, so an
+unconfirmed change made in the console is committed by ``hvnet commit`` and
+the other way round.
+
+Every verb takes an open :class:`~appliance.policy.PolicyEngine`, not a
+connection and a Host: the engine is what a front end keeps for its whole
+life (the console holds one on its long-lived connection; the CLI one per
+command), it carries the Host, the journal and the resolved VM names, and
+building one per verb would look the names up again each time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Container
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import HvnetError, UsageError
+from ..policy import (
+    REMOVE,
+    ApplyResult,
+    MirrorRule,
+    Plan,
+    Policy,
+    PolicyEngine,
+    Selector,
+    VifRule,
+    intents,
+    journal,
+    require_one,
+)
+from ..policy import export as exp
+from ..policy.state import State
+
+WATCHER_LOG = "rollback-watcher.log"
+
+
+# -- declarative ----------------------------------------------------------------
+
+
+def plan(engine: PolicyEngine, policy: Policy) -> Plan:
+    """What applying ``policy`` would change, before -> after; touches nothing."""
+    return engine.plan(policy)
+
+
+def apply(
+    engine: PolicyEngine,
+    policy: Policy,
+    *,
+    dry_run: bool = False,
+    verify: bool = True,
+    wait: bool = True,
+    confirm_within: Optional[float] = None,
+) -> ApplyResult:
+    """Make the switch match ``policy`` in one transaction (verified, audited, recorded for rollback).
+
+    ``confirm_within=N``: the change stays only if :func:`commit` runs within
+    N seconds; otherwise a watcher process rolls it back (a lost console or
+    SSH session cannot leave a half-tested change behind).  One such change is
+    pending at a time, so a later one cannot make the first impossible to undo.
+    """
+    if confirm_within is not None and engine.journal.load_pending():
+        raise UsageError("an earlier --no-commit apply is still pending", hint="hvnet commit, or hvnet rollback")
+    result = engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait)
+    if confirm_within is not None and result.status == "applied" and result.record_id:
+        _arm_watcher(engine, result, confirm_within)
+    return result
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An applied change waiting for :func:`commit` (or for its automatic rollback)."""
+
+    id: str
+    deadline: float  # time.time() when it rolls back
+    changes: int
+    watcher_pid: Optional[int] = None
+
+    @property
+    def seconds_left(self) -> float:
+        return max(0.0, self.deadline - time.time())
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> Pending:
+        return cls(record["id"], float(record["deadline"]), len(record["changes"]), record.get("watcher_pid"))
+
+
+def pending(engine: PolicyEngine) -> Optional[Pending]:
+    """The change waiting to be committed on this switch, if any (whichever front end made it)."""
+    record = engine.journal.load_pending()
+    return Pending.of(record) if record else None
+
+
+def outcome(engine: PolicyEngine, waiting: Pending, grace: float = 15.0) -> Optional[str]:
+    """What became of ``waiting``: None while undecided, ``"rolled back"`` or ``"kept"``.
+
+    The watcher takes the pending record first and marks the apply rolled back
+    only after undoing it, so "rolled back" is said once the switch has it
+    back.  A record gone before its deadline was committed (here or by
+    ``hvnet commit``); one gone after it and not marked within ``grace``
+    seconds was committed as the deadline came.
+    """
+    done = engine.journal.load_rolled_back()
+    if done is not None and done["id"] == waiting.id:
+        return "rolled back"
+    now = pending(engine)
+    if now is not None and now.id == waiting.id:
+        return None
+    if waiting.seconds_left > 0 or time.time() > waiting.deadline + grace:
+        return "kept"
+    return None
+
+
+def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> None:
+    """Record the apply as pending, then start the process that rolls it back at the deadline.
+
+    The watcher is ``python -m appliance ... rollback --pending ID --at T``, a
+    process of its own so it outlives the front end.  It finds the package as
+    this process did (the installed launcher hands ``PYTHONPATH`` down), reaches
+    the database with the same target and SSL files, and reads the same journal.
+    """
+    record = engine.journal.load_last()
+    assert record is not None and record["id"] == result.record_id
+    deadline = time.time() + timeout
+    engine.journal.save_pending(record, deadline, None)
+    host = engine.host
+    log_path = engine.journal.state_dir / WATCHER_LOG
+    env = {"HVNET_STATE_DIR": str(host.paths.state_dir), "HVNET_AUDIT_LOG": str(host.paths.audit_log)}
+    with open(log_path, "a") as log_file:
+        watcher = host.runner.popen(
+            [sys.executable, "-m", "appliance", *_target_options(engine), "rollback", "--pending", record["id"],
+             "--at", f"{deadline:.3f}"],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, start_new_session=True,
+        )  # fmt: skip
+    engine.journal.save_pending(record, deadline, watcher.pid)
+    result.plan.warnings.append(
+        f"not committed: rolls back automatically at {datetime.fromtimestamp(deadline):%H:%M:%S} "
+        f"({timeout:g} s) unless 'hvnet commit' runs first"
+    )
+
+
+def _target_options(engine: PolicyEngine) -> list[str]:
+    """The global options that name this engine's database (and its SSL files) to a child hvnet."""
+    options = ["--db", engine.remote]
+    ssl = engine.host.target.ssl
+    if ssl is not None:
+        options += ["--ssl-key", ssl.private_key, "--ssl-cert", ssl.certificate, "--ssl-ca", ssl.ca_cert]
+    return options
+
+
+def commit(engine: PolicyEngine) -> Optional[Pending]:
+    """Keep the pending change and stop its watcher; the committed change, None when none was pending.
+
+    Too late (the deadline passed, or the watcher already took the record) is
+    an error: the change is being, or has been, rolled back.
+    """
+    record = engine.journal.load_pending()
+    if record is None:
+        return None
+    if journal.seconds_left(record) <= 0 or not engine.journal.clear_pending(record["id"]):
+        raise HvnetError("too late: the pending change has already been rolled back (or is being)")
+    _stop_watcher(record)
+    engine.journal.audit(engine.command, [], f"committed {record['id']}")
+    return Pending.of(record)
+
+
+def _stop_watcher(record: dict[str, Any]) -> None:
+    """Stop the watcher hvnet started for ``record`` (checked by its command line: never another process)."""
+    pid = record.get("watcher_pid")
+    if not pid:
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if record["id"].encode() in cmdline:
+        try:
+            os.kill(int(pid), 15)
+        except ProcessLookupError:
+            pass
+
+
+def rollback(
+    engine: PolicyEngine, *, pending_id: Optional[str] = None, at: Optional[float] = None
+) -> Optional[ApplyResult]:
+    """Undo the pending change, else the last apply.
+
+    With ``pending_id`` (the watcher): wait until ``at``, then undo that
+    pending change unless it was committed (or rolled back by hand) in time --
+    then None.
+    """
+    if pending_id is not None:
+        return _rollback_when_due(engine, pending_id, at or time.time())
+    record = engine.journal.load_pending()
+    if record is not None:
+        if not engine.journal.clear_pending(record["id"]):
+            raise HvnetError("the pending change is being rolled back already")
+        _stop_watcher(record)
+    else:
+        record = engine.journal.load_last()
+        if record is None:
+            raise HvnetError("nothing to roll back: no apply is recorded for this switch")
+    result = engine.undo(journal.record_changes(record), label=f"hvnet rollback {record['id']}")
+    engine.journal.mark_rolled_back()
+    return result
+
+
+def wait_until(deadline: float) -> None:
+    """Sleep until ``time.time()`` reaches ``deadline`` (the watcher does this before it connects)."""
+    while time.time() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.time())))
+
+
+def _rollback_when_due(engine: PolicyEngine, pending_id: str, deadline: float) -> Optional[ApplyResult]:
+    wait_until(deadline)
+    record = engine.journal.load_pending()
+    if record is None or record["id"] != pending_id or not engine.journal.clear_pending(pending_id):
+        return None
+    engine.command = f"hvnet (automatic rollback of {pending_id}: not committed in time)"
+    result = engine.undo(journal.record_changes(record), label="hvnet automatic rollback")
+    engine.journal.mark_rolled_back()
+    return result
+
+
+@dataclass
+class Drift:
+    """How the switch differs from a policy (``hvnet verify``)."""
+
+    drift: list[dict[str, str]] = field(default_factory=list)  # target, setting, expected, found
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.drift
+
+
+def verify(engine: PolicyEngine, policy: Policy) -> Drift:
+    """Every setting that differs from ``policy``, and whether hvnet's OpenFlow meters drifted."""
+    p = engine.plan(policy)
+    drift = [
+        {"target": c.target, "setting": c.kind, "expected": c.describe(c.after), "found": c.describe(c.before)}
+        for c in p.changes
+    ]
+    if engine.openflow_drift():
+        drift.append({"target": "OpenFlow", "setting": "meters", "expected": "as recorded in OVSDB", "found": "differ"})
+    return Drift(drift, p.warnings)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """The switch's VIF and mirror settings as a policy: the document, its YAML, what it covers."""
+
+    document: dict[str, Any]
+    yaml: str
+    vifs: int
+    mirrors: int
+
+
+def export(engine: PolicyEngine, by: str = "mac") -> Exported:
+    """The current settings as a policy that round-trips (VIFs selected by VM MAC or by port)."""
+    state = engine.snapshot()
+    header = f"# hvnet policy exported {datetime.now():%Y-%m-%d %H:%M:%S} from {engine.remote}\n"
+    return Exported(
+        exp.to_policy(state, by=by), exp.to_yaml(state, by=by, header=header), len(state.vifs()), len(state.mirrors)
+    )
+
+
+# -- imperative: VIFs --------------------------------------------------------------
+
+
+def vlan_rule(engine: PolicyEngine, vif: str, *, mode: Optional[str], tag: Any, trunks: Any) -> VifRule:
+    """The rule setting ``vif``'s VLAN (port, ``vm:NAME`` or ``mac:MAC``): unset fields keep their value.
+
+    Raises :class:`~appliance.policy.fields.FieldError` naming ``mode``, ``tag``
+    or ``trunks``, for the front end to point at its own field.
+    """
+    state = engine.snapshot()
+    port = require_one(state, vif, "VIF")
+    return VifRule(
+        Selector("port", port), vlan=intents.vlan_change(state.ports[port].vlan.effective(), mode, tag, trunks)
+    )
+
+
+def edit_vif(
+    engine: PolicyEngine, rule: VifRule, *, dry_run: bool = False, confirm_within: Optional[float] = None
+) -> ApplyResult:
+    """Apply one VIF's rule (VLAN, ingress, egress): one transaction, like a one-rule policy file."""
+    return apply(engine, Policy(vifs=[rule]), dry_run=dry_run, confirm_within=confirm_within)
+
+
+def set_qos(
+    engine: PolicyEngine, vif: str, rule: VifRule, *, dry_run: bool = False, confirm_within: Optional[float] = None
+) -> ApplyResult:
+    """Apply ``rule``'s ingress/egress limits (from :func:`intents.qos_rule`) to ``vif``."""
+    rule.selector = Selector("port", require_one(engine.snapshot(), vif, "VIF"))
+    return edit_vif(engine, rule, dry_run=dry_run, confirm_within=confirm_within)
+
+
+def clear_qos(
+    engine: PolicyEngine, vif: str, *, dry_run: bool = False, confirm_within: Optional[float] = None
+) -> ApplyResult:
+    """Remove ``vif``'s ingress policing and egress shaping."""
+    port = require_one(engine.snapshot(), vif, "VIF")
+    rule = VifRule(Selector("port", port), ingress=REMOVE, egress=REMOVE)
+    return edit_vif(engine, rule, dry_run=dry_run, confirm_within=confirm_within)
+
+
+# -- imperative: mirrors -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an imperative mirror intent came from, so refusals point at what the operator used."""
+
+    source: str = "(command line)"  # the policy's source in planner messages
+    bridge_field: str = "--bridge"  # what named the bridge
+    delete_hint: str = "hvnet mirror del it first"
+
+
+COMMAND_LINE = Origin()
+
+
+def mirror_taken(mirrors: Container[tuple[str, str]], bridge: str, name: str) -> Optional[str]:
+    """Why ``name`` cannot be added on ``bridge`` (it exists), or None."""
+    return f"mirror {name} already exists on {bridge}" if (bridge, name) in mirrors else None
+
+
+def find_mirror(state: State, name: str, bridge: Optional[str] = None) -> str:
+    """The bridge of the one mirror called ``name`` (on ``bridge`` when given); refuses none or several."""
+    found = [br for (br, n) in state.mirrors if n == name and (not bridge or br == bridge)]
+    if not found:
+        raise UsageError(f"no mirror named {name}" + (f" on {bridge}" if bridge else ""))
+    if len(found) > 1:
+        raise UsageError(f"mirror {name} exists on {', '.join(found)}", hint="give --bridge")
+    return found[0]
+
+
+def _add_policy(engine: PolicyEngine, rule: MirrorRule, origin: Origin) -> Policy:
+    """The one-mirror policy of an add, after refusing a name that exists now (re-read, not remembered)."""
+    taken = mirror_taken(engine.snapshot().mirrors, rule.bridge, rule.name)
+    if taken:
+        raise UsageError(taken, hint=origin.delete_hint)
+    return Policy(source=origin.source, mirrors=[rule], bridges={rule.bridge: (origin.bridge_field,)})
+
+
+def plan_mirror_add(engine: PolicyEngine, rule: MirrorRule, origin: Origin = COMMAND_LINE) -> Plan:
+    """What adding the mirror would change (refused when the name exists)."""
+    return engine.plan(_add_policy(engine, rule, origin))
+
+
+def add_mirror(
+    engine: PolicyEngine,
+    rule: MirrorRule,
+    origin: Origin = COMMAND_LINE,
+    *,
+    dry_run: bool = False,
+    confirm_within: Optional[float] = None,
+) -> ApplyResult:
+    """Add the mirror ``rule`` (from :func:`intents.mirror_rule`); an existing name is refused."""
+    return apply(engine, _add_policy(engine, rule, origin), dry_run=dry_run, confirm_within=confirm_within)
+
+
+def delete_mirror(
+    engine: PolicyEngine,
+    name: str,
+    bridge: Optional[str] = None,
+    origin: Origin = COMMAND_LINE,
+    *,
+    dry_run: bool = False,
+    confirm_within: Optional[float] = None,
+) -> ApplyResult:
+    """Delete the mirror ``name`` (and the tunnel port hvnet made for it); refused when there is none."""
+    found = find_mirror(engine.snapshot(), name, bridge)
+    policy = Policy(source=origin.source, mirrors=[MirrorRule(found, name, remove=True)])
+    return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within)
