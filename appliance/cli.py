@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, api, cli_policy, cli_suite, render
+from . import __version__, api, cli_policy_args, cli_suite, render
+from .cli_common import lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
 from .frontdoor import build_host, host_of
 from .inventory import Inventory, Vif
@@ -176,18 +177,6 @@ def _connect(args: argparse.Namespace, columns: dict[str, list[str]] | None = No
     return conn
 
 
-def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
-    """A command whose module is imported only when it runs (start-up loads what the verb needs)."""
-
-    def call(args: argparse.Namespace) -> int:
-        import importlib
-
-        return int(getattr(importlib.import_module(f"{__package__}.{module}"), name)(args))
-
-    call.__name__ = name
-    return call
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -246,22 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--topology", default=str(DEFAULT_TOPOLOGY), metavar="FILE", help="topology YAML (default: the 2010 study's)"
     )
     up.add_argument("--json", action="store_true", help="machine-readable output")
-    up.set_defaults(func=_lazy("cli_lab", "cmd_lab_up"))
+    up.set_defaults(func=lazy("cli_lab", "cmd_lab_up"))
     down = lsub.add_parser("down", help="remove every namespace, veth, daemon and file the lab created")
     down.add_argument("--json", action="store_true", help="machine-readable output")
-    down.set_defaults(func=_lazy("cli_lab", "cmd_lab_down"))
+    down.set_defaults(func=lazy("cli_lab", "cmd_lab_down"))
     st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.set_defaults(func=_lazy("cli_lab", "cmd_lab_status"))
+    st.set_defaults(func=lazy("cli_lab", "cmd_lab_status"))
     im = lsub.add_parser("image", help="build the probe guest image for QEMU guests (or find it in the cache)")
     im.add_argument("--force", action="store_true", help="rebuild even when the cached image is current")
     im.add_argument("--cache", metavar="DIR", help="cache directory (default /var/cache/hvnet/image)")
     im.add_argument("--json", action="store_true", help="machine-readable output")
-    im.set_defaults(func=_lazy("cli_lab", "cmd_lab_image"))
+    im.set_defaults(func=lazy("cli_lab", "cmd_lab_image"))
     ex = lsub.add_parser("exec", help="run a command inside a lab guest (namespace or QEMU VM); its exit status")
     ex.add_argument("guest", metavar="GUEST", help="guest name from the topology")
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
-    ex.set_defaults(func=_lazy("cli_lab", "cmd_lab_exec"))
+    ex.set_defaults(func=lazy("cli_lab", "cmd_lab_exec"))
 
     iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
     isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)
@@ -272,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/tmp/hvnet/isolation/...)")
     ic.set_defaults(func=cmd_isolation_check)
 
-    cli_policy.register(sub)
+    cli_policy_args.register(sub)
     cli_suite.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")

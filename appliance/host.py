@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .ovsdb import Connection
 
 DEFAULT_STATE_DIR = Path("/var/lib/hvnet")
+DEFAULT_POLICY_FILE = "/etc/hvnet/policy.yaml"  # what the agent enforces; policy commands' default file
 DEFAULT_AUDIT_LOG = Path("/var/log/hvnet/audit.jsonl")
 DEFAULT_WORK_DIR = Path("/var/tmp/hvnet")
 DEFAULT_CACHE_DIR = Path("/run/hvnet")

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import validate, yamldoc
 from ..errors import ConfigError, Problem
+from ..host import DEFAULT_POLICY_FILE
 from .fields import FieldError, egress_from_fields, ingress_from_fields, mirror_output, parse_selector, vlan_from_fields
 from .model import (
     MAX_MIRRORS_PER_BRIDGE,
@@ -28,7 +29,7 @@ from .model import (
     Vlan,
 )
 
-DEFAULT_POLICY = "/etc/hvnet/policy.yaml"
+DEFAULT_POLICY = DEFAULT_POLICY_FILE
 
 _TOP_KEYS = {"version", "policing", "vifs", "bridges"}
 _VIF_KEYS = {*Selector.KINDS, "optional", "vlan", "ingress", "egress"}

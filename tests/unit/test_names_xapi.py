@@ -17,6 +17,7 @@ from xmlrpc.server import SimpleXMLRPCServer
 import pytest
 
 from appliance import names
+from appliance import xapi as xapi_mod
 
 WEB = "0f9c-uuid-1"
 DB = "7a1e-uuid-2"
@@ -177,12 +178,12 @@ def free_port() -> int:
 
 
 def test_xapi_names(xapi_url) -> None:
-    src = names.XapiNames(xapi_url, "root", "secret")
+    src = xapi_mod.XapiNames(xapi_url, "root", "secret")
     assert src.lookup(["0f9c-uuid-1", "unknown"]) == {"0f9c-uuid-1": "web-01"}
 
 
 def test_one_login_and_one_call_per_lookup(xapi) -> None:
-    src = names.XapiNames(xapi.url, "root", "secret")
+    src = xapi_mod.XapiNames(xapi.url, "root", "secret")
     for _ in range(3):
         assert src.lookup([WEB, DB, TEMPLATE]) == {WEB: "web-01", DB: "db-01"}  # templates are not VMs
     assert xapi.logins() == 1
@@ -196,7 +197,7 @@ def test_one_login_and_one_call_per_lookup(xapi) -> None:
 
 
 def test_session_expiry_logs_in_once_more(xapi, caplog) -> None:
-    src = names.XapiNames(xapi.url, "root", "secret")
+    src = xapi_mod.XapiNames(xapi.url, "root", "secret")
     assert src.lookup([WEB]) == {WEB: "web-01"}
     xapi.expire_sessions()
     assert src.lookup([WEB]) == {WEB: "web-01"}
@@ -210,7 +211,7 @@ def test_session_that_stays_invalid_is_a_failure(xapi, caplog) -> None:
     """XenAPI logs in again on each SESSION_INVALID and gives up after three tries; then
     the lookup fails like any other (one warning, no new try for retry_s)."""
     xapi.keep_sessions = False
-    src = names.XapiNames(xapi.url, "root", "secret")
+    src = xapi_mod.XapiNames(xapi.url, "root", "secret")
     assert src.lookup([WEB]) == {}
     logins = xapi.logins()
     assert 2 <= logins <= 4
@@ -227,20 +228,20 @@ def test_session_that_stays_invalid_is_a_failure(xapi, caplog) -> None:
 def test_xapi_from_env(tmp_path, xapi_url) -> None:
     cred = tmp_path / "cred"
     cred.write_text("root:secret\n")
-    src = names.XapiNames.from_env({"HVNET_XAPI_URL": xapi_url, "HVNET_XAPI_CREDENTIALS": str(cred)})
+    src = xapi_mod.XapiNames.from_env({"HVNET_XAPI_URL": xapi_url, "HVNET_XAPI_CREDENTIALS": str(cred)})
     assert src is not None and src.lookup(["0f9c-uuid-1"]) == {"0f9c-uuid-1": "web-01"}
-    assert names.XapiNames.from_env({}) is None
+    assert xapi_mod.XapiNames.from_env({}) is None
 
 
 def test_xapi_config_from_env(caplog) -> None:
     env = {"HVNET_XAPI_URL": "https://pool", "HVNET_XAPI_CREDENTIALS": "/etc/hvnet/xapi"}
-    assert names.XapiConfig.from_env(env) == names.XapiConfig("https://pool", "/etc/hvnet/xapi", 3.0)
-    assert names.XapiConfig.from_env({**env, "HVNET_XAPI_TIMEOUT": "1.5"}).timeout == 1.5
-    assert names.XapiConfig.from_env({**env, "HVNET_XAPI_TIMEOUT": "soon"}).timeout == 3.0
-    assert names.XapiConfig.from_env({**env, "HVNET_XAPI_TIMEOUT": "-1"}).timeout == 3.0
+    assert xapi_mod.XapiConfig.from_env(env) == xapi_mod.XapiConfig("https://pool", "/etc/hvnet/xapi", 3.0)
+    assert xapi_mod.XapiConfig.from_env({**env, "HVNET_XAPI_TIMEOUT": "1.5"}).timeout == 1.5
+    assert xapi_mod.XapiConfig.from_env({**env, "HVNET_XAPI_TIMEOUT": "soon"}).timeout == 3.0
+    assert xapi_mod.XapiConfig.from_env({**env, "HVNET_XAPI_TIMEOUT": "-1"}).timeout == 3.0
     assert len(warnings_of(caplog)) == 2 and "HVNET_XAPI_TIMEOUT" in warnings_of(caplog)[0]
-    assert names.XapiConfig.from_env({"HVNET_XAPI_URL": "https://pool"}) is None
-    assert names.XapiConfig.from_env({"HVNET_XAPI_CREDENTIALS": "/etc/hvnet/xapi"}) is None
+    assert xapi_mod.XapiConfig.from_env({"HVNET_XAPI_URL": "https://pool"}) is None
+    assert xapi_mod.XapiConfig.from_env({"HVNET_XAPI_CREDENTIALS": "/etc/hvnet/xapi"}) is None
 
 
 def test_one_session_per_configuration(tmp_path, xapi) -> None:
@@ -251,7 +252,7 @@ def test_one_session_per_configuration(tmp_path, xapi) -> None:
     first = [s for s in names.default_sources(None, env, "none") if s.name == "xapi"]
     second = [s for s in names.default_sources({"x": "y"}, env, "none") if s.name == "xapi"]
     assert len(first) == 1 and first[0] is second[0]
-    explicit = names.default_sources(None, {}, "none", xapi=names.XapiConfig(xapi.url, str(cred)))
+    explicit = names.default_sources(None, {}, "none", xapi=xapi_mod.XapiConfig(xapi.url, str(cred)))
     assert [s.name for s in explicit] == ["xapi"] and explicit[0] is first[0]
     for srcs in (first, second, explicit):
         assert names.resolve_names(srcs, [WEB]) == {WEB: ("web-01", "xapi")}
@@ -263,7 +264,7 @@ def test_changed_password_is_read_at_the_next_login(tmp_path, xapi, caplog) -> N
     caplog.set_level(logging.INFO, logger="hvnet.names")
     cred = tmp_path / "cred"
     cred.write_text("root:old\n")
-    src = names.XapiNames(xapi.url, credentials_file=str(cred), retry_s=0)
+    src = xapi_mod.XapiNames(xapi.url, credentials_file=str(cred), retry_s=0)
     assert src.lookup([WEB]) == {}
     assert any("authentication failed for user 'root'" in w for w in warnings_of(caplog))
     cred.write_text("root:secret\n")
@@ -272,7 +273,7 @@ def test_changed_password_is_read_at_the_next_login(tmp_path, xapi, caplog) -> N
 
 
 def test_unreadable_credentials_are_a_failure_not_an_error(tmp_path, caplog) -> None:
-    src = names.XapiNames("http://127.0.0.1:9", credentials_file=str(tmp_path / "missing"))
+    src = xapi_mod.XapiNames("http://127.0.0.1:9", credentials_file=str(tmp_path / "missing"))
     assert src.lookup([WEB]) == {}
     assert any("cannot read credentials" in w for w in warnings_of(caplog))
 
@@ -281,11 +282,11 @@ def test_unreadable_credentials_are_a_failure_not_an_error(tmp_path, caplog) -> 
 
 
 def test_xapi_bad_credentials_give_no_names(xapi_url) -> None:
-    assert names.XapiNames(xapi_url, "root", "wrong").lookup(["0f9c-uuid-1"]) == {}
+    assert xapi_mod.XapiNames(xapi_url, "root", "wrong").lookup(["0f9c-uuid-1"]) == {}
 
 
 def test_bad_password_warns_once_and_waits_before_trying_again(xapi, caplog) -> None:
-    src = names.XapiNames(xapi.url, "root", "wrong")
+    src = xapi_mod.XapiNames(xapi.url, "root", "wrong")
     for _ in range(5):
         assert src.lookup([WEB]) == {}
     assert xapi.logins() == 1  # within retry_s: XAPI is not asked again
@@ -294,7 +295,7 @@ def test_bad_password_warns_once_and_waits_before_trying_again(xapi, caplog) -> 
 
 
 def test_one_warning_per_failure_episode(xapi, caplog) -> None:
-    src = names.XapiNames(xapi.url, "root", "secret", retry_s=0)
+    src = xapi_mod.XapiNames(xapi.url, "root", "secret", retry_s=0)
     xapi.users["root"] = "rotated"
     for _ in range(3):
         assert src.lookup([WEB]) == {}
@@ -308,13 +309,13 @@ def test_one_warning_per_failure_episode(xapi, caplog) -> None:
 
 
 def test_unreachable_xapi_is_skipped() -> None:
-    src = names.XapiNames("http://127.0.0.1:9", "u", "p")
+    src = xapi_mod.XapiNames("http://127.0.0.1:9", "u", "p")
     lab = names.StaticNames({"a": "VM-A"})
     assert names.resolve_names([src, lab], ["a", "b"]) == {"a": ("VM-A", "lab")}
 
 
 def test_nothing_listening(caplog) -> None:
-    src = names.XapiNames(f"http://127.0.0.1:{free_port()}", "root", "secret", timeout=TIMEOUT)
+    src = xapi_mod.XapiNames(f"http://127.0.0.1:{free_port()}", "root", "secret", timeout=TIMEOUT)
     started = time.monotonic()
     assert src.lookup([WEB]) == {}
     assert time.monotonic() - started < TIMEOUT
@@ -323,7 +324,7 @@ def test_nothing_listening(caplog) -> None:
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_hung_xapi_lookup_returns_within_the_timeout(hung, caplog, scheme) -> None:
-    src = names.XapiNames(hung.url(scheme), "root", "secret", timeout=TIMEOUT)
+    src = xapi_mod.XapiNames(hung.url(scheme), "root", "secret", timeout=TIMEOUT)
     started = time.monotonic()
     assert src.lookup([WEB]) == {}
     elapsed = time.monotonic() - started
@@ -335,7 +336,7 @@ def test_hung_xapi_lookup_returns_within_the_timeout(hung, caplog, scheme) -> No
 
 
 def test_xapi_hanging_after_login_keeps_the_session(xapi, caplog) -> None:
-    src = names.XapiNames(xapi.url, "root", "secret", timeout=TIMEOUT, retry_s=0)
+    src = xapi_mod.XapiNames(xapi.url, "root", "secret", timeout=TIMEOUT, retry_s=0)
     assert src.lookup([WEB]) == {WEB: "web-01"}
     xapi.hang.set()
     started = time.monotonic()
@@ -349,7 +350,7 @@ def test_xapi_hanging_after_login_keeps_the_session(xapi, caplog) -> None:
 
 
 def test_concurrent_lookups_do_not_queue_behind_a_hung_xapi(hung) -> None:
-    src = names.XapiNames(hung.url(), "root", "secret", timeout=TIMEOUT)
+    src = xapi_mod.XapiNames(hung.url(), "root", "secret", timeout=TIMEOUT)
     took: list[float] = []
 
     def one() -> None:
@@ -367,7 +368,7 @@ def test_concurrent_lookups_do_not_queue_behind_a_hung_xapi(hung) -> None:
 
 def test_hung_xapi_does_not_stall_inventory(hung) -> None:
     """The next source still names the VM, and the whole resolution takes about the timeout."""
-    src = names.XapiNames(hung.url(), "root", "secret", timeout=TIMEOUT)
+    src = xapi_mod.XapiNames(hung.url(), "root", "secret", timeout=TIMEOUT)
     lab = names.StaticNames({WEB: "lab-web"})
     started = time.monotonic()
     got = names.resolve_vms([src, lab], {WEB: (), DB: ()})

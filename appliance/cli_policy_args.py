@@ -1,0 +1,150 @@
+"""The policy commands' parser: ``plan | apply | verify | export | commit | rollback | agent | vif | qos | mirror``.
+
+Apart from :mod:`appliance.cli_policy` (the commands) so that building
+``hvnet``'s parser loads no policy code: a command's module is imported when
+it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .cli_common import lazy
+from .host import DEFAULT_POLICY_FILE as DEFAULT_POLICY
+
+
+def _commit_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 5 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be 5..86400 seconds, not {value:g}")
+    return value
+
+
+def _vlan_arg(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"VLAN tag must be an integer 0..4094, not {text!r}") from None
+
+
+def register(sub: Any) -> None:
+    """Add the policy commands to the top-level subparsers."""
+
+    def common(p: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if dry_run:
+            p.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
+
+    def policing(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--policing", choices=("auto", "tc", "meter"), help="force the ingress policing mechanism (default: auto)"
+        )
+
+    p = sub.add_parser("plan", help="show what applying a policy would change (before -> after); changes nothing")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
+    common(p, dry_run=False)
+    policing(p)
+    p.set_defaults(func=lazy("cli_policy", "cmd_plan"))
+
+    a = sub.add_parser("apply", help="apply a policy: one transaction, meters, verified, audited")
+    a.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
+    common(a)
+    policing(a)
+    a.add_argument("--no-verify", action="store_true", help="skip the post-apply check of ovs-vswitchd's state")
+    a.add_argument("--no-wait", action="store_true", help="do not wait for ovs-vswitchd (implies --no-verify)")
+    a.add_argument(
+        "--no-commit", action="store_true", help="roll back automatically unless 'hvnet commit' comes in time"
+    )
+    a.add_argument(
+        "--timeout", dest="commit_timeout", type=_commit_timeout, default=60.0, metavar="S",
+        help="with --no-commit: seconds before the automatic rollback (default 60)",
+    )  # fmt: skip
+    a.set_defaults(func=lazy("cli_policy", "cmd_apply"))
+
+    v = sub.add_parser("verify", help="report drift between the switch and a policy (exit 1 on drift)")
+    v.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
+    common(v, dry_run=False)
+    policing(v)
+    v.set_defaults(func=lazy("cli_policy", "cmd_verify"))
+
+    e = sub.add_parser("export", help="write the current VIF and mirror settings as a policy file")
+    e.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    e.add_argument("--by", choices=("mac", "port"), default="mac", help="select VIFs by VM MAC (default) or port")
+    e.add_argument("--json", action="store_true", help="the policy as JSON")
+    e.set_defaults(func=lazy("cli_policy", "cmd_export"))
+
+    c = sub.add_parser("commit", help="keep a change applied with --no-commit")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=lazy("cli_policy", "cmd_commit"))
+
+    r = sub.add_parser("rollback", help="undo the pending --no-commit change, else the last apply")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.add_argument("--pending", help=argparse.SUPPRESS)
+    r.add_argument("--at", help=argparse.SUPPRESS)
+    r.set_defaults(func=lazy("cli_policy", "cmd_rollback"))
+
+    ag = sub.add_parser("agent", help="keep the policy in force as VIFs come and go (foreground)")
+    ag.add_argument("--policy", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
+    policing(ag)
+    ag.add_argument("--tick", type=float, default=2.0, help=argparse.SUPPRESS)
+    ag.set_defaults(func=lazy("cli_policy", "cmd_agent"))
+
+    vif = sub.add_parser("vif", help="set a VIF's VLAN (mode, tag, trunks)")
+    vsub = vif.add_subparsers(dest="vif_command", metavar="ACTION", required=True, parser_class=type(vif))
+    vs = vsub.add_parser("set", help="set VLAN mode/tag/trunks of one VIF (port, vm:NAME, mac:MAC)")
+    vs.add_argument("vif", metavar="VIF")
+    vs.add_argument("--tag", type=_vlan_arg, metavar="N", help="VLAN tag 0..4094 (access or native VLAN)")
+    vs.add_argument("--trunks", metavar="LIST", help="trunked VLANs, e.g. 10,20-30, or 'all'")
+    vs.add_argument("--vlan-mode", choices=("access", "trunk", "native-tagged", "native-untagged"))
+    common(vs)
+    vs.set_defaults(func=lazy("cli_policy", "cmd_vif_set"))
+
+    q = sub.add_parser("qos", help="ingress policing and egress shaping of a VIF")
+    qsub = q.add_subparsers(dest="qos_command", metavar="ACTION", required=True, parser_class=type(q))
+    qs = qsub.add_parser("set", help="set ingress policing and/or egress shaping (kbit/s, kbit)")
+    qs.add_argument("vif", metavar="VIF")
+    qs.add_argument("--ingress-rate", metavar="KBPS", help="what the VM may send, kbit/s (or '10mbit')")
+    qs.add_argument("--ingress-burst", metavar="KB", help="policing burst in kbit (default 80%% of the rate)")
+    qs.add_argument("--egress-rate", metavar="KBPS", help="what the VM may receive, kbit/s")
+    qs.add_argument("--egress-burst", metavar="KB", help="shaping burst in kbit")
+    qs.add_argument("--mechanism", choices=("auto", "tc", "meter"), default="auto", help="policing mechanism")
+    common(qs)
+    qs.set_defaults(func=lazy("cli_policy", "cmd_qos_set"))
+    qc = qsub.add_parser("clear", help="remove ingress policing and egress shaping from a VIF")
+    qc.add_argument("vif", metavar="VIF")
+    common(qc)
+    qc.set_defaults(func=lazy("cli_policy", "cmd_qos_clear"))
+
+    m = sub.add_parser("mirror", help="port mirrors: add, del, list (with statistics)")
+    msub = m.add_subparsers(dest="mirror_command", metavar="ACTION", required=True, parser_class=type(m))
+    ma = msub.add_parser("add", help="add a mirror")
+    ma.add_argument("name", metavar="NAME")
+    ma.add_argument("--bridge", required=True, metavar="BR")
+    ma.add_argument("--src", nargs="+", metavar="VIF", help="mirror what these ports receive from their VMs")
+    ma.add_argument("--dst", nargs="+", metavar="VIF", help="mirror what these ports send to their VMs")
+    ma.add_argument("--vlan", metavar="LIST", help="only these VLANs, e.g. 10,20-30")
+    ma.add_argument("--all", action="store_true", help="select every port")
+    ma.add_argument("--output-port", metavar="PORT")
+    ma.add_argument("--output-vlan", type=_vlan_arg, metavar="N", help="RSPAN VLAN")
+    ma.add_argument("--output-gre", metavar="IP", help="remote collector over GRE (hvnet creates the tunnel port)")
+    ma.add_argument("--output-erspan", metavar="IP", help="remote collector over ERSPAN v1")
+    ma.add_argument("--key", type=int, metavar="K", help="tunnel key for GRE/ERSPAN")
+    ma.add_argument("--snaplen", type=int, metavar="BYTES", help="keep only the first BYTES of each copy")
+    ma.add_argument("--filter", metavar="MATCH", help="OpenFlow match to filter copies (where OVS supports it)")
+    ma.add_argument(
+        "--allow-isolation-exception", action="store_true", help="allow a VM's interface as the output port"
+    )
+    common(ma)
+    ma.set_defaults(func=lazy("cli_policy", "cmd_mirror_add"))
+    md = msub.add_parser("del", help="delete a mirror (and the tunnel port hvnet made for it)")
+    md.add_argument("name", metavar="NAME")
+    md.add_argument("--bridge", metavar="BR")
+    common(md)
+    md.set_defaults(func=lazy("cli_policy", "cmd_mirror_del"))
+    ml = msub.add_parser("list", help="list mirrors with their statistics")
+    ml.add_argument("--json", action="store_true", help="machine-readable output")
+    ml.set_defaults(func=lazy("cli_policy", "cmd_mirror_list"))
