@@ -15,13 +15,15 @@ from .. import inventory
 from ..errors import UsageError
 from ..guests import GuestSource
 from ..host import Host
-from ..isolation import check
+from ..isolation import check, model
 from ..isolation import scenario as scenario_mod
 from ..isolation.check import CheckResult
 from ..isolation.scenario import Scenario
 from ..ovsdb import Connection
 
 METHODS = check.METHODS
+
+__all__ = ["METHODS", "CheckResult", "Scenario", "load_scenario", "methods_of", "model", "run_check"]
 
 
 def load_scenario(file: str) -> Scenario:

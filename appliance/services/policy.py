@@ -43,7 +43,30 @@ from ..policy import (
     require_one,
 )
 from ..policy import export as exp
+from ..policy.engine import Enforcement
+from ..policy.fields import FieldError
+from ..policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
+from ..policy.planner import describe_mirror
 from ..policy.state import State
+
+# What front ends show and build, named here so that they depend on this module
+# and not on the engine's inside.
+__all__ = [
+    "MODES",
+    "ApplyResult",
+    "Enforcement",
+    "FieldError",
+    "MirrorRule",
+    "Plan",
+    "Policy",
+    "PolicyEngine",
+    "State",
+    "VifForm",
+    "VifRule",
+    "describe_mirror",
+    "mirror_rule",
+    "vif_form_rule",
+]
 
 WATCHER_LOG = "rollback-watcher.log"
 

@@ -20,15 +20,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from appliance.api import LiveInventory
 from appliance.errors import HvnetError
 from appliance.frontdoor import build_host
 from appliance.host import Host
-from appliance.inventory import Inventory
 from appliance.ovsdb import Connection
-from appliance.policy import ApplyResult, Plan, Policy, PolicyEngine, State, VifRule
-from appliance.policy.engine import Enforcement
 from appliance.services import policy as svc
+from appliance.services.inventory import Inventory, LiveInventory
+from appliance.services.policy import ApplyResult, Enforcement, Plan, Policy, PolicyEngine, State, VifRule
 
 log = logging.getLogger("hvnet.tui")
 

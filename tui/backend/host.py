@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import psutil
 
-from appliance.inventory import Inventory
 from appliance.runner import CommandRunner
+from appliance.services.inventory import Inventory
 
 from . import Backend
 

@@ -16,10 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance.isolation import model
-from appliance.isolation.check import CheckResult
-from appliance.isolation.scenario import Scenario
 from appliance.services import isolation
+from appliance.services.isolation import CheckResult, Scenario, model
 
 if TYPE_CHECKING:
     from . import Backend

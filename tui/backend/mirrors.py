@@ -14,13 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from appliance import render
-from appliance.policy import Plan, State
-from appliance.policy.engine import ApplyResult
-from appliance.policy.fields import FieldError
-from appliance.policy.intents import mirror_rule
-from appliance.policy.model import MirrorRule
-from appliance.policy.planner import describe_mirror
 from appliance.services import policy as svc
+from appliance.services.policy import ApplyResult, FieldError, MirrorRule, Plan, State, describe_mirror, mirror_rule
 
 if TYPE_CHECKING:
     from . import Backend

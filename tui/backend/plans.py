@@ -7,8 +7,7 @@ One wording for every dialog, with a text marker on each outcome (``✓``,
 from __future__ import annotations
 
 from appliance.errors import ConfigError, HvnetError
-from appliance.policy import ApplyResult, Plan
-from appliance.services.policy import Pending
+from appliance.services.policy import ApplyResult, Pending, Plan
 
 
 def plan_lines(plan: Plan, *, by_target: bool = False) -> list[str]:

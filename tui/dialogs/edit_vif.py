@@ -23,10 +23,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.errors import ConfigError, HvnetError
-from appliance.inventory import Vif
-from appliance.policy import ApplyResult, Plan, Policy, State, VifRule
-from appliance.policy.intents import MODES, VifForm, vif_form_rule
-from appliance.services.policy import Pending
+from appliance.services.inventory import Vif
+from appliance.services.policy import MODES, ApplyResult, Pending, Plan, Policy, State, VifForm, VifRule, vif_form_rule
 
 from ..backend.plans import pending_line, plan_lines, result_lines
 from ..widgets.banner import ConnectionBanner

@@ -21,8 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, SelectionList, Static
 
 from appliance.errors import HvnetError
-from appliance.policy.model import MirrorRule
-from appliance.services.policy import Pending
+from appliance.services.policy import MirrorRule, Pending
 
 from ..backend import mirrors as mb
 from ..backend.plans import plan_lines, refusal_lines, result_lines

@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Select, Static
 
 from appliance.errors import HvnetError
-from appliance.isolation.check import CheckResult
+from appliance.services.isolation import CheckResult
 
 from ..backend import isolation as iso
 from ..widgets.banner import ConnectionBanner

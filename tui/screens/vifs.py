@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from appliance.inventory import Inventory, Vif, filter_vifs
+from appliance.services.inventory import Inventory, Vif, filter_vifs
 
 from ..widgets.banner import ConnectionBanner
 from ..widgets.spark import WIDTH as SPARK_WIDTH

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from appliance.isolation.check import CheckResult
+from appliance.services.isolation import CheckResult
 
 from ..backend import isolation as iso
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from appliance import render
-from appliance.inventory import Vif
+from appliance.services.inventory import Vif
 
 from .keyed_table import KeyedTable
 from .spark import sparkline

@@ -1,0 +1,22 @@
+"""Inventory verbs: what is on the switch, once or live with rates.
+
+The console and ``hvnet status`` read the switch through here: a live
+inventory on the front end's connection (rates between refreshes), or one
+consistent read without a replica for one-shot verbs.
+"""
+
+from __future__ import annotations
+
+from ..api import LiveInventory, connect, read_inventory, read_inventory_once
+from ..inventory import Inventory, MirrorInfo, Vif, filter_vifs
+
+__all__ = [
+    "Inventory",
+    "LiveInventory",
+    "MirrorInfo",
+    "Vif",
+    "connect",
+    "filter_vifs",
+    "read_inventory",
+    "read_inventory_once",
+]
