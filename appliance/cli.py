@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, api, cli_policy_args, cli_suite, render
+from . import __version__, cli_policy_args, cli_suite, render
 from .cli_common import lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
 from .frontdoor import build_host, host_of
-from .inventory import Inventory, Vif
+from .services import inventory
+from .services.inventory import Inventory, Vif
 from .topology import DEFAULT_TOPOLOGY
 
 log = logging.getLogger("hvnet")
@@ -97,7 +98,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     if with_rates and any(v.rates is None for v in vifs):
         notes.append(
             "note: '-' rates: no kernel counters for that interface and OVSDB statistics refresh every "
-            f"{api.OVSDB_STATS_INTERVAL_S:g} s; use --rates {api.OVSDB_STATS_INTERVAL_S:g} or more"
+            f"{inventory.OVSDB_STATS_INTERVAL_S:g} s; use --rates {inventory.OVSDB_STATS_INTERVAL_S:g} or more"
         )
     for m in inv.mirrors:
         out = m.output_port or (f"VLAN {m.output_vlan}" if m.output_vlan is not None else "?")
@@ -112,13 +113,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     host = host_of(args)
     if args.rates:
         with _connect(args) as conn:
-            live = api.LiveInventory(conn, host)
+            live = inventory.LiveInventory(conn, host)
             live.refresh()
             time.sleep(args.rates)
             conn.run_once()
             inv = live.refresh()
     else:
-        inv = api.read_inventory_once(host, timeout=args.timeout)
+        inv = inventory.read_inventory_once(host, timeout=args.timeout)
     if args.bridge:
         if not any(b.name == args.bridge for b in inv.bridges):
             raise HvnetError(
@@ -172,7 +173,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def _connect(args: argparse.Namespace, columns: dict[str, list[str]] | None = None) -> Any:
-    conn = api.connect(host_of(args), timeout=args.timeout, columns=columns)
+    conn = inventory.connect(host_of(args), timeout=args.timeout, columns=columns)
     log.debug("connected to %s", conn.target.describe())
     return conn
 

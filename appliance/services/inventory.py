@@ -7,10 +7,11 @@ consistent read without a replica for one-shot verbs.
 
 from __future__ import annotations
 
-from ..api import LiveInventory, connect, read_inventory, read_inventory_once
+from ..api import OVSDB_STATS_INTERVAL_S, LiveInventory, connect, read_inventory, read_inventory_once
 from ..inventory import Inventory, MirrorInfo, Vif, filter_vifs
 
 __all__ = [
+    "OVSDB_STATS_INTERVAL_S",
     "Inventory",
     "LiveInventory",
     "MirrorInfo",
