@@ -9,6 +9,7 @@ exceptions) or an explicit ``matrix`` of who hears whom (row hears column).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from ..errors import ConfigError, Problem
 from ..topology import Topology
 from ..topology import load as load_topology
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TOP = {"name", "description", "topology", "guests", "vlans", "mirrors", "probes_per_target", "expect"}
 _VLAN_KEYS = {"tag", "trunks", "vlan_mode"}
 _MIRROR_KEYS = {"name", "select_src", "select_dst", "select_all", "select_vlans", "output"}
@@ -97,10 +99,12 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         raise ConfigError([doc.problem((), "a scenario is a mapping with 'topology' and 'expect'")])
     problems.unknown_keys(data, (), _TOP)
 
-    name = data.get("name", Path(doc.file).stem)
-    if not isinstance(name, str) or not name:
-        problems.bad(("name",), "must be a non-empty string")
-        name = Path(doc.file).stem
+    default = re.sub(r"[^A-Za-z0-9._-]", "-", Path(doc.file).stem).lstrip("._-")[:64] or "scenario"
+    name = data.get("name", default)
+    if not isinstance(name, str) or not _NAME.match(name):
+        # The name becomes part of the captures' directory: it must never be a path.
+        problems.bad(("name",), "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        name = "scenario"
     topology = _topology(doc, data.get("topology"), problems.items)
     known = {g.name for g in topology.guests}
 

@@ -9,6 +9,7 @@ from appliance.isolation import scenario
 
 VLAN_TESTS = Path(__file__).resolve().parents[2] / "vlan-tests"
 SHIPPED = sorted(VLAN_TESTS.glob("*.yaml"))
+TOPOLOGY = VLAN_TESTS / "topologies" / "seed-2010.yaml"
 
 
 def test_the_required_scenarios_are_shipped() -> None:
@@ -85,3 +86,18 @@ def test_unknown_topology(tmp_path) -> None:
     f.write_text("topology: nowhere.yaml\nexpect: derive\n")
     with pytest.raises(ConfigError, match=r"s\.yaml:1: topology: topology nowhere\.yaml is invalid"):
         scenario.load(f)
+
+
+@pytest.mark.parametrize("name", ["../../../../tmp/x", "a/b", "", ".hidden", "x" * 65, "sp ace"])
+def test_a_scenario_name_never_becomes_a_path(tmp_path, name) -> None:
+    """The name is part of the captures' directory (issue: ``../../tmp/x`` wrote pcaps outside it)."""
+    f = tmp_path / "sc.yaml"
+    f.write_text(f"name: {name!r}\ntopology: {TOPOLOGY}\nexpect: derive\n")
+    with pytest.raises(ConfigError, match="name: must be 1-64 letters"):
+        scenario.load(f)
+
+
+def test_an_unnamed_scenario_is_named_after_its_file_safely(tmp_path) -> None:
+    f = tmp_path / "my scenario (v2).yaml"
+    f.write_text(f"topology: {TOPOLOGY}\nexpect: derive\n")
+    assert scenario.load(f).name == "my-scenario--v2-"
