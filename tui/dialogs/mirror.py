@@ -90,7 +90,7 @@ class MirrorDialog(ModalScreen[str | None]):
                     yield Select(kinds, value="port", allow_blank=False, id="output-kind", compact=True)
                     yield Select([], prompt="output port", id="output-port", compact=True)
                     yield Input(id="output-value", compact=True)
-                yield Static("", id="error-output", classes="error")
+                yield Static("", id="error-output", classes="error", markup=False)
                 yield from self._row(
                     "Tunnel key", Input(placeholder="GRE/ERSPAN key (optional)", id="key", compact=True, disabled=True)
                 )
@@ -112,7 +112,7 @@ class MirrorDialog(ModalScreen[str | None]):
         with Horizontal(classes="row"):
             yield Label(label, classes="label")
             yield widget
-        yield Static("", id=f"error-{widget.id}", classes="error")
+        yield Static("", id=f"error-{widget.id}", classes="error", markup=False)
 
     # -- loading -----------------------------------------------------------------
 

@@ -106,7 +106,7 @@ class HostScreen(Screen[None]):
         with VerticalScroll(id="host"):
             for key in self.SECTIONS:
                 yield Static(self.TITLES[key], classes="heading")
-                yield Static("...", id=f"host-{key}", classes="section")
+                yield Static("...", id=f"host-{key}", classes="section", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -88,13 +88,13 @@ class IsolationScreen(Screen[None]):
             )
             yield Input(value=_shown(seed) if seed else "", placeholder="scenario file (YAML)", id="path")
             yield Select([(m, m) for m in iso.METHOD_CHOICES], value="both", allow_blank=False, id="method")
-        yield Static("choose a scenario and a method, then r to run", id="status")
+        yield Static("choose a scenario and a method, then r to run", id="status", markup=False)
         with Horizontal(id="matrices"):
             for method in ("traffic", "trace"):
                 with Vertical(id=f"col-{method}", classes="matrix-col"):
                     yield Static(f"{method} (row sends, column hears)", classes="matrix-title")
                     yield MatrixTable(method, id=f"matrix-{method}")
-        yield Static("", id="evidence")
+        yield Static("", id="evidence", markup=False)
         yield Static(self._legend(), id="legend")
         yield Footer()
 

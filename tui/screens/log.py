@@ -116,7 +116,7 @@ class LogScreen(Screen[None]):
         with Vertical(id="audit-pane", classes="pane"):
             yield Static("audit log (newest at the bottom)", id="audit-title", classes="pane-title")
             yield DataTable(id="audit", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="audit-detail")
+            yield Static("", id="audit-detail", markup=False)
         with Vertical(id="messages-pane", classes="pane"):
             yield Static("hvnet messages", id="messages-title", classes="pane-title")
             yield DataTable(id="messages", cursor_type="row", zebra_stripes=True)

@@ -51,7 +51,7 @@ class MirrorsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("reading mirrors...", id="mirrors-line")
+        yield Static("reading mirrors...", id="mirrors-line", markup=False)
         yield ConnectionBanner()
         yield MirrorTable(id="mirrors", cursor_type="row", zebra_stripes=True)
         yield Static("", id="mirrors-status", markup=False)

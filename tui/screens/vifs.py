@@ -74,7 +74,7 @@ class VifsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield ConnectionBanner()
-        yield Static("connecting...", id="host-line")
+        yield Static("connecting...", id="host-line", markup=False)
         yield Input(placeholder="filter: VM name, port, MAC, uuid", id="filter")
         yield VifTable(id="vifs")
         yield Footer()
