@@ -26,7 +26,7 @@ from appliance.host import Host
 from appliance.ovsdb import Connection
 from appliance.services import policy as svc
 from appliance.services.inventory import Inventory, LiveInventory
-from appliance.services.policy import ApplyResult, Enforcement, Plan, Policy, PolicyEngine, State, VifRule
+from appliance.services.policy import ApplyResult, Enforcement, Plan, Policy, PolicyEngine, State
 
 log = logging.getLogger("hvnet.tui")
 
@@ -157,10 +157,6 @@ class Backend:
         level = logging.INFO if result.ok else logging.WARNING
         self.note(f"{what}: {result.status} in {time.monotonic() - started:.1f} s", level)
         return result
-
-    def edit_vif(self, rule: VifRule, what: str, *, confirm_within: float | None = None) -> ApplyResult:
-        """Apply one VIF's VLAN, ingress and egress rule (the Edit VIF dialog)."""
-        return self.run_apply(what, lambda: svc.edit_vif(self.engine, rule, confirm_within=confirm_within))
 
     def pending(self) -> svc.Pending | None:
         """The change waiting to be confirmed on this switch (made here or by ``hvnet apply --no-commit``)."""

@@ -12,6 +12,7 @@ operator keeps it (ctrl+o, here or anywhere in the console).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from textual import on, work
@@ -23,6 +24,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.errors import ConfigError, HvnetError
+from appliance.services import policy as svc
 from appliance.services.inventory import Vif
 from appliance.services.policy import MODES, ApplyResult, Pending, Plan, Policy, State, VifForm, VifRule, vif_form_rule
 
@@ -271,7 +273,9 @@ class EditVifDialog(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="edit-apply")
     def apply_it(self, rule: VifRule, confirm_within: float | None) -> None:
         try:
-            result = self.backend.edit_vif(rule, f"edit {self.port}", confirm_within=confirm_within)
+            # The service verb itself; the backend only refuses while disconnected and notes the outcome.
+            edit = partial(svc.edit_vif, self.backend.engine, rule, confirm_within=confirm_within)
+            result = self.backend.run_apply(f"edit {self.port}", edit)
             pending = self.backend.pending() if confirm_within is not None and result.record_id else None
             self.post_message(Applied(result, None, pending if pending and pending.id == result.record_id else None))
         except ConfigError as exc:
