@@ -125,11 +125,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if args.json:
-        render.print_json({"run": str(out_dir), "state": doc["state"], "steps": len(doc["steps"])})
+        render.print_json({"run": str(out_dir), "state": doc.state, "steps": len(doc.steps)})
     else:
         print(report.text(doc))
         print(f"\nrun directory: {out_dir}  (hvnet suite report {out_dir})")
-    return EXIT_OK if doc["state"] == "complete" else EXIT_FAILED
+    return EXIT_OK if doc.state == "complete" else EXIT_FAILED
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -137,7 +137,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     doc = results.load(args.run)
     if args.json:
-        render.print_json(doc)
+        render.print_json(doc.to_json())
         return EXIT_OK
     print(report.text(doc))
     if not args.no_plots:

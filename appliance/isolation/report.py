@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
 from .. import render
 from . import model
-from .check import CheckResult
+from .check import CheckResult, Evidence, MethodResult
 
 WORD = {model.YES: "Yes", model.NO: "No", model.EXCEPTION: "Yes*", model.UNKNOWN: "?"}
 VERDICT = {
@@ -115,3 +115,45 @@ def to_json(result: CheckResult) -> dict[str, Any]:
             "stats": mr.stats,
         }
     return out
+
+
+def from_json(doc: dict[str, Any]) -> CheckResult:
+    """A saved result (``hvnet isolation check --json``) back as the check returned it.
+
+    So a result can be printed, compared or re-judged later without re-running the
+    check.  The saved verdicts and exit code are not read back: they follow from the
+    expected and observed cells, and :class:`CheckResult` derives them again, so
+    ``to_json(from_json(doc)) == doc`` for any result this hvnet wrote.  Raises
+    ``KeyError``/``TypeError``/``ValueError`` on a document that is not one.
+    """
+    expected = model.Expected(
+        guests=list(doc["guests"]),
+        cells=_cells(doc["expected"], "value"),
+        exceptions={(e["listener"], e["sender"]): list(e["mirrors"]) for e in doc["exceptions"]},
+    )
+    methods = {name: _method(name, m) for name, m in doc["methods"].items()}
+    return CheckResult(
+        scenario=doc["scenario"],
+        guests=list(doc["guests"]),
+        expected=expected,
+        methods=methods,
+        out_dir=doc["out_dir"],
+        duration_s=doc["duration_s"],
+    )
+
+
+def _cells(items: list[dict[str, Any]], key: str) -> dict[tuple[str, str], Any]:
+    return {(c["listener"], c["sender"]): c[key] for c in items}
+
+
+def _method(name: str, m: dict[str, Any]) -> MethodResult:
+    evidence_keys = [f.name for f in fields(Evidence)]
+    return MethodResult(
+        method=name,
+        cells=_cells(m["observed"], "value"),
+        reasons=_cells(m["unknown_reasons"], "value"),
+        evidence={(e["listener"], e["sender"]): Evidence(**{k: e[k] for k in evidence_keys}) for e in m["evidence"]},
+        replies={(r["sender"], r["replier"]): r["reply_seen"] for r in m["replies"]},
+        error=m["error"],
+        stats=m["stats"],
+    )

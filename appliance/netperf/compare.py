@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from . import aggregate, stats
+from .records import SuiteResult
 
 FIGURES = (("sum", "higher"), ("latency_mean_us", "lower"))
 
@@ -74,30 +75,29 @@ class Result:
         }
 
 
-def compare(base: dict[str, Any], new: dict[str, Any], *, threshold_pct: float = 5.0, alpha: float = 0.05) -> Result:
+def compare(base: SuiteResult, new: SuiteResult, *, threshold_pct: float = 5.0, alpha: float = 0.05) -> Result:
     out = Result(threshold_pct)
-    bm, nm = base["meta"], new["meta"]
-    if bm["suite"]["sha256"] != nm["suite"]["sha256"]:
+    bs_, ns_ = base.meta.suite, new.meta.suite
+    if bs_.sha256 != ns_.sha256:
         out.warnings.append(
-            f"the runs used different suite files ({bm['suite']['name']} {bm['suite']['sha256'][:12]} "
-            f"vs {nm['suite']['name']} {nm['suite']['sha256'][:12]}): only matching steps compared"
+            f"the runs used different suite files ({bs_.name} {bs_.sha256[:12]} "
+            f"vs {ns_.name} {ns_.sha256[:12]}): only matching steps compared"
         )
     for doc, name in ((base, "base"), (new, "new")):
-        if doc.get("partial"):
-            out.warnings.append(f"the {name} run is partial ({doc.get('partial_reason', 'incomplete')})")
+        if doc.partial:
+            reason = "incomplete" if doc.partial_reason is None else doc.partial_reason
+            out.warnings.append(f"the {name} run is partial ({reason})")
     # a step with no finished repetition (a run stopped early) was not run: not a "no result"
-    b_steps = {s["key"]: s for s in base["steps"] if s.get("repetitions")}
-    n_steps = {s["key"]: s for s in new["steps"] if s.get("repetitions")}
+    b_steps = {s.key: s for s in base.steps if s.repetitions}
+    n_steps = {s.key: s for s in new.steps if s.repetitions}
     out.only_base = [k for k in b_steps if k not in n_steps]
     out.only_new = [k for k in n_steps if k not in b_steps]
     for key, bs in b_steps.items():
         ns = n_steps.get(key)
         if ns is None:
             continue
-        if (bs.get("duration"), bs.get("message_size")) != (ns.get("duration"), ns.get("message_size")):
-            out.warnings.append(
-                f"{key}: the runs used different durations ({bs.get('duration')} s vs {ns.get('duration')} s)"
-            )
+        if (bs.duration, bs.message_size) != (ns.duration, ns.message_size):
+            out.warnings.append(f"{key}: the runs used different durations ({bs.duration} s vs {ns.duration} s)")
         for figure, better in FIGURES:
             bv, nv = aggregate.values_for(bs, figure), aggregate.values_for(ns, figure)
             if not bv:

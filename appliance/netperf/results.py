@@ -1,6 +1,7 @@
 """A run directory: raw netperf outputs, ``results.json`` (versioned) and ``results.csv``.
 
-Everything a report, a plot or a comparison needs is in ``results.json``,
+Everything a report, a plot or a comparison needs is in ``results.json``
+(read and written as :class:`.records.SuiteResult`),
 so they are regenerated without re-running.  The file is rewritten after
 every step (atomically), so an interrupted run leaves a readable partial
 result, marked ``"partial": true`` with the reason.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HvnetError, UsageError
+from .records import RepetitionResult, StepResult, SuiteResult
 
 SCHEMA = "hvnet.netperf.results"
 SCHEMA_VERSION = 1
@@ -26,10 +28,10 @@ class NotARun(UsageError):
     """A directory that holds no hvnet run."""
 
 
-def write(run_dir: Path, doc: dict[str, Any]) -> None:
+def write(run_dir: Path, doc: SuiteResult) -> None:
     """Save ``results.json`` and ``results.csv`` atomically (a reader never sees half a file)."""
     tmp = run_dir / f".{RESULTS}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    tmp.write_text(json.dumps(doc.to_json(), indent=1, sort_keys=False) + "\n")
     os.replace(tmp, run_dir / RESULTS)
     tmp_csv = run_dir / f".{CSV}.{os.getpid()}.tmp"
     with open(tmp_csv, "w", newline="") as fh:
@@ -69,34 +71,39 @@ CSV_COLUMNS = (
 )
 
 
-def write_csv(fh: Any, doc: dict[str, Any]) -> None:
+CPU_COLUMNS = ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
+
+
+def write_csv(fh: Any, doc: SuiteResult) -> None:
     """One row per step repetition: the figures a spreadsheet wants, units in their own column."""
     w = csv.writer(fh)
     w.writerow(CSV_COLUMNS)
-    for step in doc.get("steps", []):
-        for rep in step.get("repetitions", []):
-            agg, cpu = rep.get("aggregate", {}), rep.get("cpu", {})
-            row = {
-                "step": step["key"],
-                "test": step["test"],
-                "type": step["type"],
-                "case": step["case"],
-                "message_size": step.get("message_size"),
-                "concurrency": step["concurrency"],
-                "repetition": rep["repetition"],
-                "units": step["units"],
-                "start_spread_ms": rep.get("start_spread_ms"),
-                "lost_reasons": "; ".join(f"{n}x {r}" for r, n in agg.get("lost_reasons", {}).items()),
-                **{k: agg.get(k) for k in CSV_COLUMNS if k in agg and k != "lost_reasons"},
-                **{
-                    k: cpu.get(k)
-                    for k in ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
-                },
-            }
+    for step in doc.steps:
+        for rep in step.repetitions:
+            row = _csv_row(step, rep)
             w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:
+    agg = rep.aggregate
+    row = {c: agg.figure(c) for c in CSV_COLUMNS if c != "lost_reasons"}  # None: not measured, an empty cell
+    row.update({c: rep.cpu.get(c) for c in CPU_COLUMNS})
+    row.update(
+        step=step.key,
+        test=step.test,
+        type=step.type,
+        case=step.case,
+        message_size=step.message_size,
+        concurrency=step.concurrency,
+        repetition=rep.repetition,
+        units=step.units,
+        start_spread_ms=rep.start_spread_ms,
+        lost_reasons="; ".join(f"{n}x {r}" for r, n in agg.lost_reasons.items()),
+    )
+    return row
+
+
+def load(path: str | Path) -> SuiteResult:
     """A run's ``results.json`` (``path`` is the run directory or the file); refuses anything else."""
     p = Path(path)
     f = p / RESULTS if p.is_dir() else p
@@ -110,7 +117,10 @@ def load(path: str | Path) -> dict[str, Any]:
         raise NotARun(f"{f} is not an hvnet run (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
     if doc.get("version") != SCHEMA_VERSION:
         raise NotARun(f"{f}: results version {doc.get('version')!r}; this hvnet reads version {SCHEMA_VERSION}")
-    return doc
+    try:
+        return SuiteResult.from_json(doc)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise NotARun(f"{f} is not a readable hvnet run: {exc}") from None
 
 
 def list_runs(base: Path) -> list[dict[str, Any]]:
@@ -121,15 +131,14 @@ def list_runs(base: Path) -> list[dict[str, Any]]:
             doc = load(f)
         except HvnetError:
             continue
-        meta = doc["meta"]
         out.append(
             {
                 "run": str(f.parent),
-                "suite": meta["suite"]["name"],
-                "started": meta.get("started"),
-                "state": doc["state"],
-                "steps": len(doc["steps"]),
-                "lost": sum(s.get("summary", {}).get("lost", 0) for s in doc["steps"]),
+                "suite": doc.meta.suite.name,
+                "started": doc.meta.started,
+                "state": doc.state,
+                "steps": len(doc.steps),
+                "lost": sum(s.summary.lost for s in doc.steps if s.summary is not None),
             }
         )
     out.sort(key=lambda r: r["started"] or "", reverse=True)

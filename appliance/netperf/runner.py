@@ -3,7 +3,7 @@
 Public API (what ``hvnet suite run`` and the TUI use)::
 
     runner = Runner(suite, host=host, guests=lab, conn=conn, out_dir=path, on_event=callback)
-    doc = runner.run()          # results document, also saved in out_dir
+    doc = runner.run()          # the results (records.SuiteResult), also saved in out_dir
     runner.stop()               # from another thread or a signal handler: stop cleanly
 
 ``on_event`` receives :class:`Event` objects (progress, per-repetition
@@ -41,6 +41,18 @@ from ..policy.openflow import OpenFlow
 from . import aggregate, omni, results
 from .launch import Batch, Endpoint, Netserver, strip_start
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
+from .records import (
+    Aggregate,
+    ClientInfo,
+    Meta,
+    MirrorInfo,
+    Policing,
+    RepetitionResult,
+    ServerInfo,
+    StepResult,
+    SuiteInfo,
+    SuiteResult,
+)
 from .sampler import CpuSampler, interval_for
 from .suite import Case, Step, Suite
 
@@ -59,7 +71,7 @@ class Event:
     step: Optional[Step] = None
     steps_total: int = 0
     repetition: Optional[int] = None
-    aggregate: Optional[dict[str, Any]] = None
+    aggregate: Optional[Aggregate] = None
     elapsed_s: float = 0.0
     eta_s: Optional[float] = None
 
@@ -68,8 +80,8 @@ class Event:
 class _CaseState:
     changes: list[Change] = field(default_factory=list)
     enforcement: list[dict[str, Any]] = field(default_factory=list)
-    policing: Optional[dict[str, Any]] = None
-    mirrors: list[dict[str, Any]] = field(default_factory=list)
+    policing: Optional[Policing] = None
+    mirrors: list[MirrorInfo] = field(default_factory=list)
 
 
 class Runner:
@@ -96,7 +108,7 @@ class Runner:
         self.engine = PolicyEngine(conn, host, command="hvnet suite run")
         self.of = OpenFlow.for_host(host)
         self.netserver: Optional[Netserver] = None
-        self.doc: dict[str, Any] = {}
+        self.doc = SuiteResult()
 
     # -- control -----------------------------------------------------------------
 
@@ -130,7 +142,7 @@ class Runner:
 
     # -- the run ---------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> SuiteResult:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
         client, server, address = self._endpoints()
@@ -151,8 +163,11 @@ class Runner:
             self._start_netserver()
             if self.suite.setup is not None:
                 setup = self._apply(self.suite.setup, "setup")
-            self.doc["meta"]["setup"] = {"enforcement": setup.enforcement, "policing": setup.policing}
-            self.doc["meta"]["policy_snapshot"] = export.to_yaml(self.engine.snapshot())
+            self.doc.meta.setup = {
+                "enforcement": setup.enforcement,
+                "policing": setup.policing.to_json() if setup.policing else None,
+            }
+            self.doc.meta.policy_snapshot = export.to_yaml(self.engine.snapshot())
             self._save()
             for case in self.suite.cases:
                 if self.stopping:
@@ -163,7 +178,7 @@ class Runner:
             self._stop_reason = "interrupted (Ctrl-C)"
             state = "partial"
         except Exception as exc:
-            self.doc["error"] = str(exc) or type(exc).__name__
+            self.doc.error = str(exc) or type(exc).__name__
             raise
         finally:
             try:
@@ -172,13 +187,13 @@ class Runner:
             finally:
                 if self.netserver is not None:
                     self.netserver.stop()
-                self.doc["state"] = state
-                self.doc["partial"] = state != "complete"
+                self.doc.state = state
+                self.doc.partial = state != "complete"
                 if state == "partial":
-                    self.doc["partial_reason"] = self._stop_reason
-                self.doc["meta"]["finished"] = _now()
+                    self.doc.partial_reason = self._stop_reason
+                self.doc.meta.finished = _now()
                 self._save()
-        self._emit("done", f"{state}: {len(self.doc['steps'])} of {len(self.steps)} steps")
+        self._emit("done", f"{state}: {len(self.doc.steps)} of {len(self.steps)} steps")
         return self.doc
 
     def _plan_fragments(self) -> list[str]:
@@ -195,53 +210,38 @@ class Runner:
                 failures.append(f"{label}: {exc}")
         return failures
 
-    def _new_doc(self, pf: Preflight) -> dict[str, Any]:
+    def _new_doc(self, pf: Preflight) -> SuiteResult:
         state = self.engine.snapshot()
         s = self.suite
-        return {
-            "schema": results.SCHEMA,
-            "version": results.SCHEMA_VERSION,
-            "state": "running",
-            "partial": True,
-            "meta": {
-                "hvnet_version": __version__,
-                "host": socket.gethostname(),
-                "kernel": os.uname().release,
-                "ovs_version": state.ovs_version,
-                "datapath_types": sorted({b.datapath_type or "system" for b in state.bridges.values()}),
-                "netperf_version": pf.netperf_version,
-                "suite": {
-                    "name": s.name,
-                    "file": str(Path(s.file).resolve()),
-                    "sha256": s.sha256,
-                    "description": s.description,
-                },
-                "command": sys.argv,
-                "client": {
-                    "guest": self.client.name,
-                    "address": self.client.address,
-                    "vif": self.client.vif,
-                    "runs_in": "qemu" if self.client.in_vm else "netns",
-                },
-                "server": {
-                    "guest": s.server.guest,
-                    "address": self.address,
-                    "port": s.server.port,
-                    "managed": s.server.managed,
-                    "runs_in": None if self.server_ep is None else ("qemu" if self.server_ep.in_vm else "netns"),
-                },
-                "preflight": {"warnings": pf.warnings, "facts": pf.facts},
-                "started": _now(),
-                "warnings": [],
-            },
-            "steps": [],
-        }
+        meta = Meta(
+            hvnet_version=__version__,
+            host=socket.gethostname(),
+            kernel=os.uname().release,
+            ovs_version=state.ovs_version,
+            datapath_types=sorted({b.datapath_type or "system" for b in state.bridges.values()}),
+            netperf_version=pf.netperf_version,
+            suite=SuiteInfo(s.name, str(Path(s.file).resolve()), s.sha256, s.description),
+            command=sys.argv,
+            client=ClientInfo(
+                self.client.name, self.client.address, self.client.vif, "qemu" if self.client.in_vm else "netns"
+            ),
+            server=ServerInfo(
+                s.server.guest,
+                self.address,
+                s.server.port,
+                s.server.managed,
+                None if self.server_ep is None else ("qemu" if self.server_ep.in_vm else "netns"),
+            ),
+            preflight={"warnings": pf.warnings, "facts": pf.facts},
+            started=_now(),
+        )
+        return SuiteResult(results.SCHEMA, results.SCHEMA_VERSION, "running", True, meta)
 
     def _save(self) -> None:
         results.write(self.out_dir, self.doc)
 
     def _warn(self, message: str) -> None:
-        self.doc["meta"]["warnings"].append(message)
+        self.doc.meta.warnings.append(message)
         self._emit("warning", message)
 
     # -- netserver -------------------------------------------------------------------
@@ -256,7 +256,7 @@ class Runner:
                 self.host.runner,
             )
             self.netserver.start()
-            self.doc["meta"]["server"]["netserver_pid"] = self.netserver.pid
+            self.doc.meta.server.netserver_pid = self.netserver.pid
         deadline = time.monotonic() + 5.0
         last = ""
         while time.monotonic() < deadline:
@@ -311,26 +311,14 @@ class Runner:
                 verified = next(
                     (e["verified"] for e in cs.enforcement if e["port"] == port.name and e["kind"] == "ingress"), None
                 )
-                cs.policing = {
-                    "port": port.name,
-                    "rate_kbps": ingress.rate_kbps,
-                    "burst_kbit": ingress.burst_kbit,
-                    "mechanism": ingress.mechanism,
-                    "verified": verified,
-                }
+                cs.policing = Policing(port.name, ingress.rate_kbps, ingress.burst_kbit, ingress.mechanism, verified)
                 if verified is False:
                     self._warn(f"{label}: policing on {port.name} is configured but NOT enforced by this host")
         for rule in policy.mirrors:
             m = snap.mirrors.get((rule.bridge, rule.name))
             if m is not None:
                 cs.mirrors.append(
-                    {
-                        "name": rule.name,
-                        "bridge": rule.bridge,
-                        "output_port": m.cols.output_port,
-                        "src": list(m.cols.src),
-                        "dst": list(m.cols.dst),
-                    }
+                    MirrorInfo(rule.name, rule.bridge, m.cols.output_port, list(m.cols.src), list(m.cols.dst))
                 )
         self._emit("info", f"{label}: policy applied ({len(cs.changes)} change(s))")
         return cs
@@ -341,7 +329,9 @@ class Runner:
             self._warn(f"restore {label}: {w}")
         if not result.ok:
             problem = f"restore {label}: {result.status}: {'; '.join(result.problems) or 'see the audit log'}"
-            self.doc.setdefault("meta", {}).setdefault("restore_problems", []).append(problem)
+            if self.doc.meta.restore_problems is None:
+                self.doc.meta.restore_problems = []
+            self.doc.meta.restore_problems.append(problem)
             self._warn(problem)
             return
         self._emit("info", f"{label}: restored")
@@ -363,27 +353,26 @@ class Runner:
 
     def _run_step(self, step: Step, cs: _CaseState, setup: _CaseState) -> None:
         t = step.test
-        rec: dict[str, Any] = {
-            "key": step.key,
-            "index": step.index,
-            "test": t.name,
-            "type": t.type,
-            "case": step.case.name,
-            "message_size": step.message_size,
-            "request_size": t.request_size,
-            "response_size": t.response_size,
-            "concurrency": step.concurrency,
-            "duration": t.duration,
-            "warmup": t.warmup,
-            "metric": t.metric,
-            "units": t.metric,
-            "confidence": t.confidence.__dict__ if t.confidence else None,
-            "policing": cs.policing or setup.policing,
-            "mirrors": cs.mirrors,
-            "enforcement": cs.enforcement,
-            "repetitions": [],
-        }
-        self.doc["steps"].append(rec)
+        rec = StepResult(
+            key=step.key,
+            index=step.index,
+            test=t.name,
+            type=t.type,
+            case=step.case.name,
+            message_size=step.message_size,
+            request_size=t.request_size,
+            response_size=t.response_size,
+            concurrency=step.concurrency,
+            duration=t.duration,
+            warmup=t.warmup,
+            metric=t.metric,
+            units=t.metric,
+            confidence=t.confidence.__dict__ if t.confidence else None,
+            policing=cs.policing or setup.policing,
+            mirrors=cs.mirrors,
+            enforcement=cs.enforcement,
+        )
+        self.doc.steps.append(rec)
         self._emit("step", f"{step.key}: {step.concurrency} x {t.type} for {t.duration} s", step=step)
         for rep in range(1, t.repetitions + 1):
             if self.stopping:
@@ -393,17 +382,20 @@ class Runner:
             if self.stopping:
                 break
             r = self._batch(step, rep, cs, setup, warmup=False)
+            assert r is not None  # a measured repetition always has a record
             if self.stopping:
                 # cut short by the stop: its instances did not run their course; not a measurement
-                rec.setdefault("interrupted_repetitions", []).append(rep)
+                rec.interrupted_repetitions = [*(rec.interrupted_repetitions or []), rep]
                 break
-            rec["repetitions"].append(r)
-            rec["summary"] = aggregate.summary(rec["repetitions"])
+            rec.repetitions.append(r)
+            rec.summary = aggregate.summary(rec.repetitions)
             self._save()
             self._done_s += t.max_seconds() + t.warmup
-            self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r["aggregate"])
+            self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r.aggregate)
 
-    def _batch(self, step: Step, rep: int, cs: _CaseState, setup: _CaseState, *, warmup: bool) -> dict[str, Any]:
+    def _batch(
+        self, step: Step, rep: int, cs: _CaseState, setup: _CaseState, *, warmup: bool
+    ) -> Optional[RepetitionResult]:
         t = step.test
         seconds = t.warmup if warmup else t.duration
         netperf = self.netperf
@@ -424,7 +416,7 @@ class Runner:
         batch = Batch(argvs, self.client, raw, runner=self.host.runner)
         bridge, ofport = self._client_port() if not warmup else (None, None)
         policing = cs.policing or setup.policing
-        metered = not warmup and policing is not None and policing["mechanism"] == "meter"
+        metered = not warmup and policing is not None and policing.mechanism == "meter"
         before = self._port_counters(bridge) if not warmup else {}
         drops_before = self._meter_drops(bridge, ofport) if metered else None
         sampler: Optional[CpuSampler] = None
@@ -449,7 +441,7 @@ class Runner:
             raise
         cpu = sampler.stop() if not warmup else {}
         if warmup:
-            return {}
+            return None
         after = self._port_counters(bridge)
         drops_after = self._meter_drops(bridge, ofport) if metered else None
         instances = []
@@ -484,28 +476,28 @@ class Runner:
             notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
         if self.netserver is not None and not self.netserver.alive():
             notes.append(f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})")
-        return {
-            "repetition": rep,
-            "started": started,
-            "start_spread_ms": _r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(step.concurrency)])),
-            "wall_s": round(span, 3),
-            "instances": [i.to_json() for i in instances],
-            "aggregate": agg,
-            "cpu": cpu,
-            "counters": _deltas(before, after),
-            "meter_drops": None if drops_before is None or drops_after is None else drops_after - drops_before,
-            "raw": str(raw.relative_to(self.out_dir)),
-            "argv": argvs[0],
-            "notes": notes,
-        }
+        return RepetitionResult(
+            repetition=rep,
+            started=started,
+            start_spread_ms=_r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(step.concurrency)])),
+            wall_s=round(span, 3),
+            instances=[i.to_json() for i in instances],
+            aggregate=agg,
+            cpu=cpu,
+            counters=_deltas(before, after),
+            meter_drops=None if drops_before is None or drops_after is None else drops_after - drops_before,
+            raw=str(raw.relative_to(self.out_dir)),
+            argv=argvs[0],
+            notes=notes,
+        )
 
-    def _notes(self, step: Step, agg: dict[str, Any]) -> list[str]:
+    def _notes(self, step: Step, agg: Aggregate) -> list[str]:
         notes = []
-        ports = self.doc["meta"]["preflight"]["facts"].get("ephemeral_ports", {}).get("count")
+        ports = self.doc.meta.preflight["facts"].get("ephemeral_ports", {}).get("count")
         limit = crr_ceiling(ports, step.test.duration) * step.test.duration if ports else None
-        if step.test.type == "TCP_CRR" and limit and agg.get("transactions", 0) >= CRR_EXHAUSTION_FRACTION * limit:
+        if step.test.type == "TCP_CRR" and limit and (agg.transactions or 0) >= CRR_EXHAUSTION_FRACTION * limit:
             notes.append(
-                f"{agg['transactions']} connections in {step.test.duration} s against {ports} ephemeral ports "
+                f"{agg.transactions} connections in {step.test.duration} s against {ports} ephemeral ports "
                 f"(at most ~{limit:.0f} with TIME_WAIT): "
                 "the rate is probably capped by port exhaustion (TIME_WAIT), not by the switch"
             )
@@ -554,7 +546,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _progress_line(step: Step, rep: int, r: dict[str, Any]) -> str:
-    a = r["aggregate"]
-    total = "-" if a.get("sum") is None else f"{a['sum']:.2f} {step.test.metric}"
-    return f"{step.key} rep {rep}: sum {total}, lost {a['lost']}/{a['instances']}, spread {r['start_spread_ms']} ms"
+def _progress_line(step: Step, rep: int, r: RepetitionResult) -> str:
+    a = r.aggregate
+    total = "-" if a.sum is None else f"{a.sum:.2f} {step.test.metric}"
+    return f"{step.key} rep {rep}: sum {total}, lost {a.lost}/{a.instances}, spread {r.start_spread_ms} ms"

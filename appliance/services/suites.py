@@ -19,6 +19,7 @@ from ..guests import GuestSource
 from ..host import Host
 from ..netperf import results
 from ..netperf import suite as suite_mod
+from ..netperf.records import SuiteResult
 from ..netperf.runner import Event, Runner
 from ..netperf.suite import Suite
 from ..policy import COLUMNS
@@ -95,8 +96,8 @@ class SuiteRun:
         """Refuse missing or different guests before connecting anywhere (the runner asks again)."""
         self.guests.require(self.suite.topology, [self.suite.client] + [g for g in [self.suite.server.guest] if g])
 
-    def run(self) -> dict[str, Any]:
-        """Connect, run, disconnect; the results document (also saved in :attr:`out_dir`)."""
+    def run(self) -> SuiteResult:
+        """Connect, run, disconnect; the results (also saved in :attr:`out_dir`)."""
         with self.host.connect(COLUMNS, timeout=self.timeout) as conn:
             runner = Runner(
                 self.suite, host=self.host, guests=self.guests, conn=conn, out_dir=self.out_dir,

@@ -17,6 +17,7 @@ from appliance.counters import parse_ofctl_ports
 from appliance.errors import EXIT_USAGE, HvnetError
 from appliance.netperf import aggregate, compare, preflight, report, results, stats
 from appliance.netperf.omni import Instance
+from appliance.netperf.records import Figure, RepetitionResult, StepResult, SuiteResult
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -44,25 +45,26 @@ def test_repetition_stream_figures_and_lost_instances() -> None:
         lost(5, "killed by SIGKILL"),
     ]
     a = aggregate.repetition(insts, rr=False, udp_stream=False)
-    assert (a["instances"], a["ok"], a["lost"]) == (6, 3, 3)
-    assert a["lost_reasons"] == {ESTABLISH: 2, "killed by SIGKILL": 1}
-    assert (a["sum"], a["mean"], a["min"], a["max"]) == (600.0, 200.0, 100.0, 300.0)
-    assert a["jain"] == round(600.0**2 / (3 * (100.0**2 + 200.0**2 + 300.0**2)), 4) == 0.8571
-    assert a["retransmissions"] == 7
-    assert "udp_loss_pct" not in a and "latency_mean_us" not in a and "transactions" not in a
+    assert (a.instances, a.ok, a.lost) == (6, 3, 3)
+    assert a.lost_reasons == {ESTABLISH: 2, "killed by SIGKILL": 1}
+    assert (a.sum, a.mean, a.min, a.max) == (600.0, 200.0, 100.0, 300.0)
+    assert a.jain == round(600.0**2 / (3 * (100.0**2 + 200.0**2 + 300.0**2)), 4) == 0.8571
+    assert a.retransmissions == 7
+    saved = a.to_json()
+    assert "udp_loss_pct" not in saved and "latency_mean_us" not in saved and "transactions" not in saved
 
 
 def test_repetition_even_shares_are_perfectly_fair() -> None:
     a = aggregate.repetition([inst(i, 250.0) for i in range(4)], rr=False, udp_stream=False)
-    assert a["jain"] == 1.0 and a["lost"] == 0 and a["lost_reasons"] == {}
-    assert "retransmissions" not in a  # not measured is not 0
+    assert a.jain == 1.0 and a.lost == 0 and a.lost_reasons == {}
+    assert a.retransmissions is None and "retransmissions" not in a.to_json()  # not measured is not 0
 
 
 def test_repetition_all_lost_has_no_figures() -> None:
     a = aggregate.repetition([lost(0), lost(1)], rr=True, udp_stream=False)
-    assert a["lost"] == 2 and a["ok"] == 0
-    assert a["sum"] is None and a["mean"] is None and a["min"] is None and a["jain"] is None
-    assert a["latency_mean_us"] is None and "transactions" not in a
+    assert a.lost == 2 and a.ok == 0
+    assert a.sum is None and a.mean is None and a.min is None and a.jain is None
+    assert a.to_json()["latency_mean_us"] is None and "transactions" not in a.to_json()
 
 
 def test_repetition_udp_loss_is_from_bytes() -> None:
@@ -72,16 +74,16 @@ def test_repetition_udp_loss_is_from_bytes() -> None:
         lost(2),  # a lost instance's bytes (none) do not count
     ]
     a = aggregate.repetition(insts, rr=False, udp_stream=True)
-    assert a["udp_loss_pct"] == 30.0  # 1 - 1400/2000, not the mean of 10% and 50%
-    assert (a["sent_mbps"], a["received_mbps"]) == (20.0, 12.0)
-    assert a["sum"] == 12.0
+    assert a.udp_loss_pct == 30.0  # 1 - 1400/2000, not the mean of 10% and 50%
+    assert (a.sent_mbps, a.received_mbps) == (20.0, 12.0)
+    assert a.sum == 12.0
 
 
 def test_repetition_udp_nothing_received() -> None:
     insts = [inst(0, 0.0, sent_mbps=7490.67, received_mbps=0.0, bytes_sent=1e9, bytes_received=0.0)]
     a = aggregate.repetition(insts, rr=False, udp_stream=True)
-    assert a["udp_loss_pct"] == 100.0 and a["sum"] == 0.0 and a["lost"] == 0
-    assert a["jain"] is None  # nobody got anything: fairness undefined
+    assert a.udp_loss_pct == 100.0 and a.sum == 0.0 and a.lost == 0
+    assert a.jain is None  # nobody got anything: fairness undefined
 
 
 def test_repetition_rr_latency_means_and_transactions() -> None:
@@ -91,33 +93,33 @@ def test_repetition_rr_latency_means_and_transactions() -> None:
         lost(2),
     ]
     a = aggregate.repetition(insts, rr=True, udp_stream=False)
-    assert (a["latency_mean_us"], a["latency_p50_us"], a["latency_p90_us"], a["latency_p99_us"]) == (
+    assert (a.latency_mean_us, a.latency_p50_us, a.latency_p90_us, a.latency_p99_us) == (
         150.0,
         135.0,
         200.0,
         400.0,
     )
-    assert a["transactions"] == 24000
-    assert a["sum"] == 12000.0 and a["lost"] == 1
+    assert a.transactions == 24000
+    assert a.sum == 12000.0 and a.lost == 1
 
 
 def test_repetition_confidence() -> None:
     conf = {"level": 99, "iterations": 3, "interval_pct": 5.0}
     met = [inst(0, 100.0, confidence={**conf, "achieved_width_pct": 2.0})]
     a = aggregate.repetition(met, rr=True, udp_stream=False)
-    assert a["confidence_width_pct_max"] == 2.0 and a["confidence_met"] is True
+    assert a.confidence_width_pct_max == 2.0 and a.confidence_met is True
     missed = [*met, inst(1, 100.0, confidence={**conf, "achieved_width_pct": 116.066})]
     a = aggregate.repetition(missed, rr=True, udp_stream=False)
-    assert a["confidence_width_pct_max"] == 116.07 and a["confidence_met"] is False
+    assert a.confidence_width_pct_max == 116.07 and a.confidence_met is False
 
 
 # -- aggregate.summary / spread_ms ------------------------------------------------------------
 
 
-def rep_record(n: int, sums: list[float], **extra: Any) -> dict[str, Any]:
+def rep_record(n: int, sums: list[float], **extra: Any) -> RepetitionResult:
     """One saved repetition whose instances achieved ``sums``."""
     agg = aggregate.repetition([inst(i, s) for i, s in enumerate(sums)], rr=False, udp_stream=False)
-    return {"repetition": n, "aggregate": agg, **extra}
+    return RepetitionResult(repetition=n, aggregate=agg, **extra)
 
 
 def test_summary_across_three_repetitions() -> None:
@@ -126,27 +128,30 @@ def test_summary_across_three_repetitions() -> None:
         rep_record(2, [55.0, 55.0], cpu={"host_pct": 20.0, "vswitchd_pct_of_core": 90.0}, start_spread_ms=4.0),
         rep_record(3, [60.0, 60.0], cpu={"host_pct": 30.0}, start_spread_ms=2.0),
     ]
-    reps[2]["aggregate"]["lost"] = 1
-    reps[2]["aggregate"]["instances"] = 3
-    reps[2]["aggregate"]["lost_reasons"] = {ESTABLISH: 1}
+    reps[2].aggregate.lost = 1
+    reps[2].aggregate.instances = 3
+    reps[2].aggregate.lost_reasons = {ESTABLISH: 1}
     s = aggregate.summary(reps)
-    assert s["repetitions"] == 3
+    assert s.repetitions == 3
     # sums 100, 110, 120: mean 110, s = 10, half width t(0.975, 2) * 10 / sqrt(3)
-    assert s["sum"]["mean"] == 110.0 and s["sum"]["n"] == 3
-    assert s["sum"]["ci95"] == pytest.approx(4.303 * 10 / math.sqrt(3), abs=1e-2)
-    assert s["mean"] == {"mean": 55.0, "ci95": pytest.approx(s["sum"]["ci95"] / 2, abs=1e-3), "n": 3}
-    assert s["jain"]["mean"] == 1.0 and s["jain"]["ci95"] == 0.0
-    assert "retransmissions" not in s and "latency_mean_us" not in s  # never measured: absent, not 0
-    assert (s["lost"], s["instances"], s["lost_reasons"]) == (1, 7, {ESTABLISH: 1})
-    assert s["cpu_host_pct"] == 20.0 and s["cpu_vswitchd_pct_of_core"] == 85.0
-    assert "cpu_busiest_core_pct" not in s
-    assert s["start_spread_ms_max"] == 4.0
+    assert s.sum is not None and s.sum.mean == 110.0 and s.sum.n == 3
+    assert s.sum.ci95 == pytest.approx(4.303 * 10 / math.sqrt(3), abs=1e-2)
+    assert s.mean is not None
+    assert s.mean.to_json() == {"mean": 55.0, "ci95": pytest.approx(s.sum.ci95 / 2, abs=1e-3), "n": 3}
+    assert s.jain is not None and s.jain.mean == 1.0 and s.jain.ci95 == 0.0
+    saved = s.to_json()
+    assert "retransmissions" not in saved and "latency_mean_us" not in saved  # never measured: absent, not 0
+    assert (s.lost, s.instances, s.lost_reasons) == (1, 7, {ESTABLISH: 1})
+    assert s.cpu_host_pct == 20.0 and s.cpu_vswitchd_pct_of_core == 85.0
+    assert "cpu_busiest_core_pct" not in saved
+    assert s.start_spread_ms_max == 4.0
 
 
 def test_summary_of_one_repetition_has_a_mean_and_no_interval() -> None:
     s = aggregate.summary([rep_record(1, [10.0, 30.0])])
-    assert s["sum"] == {"mean": 40.0, "ci95": None, "n": 1}
-    assert s["repetitions"] == 1 and s["lost"] == 0
+    assert s.sum is not None and s.sum.to_json() == {"mean": 40.0, "ci95": None, "n": 1}
+    assert s.sum == Figure(40.0, None, 1)
+    assert s.repetitions == 1 and s.lost == 0
 
 
 def test_spread_ms() -> None:
@@ -199,13 +204,14 @@ def step_doc(
         "duration": 2,
         "units": "transactions/s" if rr else "Mbit/s",
         "repetitions": reps,
-        "summary": aggregate.summary(reps),
+        "summary": aggregate.summary([RepetitionResult.from_json(r) for r in reps]).to_json(),
     }
 
 
 def run_doc(
     *steps: dict[str, Any], sha: str = "a" * 64, name: str = "quick", started: str = "2024-05-01T10:00:00"
 ) -> dict:
+    """A results document as ``results.json`` holds it."""
     return {
         "schema": results.SCHEMA,
         "version": results.SCHEMA_VERSION,
@@ -229,6 +235,11 @@ def run_doc(
     }
 
 
+def run(*steps: dict[str, Any], **kw: Any) -> SuiteResult:
+    """The same, loaded: what ``results.load`` gives report and compare."""
+    return SuiteResult.from_json(run_doc(*steps, **kw))
+
+
 KEY = "tcp-stream/default/m10000/c4"
 RR_KEY = "tcp-rr/default/m-/c1"
 
@@ -241,8 +252,8 @@ def verdicts(result: compare.Result) -> dict[tuple[str, str], str]:
 
 
 def test_compare_significant_regression() -> None:
-    base = run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0]))
-    new = run_doc(step_doc(KEY, [800.0, 810.0, 790.0]))
+    base = run(step_doc(KEY, [1000.0, 1010.0, 990.0]))
+    new = run(step_doc(KEY, [800.0, 810.0, 790.0]))
     r = compare.compare(base, new)
     assert verdicts(r) == {(KEY, "sum"): "regression"}
     (row,) = r.regressions
@@ -254,7 +265,7 @@ def test_compare_significant_regression() -> None:
 
 
 def test_compare_identical_runs() -> None:
-    doc = run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0]), step_doc(RR_KEY, [7000.0, 7100.0], latency=[130.0, 131.0]))
+    doc = run(step_doc(KEY, [1000.0, 1010.0, 990.0]), step_doc(RR_KEY, [7000.0, 7100.0], latency=[130.0, 131.0]))
     r = compare.compare(doc, doc)
     assert r.regressions == [] and not r.warnings and not r.only_base and not r.only_new
     assert set(verdicts(r).values()) == {"within threshold"}
@@ -263,25 +274,25 @@ def test_compare_identical_runs() -> None:
 
 
 def test_compare_improvement_is_not_a_regression() -> None:
-    base = run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0]))
-    r = compare.compare(base, run_doc(step_doc(KEY, [1200.0, 1210.0, 1190.0])))
+    base = run(step_doc(KEY, [1000.0, 1010.0, 990.0]))
+    r = compare.compare(base, run(step_doc(KEY, [1200.0, 1210.0, 1190.0])))
     assert verdicts(r) == {(KEY, "sum"): "improvement"} and r.regressions == []
 
 
 def test_compare_a_small_change_is_within_threshold_unless_the_threshold_is_lower() -> None:
-    base = run_doc(step_doc(KEY, [1000.0, 1001.0, 999.0]))
-    new = run_doc(step_doc(KEY, [970.0, 971.0, 969.0]))  # -3 %, clearly significant
+    base = run(step_doc(KEY, [1000.0, 1001.0, 999.0]))
+    new = run(step_doc(KEY, [970.0, 971.0, 969.0]))  # -3 %, clearly significant
     assert verdicts(compare.compare(base, new)) == {(KEY, "sum"): "within threshold"}
     assert verdicts(compare.compare(base, new, threshold_pct=2.0)) == {(KEY, "sum"): "regression"}
 
 
 def test_compare_noisy_change_is_not_significant() -> None:
-    r = compare.compare(run_doc(step_doc(KEY, [1000.0, 600.0, 1400.0])), run_doc(step_doc(KEY, [700.0, 1100.0, 500.0])))
+    r = compare.compare(run(step_doc(KEY, [1000.0, 600.0, 1400.0])), run(step_doc(KEY, [700.0, 1100.0, 500.0])))
     assert verdicts(r) == {(KEY, "sum"): "not significant"} and r.regressions == []
 
 
 def test_compare_one_repetition_each_is_untestable() -> None:
-    r = compare.compare(run_doc(step_doc(KEY, [1000.0])), run_doc(step_doc(KEY, [500.0])))
+    r = compare.compare(run(step_doc(KEY, [1000.0])), run(step_doc(KEY, [500.0])))
     (row,) = r.rows
     assert row.verdict == "untestable" and row.p_value is None and row.change_pct == pytest.approx(-50.0)
     assert r.regressions == []
@@ -290,7 +301,7 @@ def test_compare_one_repetition_each_is_untestable() -> None:
 
 
 def test_compare_no_result_in_the_new_run_is_a_regression() -> None:
-    r = compare.compare(run_doc(step_doc(KEY, [1000.0, 1010.0])), run_doc(step_doc(KEY, [None, None])))
+    r = compare.compare(run(step_doc(KEY, [1000.0, 1010.0])), run(step_doc(KEY, [None, None])))
     (row,) = r.rows
     assert row.verdict == "no result" and row.new is None and row.base is not None
     assert r.regressions == [row]
@@ -298,8 +309,8 @@ def test_compare_no_result_in_the_new_run_is_a_regression() -> None:
 
 
 def test_compare_latency_higher_is_worse() -> None:
-    base = run_doc(step_doc(RR_KEY, [7000.0, 7010.0, 6990.0], type_="TCP_RR", latency=[100.0, 101.0, 99.0]))
-    slower = run_doc(step_doc(RR_KEY, [7000.0, 7010.0, 6990.0], type_="TCP_RR", latency=[130.0, 131.0, 129.0]))
+    base = run(step_doc(RR_KEY, [7000.0, 7010.0, 6990.0], type_="TCP_RR", latency=[100.0, 101.0, 99.0]))
+    slower = run(step_doc(RR_KEY, [7000.0, 7010.0, 6990.0], type_="TCP_RR", latency=[130.0, 131.0, 129.0]))
     r = compare.compare(base, slower)
     assert verdicts(r) == {(RR_KEY, "sum"): "within threshold", (RR_KEY, "latency_mean_us"): "regression"}
     assert [row.figure for row in r.regressions] == ["latency_mean_us"]
@@ -310,8 +321,8 @@ def test_compare_latency_higher_is_worse() -> None:
 
 def test_compare_steps_in_one_run_only() -> None:
     a, b, c = KEY, "tcp-stream/default/m10000/c8", "tcp-stream/default/m10000/c16"
-    base = run_doc(step_doc(a, [1.0, 1.0]), step_doc(b, [2.0, 2.0]))
-    new = run_doc(step_doc(a, [1.0, 1.0]), step_doc(c, [3.0, 3.0]))
+    base = run(step_doc(a, [1.0, 1.0]), step_doc(b, [2.0, 2.0]))
+    new = run(step_doc(a, [1.0, 1.0]), step_doc(c, [3.0, 3.0]))
     r = compare.compare(base, new)
     assert r.only_base == [b] and r.only_new == [c]
     assert [row.key for row in r.rows] == [a] and r.regressions == []
@@ -320,8 +331,8 @@ def test_compare_steps_in_one_run_only() -> None:
 
 
 def test_compare_different_suite_files_warns() -> None:
-    base = run_doc(step_doc(KEY, [1.0, 1.0]), sha="1" * 64, name="quick")
-    new = run_doc(step_doc(KEY, [1.0, 1.0]), sha="2" * 64, name="regression")
+    base = run(step_doc(KEY, [1.0, 1.0]), sha="1" * 64, name="quick")
+    new = run(step_doc(KEY, [1.0, 1.0]), sha="2" * 64, name="regression")
     r = compare.compare(base, new)
     (w,) = r.warnings
     assert "different suite files" in w and "quick 111111111111" in w and "regression 222222222222" in w
@@ -329,17 +340,17 @@ def test_compare_different_suite_files_warns() -> None:
 
 
 def test_compare_partial_run_warns() -> None:
-    new = run_doc(step_doc(KEY, [1.0, 1.0]))
-    new["partial"], new["partial_reason"] = True, "stopped by the operator"
-    r = compare.compare(run_doc(step_doc(KEY, [1.0, 1.0])), new)
+    new = run(step_doc(KEY, [1.0, 1.0]))
+    new.partial, new.partial_reason = True, "stopped by the operator"
+    r = compare.compare(run(step_doc(KEY, [1.0, 1.0])), new)
     assert r.warnings == ["the new run is partial (stopped by the operator)"]
 
 
 # -- results.json / results.csv ------------------------------------------------------------
 
 
-def full_doc() -> dict[str, Any]:
-    return run_doc(
+def full_doc() -> SuiteResult:
+    return run(
         step_doc("tcp-stream/default/m10000/c1", [900.0, 910.0]),
         step_doc("tcp-stream/default/m10000/c4", [1500.0, None], lost_per_rep=1),
         step_doc(RR_KEY, [7000.0, 7100.0, 7050.0], type_="TCP_RR", latency=[130.0, 131.0, 129.0]),
@@ -351,6 +362,7 @@ def test_write_and_load_round_trip(tmp_path) -> None:
     results.write(tmp_path, doc)
     assert results.load(tmp_path) == doc
     assert results.load(tmp_path / results.RESULTS) == doc
+    assert results.load(tmp_path).to_json() == doc.to_json() == json.loads((tmp_path / results.RESULTS).read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == [results.CSV, results.RESULTS]  # no temporary files left
 
 
@@ -406,7 +418,7 @@ def test_load_refuses_what_is_not_a_run(tmp_path) -> None:
 
 
 def test_load_refuses_another_results_version(tmp_path) -> None:
-    doc = full_doc()
+    doc = full_doc().to_json()
     doc["version"] = results.SCHEMA_VERSION + 1
     (tmp_path / results.RESULTS).write_text(json.dumps(doc))
     with pytest.raises(HvnetError) as exc:
@@ -419,7 +431,7 @@ def test_list_runs(tmp_path) -> None:
     for d in (older, newer, foreign):
         d.mkdir()
     results.write(older, full_doc())
-    results.write(newer, run_doc(step_doc(KEY, [1.0]), name="regression", started="2024-06-01T08:00:00"))
+    results.write(newer, run(step_doc(KEY, [1.0]), name="regression", started="2024-06-01T08:00:00"))
     (foreign / results.RESULTS).write_text(json.dumps({"schema": "other"}))
     runs = results.list_runs(tmp_path)
     assert [r["run"] for r in runs] == [str(newer), str(older)]  # newest first; the foreign one skipped
@@ -489,8 +501,8 @@ def test_report_prints_a_dash_for_what_was_not_measured() -> None:
 
 
 def test_report_of_a_run_without_steps() -> None:
-    doc = run_doc()
-    doc["state"], doc["partial"], doc["partial_reason"] = "failed", True, "preflight failed"
+    doc = run()
+    doc.state, doc.partial, doc.partial_reason = "failed", True, "preflight failed"
     out = report.text(doc)
     assert out.splitlines()[0] == "suite quick: failed (preflight failed)"
     assert out.endswith("no step was measured")
@@ -506,7 +518,7 @@ def test_report_policing_and_mirror_rows() -> None:
     mirrored["mirrors"] = [{"name": "m", "bridge": "xenbr0", "output_port": "vif3.0", "src": ["vif1.0"], "dst": []}]
     for rep in mirrored["repetitions"]:
         rep["counters"] = {"vif1.0": {"rx_packets": 1000, "rx_dropped": 5}, "vif3.0": {"tx_packets": 1000}}
-    out = report.text(run_doc(base, policed, mirrored))
+    out = report.text(run(base, policed, mirrored))
     default, policed_part, mirrored_part = out.split(", case ")[1:]
     assert "policing kbit/s" not in default and "mirrors on" not in default and " vs case" not in default
 
@@ -525,16 +537,16 @@ def test_report_policing_and_mirror_rows() -> None:
 def test_achieved_ratio() -> None:
     pol = {"rate_kbps": 10000, "burst_kbit": 8000, "mechanism": "tc", "verified": True}
     tcp = {"type": "TCP_STREAM", "policing": pol, "summary": {"sum": {"mean": 9.5, "ci95": None, "n": 1}}}
-    assert report.achieved_ratio(tcp) == pytest.approx(0.95)
+    assert report.achieved_ratio(StepResult.from_json(tcp)) == pytest.approx(0.95)
     udp = {
         "type": "UDP_STREAM",
         "policing": pol,
         "summary": {"sum": {"mean": 8.0}, "sent_mbps": {"mean": 50.0}, "received_mbps": {"mean": 10.5}},
     }
-    assert report.achieved_ratio(udp) == pytest.approx(1.05)  # what arrived, not what was sent
-    assert report.achieved_ratio({**tcp, "policing": None}) is None
-    assert report.achieved_ratio({**tcp, "type": "TCP_RR"}) is None
-    assert report.achieved_ratio({**tcp, "summary": {}}) is None  # nothing measured
+    assert report.achieved_ratio(StepResult.from_json(udp)) == pytest.approx(1.05)  # what arrived, not what was sent
+    assert report.achieved_ratio(StepResult.from_json({**tcp, "policing": None})) is None
+    assert report.achieved_ratio(StepResult.from_json({**tcp, "type": "TCP_RR"})) is None
+    assert report.achieved_ratio(StepResult.from_json({**tcp, "summary": {}})) is None  # nothing measured
 
 
 def mirror_counters(rx: int, tx: int, out_tx: int) -> dict[str, dict[str, int]]:
@@ -549,12 +561,12 @@ def test_delivery_ratio() -> None:
         "mirrors": [mirror],
         "repetitions": [{"counters": mirror_counters(600, 400, 1000)}, {"counters": mirror_counters(600, 400, 500)}],
     }
-    assert report.delivery_ratio(step) == (0.75, 0.5)
-    assert report.delivery_ratio({**step, "mirrors": []}) is None
+    assert report.delivery_ratio(StepResult.from_json(step)) == (0.75, 0.5)
+    assert report.delivery_ratio(StepResult.from_json({**step, "mirrors": []})) is None
     no_output = {**step, "repetitions": [{"counters": {"vif1.0": {"rx_packets": 600}}}]}
-    assert report.delivery_ratio(no_output) is None
+    assert report.delivery_ratio(StepResult.from_json(no_output)) is None
     nothing_selected = {**step, "repetitions": [{"counters": {"vif3.0": {"tx_packets": 7}}}]}
-    assert report.delivery_ratio(nothing_selected) is None
+    assert report.delivery_ratio(StepResult.from_json(nothing_selected)) is None
 
 
 # -- preflight's pure helpers ------------------------------------------------------------------
@@ -610,21 +622,21 @@ def test_parse_ofctl_ports_unknown_counters_are_none() -> None:
 def test_stats_interval_matches_summary() -> None:
     # the summary's ci95 is stats.ci's half width (what report and compare print)
     xs = [100.0, 110.0, 120.0]
-    assert aggregate.summary([rep_record(i, [x]) for i, x in enumerate(xs, 1)])["sum"]["ci95"] == round(
+    assert aggregate.summary([rep_record(i, [x]) for i, x in enumerate(xs, 1)]).sum.ci95 == round(
         stats.ci(xs).half_width, 3
     )
 
 
 def test_compare_a_step_the_new_run_never_finished_is_not_run_not_a_regression() -> None:
     stopped = step_doc(KEY, [])  # a run stopped before this step's first repetition finished
-    r = compare.compare(run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0])), run_doc(stopped))
+    r = compare.compare(run(step_doc(KEY, [1000.0, 1010.0, 990.0])), run(stopped))
     assert r.regressions == [] and r.only_base == [KEY]
 
 
 def test_compare_warns_when_durations_differ() -> None:
     new = step_doc(KEY, [1000.0, 1010.0, 990.0])
     new["duration"] = 60
-    r = compare.compare(run_doc(step_doc(KEY, [1000.0, 1010.0, 990.0])), run_doc(new))
+    r = compare.compare(run(step_doc(KEY, [1000.0, 1010.0, 990.0])), run(new))
     assert any("different durations" in w for w in r.warnings)
 
 
@@ -633,4 +645,4 @@ def test_report_shows_a_mirror_that_delivered_nothing_as_zero() -> None:
     step["mirrors"] = [{"name": "m", "bridge": "br", "output_port": "vif9.0", "src": ["vif1.0"], "dst": ["vif1.0"]}]
     step["repetitions"][0]["counters"] = {"vif1.0": {"rx_packets": 100, "tx_packets": 50},
                                           "vif9.0": {"tx_packets": 0, "rx_packets": 0}}  # fmt: skip
-    assert report.delivery_ratio(step) == (0.0, 0.0)
+    assert report.delivery_ratio(StepResult.from_json(step)) == (0.0, 0.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from appliance.netperf.records import Aggregate
 from tui.backend.suites import InputError, StepFigures, chart_series, parse_overrides
 from tui.widgets.chart import GLYPHS, OVERLAP, Series, compact, draw, nice_ceiling, render_lines
 
@@ -103,7 +104,7 @@ def figures(test: str, type_: str, totals: dict[int, list[float]]) -> list[StepF
     for conc, values in totals.items():
         f = StepFigures(f"{test}/default/m-/c{conc}", test, "default", type_, None, conc, len(values))
         for v in values:
-            f.add({"sum": v, "lost": 0, "instances": conc})
+            f.add(Aggregate(sum=v, lost=0, instances=conc))
         out.append(f)
     return out
 
@@ -119,7 +120,7 @@ def test_chart_series_are_means_per_test_split_by_metric() -> None:
 
 def test_a_repetition_without_a_result_is_not_plotted() -> None:
     f = StepFigures("t/default/m-/c1", "t", "default", "TCP_STREAM", None, 1, 2)
-    f.add({"sum": None, "lost": 1, "instances": 1})
+    f.add(Aggregate(sum=None, lost=1, instances=1))
     assert f.done == 1 and f.mean_total is None and f.lost == 1
     assert chart_series([f], rr=False) == []
 

@@ -21,6 +21,7 @@ from appliance.host import Host
 from appliance.netperf import compare as compare_mod
 from appliance.netperf import report, results
 from appliance.netperf import suite as suite_mod
+from appliance.netperf.records import Aggregate, StepResult, SuiteResult
 from appliance.netperf.runner import Event
 from appliance.netperf.suite import Step, Suite
 from appliance.services import suites
@@ -140,14 +141,14 @@ class StepFigures:
             parts.append(f"m{self.message_size}")
         return "/".join(parts)
 
-    def add(self, agg: dict[str, Any]) -> None:
+    def add(self, agg: Aggregate) -> None:
         self.done += 1
-        if agg.get("sum") is not None:
-            self.totals.append(float(agg["sum"]))
-        if agg.get("latency_mean_us") is not None:
-            self.latency_us.append(float(agg["latency_mean_us"]))
-        self.lost += int(agg.get("lost", 0))
-        self.instances += int(agg.get("instances", 0))
+        if agg.sum is not None:
+            self.totals.append(float(agg.sum))
+        if agg.latency_mean_us is not None:
+            self.latency_us.append(float(agg.latency_mean_us))
+        self.lost += int(agg.lost)
+        self.instances += int(agg.instances)
 
     @classmethod
     def from_step(cls, step: Step) -> StepFigures:
@@ -155,24 +156,24 @@ class StepFigures:
         return cls(step.key, t.name, step.case.name, t.type, step.message_size, step.concurrency, t.repetitions)
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any], planned: Optional[int] = None) -> StepFigures:
+    def from_record(cls, rec: StepResult, planned: Optional[int] = None) -> StepFigures:
         f = cls(
-            rec["key"],
-            rec["test"],
-            rec["case"],
-            rec["type"],
-            rec.get("message_size"),
-            rec["concurrency"],
-            planned or len(rec.get("repetitions", [])),
+            rec.key,
+            rec.test,
+            rec.case,
+            rec.type,
+            rec.message_size,
+            rec.concurrency,
+            planned or len(rec.repetitions),
         )
-        for rep in rec.get("repetitions", []):
-            f.add(rep.get("aggregate", {}))
+        for rep in rec.repetitions:
+            f.add(rep.aggregate)
         return f
 
 
-def figures_of(doc: dict[str, Any]) -> list[StepFigures]:
+def figures_of(doc: SuiteResult) -> list[StepFigures]:
     """A saved run's steps, in run order."""
-    return [StepFigures.from_record(s) for s in doc.get("steps", [])]
+    return [StepFigures.from_record(s) for s in doc.steps]
 
 
 def chart_series(figures: list[StepFigures], rr: bool) -> list[Series]:
@@ -193,11 +194,11 @@ def list_runs(host: Host) -> list[dict[str, Any]]:
     return suites.list_runs(host)
 
 
-def load_run(path: str) -> dict[str, Any]:
+def load_run(path: str) -> SuiteResult:
     return results.load(path)
 
 
-def report_text(doc: dict[str, Any]) -> str:
+def report_text(doc: SuiteResult) -> str:
     return report.text(doc)
 
 

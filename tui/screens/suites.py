@@ -41,6 +41,7 @@ from textual.widgets import (
 
 from appliance.errors import HvnetError
 from appliance.netperf.compare import Result, Row
+from appliance.netperf.records import Aggregate, SuiteResult
 from appliance.netperf.runner import Event
 from appliance.netperf.suite import Suite
 
@@ -90,7 +91,7 @@ class RunEvent(Message):
 
 
 class RunFinished(Message):
-    def __init__(self, out_dir: Path, doc: Optional[dict[str, Any]], error: Optional[str]) -> None:
+    def __init__(self, out_dir: Path, doc: Optional[SuiteResult], error: Optional[str]) -> None:
         super().__init__()
         self.out_dir = out_dir
         self.doc = doc
@@ -104,7 +105,7 @@ class RunsListed(Message):
 
 
 class RunOpened(Message):
-    def __init__(self, path: str, doc: Optional[dict[str, Any]], report: str, error: Optional[str]) -> None:
+    def __init__(self, path: str, doc: Optional[SuiteResult], report: str, error: Optional[str]) -> None:
         super().__init__()
         self.path = path
         self.doc = doc
@@ -354,7 +355,7 @@ class SuitesScreen(Screen[None]):
             self._status(e.message)
         elif e.kind == "repetition" and e.step is not None:
             f = self.figures.get(e.step.key) or StepFigures.from_step(e.step)
-            f.add(e.aggregate or {})
+            f.add(e.aggregate or Aggregate())
             table = self.query_one("#results", DataTable)
             for column, value in zip(("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs"), _row(f)):
                 table.update_cell(f.key, column, value)
@@ -380,10 +381,11 @@ class SuitesScreen(Screen[None]):
             self._status(f"run failed: {message.error}", error=True)
             self.app.backend.note(f"suite run {message.out_dir.name} failed: {message.error}", logging.WARNING)
         else:
-            doc = message.doc or {}
-            state = doc.get("state", "?")
-            reason = f" ({doc['partial_reason']})" if doc.get("partial_reason") else ""
-            self._status(f"{state}{reason}: {len(doc.get('steps', []))} steps saved in {message.out_dir}")
+            doc = message.doc
+            state = doc.state if doc is not None else "?"
+            reason = f" ({doc.partial_reason})" if doc is not None and doc.partial_reason else ""
+            steps = len(doc.steps) if doc is not None else 0
+            self._status(f"{state}{reason}: {steps} steps saved in {message.out_dir}")
             self.app.backend.note(f"suite run {message.out_dir.name}: {state}{reason}")
         self.action_list_runs()
 
