@@ -17,13 +17,36 @@ from typing import Any, Callable, Optional
 from ..errors import HvnetError, UsageError
 from ..guests import GuestSource
 from ..host import Host
-from ..netperf import results
+from ..netperf import compare as compare_mod
+from ..netperf import report, results
 from ..netperf import suite as suite_mod
-from ..netperf.records import SuiteResult
+from ..netperf.compare import Result, Row
+from ..netperf.records import Aggregate, StepResult, SuiteResult
 from ..netperf.runner import Event, Runner
-from ..netperf.suite import Suite
+from ..netperf.suite import Step, Suite
 from ..policy import COLUMNS
 from ..topology import load as load_topology
+
+# What front ends show, named here so that they depend on this module, not on the engine's inside.
+__all__ = [
+    "Aggregate", "Event", "Result", "Row", "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun",
+    "compare_runs", "list_runs", "load_run", "load_suite", "report_text", "run_dir", "shipped_suites", "suite_mod",
+]  # fmt: skip
+
+
+def load_run(path: str) -> SuiteResult:
+    """A saved run's results (``results.json``), typed; version 1 files load."""
+    return results.load(path)
+
+
+def report_text(doc: SuiteResult) -> str:
+    """The study's table shape, regenerated from saved results."""
+    return report.text(doc)
+
+
+def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> Result:
+    """Two saved runs step by step: what differs beyond the threshold and noise."""
+    return compare_mod.compare(results.load(base), results.load(new), threshold_pct=threshold_pct)
 
 
 def load_suite(

@@ -18,15 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from appliance.host import Host
-from appliance.netperf import compare as compare_mod
-from appliance.netperf import report, results
-from appliance.netperf import suite as suite_mod
-from appliance.netperf.records import Aggregate, StepResult, SuiteResult
-from appliance.netperf.runner import Event
-from appliance.netperf.suite import Step, Suite
 from appliance.services import suites
+from appliance.services.suites import (
+    Aggregate,
+    Event,
+    Result,
+    Step,
+    StepResult,
+    Suite,
+    SuiteResult,
+    SuiteRun,
+    suite_mod,
+)
 from appliance.services.suites import ShippedSuite as SuiteChoice
-from appliance.services.suites import SuiteRun
 
 from ..widgets.chart import Series
 
@@ -195,13 +199,13 @@ def list_runs(host: Host) -> list[dict[str, Any]]:
 
 
 def load_run(path: str) -> SuiteResult:
-    return results.load(path)
+    return suites.load_run(path)
 
 
 def report_text(doc: SuiteResult) -> str:
-    return report.text(doc)
+    return suites.report_text(doc)
 
 
-def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> compare_mod.Result:
+def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> Result:
     """``hvnet suite compare BASE NEW``: rows with verdicts, regressions counted the same way."""
-    return compare_mod.compare(results.load(base), results.load(new), threshold_pct=threshold_pct)
+    return suites.compare_runs(base, new, threshold_pct)

@@ -40,10 +40,7 @@ from textual.widgets import (
 )
 
 from appliance.errors import HvnetError
-from appliance.netperf.compare import Result, Row
-from appliance.netperf.records import Aggregate, SuiteResult
-from appliance.netperf.runner import Event
-from appliance.netperf.suite import Suite
+from appliance.services.suites import Aggregate, Event, Result, Row, Suite, SuiteResult
 
 from ..backend import suites as engine
 from ..backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun
