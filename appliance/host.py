@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .runner import CommandRunner, LocalRunner
 from .target import DbTarget
@@ -111,18 +111,8 @@ class Host:
         return {"OVS_RUNDIR": str(self.ovs_rundir)} if self.ovs_rundir else {}
 
     def daemon_ctl(self, daemon: str) -> str | None:
-        """``daemon``'s unixctl socket in the OVS run directory (hvnet's lab names it ``DAEMON.ctl``)."""
-        if self.ovs_rundir is None:
-            return None
-        fixed = self.ovs_rundir / f"{daemon}.ctl"
-        if fixed.exists():
-            return str(fixed)
-        try:
-            pid = int((self.ovs_rundir / f"{daemon}.pid").read_text().strip())
-        except (OSError, ValueError):
-            return None
-        ctl = self.ovs_rundir / f"{daemon}.{pid}.ctl"
-        return str(ctl) if ctl.exists() else None
+        """``daemon``'s unixctl socket in the OVS run directory (see :func:`daemon_ctl`)."""
+        return daemon_ctl(self.ovs_rundir, daemon) if self.ovs_rundir is not None else None
 
     def appctl(self, daemon: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
         """``ovs-appctl -t DAEMON ARGS`` against this switch's daemon; its output."""
@@ -134,6 +124,21 @@ class Host:
         return f"Host({self.target.describe()})"
 
 
-def local_host(remote: str, **kwargs: Any) -> Host:
-    """A Host on this machine for ``remote`` with default paths (tests, tools)."""
-    return Host(DbTarget(remote=remote, source="--db"), **kwargs)
+def daemon_pid(rundir: Path, daemon: str) -> int | None:
+    """The pid an OVS daemon wrote in its run directory (``DAEMON.pid``), or None."""
+    try:
+        return int((rundir / f"{daemon}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def daemon_ctl(rundir: Path, daemon: str) -> str | None:
+    """An OVS daemon's unixctl socket: ``DAEMON.ctl`` (hvnet's lab names it so) or ``DAEMON.PID.ctl``."""
+    fixed = rundir / f"{daemon}.ctl"
+    if fixed.exists():
+        return str(fixed)
+    pid = daemon_pid(rundir, daemon)
+    if pid is None:
+        return None
+    ctl = rundir / f"{daemon}.{pid}.ctl"
+    return str(ctl) if ctl.exists() else None

@@ -100,6 +100,11 @@ def trunks_all_vlans(vlan_mode: str | None, tag: int | None, trunks: list[int]) 
     return VlanCols(vlan_mode, tag, tuple(trunks)).every_vlan
 
 
+def port_vlan(port: Any) -> VlanCols:
+    """A Port row's VLAN columns as stored (trunks sorted), read the same way by every reader."""
+    return VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks"))))
+
+
 def is_vif_port(name: str, ids: Mapping[str, str], n_interfaces: int) -> bool:
     """A VM's interface: one interface, and a hypervisor's identity on it or a hypervisor's port name.
     (The planner's state uses this rule too: what the display calls a VIF is what a policy selects.)"""
@@ -420,7 +425,7 @@ def _vif(bridge: str, port: Any, ifaces: list[Any], mirrors: list[dict[str, str]
     """One port as the display sees it (VIF ports have exactly one interface; bonds are not VIFs)."""
     iface = ifaces[0]
     ids = dict(col(iface, "external_ids"))
-    vlan = VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks"))))
+    vlan = port_vlan(port)
     xen = parse_xen_port(col(port, "name"))
     qos = _opt(col(port, "qos"))
     stats = dict(col(iface, "statistics"))

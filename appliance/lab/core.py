@@ -28,6 +28,7 @@ from .. import labstate, proc
 from ..errors import CommandFailed, LabError, UsageError
 from ..guests import GuestEndpoint
 from ..host import DataPaths
+from ..inventory import port_vlan
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from ..policy import writer
@@ -81,27 +82,14 @@ def lab_dir(env: Mapping[str, str] | None = None) -> Path:
     return labstate.lab_dir(os.environ if env is None else env)
 
 
-def running_lab_db(env: Mapping[str, str] | None = None) -> str | None:
-    """The lab's OVSDB remote if a lab is running, else None."""
-    return labstate.running_lab_db(lab_dir(env))
-
-
-def _read_state(run_dir: Path) -> dict[str, Any] | None:
-    return labstate.read_state(run_dir)
-
-
 def _vlan_change(port: Any, g: Guest) -> Change:
     """The guest's VLAN columns, from what the port holds (nothing, for a port inserted now)."""
     try:
-        before: VlanCols | None = VlanCols(_opt(port.vlan_mode), _opt(port.tag), tuple(sorted(port.trunks)))
+        before: VlanCols | None = port_vlan(port)
     except AttributeError:  # inserted in this transaction: no stored columns yet
         before = None
     after = VlanCols(g.vlan_mode, g.tag, tuple(sorted(g.trunks)))
     return Change("vlan", g.bridge, g.vif, before, after, g.name)
-
-
-def _opt(value: list[Any]) -> Any:
-    return value[0] if value else None
 
 
 def _ns_exists(ns: str) -> bool:
@@ -136,7 +124,7 @@ class Lab:
     def __init__(self, run_dir: str | Path | None = None) -> None:
         self.switch = Switch(run_dir or lab_dir())
         self.run_dir = self.switch.run_dir
-        self.state: dict[str, Any] = _read_state(self.run_dir) or {}
+        self.state: dict[str, Any] = labstate.read_state(self.run_dir) or {}
 
     # -- state file ---------------------------------------------------------
 
@@ -501,12 +489,6 @@ class Lab:
 
     def guest_kind(self, guest: str) -> str:
         return next((g.get("kind", "netns") for g in self.state.get("guests", []) if g["name"] == guest), "netns")
-
-    def guest_channel(self, guest: str) -> str | None:
-        """A QEMU guest's agent channel (its multiplexer's socket); None for a namespace guest."""
-        if self.guest_kind(guest) == "qemu":
-            return str(labguests.GuestFiles(self.run_dir, guest).sock)
-        return None
 
     def guest_vif(self, guest: str) -> str:
         """The guest's VIF as it is now (a QEMU guest's ``vnetN`` changes when its domain restarts)."""

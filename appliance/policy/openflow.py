@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..counters import Counters, parse_ofctl_ports
 from ..errors import HvnetError
+from ..host import daemon_ctl, daemon_pid
 from ..runner import CommandRunner, LocalRunner
 
 if TYPE_CHECKING:
@@ -164,20 +165,7 @@ class OpenFlow:
         return parse_ofctl_ports(self._ofctl("--names", "dump-ports", self._switch(bridge)))
 
     def vswitchd_pid(self) -> int | None:
-        try:
-            return int((self.rundir / "ovs-vswitchd.pid").read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _vswitchd_ctl(self) -> str | None:
-        fixed = self.rundir / "ovs-vswitchd.ctl"  # hvnet's lab names it so
-        if fixed.exists():
-            return str(fixed)
-        pid = self.vswitchd_pid()
-        if pid is None:
-            return None
-        ctl = self.rundir / f"ovs-vswitchd.{pid}.ctl"
-        return str(ctl) if ctl.exists() else None
+        return daemon_pid(self.rundir, "ovs-vswitchd")
 
     def purge_datapath(self) -> bool:
         """Drop cached datapath flows so every packet meets the new VLAN/mirror configuration.
@@ -187,7 +175,7 @@ class OpenFlow:
         even after ``revalidator/wait``; a purge costs one upcall per active
         flow.  Returns False when ovs-vswitchd's control socket is not here.
         """
-        ctl = self._vswitchd_ctl()
+        ctl = daemon_ctl(self.rundir, "ovs-vswitchd")
         if ctl is None:
             return False
         for command in ("revalidator/purge", "revalidator/wait"):

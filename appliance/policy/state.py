@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..inventory import is_vif_port, vm_uuid_of
+from ..inventory import is_vif_port, port_vlan, vm_uuid_of
 from ..ovsdb import Connection
 from ..ovsdb import column as col
 from ..vlan import VlanCols
@@ -268,7 +268,7 @@ def _port_state(bridge: str, port: Any, ifaces: list[Any], vm_names: dict[str, s
         bridge=bridge,
         interface=col(iface, "name"),
         iface_type=col(iface, "type") or "system",
-        vlan=VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks")))),
+        vlan=port_vlan(port),
         police=PoliceCols(
             int(col(iface, "ingress_policing_rate")),
             int(col(iface, "ingress_policing_burst")),

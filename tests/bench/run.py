@@ -15,8 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,20 +200,6 @@ def _replica_matches(conn: ovsdb.Connection, values: tuple[int, int, int]) -> bo
             for i in ifaces
         )
     )
-
-
-@contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def bench_policy() -> list[str]:
