@@ -20,9 +20,14 @@ from .ovsdb import Connection
 OVSDB_STATS_INTERVAL_S = 5.0
 
 
-def connect(host: Host, *, timeout: float = 5.0, columns: dict[str, list[str]] | None = None) -> Connection:
-    """Open the host's OVSDB connection (the inventory's columns unless told otherwise)."""
-    return host.connect(columns or inventory.COLUMNS, timeout=timeout)
+def connect(
+    host: Host, *, timeout: float = 5.0, columns: dict[str, list[str]] | None = None, sync: bool = True
+) -> Connection:
+    """Open the host's OVSDB connection (the inventory's columns unless told otherwise).
+
+    ``sync=False`` leaves the replica to be built later (the console's start).
+    """
+    return host.connect(columns or inventory.COLUMNS, timeout=timeout, sync=sync)
 
 
 def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True) -> Inventory:
@@ -52,8 +57,19 @@ class LiveInventory:
         self.meter = RateMeter()
         self._sources = host.name_sources()
 
-    def refresh(self) -> Inventory:
-        inv = inventory.read(self.conn, names=self._sources)
+    def refresh(self, *, once: bool = False, timeout: float = 5.0) -> Inventory:
+        """The inventory now, with rates since the previous call.
+
+        ``once``: from one consistent select instead of the replica (before
+        the replica is built; see :func:`read_inventory_once`).
+        """
+        if once:
+            from . import snapshot
+
+            source = snapshot.take(self.conn.target, inventory.COLUMNS, timeout, schema_json=self.conn.schema_json)
+            inv = inventory.read(source, names=self._sources)  # type: ignore[arg-type]
+        else:
+            inv = inventory.read(self.conn, names=self._sources)
         now = time.monotonic()
         for v in inv.vifs:
             rates = self.meter.update(v.interface, now, v.counters)

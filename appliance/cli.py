@@ -165,8 +165,9 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
 def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui  # the UI is optional for scripted use
 
-    conn = _connect(args)
-    return run_tui(conn, host_of(args), start=args.screen)
+    # The schema is fetched (an unreachable switch is reported here); the replica is built after the first paint.
+    conn = inventory.connect(host_of(args), timeout=args.timeout, sync=False)
+    return run_tui(conn, host_of(args), start=args.screen, timeout=args.timeout)
 
 
 # -- plumbing ----------------------------------------------------------------------

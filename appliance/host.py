@@ -87,11 +87,14 @@ class Host:
 
     # -- OVSDB -------------------------------------------------------------------
 
-    def connect(self, columns: dict[str, list[str]], *, timeout: float = 5.0) -> Connection:
-        """Open an OVSDB connection registered for ``columns`` (what the caller will read or write)."""
+    def connect(self, columns: dict[str, list[str]], *, timeout: float = 5.0, sync: bool = True) -> Connection:
+        """Open an OVSDB connection registered for ``columns`` (what the caller will read or write).
+
+        ``sync=False``: see :meth:`appliance.ovsdb.Connection.open`.
+        """
         from .ovsdb import Connection
 
-        return Connection.open(self.target, columns, timeout=timeout)
+        return Connection.open(self.target, columns, timeout=timeout, sync=sync)
 
     # -- VM names ------------------------------------------------------------------
 

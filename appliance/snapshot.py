@@ -42,7 +42,9 @@ class Row:
             raise AttributeError(name) from None
 
 
-def _atom(kind: Any, refs: bool) -> Callable[[Any, dict[uuid.UUID, Row]], Any]:
+def _atom(kind: Any) -> Callable[[Any, dict[uuid.UUID, Row]], Any] | None:
+    """The conversion of one atom, or None where the JSON value is the Python value (strings, numbers)."""
+    refs = False
     if isinstance(kind, dict):
         refs = "refTable" in kind
         kind = kind["type"]
@@ -50,34 +52,65 @@ def _atom(kind: Any, refs: bool) -> Callable[[Any, dict[uuid.UUID, Row]], Any]:
         if refs:
             return lambda j, rows: rows.get(uuid.UUID(j[1]))
         return lambda j, _rows: uuid.UUID(j[1])
-    return lambda j, _rows: j
+    return None
 
 
 def converter(column_type: Any) -> Convert:
-    """JSON (RFC 7047 notation) -> the Python value python-ovs's ``Row`` would give for this type."""
+    """JSON (RFC 7047 notation) -> the Python value python-ovs's ``Row`` would give for this type.
+
+    A snapshot converts every column of every row it reads (tens of thousands
+    of values on a 1000-VIF host), so the common shapes -- strings and
+    numbers, optional values, string maps -- take the shortest path.
+    """
     if not isinstance(column_type, dict):  # a bare atomic type: one required scalar
-        atom = _atom(column_type, False)
-        return atom
-    key = _atom(column_type["key"], False)
+        return _atom(column_type) or (lambda j, _rows: j)
+    key = _atom(column_type["key"])
     n_min = column_type.get("min", 1)
     n_max = column_type.get("max", 1)
     if "value" in column_type:
-        value = _atom(column_type["value"], False)
+        return _map(key, _atom(column_type["value"]))
+    elements = _elements(key)
+    if n_min == 1 and n_max == 1:
 
-        def to_map(j: Any, rows: dict[uuid.UUID, Row]) -> dict[Any, Any]:
-            pairs = ((key(k, rows), value(v, rows)) for k, v in j[1])
-            return {k: v for k, v in pairs if k is not None and v is not None}
+        def scalar(j: Any, rows: dict[uuid.UUID, Row]) -> Any:
+            out = elements(j, rows)
+            return out[0] if out else None
 
-        return to_map
+        return scalar
+
+    def ordered(j: Any, rows: dict[uuid.UUID, Row]) -> list[Any]:
+        out = elements(j, rows)
+        return sorted(out, key=_order) if len(out) > 1 else out
+
+    return ordered
+
+
+def _elements(key: Callable[[Any, dict[uuid.UUID, Row]], Any] | None) -> Convert:
+    """A set's (or a bare atom's) elements as a list, dangling references dropped."""
 
     def elements(j: Any, rows: dict[uuid.UUID, Row]) -> list[Any]:
         items = j[1] if isinstance(j, list) and j and j[0] == "set" else [j]
-        out = [key(a, rows) for a in items]
-        return [x for x in out if x is not None]
+        if key is None:
+            return list(items)
+        return [x for x in (key(a, rows) for a in items) if x is not None]
 
-    if n_min == 1 and n_max == 1:
-        return lambda j, rows: elements(j, rows)[0] if elements(j, rows) else None
-    return lambda j, rows: sorted(elements(j, rows), key=_order)
+    return elements
+
+
+def _map(key: Callable[..., Any] | None, value: Callable[..., Any] | None) -> Convert:
+    if key is None and value is None:  # string -> string, the usual map
+        return lambda j, _rows: dict(j[1])
+
+    def to_map(j: Any, rows: dict[uuid.UUID, Row]) -> dict[Any, Any]:
+        out = {}
+        for k, v in j[1]:
+            k = k if key is None else key(k, rows)
+            v = v if value is None else value(v, rows)
+            if k is not None and v is not None:
+                out[k] = v
+        return out
+
+    return to_map
 
 
 def _order(x: Any) -> Any:
@@ -104,24 +137,31 @@ class Snapshot:
         return rows[0]
 
 
-def take(target: DbTarget, columns: Columns, timeout: float = 5.0) -> Snapshot:
-    """Read ``columns`` of every row of their tables in one transaction (a consistent view)."""
-    schema = fetch_schema(target, timeout)["tables"]
+def take(
+    target: DbTarget, columns: Columns, timeout: float = 5.0, *, schema_json: dict[str, Any] | None = None
+) -> Snapshot:
+    """Read ``columns`` of every row of their tables in one transaction (a consistent view).
+
+    ``schema_json``: the server's schema when the caller has it (else it is fetched first).
+    """
+    schema = (schema_json or fetch_schema(target, timeout))["tables"]
     present = {t: [c for c in cols if c in schema[t]["columns"]] for t, cols in columns.items() if t in schema}
     ops = [{"op": "select", "table": t, "where": [], "columns": ["_uuid", *cols]} for t, cols in present.items()]
     (result,) = request(target, [("transact", [DB_NAME, *ops])], timeout)
     raw = {t: r["rows"] for t, r in zip(present, result)}
     rows: dict[uuid.UUID, Row] = {}
     tables: dict[str, dict[uuid.UUID, Row]] = {}
+    pending: list[tuple[str, list[tuple[Row, dict[str, Any]]]]] = []
     for t, table_rows in raw.items():  # every row first: references may point anywhere
         tables[t] = {}
+        made = []
         for r in table_rows:
             row = Row(uuid.UUID(r["_uuid"][1]), {})
             rows[row.uuid] = tables[t][row.uuid] = row
-    for t, table_rows in raw.items():
-        convert = {c: converter(schema[t]["columns"][c]["type"]) for c in present[t]}
-        for r in table_rows:
-            values = tables[t][uuid.UUID(r["_uuid"][1])]._values
-            for c, f in convert.items():
-                values[c] = f(r[c], rows)
+            made.append((row, r))
+        pending.append((t, made))
+    for t, made in pending:
+        convert = [(c, converter(schema[t]["columns"][c]["type"])) for c in present[t]]
+        for row, r in made:
+            row._values = {c: f(r[c], rows) for c, f in convert}
     return Snapshot(target, tables, present)

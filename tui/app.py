@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.markup import escape
@@ -36,9 +36,11 @@ class HvnetApp(App[int]):
         Binding("ctrl+o", "keep_change", "Keep change", show=False),
     ]
 
-    def __init__(self, conn: Connection, host: Host | None = None, *, start: str = "vifs") -> None:
+    def __init__(
+        self, conn: Connection, host: Host | None = None, *, start: str = "vifs", timeout: float = 5.0
+    ) -> None:
         super().__init__()
-        self.backend = Backend(conn, host)
+        self.backend = Backend(conn, host, timeout=timeout)
         self.sections = available()
         self._start_mode = start
         for s in self.sections:
@@ -48,10 +50,23 @@ class HvnetApp(App[int]):
         self._pending_timer: Timer | None = None
 
     def on_mount(self) -> None:
+        self._measure_at(self.size.width, self.size.height)
         self.sub_title = self.backend.describe()
         self.backend.start(lambda: self.call_from_thread_safe(self._db_changed))
         self.set_interval(CONNECTION_CHECK_S, self._check_connection)
         self.switch_mode(self._start_mode)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._measure_at(event.size.width, event.size.height)
+
+    def _measure_at(self, width: int, height: int) -> None:
+        """Give the Rich console the screen's size.
+
+        Every table cell is measured on its console; a console without a size
+        asks the terminal for it each time (three failing calls per cell
+        without one), which was a good part of filling a 1000-VIF table.
+        """
+        self.console.size = (width, height)
 
     def call_from_thread_safe(self, callback) -> None:
         """Run ``callback`` on the UI thread (the IDL loop calls this from its thread)."""
@@ -64,7 +79,7 @@ class HvnetApp(App[int]):
         """The replica changed: tell whichever screens care (they re-read in workers)."""
         for screen in self._live_screens():
             handler = getattr(screen, "db_changed", None)
-            if handler is not None:
+            if handler is not None and screen.is_mounted:  # a screen made but not yet shown reads on mount
                 handler()
 
     def _live_screens(self) -> Iterable[Screen]:
@@ -174,7 +189,7 @@ def _make(section) -> Screen:
     return section.load()()
 
 
-def run(conn: Connection, host: Host, start: str = "vifs") -> int:
-    """Open the UI on ``conn`` (made from ``host``) until the operator quits."""
-    HvnetApp(conn, host, start=start).run()
+def run(conn: Connection, host: Host, start: str = "vifs", timeout: float = 5.0) -> int:
+    """Open the UI on ``conn`` (made from ``host``; its replica synced or not) until the operator quits."""
+    HvnetApp(conn, host, start=start, timeout=timeout).run()
     return 0

@@ -36,16 +36,20 @@ async def _first_table(remote: str, n: int) -> float:
     from tui.widgets.vif_table import VifTable
 
     started = time.perf_counter()
-    app = HvnetApp(api.connect(build_host(remote)))
+    app = HvnetApp(api.connect(build_host(remote), sync=False))  # as ``hvnet tui`` opens it
     async with app.run_test(size=(120, 40)) as pilot:
+        # Polled without the Pilot's pause, which forces a repaint every time it
+        # returns (a terminal repaints on its own clock); once the rows are in,
+        # the clock stops after the screen has processed everything and painted.
         while True:
             tables = app.screen.query(VifTable)
             if tables and tables.first().row_count == n:
+                await pilot.pause()
                 elapsed = time.perf_counter() - started
                 break
             if time.perf_counter() - started > 30:
                 raise RuntimeError("the VIF table never filled")
-            await pilot.pause(0.01)
+            await asyncio.sleep(0.005)
     return elapsed
 
 
@@ -56,7 +60,10 @@ async def _changes(remote: str, env: dict[str, str], port: str) -> tuple[list[fl
     app = HvnetApp(api.connect(build_host(remote)))
     seen, vsctl_alone = [], []
     async with app.run_test(size=(120, 40)) as pilot:
-        while not (app.screen.query(VifTable) and app.screen.query_one(VifTable).row_count > 0):
+        # changes are pushed once the replica is built (just after the first table is shown)
+        while not (
+            app.backend.replica_ready and app.screen.query(VifTable) and app.screen.query_one(VifTable).row_count > 0
+        ):
             await pilot.pause(0.05)
         table = app.screen.query_one(VifTable)
         for i in range(CHANGES):

@@ -32,14 +32,16 @@ async def open_vifs(pilot, app: HvnetApp) -> VifTable:
 
 
 async def test_vif_table_shows_lab_and_follows_external_changes(lab) -> None:
-    app = HvnetApp(api.connect(build_host()), start="host" if _has_host() else "vifs")
+    # opened as ``hvnet tui`` opens it: the replica is built after the first table is shown
+    app = HvnetApp(api.connect(build_host(), sync=False), start="host" if _has_host() else "vifs")
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             table = await open_vifs(pilot, app)
             assert [cell(table, p, "VM") for p in ("vif1.0", "vif2.0", "vif3.0")] == ["VM1", "VM2", "VM3"]
             assert cell(table, "vif3.0", "VLAN") == "access 2"
 
-            # a change made by another tool shows within about a second
+            # a change made by another tool shows within about a second, pushed by the replica
+            assert await wait_until(pilot, lambda: app.backend.replica_ready, 5.0)
             started = time.monotonic()
             await asyncio.to_thread(lab.switch.vsctl, "set", "Port", "vif3.0", "tag=42")
             assert await wait_until(pilot, lambda: cell(table, "vif3.0", "VLAN") == "access 42", 3.0)
@@ -165,3 +167,34 @@ async def test_connection_loss_banner_reconnect_and_nothing_half_applied(lab) ->
         lab.switch.start()
         lab.switch.vsctl("set", "Port", "vif3.0", "tag=2")
         app.backend.close()
+
+
+async def test_first_table_from_one_select_then_the_replica(lab) -> None:
+    """``hvnet tui``'s start: the table is painted from a one-shot read; readers that need the
+    replica (the Edit VIF dialog, limit checks) wait for it, and it is started for them."""
+    conn = api.connect(build_host(), sync=False)
+    assert not conn.synced and not conn.started
+    app = HvnetApp(conn)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert await wait_until(pilot, lambda: bool(app.screen.query(VifTable)))
+            table = app.screen.query_one(VifTable)
+            assert await wait_until(pilot, lambda: table.row_count == 3)
+            assert cell(table, "vif1.0", "VM") == "VM1"
+            # the replica follows the first paint without being asked
+            assert await wait_until(pilot, lambda: app.backend.replica_ready, 5.0)
+            assert conn.synced and conn.started
+    finally:
+        app.backend.close()
+
+
+def test_a_replica_reader_before_the_first_paint_waits_for_the_sync(lab) -> None:
+    from tui.backend import Backend
+
+    backend = Backend(api.connect(build_host(), sync=False))
+    try:
+        state = backend.snapshot()  # what the Edit VIF dialog reads: the replica, synced first
+        assert {"vif1.0", "vif2.0", "vif3.0"} <= set(state.ports)
+        assert backend.replica_ready
+    finally:
+        backend.close()

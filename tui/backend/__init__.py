@@ -62,12 +62,13 @@ class _Collector(logging.Handler):
 class Backend:
     """Everything the screens need from the engine, on one connection."""
 
-    def __init__(self, conn: Connection, host: Host | None = None) -> None:
-        self.conn = conn
+    def __init__(self, conn: Connection, host: Host | None = None, *, timeout: float = 5.0) -> None:
+        self._conn = conn
         # The console is a front door: given no Host, it builds the one its connection's target names.
         self.host = host or build_host(conn.target.remote)
-        self.live = LiveInventory(conn, self.host)
-        self.engine = PolicyEngine(conn, self.host, command="hvnet tui")
+        self.timeout = timeout
+        self._live = LiveInventory(conn, self.host)
+        self._engine = PolicyEngine(conn, self.host, command="hvnet tui")
         self.confirm_within_s = CONFIRM_WITHIN_S
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
         self._message_listeners: list[Callable[[LogLine], None]] = []
@@ -82,30 +83,61 @@ class Backend:
     # -- lifetime ------------------------------------------------------------
 
     def start(self, on_change: Callable[[], None]) -> None:
-        """Start the IDL loop; ``on_change`` is called (from its thread) on every replica change."""
+        """Take over logging; ``on_change`` will be called (from the IDL's thread) on every replica change.
+
+        The replica itself starts with :meth:`start_replica`: the console
+        paints its first table from one select (see :meth:`inventory`) and
+        builds the replica after, so the two do not share the CPU.
+        """
         self._logger.addHandler(self._handler)
         self._logger.propagate = False  # nothing may write over the screen
         if self._logger.level in (logging.NOTSET, logging.WARNING):
             self._logger.setLevel(logging.INFO)
-        self.conn.add_listener(on_change)
-        self.conn.start()
+        self._conn.add_listener(on_change)
+
+    def start_replica(self) -> None:
+        """Run the IDL loop (idempotent): from now on changes are pushed and readers use the replica."""
+        self._conn.start()
+
+    def _replica(self) -> None:
+        """Make sure the replica holds the database before a reader looks at it (worker threads only)."""
+        self.start_replica()
+        self._conn.wait_synced(self.timeout)
+
+    @property
+    def replica_ready(self) -> bool:
+        """Whether changes are pushed now (the replica is running and holds the database)."""
+        return self._conn.started and self._conn.synced
+
+    @property
+    def conn(self) -> Connection:
+        """The connection, its replica synced (blocks until then: worker threads only)."""
+        self._replica()
+        return self._conn
+
+    @property
+    def engine(self) -> PolicyEngine:
+        """The policy engine on the synced replica (blocks until then: worker threads only)."""
+        self._replica()
+        return self._engine
 
     def close(self) -> None:
         self._logger.removeHandler(self._handler)
         self._logger.propagate = self._saved_propagate
         self._logger.setLevel(self._saved_level)
-        self.conn.close()
+        self._conn.close()
 
     @property
     def connected(self) -> bool:
-        return self.conn.is_connected
+        # Before the replica starts, the one-shot read that painted the table has just reached the server.
+        return not self._conn.started or self._conn.is_connected
 
     @property
     def remote(self) -> str:
-        return self.conn.target.remote
+        return self._conn.target.remote
 
     def describe(self) -> str:
-        return self.conn.target.describe()
+        return self._conn.target.describe()
 
     # -- messages (Log screen) -----------------------------------------------
 
@@ -128,12 +160,20 @@ class Backend:
     # -- inventory -----------------------------------------------------------
 
     def inventory(self) -> Inventory:
-        """A fresh inventory with rates since the previous call (about once a second)."""
-        return self.live.refresh()
+        """A fresh inventory with rates since the previous call (about once a second).
+
+        Until the replica is started, from one select: that is the first
+        table's read, and the caller starts the replica once it is painted.
+        """
+        if not self._conn.started:
+            return self._live.refresh(once=True, timeout=self.timeout)
+        self._replica()
+        return self._live.refresh()
 
     def inventory_snapshot(self) -> Inventory:
         """The inventory without touching the VIF table's rate meter (Host screen, dialogs)."""
-        return self.live.snapshot(kernel_counters=False)
+        self._replica()
+        return self._live.snapshot(kernel_counters=False)
 
     # -- policy ----------------------------------------------------------------
 
@@ -183,7 +223,7 @@ class Backend:
         The Host and Log screens ask every few seconds; the file is read again
         only when it has changed since (it only ever grows by appended lines).
         """
-        path = self.engine.journal.audit_path
+        path = self._engine.journal.audit_path
         try:
             st = path.stat()
             stamp: tuple[Any, ...] | None = (path, st.st_mtime_ns, st.st_size)
@@ -194,7 +234,7 @@ class Backend:
         if stamp is not None and cached is not None and cached[0] == stamp:
             entries = cached[1]
         else:
-            entries = self.engine.journal.read_audit(last=last)
+            entries = self._engine.journal.read_audit(last=last)
             with self._lock:
                 self._audit_cache[last] = (stamp, entries)
         return list(entries)

@@ -18,13 +18,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, SelectionList, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
 
 from appliance.errors import HvnetError
 from appliance.services.policy import MirrorRule, Pending
 
 from ..backend import mirrors as mb
 from ..backend.plans import plan_lines, refusal_lines, result_lines
+from ..widgets.footer import Footer
 
 FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
 # The form field each widget edits (errors show once a field is touched, or all on Plan).

@@ -12,12 +12,13 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from appliance import render
 
 from ..backend.host import HostSample, HostSampler
 from ..widgets.banner import ConnectionBanner
+from ..widgets.footer import Footer
 
 SAMPLE_INTERVAL_S = 1.0
 BAR = 10

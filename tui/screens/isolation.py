@@ -20,13 +20,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Select, Static
+from textual.widgets import Header, Input, Select, Static
 
 from appliance.errors import HvnetError
 from appliance.services.isolation import CheckResult
 
 from ..backend import isolation as iso
 from ..widgets.banner import ConnectionBanner
+from ..widgets.footer import Footer
 from ..widgets.matrix import MatrixTable
 
 TICK_S = 0.2

@@ -19,10 +19,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from ..backend import MESSAGES_KEPT, LogLine
 from ..widgets.banner import ConnectionBanner
+from ..widgets.footer import Footer
 
 AUDIT_KEPT = 200
 AUDIT_POLL_S = 5.0

@@ -16,7 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from appliance.errors import HvnetError
 
@@ -25,6 +25,7 @@ from ..backend.plans import refusal_lines, result_lines
 from ..dialogs.confirm import ConfirmDialog
 from ..dialogs.mirror import MirrorDialog
 from ..widgets.banner import ConnectionBanner
+from ..widgets.footer import Footer
 from ..widgets.keyed_table import KeyedTable
 
 STATS_INTERVAL_S = 2.0

@@ -27,7 +27,6 @@ from textual.screen import Screen
 from textual.widgets import (
     Button,
     DataTable,
-    Footer,
     Header,
     Input,
     Label,
@@ -46,6 +45,7 @@ from ..backend import suites as engine
 from ..backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun
 from ..widgets.banner import ConnectionBanner
 from ..widgets.chart import Chart
+from ..widgets.footer import Footer
 
 TABS = ("tab-run", "tab-chart", "tab-runs", "tab-compare")
 REGRESSION_MARK = "!!"
