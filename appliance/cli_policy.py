@@ -10,16 +10,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from . import api, render
-from .errors import EXIT_FAILED, EXIT_OK, ConfigError, Problem, UsageError
+from .errors import EXIT_FAILED, EXIT_OK, ConfigError, ConflictError, OvsdbUnreachable, Problem, UsageError
 from .frontdoor import host_of
 from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, PolicyEngine, describe, intents, load
 from .policy.engine import change_json
 from .policy.fields import FieldError
 from .services import policy as svc
+
+WATCHER_PATIENCE_S = 600.0
 
 
 def _engine(args: argparse.Namespace) -> PolicyEngine:
@@ -161,16 +164,41 @@ def _out(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     if args.pending:
-        svc.wait_until(float(args.at))  # before connecting: a connection idle for the whole window goes stale
+        return _watch(args)
     with _engine(args) as eng:
-        result = svc.rollback(eng, pending_id=args.pending, at=float(args.at) if args.at else None)
-    if args.pending:  # the detached watcher of a --no-commit apply: its log, never JSON
-        if result is None:
-            return EXIT_OK  # committed (or rolled back by hand) in time
-        print(format_result(result))
-        return EXIT_OK if result.ok else EXIT_FAILED
+        result = svc.rollback(eng)
     assert result is not None
     return _finish(args, result)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """The detached watcher of a --no-commit apply: at the deadline, roll back unless committed.
+
+    A database that cannot be reached then (ovsdb-server restarting) is
+    retried with a growing delay for :data:`WATCHER_PATIENCE_S`; after that
+    the record stays overdue and the next hvnet run on this switch rolls it
+    back (``settle_overdue``).  Its output is its log, never JSON.
+    """
+    at = float(args.at)
+    svc.wait_until(at)  # before connecting: a connection idle for the whole window goes stale
+    delay = 1.0
+    while True:
+        try:
+            with _engine(args) as eng:
+                result = svc.rollback(eng, pending_id=args.pending, at=at)
+            break
+        except (OvsdbUnreachable, ConflictError) as exc:
+            if time.time() > at + WATCHER_PATIENCE_S:
+                print(f"gave up after {WATCHER_PATIENCE_S:.0f} s: {exc.message}; the next hvnet run rolls it back")
+                return exc.exit_code
+            print(f"{time.strftime('%H:%M:%S')} cannot roll back yet ({exc.message}); retrying in {delay:.0f} s")
+            sys.stdout.flush()
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    if result is None:
+        return EXIT_OK  # committed (or rolled back by hand) in time
+    print(format_result(result))
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 # -- imperative ----------------------------------------------------------------------

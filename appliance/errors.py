@@ -16,6 +16,7 @@ EXIT_USAGE = 2  # invalid input: arguments, topology/policy/suite files
 EXIT_UNREACHABLE = 3  # OVSDB could not be reached
 EXIT_MISSING_TOOL = 4  # a required system tool (ovs-vsctl, ip, ...) is absent
 EXIT_CONFLICT = 5  # the change conflicted with a concurrent one or timed out
+EXIT_UNKNOWN = 6  # whether the change was made could not be known (see the audit log)
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -24,7 +25,8 @@ exit codes:
   2  invalid input (arguments, topology or policy file); nothing was changed
   3  the OVS database could not be reached
   4  a required system tool is missing
-  5  a concurrent change or a timeout prevented the operation"""
+  5  a concurrent change or a timeout prevented the operation (nothing was changed)
+  6  whether the change was made could not be known; the next hvnet run settles it"""
 
 
 class HvnetError(Exception):
@@ -114,3 +116,14 @@ class CommandFailed(HvnetError):
 
 class LabError(HvnetError):
     """The lab could not be brought up or down as asked."""
+
+
+class OutcomeUnknown(HvnetError):
+    """A commit was sent and no answer came: the change may or may not be in the database.
+
+    Never reported as "prevented": the intent stays in the journal and the
+    next hvnet process that reaches the database settles it (audit line,
+    rollback record) by reading what is there.
+    """
+
+    exit_code = EXIT_UNKNOWN

@@ -177,6 +177,7 @@ class TxnResult:
     value: Any
     attempts: int
     next_cfg: int | None = None
+    vswitchd_lag: str | None = None  # committed, but ovs-vswitchd has not caught up (see Connection.vswitchd_lag)
 
 
 class Connection:
@@ -386,14 +387,17 @@ class Connection:
                 status = self._commit(txn, deadline)
             if status == ovs.db.idl.Transaction.SUCCESS or status == ovs.db.idl.Transaction.UNCHANGED:
                 next_cfg = None
+                lag = None
                 if wait_for_vswitchd and status == ovs.db.idl.Transaction.SUCCESS:
+                    # Committed: from here on nothing raises, so the caller still records and audits it.
                     next_cfg = txn.get_increment_new_value()
-                    self.wait_for_vswitchd(next_cfg, max(1.0, deadline - time.monotonic()))
+                    lag = self.vswitchd_lag(next_cfg, max(1.0, deadline - time.monotonic()))
                 return TxnResult(
                     status="success" if status == ovs.db.idl.Transaction.SUCCESS else "unchanged",
                     value=value,
                     attempts=attempts,
                     next_cfg=next_cfg,
+                    vswitchd_lag=lag,
                 )
             if status == ovs.db.idl.Transaction.TRY_AGAIN:
                 # A verify() failed because of a concurrent change, or the
@@ -426,12 +430,22 @@ class Connection:
 
     def wait_for_vswitchd(self, next_cfg: int, timeout: float) -> None:
         """Wait until ovs-vswitchd reports ``cur_cfg >= next_cfg``."""
-        if not self.wait_for(lambda: (self.root().cur_cfg or 0) >= next_cfg, timeout):
-            raise HvnetError(
-                f"ovs-vswitchd did not apply configuration {next_cfg} within {timeout:.0f} s "
-                f"(cur_cfg is {self.root().cur_cfg})",
-                hint="is ovs-vswitchd running and connected to this database?",
-            )
+        lag = self.vswitchd_lag(next_cfg, timeout)
+        if lag is not None:
+            raise HvnetError(lag, hint="is ovs-vswitchd running and connected to this database?")
+
+    def vswitchd_lag(self, next_cfg: int, timeout: float) -> str | None:
+        """None once ovs-vswitchd reports ``cur_cfg >= next_cfg``; else what it has not done in ``timeout``."""
+        try:
+            if self.wait_for(lambda: (self.root().cur_cfg or 0) >= next_cfg, timeout):
+                return None
+            now = self.root().cur_cfg
+        except OvsdbError:
+            now = "unknown"
+        return (
+            f"ovs-vswitchd has not applied configuration {next_cfg} within {timeout:.0f} s (cur_cfg is {now}): "
+            "the change is in the database, whether it is in effect is unknown"
+        )
 
     # -- background loop (TUI, agent) ----------------------------------------
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import labstate, proc
-from ..errors import CommandFailed, LabError, UsageError
+from ..errors import CommandFailed, HvnetError, LabError, UsageError
 from ..guests import GuestEndpoint
 from ..host import DataPaths
 from ..inventory import port_vlan
@@ -240,6 +240,8 @@ class Lab:
                 report.actions.append(f"created guest {g.name}: namespace {self.ns_of(g.name)}, VIF {g.vif}")
         with Connection.open(DbTarget(self.db, "lab"), LAB_COLUMNS, timeout=10) as conn:
             result = conn.transact(lambda ctx: self._configure(ctx, t), comment="hvnet lab up", wait_for_vswitchd=True)
+            if result.vswitchd_lag:
+                raise HvnetError(result.vswitchd_lag, hint="is the lab's ovs-vswitchd running?")
             if result.status == "success":
                 report.actions.append("configured bridges, ports, VLANs and VIF external_ids (one transaction)")
             if result.value:

@@ -45,6 +45,7 @@ class Agent:
         self.tick = tick
         self.engine = PolicyEngine(conn, host, command="hvnet agent")
         self.engine.lenient = True
+        self.engine.audit_unchanged = False  # a pass that found nothing to do is not an event worth a line
         self.policy: Policy = load(self.policy_path)  # invalid at start: refuse to run
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -117,7 +118,8 @@ class Agent:
         try:
             if tick:
                 self._check_vswitchd()
-            result = self.engine.apply(self.policy, verify=False)
+            # Audited, but not what ``hvnet rollback`` undoes: that stays the operator's last apply.
+            result = self.engine.apply(self.policy, verify=False, record=False)
             if result.plan.changes:
                 self.applied += 1
                 for c in result.plan.changes:

@@ -12,6 +12,16 @@ through :meth:`PolicyEngine.apply_changes` or :meth:`PolicyEngine.apply`:
 4. re-read and verify (ports have an ofport, no Interface error, policing
    installed by the mechanism that was chosen), a few times ~1 s apart;
 5. write the rollback record and one audit line.
+
+Crashes at the worst moment: before the commit an intent is written to the
+journal and the audit log is checked writable (a user who cannot audit cannot
+change anything); right after the commit the rollback record is saved, before
+meters and verification.  An hvnet killed anywhere in between leaves its
+intent, and the next engine on that switch settles it by reading the
+database (:meth:`PolicyEngine.settle_interrupted`): the audit line is
+written, the record kept, the meters brought in line.  A commit whose reply
+is lost is settled the same way on the spot; only when the database cannot
+be read is the outcome reported as unknown (exit 6), never as "prevented".
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..errors import ConfigError, HvnetError, Problem
+from ..errors import ConfigError, HvnetError, OutcomeUnknown, Problem
 from ..host import Host
 from ..inventory import vm_uuid_of
 from ..names import resolve_names
@@ -108,6 +118,7 @@ class PolicyEngine:
         self._tc_police: bool | None = None
         self.force_policing: str | None = None
         self.lenient = False  # the agent's planning mode (see PlanOptions.lenient)
+        self.audit_unchanged = True  # an operator's apply that changed nothing is audited; the agent's idle passes not
 
     def __enter__(self) -> PolicyEngine:
         return self
@@ -159,12 +170,34 @@ class PolicyEngine:
 
     # -- applying --------------------------------------------------------------
 
-    def apply(self, policy: Policy, *, dry_run: bool = False, verify: bool = True, wait: bool = True) -> ApplyResult:
-        """Make the switch match ``policy``; all or nothing."""
+    def apply(
+        self,
+        policy: Policy,
+        *,
+        dry_run: bool = False,
+        verify: bool = True,
+        wait: bool = True,
+        record: bool = True,
+        guard: Callable[[State], None] | None = None,
+    ) -> ApplyResult:
+        """Make the switch match ``policy``; all or nothing.
+
+        ``record=False``: audited, but not made what ``hvnet rollback`` undoes
+        (the agent's repairs must not take the operator's last apply away).
+        ``guard(state)`` runs before each planning, inside the transaction, and
+        raises to refuse (e.g. "that mirror name was taken meanwhile"): a check
+        made before the transaction would be check-then-act.
+        """
         policy = self._forced(policy)
         options = self.options()
         self._refresh_names()
-        return self._run(lambda state: planner.plan(policy, state, options), dry_run=dry_run, verify=verify, wait=wait)
+
+        def plan(state: State) -> Plan:
+            if guard is not None:
+                guard(state)
+            return planner.plan(policy, state, options)
+
+        return self._run(plan, dry_run=dry_run, verify=verify, wait=wait, record=record)
 
     def apply_changes(
         self, changes: list[Change], *, label: str, wait: bool = True, record: bool = True
@@ -179,6 +212,8 @@ class PolicyEngine:
             result = Plan()
             for c in changes:
                 current = current_value(state, c)
+                if current == c.after:
+                    continue  # already so (a rollback run twice, or one interrupted and run again)
                 if current != c.before:
                     result.warnings.append(
                         f"{c.target} {c.kind}: left as is, changed since "
@@ -188,7 +223,12 @@ class PolicyEngine:
                 result.changes.append(c)
             return result
 
-        return self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label, record=record)
+        result = self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label, record=record)
+        if result.plan.warnings and any("left as is" in w for w in result.plan.warnings):
+            # A rollback that could not put everything back is not a success (exit 1).
+            left = [w for w in result.plan.warnings if "left as is" in w]
+            result.problems.append(f"partial: {len(left)} change(s) not put back (changed since): " + "; ".join(left))
+        return result
 
     def undo(self, changes: list[Change], *, label: str, wait: bool = True, record: bool = True) -> ApplyResult:
         """Put back what ``changes`` replaced, newest first; a row changed since is left alone and reported.
@@ -209,14 +249,18 @@ class PolicyEngine:
         label: str | None = None,
         record: bool = True,
     ) -> ApplyResult:
-        keep_record = record
         if dry_run:
             with self.conn.lock:
                 state = self._read(self.conn)
             return ApplyResult(make_plan(state), "dry-run")
+        self.settle_interrupted()
+        label = label or self.command
+        attempts: list[tuple[Plan, dict[str, Any]]] = []  # each attempt that meant to change something
 
         def build(ctx: TxnContext) -> Plan:
             plan = make_plan(self._read(ctx.conn))
+            if plan.changes and self.audit:
+                attempts.append((plan, self._intend(label, plan.changes, keep=record)))
             writer.write(ctx, plan.changes)
             return plan
 
@@ -225,12 +269,43 @@ class PolicyEngine:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            txn = self.conn.transact(build, comment=label or self.command, wait_for_vswitchd=wait, timeout=15.0)
+            txn = self.conn.transact(build, comment=label, wait_for_vswitchd=wait, timeout=15.0)
+        except HvnetError as exc:
+            return self._after_failed_commit(attempts, exc, wait=wait, verify=verify, keep=record)
         finally:
             if gc_was_enabled:
                 gc.enable()
         plan: Plan = txn.value
+        rec = attempts[-1][1] if plan.changes and attempts else None
+        if not plan.changes and attempts and self._settle_live(attempts[-1][1]) == "committed":
+            # The reply to an earlier attempt was lost (the connection dropped) and re-planning
+            # found its changes made: they are this apply's, recorded and audited as such.
+            plan, rec = attempts[-1]
+            plan.warnings.append("the reply to the commit was lost; the changes were found in the database")
+        for _, r in attempts:
+            if r is not rec:
+                self.journal.clear_intent(r["id"])
         result = ApplyResult(plan, "applied" if plan.changes else "unchanged", attempts=txn.attempts)
+        if txn.vswitchd_lag and plan.changes:
+            result.problems.append(txn.vswitchd_lag)
+        return self._finish(result, rec, wait=wait, verify=verify, keep=record)
+
+    def _intend(self, label: str, changes: list[Change], *, keep: bool) -> dict[str, Any]:
+        """Before a commit: the audit log must be writable, and the intent is on disk."""
+        self.journal.check_writable()
+        rec = self.journal.new_record(label, changes)
+        self.journal.write_intent(rec, keep=keep)
+        return rec
+
+    def _finish(
+        self, result: ApplyResult, rec: dict[str, Any] | None, *, wait: bool, verify: bool, keep: bool
+    ) -> ApplyResult:
+        """After the commit: record, meters, verification, audit -- the intent goes last."""
+        plan = result.plan
+        if rec is not None:
+            result.record_id = rec["id"]
+            if keep:
+                self.journal.save_last(rec)  # before anything can fail: rollback must undo this apply now
         try:
             # Meters live outside OVSDB: with nothing to commit they may still have drifted
             # (ovs-vswitchd restarted); sync compares first and changes only what differs.
@@ -242,29 +317,114 @@ class PolicyEngine:
                 # ovs-vswitchd is restarting) and brings the meters in line next time.
                 result.problems.append(f"meters not installed yet ({exc.message}); will retry")
                 self._audit(plan.changes, f"applied; meters pending: {exc.message}")
+                self._done(rec)
                 return result
             log.error("OpenFlow meters failed after the OVSDB commit: %s; restoring", exc)
             self._restore(plan.changes, wait)
+            if rec is not None and keep:
+                self.journal.unsave_last(rec["id"])
             self._audit(plan.changes, f"rolled back: meters failed: {exc.message}")
+            self._done(rec)
             result.status = "rolled back"
             result.problems.append(f"meter installation failed ({exc.message}); the OVSDB changes were undone")
             return result
         if not plan.changes and not any(v["added"] or v["modified"] or v["removed_ofports"]
                                         for v in result.openflow.values()):  # fmt: skip
-            self._audit(plan.changes, "unchanged")
+            if self.audit_unchanged:
+                self._audit(plan.changes, "unchanged")
             return result
         if self.of is not None and wait and any(c.kind in ("vlan", "mirror") for c in plan.changes):
             self.of.purge_datapath()
         if verify and wait:
-            self._verify(plan, result)
-        if plan.changes:
-            record = self.journal.new_record(label or self.command, plan.changes)
-            result.record_id = record["id"]
-            if self.audit and keep_record:
-                self.journal.save_last(record)
+            isolated = self._verify(plan, result)
+            if isolated and rec is not None:
+                # The dead-VLAN writes are part of this apply: rollback puts the VIFs' VLANs back too.
+                rec["changes"] += [journal.change_to_json(c) for c in isolated]
+                if keep:
+                    self.journal.save_last(rec)
         outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
         self._audit(plan.changes, outcome, isolated=result.isolated or None)
+        self._done(rec)
         return result
+
+    def _done(self, rec: dict[str, Any] | None) -> None:
+        if rec is not None:
+            self.journal.clear_intent(rec["id"])
+
+    def _after_failed_commit(
+        self, attempts: list[tuple[Plan, dict[str, Any]]], exc: HvnetError, *, wait: bool, verify: bool, keep: bool
+    ) -> ApplyResult:
+        """The transaction raised: settle whether the last attempt was committed before saying anything."""
+        if not attempts:
+            raise exc  # nothing was meant to change: nothing was sent
+        for _, r in attempts[:-1]:
+            self.journal.clear_intent(r["id"])
+        plan, rec = attempts[-1]
+        verdict = self._settle_live(rec)
+        if verdict == "committed":
+            plan.warnings.append(f"the commit's reply was lost ({exc.message}); the changes were found in the database")
+            result = ApplyResult(plan, "applied", attempts=len(attempts))
+            return self._finish(result, rec, wait=wait, verify=verify, keep=keep)
+        if verdict == "not committed":
+            self._audit(plan.changes, f"failed, nothing changed: {exc.message}")
+            self.journal.clear_intent(rec["id"])
+            raise exc
+        self._audit(plan.changes, f"outcome unknown: {exc.message}")
+        raise OutcomeUnknown(
+            f"{exc.message}; whether the change was made is unknown",
+            hint="the next hvnet run on this switch settles it from the journal (hvnet rollback, or any apply)",
+        ) from exc
+
+    # -- settling interrupted applies ------------------------------------------------
+
+    def _settle_live(self, rec: dict[str, Any]) -> str:
+        """Whether ``rec``'s changes are in the database: "committed", "not committed" or "unknown"."""
+        if not self.conn.wait_for(lambda: self.conn.is_connected, 3.0):
+            return "unknown"
+        self.conn.run_once(wait=0.2)
+        with self.conn.lock:
+            state = self._read(self.conn)
+        return settled(state, journal.record_changes(rec))
+
+    def settle_interrupted(self) -> list[str]:
+        """Settle the applies of hvnet processes killed between their commit and their audit line.
+
+        For each intent left in the journal: read the database; a change found
+        made is audited (and becomes the rollback record if it was to be one,
+        and its meters are brought in line); one not made is audited as such;
+        one that can no longer be told apart is audited as unknown and its
+        record kept, so ``hvnet rollback`` can still undo what matches.
+        Returns one line per intent settled.
+        """
+        said: list[str] = []
+        if not self.audit:
+            return said  # an engine that does not audit (a test's set-up) leaves the journal to one that does
+        for rec in self.journal.interrupted():
+            changes = journal.record_changes(rec)
+            verdict = self._settle_live(rec)
+            if verdict == "unknown" and not self.conn.is_connected:
+                continue  # cannot read the database now: the next run settles it
+            who = f"hvnet process {rec.get('pid')} ({rec.get('command')}) was interrupted"
+            if verdict == "committed":
+                last = self.journal.load_last()
+                if rec.get("keep") and (last is None or last["id"] != rec["id"]):
+                    self.journal.save_last({k: v for k, v in rec.items() if k not in ("pid", "keep")})
+                try:
+                    self.sync_openflow({c.bridge for c in changes} or None)
+                except HvnetError as exc:
+                    log.error("meters after an interrupted apply: %s", exc)
+                text = f"applied ({who} after its commit; verification did not run)"
+            elif verdict == "not committed":
+                text = f"not applied ({who} before its commit)"
+            else:
+                if rec.get("keep"):
+                    self.journal.save_last({k: v for k, v in rec.items() if k not in ("pid", "keep")})
+                text = f"outcome unknown ({who}; the switch has changed since)"
+            self._audit(changes, text, record_id=rec["id"])
+            self.journal.clear_intent(rec["id"])
+            said.append(f"{rec['id']}: {text}")
+            log.warning("settled an interrupted apply: %s", said[-1])
+        return said
 
     def _audit(self, changes: list[Change], result: str, **extra: Any) -> None:
         if self.audit:
@@ -325,7 +485,8 @@ class PolicyEngine:
 
     # -- verification --------------------------------------------------------------
 
-    def _verify(self, plan: Plan, result: ApplyResult) -> None:
+    def _verify(self, plan: Plan, result: ApplyResult) -> list[Change]:
+        """Check what the switch did with ``plan``; returns the dead-VLAN changes made for VIFs it did not take."""
         ports = sorted({c.name for c in plan.changes if c.kind in ("vlan", "ingress", "egress")})
         tunnels = sorted(
             {c.after.tunnel.name for c in plan.changes if c.kind == "mirror" and c.after and c.after.tunnel}
@@ -354,23 +515,30 @@ class PolicyEngine:
         # Fail closed: a VIF whose VLAN was being set but that the switch did not take goes dead.
         dead = [n for n in bad if n in state.ports and any(c.kind == "vlan" and c.name == n for c in plan.changes)]
         if dead:
-            self._isolate(dead, state, result, {n: bad[n] for n in dead})
+            return self._isolate(dead, result, {n: bad[n] for n in dead})
+        return []
 
-    def _isolate(self, names: list[str], state: State, result: ApplyResult, why: dict[str, str]) -> None:
+    def _isolate(self, names: list[str], result: ApplyResult, why: dict[str, str]) -> list[Change]:
+        """Move ``names`` to the dead VLAN; the changes written (part of the apply: recorded and audited)."""
         dead_cols = VlanCols.of(DEAD)
 
-        def build(ctx: TxnContext) -> None:
+        def build(ctx: TxnContext) -> list[Change]:
             fresh = read_state(ctx.conn)
             changes = [
-                Change("vlan", fresh.ports[n].bridge, n, fresh.ports[n].vlan, dead_cols)
+                Change("vlan", fresh.ports[n].bridge, n, fresh.ports[n].vlan, dead_cols, note="isolated: policy failed")
                 for n in names
                 if n in fresh.ports and fresh.ports[n].vlan != dead_cols
             ]
             writer.write(ctx, changes)
+            return changes
 
-        self.conn.transact(build, comment="hvnet: isolate VIFs whose policy failed", timeout=10.0)
+        written: list[Change] = self.conn.transact(
+            build, comment="hvnet: isolate VIFs whose policy failed", timeout=10.0
+        ).value
+        result.plan.changes.extend(written)
         for n in names:
             result.isolated[n] = f"{why[n]}; moved to dead VLAN 4095 (isolated) instead of leaving it half-configured"
+        return written
 
     def _check_enforcement(self, plan: Plan, state: State, result: ApplyResult) -> None:
         touched = {(c.name, c.kind) for c in plan.changes if c.kind in ("ingress", "egress")}
@@ -484,6 +652,20 @@ def current_value(state: State, c: Change) -> Any:
         b = state.bridges.get(c.name)
         return b.protocols if b is not None else _GONE
     raise ValueError(c.kind)
+
+
+def settled(state: State, changes: list[Change]) -> str:
+    """Whether ``changes`` are in ``state``: all made ("committed"), none ("not committed"), or "unknown".
+
+    One OVSDB transaction is all or nothing, so a mix means the rows changed
+    since; so does a value that is neither the one before nor the one after.
+    """
+    made = {current_value(state, c) == c.after for c in changes}
+    if made == {True}:
+        return "committed"
+    if made == {False} and all(current_value(state, c) == c.before for c in changes):
+        return "not committed"
+    return "unknown"
 
 
 class _Gone:

@@ -8,13 +8,25 @@
 * A pending record (``pending.json``) marks an apply made with
   ``--no-commit``: unless ``hvnet commit`` removes it before its deadline, the
   watcher process rolls the change back.
+* An intent (``applying.<id>.json``) is written before each commit and removed
+  once the apply is audited: a process killed in between leaves it behind, and
+  the next hvnet to open the journal settles it (see
+  :meth:`appliance.policy.engine.PolicyEngine.settle_interrupted`).
+
+Every file is written to a temporary name, flushed to disk and renamed, and
+the audit log is flushed to disk line by line: after a crash or a power cut a
+record is either the old one or the new one, and an acknowledged change has
+its audit line.  A file that exists but cannot be read is an error, never
+"nothing recorded".
 """
 
 from __future__ import annotations
 
 import getpass
+import glob
 import json
 import os
+import pwd
 import time
 import uuid
 from dataclasses import asdict
@@ -22,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import HvnetError
 from .planner import Change, describe
 
 if TYPE_CHECKING:
@@ -30,13 +43,45 @@ if TYPE_CHECKING:
 from .state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols, VlanCols
 
 
+class JournalError(HvnetError):
+    """The audit log or a rollback record cannot be written or read."""
+
+
 def user() -> str:
-    sudo = os.environ.get("SUDO_USER")
+    """Who made the change: the login user the kernel keeps for this session, and the effective one.
+
+    ``SUDO_USER`` is an environment variable any process can set, so it is
+    not trusted: the audit subsystem's login uid (``/proc/self/loginuid``),
+    which ``sudo`` and ``su`` cannot change, names the person.  Without one
+    (a daemon, a container) the effective user is recorded, and a
+    ``SUDO_USER`` that says otherwise is kept as an unverified claim.
+    """
+    me = _name_of(os.geteuid())
+    login = _login_uid()
+    if login is not None and login != os.geteuid():
+        return f"{_name_of(login)} (as {me})"
+    claimed = os.environ.get("SUDO_USER")
+    if login is None and claimed and claimed != me:
+        return f"{me} (SUDO_USER={claimed}, unverified)"
+    return me
+
+
+def _login_uid() -> int | None:
     try:
-        me = getpass.getuser()
-    except (KeyError, OSError):
-        me = str(os.geteuid())
-    return f"{sudo} (as {me})" if sudo and sudo != me else me
+        value = int(Path("/proc/self/loginuid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return None if value in (-1, 4294967295) else value
+
+
+def _name_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        try:
+            return getpass.getuser() if uid == os.geteuid() else str(uid)
+        except (KeyError, OSError):
+            return str(uid)
 
 
 def now_iso() -> str:
@@ -140,17 +185,49 @@ def record_changes(record: dict[str, Any]) -> list[Change]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent hvnet processes
-    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")  # one line: the C encoder
-    os.replace(tmp, path)
+    """Replace ``path`` with ``data`` atomically and durably (temporary file, fsync, rename, fsync of the directory)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent hvnet processes
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data) + "\n")  # one line: the C encoder
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise JournalError(f"cannot write {path}: {exc.strerror or exc}", hint=_SPACE_HINT) from None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_SPACE_HINT = "is the file system full or read-only, or is hvnet run by a user who may not write there?"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``; None when there is none; an error when it exists and cannot be read."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JournalError(f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise JournalError(
+            f"{path} is corrupt ({exc}); nothing was rolled back or changed",
+            hint="look at the file, then move it aside: hvnet will not guess what it held",
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("changes", []), list):
+        raise JournalError(f"{path} is not an hvnet record; nothing was rolled back or changed")
+    return data
 
 
 def seconds_left(pending: dict[str, Any]) -> float:
@@ -188,10 +265,27 @@ class Journal:
             "result": result,
             **extra,
         }
-        self.audit_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.audit_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, sort_keys=False) + "\n")
+        try:
+            self.audit_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.audit_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry, sort_keys=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise JournalError(f"cannot write the audit log {self.audit_path}: {exc.strerror or exc}") from None
         return self.audit_path
+
+    def check_writable(self) -> None:
+        """Fail before a commit that could not be audited (a user who may reach OVSDB but not write here)."""
+        try:
+            self.audit_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.audit_path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise JournalError(
+                f"cannot write the audit log {self.audit_path}: {exc.strerror or exc}; nothing was applied",
+                hint=_SPACE_HINT,
+            ) from None
 
     def read_audit(self, last: int = 50) -> list[dict[str, Any]]:
         try:
@@ -212,7 +306,24 @@ class Journal:
         return new_record(self.remote, command, changes)
 
     def save_last(self, record: dict[str, Any]) -> None:
-        _write_json(self.state_dir / "last-apply.json", record)
+        """Make ``record`` what ``hvnet rollback`` undoes; the one it replaces is kept for :meth:`unsave_last`."""
+        path = self.state_dir / "last-apply.json"
+        current = _read_json(path) if path.exists() else None
+        if current is not None and current.get("id") != record["id"]:
+            _write_json(path.with_name("last-apply.previous.json"), current)
+        _write_json(path, record)
+
+    def unsave_last(self, record_id: str) -> None:
+        """The apply ``record_id`` was undone before it finished: what rollback undoes is the one before again."""
+        path = self.state_dir / "last-apply.json"
+        current = _read_json(path)
+        if current is None or current.get("id") != record_id:
+            return
+        previous = path.with_name("last-apply.previous.json")
+        if previous.exists():
+            os.replace(previous, path)
+        else:
+            path.unlink(missing_ok=True)
 
     def load_last(self) -> dict[str, Any] | None:
         rec = _read_json(self.state_dir / "last-apply.json")
@@ -223,17 +334,49 @@ class Journal:
         rec = _read_json(self.state_dir / "last-apply.rolled-back.json")
         return rec if rec and rec.get("target") == self.remote else None
 
-    def mark_rolled_back(self) -> None:
+    def mark_rolled_back(self, record: dict[str, Any]) -> None:
+        """``record`` was undone: it is what :meth:`load_rolled_back` says, and no longer the last apply."""
         path = self.state_dir / "last-apply.json"
-        if path.exists():
-            os.replace(path, path.with_name("last-apply.rolled-back.json"))
+        _write_json(path.with_name("last-apply.rolled-back.json"), record)
+        current = _read_json(path)
+        if current is not None and current.get("id") == record.get("id"):
+            path.unlink(missing_ok=True)
 
     def save_pending(self, record: dict[str, Any], deadline: float, watcher_pid: int | None) -> None:
         _write_json(self.state_dir / "pending.json", {**record, "deadline": deadline, "watcher_pid": watcher_pid})
 
+    def reserve_pending(self, owner: str) -> None:
+        """Take the one pending slot before applying (atomic: of two applies at once, one gets it).
+
+        The reservation is a pending record with no changes and no deadline;
+        :meth:`save_pending` replaces it once the apply is made, and
+        :meth:`release_pending` frees it when nothing was applied.
+        """
+        path = self.state_dir / "pending.json"
+        held = _read_json(path)
+        if held is not None and held.get("reserved") and not _alive(int(held.get("pid", 0))):
+            path.unlink(missing_ok=True)  # reserved by an apply that was killed before it was made
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise HvnetError(
+                "an earlier --no-commit apply is still pending", hint="hvnet commit, or hvnet rollback"
+            ) from None
+        except OSError as exc:
+            raise JournalError(f"cannot write {path}: {exc.strerror or exc}", hint=_SPACE_HINT) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"id": owner, "target": self.remote, "changes": [], "reserved": True, "pid": os.getpid()}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def release_pending(self, owner: str) -> None:
+        self.clear_pending(owner)
+
     def load_pending(self) -> dict[str, Any] | None:
+        """The change waiting for ``hvnet commit`` (a slot reserved by an apply still running is not one yet)."""
         rec = _read_json(self.state_dir / "pending.json")
-        return rec if rec and rec.get("target") == self.remote else None
+        return rec if rec and rec.get("target") == self.remote and not rec.get("reserved") else None
 
     def clear_pending(self, record_id: str) -> bool:
         """Remove the pending record if it is still ``record_id`` (True when removed)."""
@@ -243,3 +386,40 @@ class Journal:
             return False
         path.unlink(missing_ok=True)
         return True
+
+    # -- intents (write-ahead) -------------------------------------------------------
+
+    def write_intent(self, record: dict[str, Any], *, keep: bool) -> None:
+        """Say what is about to be committed, before the commit (``keep``: it becomes the rollback record)."""
+        _write_json(self._intent_path(record["id"]), {**record, "pid": os.getpid(), "keep": keep})
+
+    def clear_intent(self, record_id: str) -> None:
+        self._intent_path(record_id).unlink(missing_ok=True)
+
+    def interrupted(self) -> list[dict[str, Any]]:
+        """Intents of this switch left by hvnet processes that are gone (killed between commit and audit)."""
+        out = []
+        for name in sorted(glob.glob(str(self.state_dir / "applying.*.json"))):
+            try:
+                rec = _read_json(Path(name))
+            except JournalError as exc:
+                raise JournalError(f"{exc.message}; the apply it describes may or may not have been made") from None
+            if rec and rec.get("target") == self.remote and not _alive(int(rec.get("pid", 0))):
+                out.append(rec)
+        return out
+
+    def _intent_path(self, record_id: str) -> Path:
+        return self.state_dir / f"applying.{record_id}.json"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is an hvnet process still running (a recycled pid running something else is not)."""
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"hvnet" in cmdline or b"appliance" in cmdline

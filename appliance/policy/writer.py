@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConfigError, Problem
 from ..ovsdb import TxnContext
 from ..ovsdb import column as col
 from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, is_owned
 from .planner import Change
 from .state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
+
+MAX_MIRRORS = 32  # per bridge: ofproto's MAX_MIRRORS (a mirror is a bit in a 32-bit mask)
 
 
 class _Rows:
@@ -65,9 +68,19 @@ def _verify(row: Any, *columns: str) -> None:
         row.verify(c)
 
 
+def _verify_selection(rows: _Rows, port: Any) -> None:
+    """Verify what selected ``port`` (its interfaces' VM and MAC ids): a VIF that another client
+    re-tagged to another VM between planning and commit makes the commit TRY_AGAIN, not land on it."""
+    for iface in col(port, "interfaces"):
+        iface.verify("external_ids")
+        if rows.ctx.conn.has_column("Interface", "mac_in_use"):
+            iface.verify("mac_in_use")
+
+
 def _write_vlan(rows: _Rows, ch: Change) -> None:
     port = rows.ports[ch.name]
     _verify(port, "vlan_mode", "tag", "trunks")
+    _verify_selection(rows, port)
     after: VlanCols = ch.after
     before: VlanCols | None = ch.before
     # Only what changes is written (python-ovs would send unchanged columns too).
@@ -136,6 +149,7 @@ def _delete_owned_qos(rows: _Rows, qos: Any) -> None:
 def _write_egress(rows: _Rows, ch: Change) -> None:
     port = rows.ports[ch.name]
     _verify(port, "qos")
+    _verify_selection(rows, port)
     old = list(col(port, "qos"))
     old_row = old[0] if old else None
     after: QosCols | None = ch.after
@@ -210,6 +224,15 @@ def _write_mirror(rows: _Rows, ch: Change) -> None:
         if existing is None or (before is not None and before.tunnel is not None):
             _insert_tunnel(rows, bridge, after.tunnel, ch.name)
     if current is None:
+        # The bridge's mirror list decides whether the name is free and the limit reached:
+        # verified, so two clients adding at once cannot both succeed from the same view.
+        bridge.verify("mirrors")
+        count = len(_stored(bridge, "mirrors")) + 1  # the stored list includes this transaction's additions
+        if count > MAX_MIRRORS:
+            raise ConfigError([Problem(
+                "policy", None, f"mirrors ({ch.bridge})",
+                f"{ch.bridge} would have {count} mirrors; Open vSwitch supports at most {MAX_MIRRORS} per bridge",
+            )])  # fmt: skip
         current = rows.ctx.insert("Mirror")
         current.name = ch.name
         bridge.addvalue("mirrors", current)

@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -69,6 +69,7 @@ __all__ = [
 ]
 
 WATCHER_LOG = "rollback-watcher.log"
+OVERDUE_GRACE_S = 30.0  # a watcher still retrying an unreachable database keeps its record past the deadline
 
 
 # -- declarative ----------------------------------------------------------------
@@ -87,6 +88,7 @@ def apply(
     verify: bool = True,
     wait: bool = True,
     confirm_within: Optional[float] = None,
+    guard: Optional[Callable[[State], None]] = None,
 ) -> ApplyResult:
     """Make the switch match ``policy`` in one transaction (verified, audited, recorded for rollback).
 
@@ -95,11 +97,20 @@ def apply(
     SSH session cannot leave a half-tested change behind).  One such change is
     pending at a time, so a later one cannot make the first impossible to undo.
     """
-    if confirm_within is not None and engine.journal.load_pending():
-        raise UsageError("an earlier --no-commit apply is still pending", hint="hvnet commit, or hvnet rollback")
-    result = engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait)
-    if confirm_within is not None and result.status == "applied" and result.record_id:
-        _arm_watcher(engine, result, confirm_within)
+    if confirm_within is None or dry_run:
+        return engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait, guard=guard)
+    settle_overdue(engine)
+    slot = f"reserved-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        engine.journal.reserve_pending(slot)  # atomic: of two such applies at once, one goes ahead
+    except HvnetError as exc:
+        raise UsageError(exc.message, hint=exc.hint) from None
+    try:
+        result = engine.apply(policy, verify=verify, wait=wait, guard=guard)
+        if result.status == "applied" and result.record_id:
+            _arm_watcher(engine, result, confirm_within)  # the pending record replaces the reservation
+    finally:
+        engine.journal.release_pending(slot)  # a no-op once replaced
     return result
 
 
@@ -190,6 +201,11 @@ def commit(engine: PolicyEngine) -> Optional[Pending]:
     Too late (the deadline passed, or the watcher already took the record) is
     an error: the change is being, or has been, rolled back.
     """
+    late = settle_overdue(engine)
+    if late is not None:
+        raise HvnetError(
+            f"too late: {late['id']} was not confirmed in time; its watcher was gone, so it has been rolled back now"
+        )
     record = engine.journal.load_pending()
     if record is None:
         return None
@@ -198,6 +214,37 @@ def commit(engine: PolicyEngine) -> Optional[Pending]:
     _stop_watcher(record)
     engine.journal.audit(engine.command, [], f"committed {record['id']}")
     return Pending.of(record)
+
+
+def settle_overdue(engine: PolicyEngine, grace: float = OVERDUE_GRACE_S) -> Optional[dict[str, Any]]:
+    """Keep the promise of a pending change whose watcher is gone: roll it back now.
+
+    A pending record still there ``grace`` seconds after its deadline, with
+    no watcher process alive, was never rolled back (the watcher was killed,
+    the host rebooted).  Left alone, ``hvnet commit`` would call it "already
+    rolled back" while the change stays.  Returns the record rolled back, or
+    None.
+    """
+    record = engine.journal.load_pending()
+    if record is None or journal.seconds_left(record) > -grace or _watcher_alive(record):
+        return None
+    engine.undo(
+        journal.record_changes(record), label=f"hvnet automatic rollback of {record['id']} (late: watcher gone)"
+    )
+    engine.journal.mark_rolled_back(record)
+    engine.journal.clear_pending(record["id"])
+    return record
+
+
+def _watcher_alive(record: dict[str, Any]) -> bool:
+    pid = record.get("watcher_pid")
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return record["id"].encode() in cmdline
 
 
 def _stop_watcher(record: dict[str, Any]) -> None:
@@ -227,6 +274,9 @@ def rollback(
     """
     if pending_id is not None:
         return _rollback_when_due(engine, pending_id, at or time.time())
+    late = settle_overdue(engine)
+    if late is not None:
+        raise HvnetError(f"{late['id']} was not confirmed in time and its watcher was gone: rolled back now")
     record = engine.journal.load_pending()
     if record is not None:
         if not engine.journal.clear_pending(record["id"]):
@@ -237,7 +287,7 @@ def rollback(
         if record is None:
             raise HvnetError("nothing to roll back: no apply is recorded for this switch")
     result = engine.undo(journal.record_changes(record), label=f"hvnet rollback {record['id']}")
-    engine.journal.mark_rolled_back()
+    engine.journal.mark_rolled_back(record)
     return result
 
 
@@ -250,11 +300,14 @@ def wait_until(deadline: float) -> None:
 def _rollback_when_due(engine: PolicyEngine, pending_id: str, deadline: float) -> Optional[ApplyResult]:
     wait_until(deadline)
     record = engine.journal.load_pending()
-    if record is None or record["id"] != pending_id or not engine.journal.clear_pending(pending_id):
-        return None
+    if record is None or record["id"] != pending_id:
+        return None  # committed (or rolled back by hand) in time
     engine.command = f"hvnet (automatic rollback of {pending_id}: not committed in time)"
     result = engine.undo(journal.record_changes(record), label="hvnet automatic rollback")
-    engine.journal.mark_rolled_back()
+    # Only now is the record dropped: a watcher killed during the undo leaves it overdue,
+    # and the next hvnet run (settle_overdue) finishes the job.
+    engine.journal.mark_rolled_back(record)
+    engine.journal.clear_pending(pending_id)
     return result
 
 
@@ -392,8 +445,20 @@ def add_mirror(
     dry_run: bool = False,
     confirm_within: Optional[float] = None,
 ) -> ApplyResult:
-    """Add the mirror ``rule`` (from :func:`intents.mirror_rule`); an existing name is refused."""
-    return apply(engine, _add_policy(engine, rule, origin), dry_run=dry_run, confirm_within=confirm_within)
+    """Add the mirror ``rule`` (from :func:`intents.mirror_rule`); an existing name is refused.
+
+    Refused before the transaction (a clear error without a commit attempt)
+    and again inside it, against the state the commit is built on: of two
+    adds of one name at once, the second re-plans and is refused.
+    """
+
+    def still_free(state: State) -> None:
+        taken = mirror_taken(state.mirrors, rule.bridge, rule.name)
+        if taken:
+            raise UsageError(taken, hint=origin.delete_hint)
+
+    policy = _add_policy(engine, rule, origin)
+    return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within, guard=still_free)
 
 
 def delete_mirror(

@@ -475,7 +475,7 @@ def test_last_apply_and_pending_records(tmp_path) -> None:
     j.save_last(record)
     assert journal.record_changes(j.load_last()) == CHANGES[:3]
     assert journal.Journal("tcp:10.0.0.1:6640", tmp_path, tmp_path / "a").load_last() is None  # another switch's
-    j.mark_rolled_back()
+    j.mark_rolled_back(record)
     assert j.load_last() is None
     assert (tmp_path / "last-apply.rolled-back.json").exists()
 

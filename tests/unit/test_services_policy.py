@@ -50,5 +50,5 @@ def test_outcome_follows_the_journal(tmp_path: Path) -> None:
     assert svc.outcome(eng, waiting) is None  # still waiting
     eng.journal.clear_pending(record["id"])
     assert svc.outcome(eng, waiting) == "kept"  # gone before its deadline: committed
-    eng.journal.mark_rolled_back()
+    eng.journal.mark_rolled_back(record)
     assert svc.outcome(eng, waiting) == "rolled back"

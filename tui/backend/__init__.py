@@ -200,11 +200,19 @@ class Backend:
 
     def pending(self) -> svc.Pending | None:
         """The change waiting to be confirmed on this switch (made here or by ``hvnet apply --no-commit``)."""
-        return svc.pending(self.engine)
+        try:
+            return svc.pending(self.engine)
+        except HvnetError as exc:  # an unreadable journal: said on the Log screen, the console goes on
+            self.note(f"cannot read the pending change: {exc}", logging.WARNING)
+            return None
 
     def outcome(self, waiting: svc.Pending) -> str | None:
         """None while ``waiting`` is undecided; then ``"rolled back"`` or ``"kept"``."""
-        return svc.outcome(self.engine, waiting)
+        try:
+            return svc.outcome(self._engine, waiting)  # two small local files: no replica needed
+        except HvnetError as exc:
+            self.note(f"cannot read what became of {waiting.id}: {exc}", logging.WARNING)
+            return None
 
     def commit(self) -> svc.Pending | None:
         """Keep the pending change (its automatic rollback is cancelled); None when nothing was pending."""
