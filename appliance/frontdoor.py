@@ -66,7 +66,8 @@ def build_host(
         environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}),
         static=MappingProxyType(labstate.lab_vm_names(run_dir, target.remote) if is_lab else {}),
     )
-    return Host(target, paths=data_paths(env, run_dir.resolve() if is_lab else None), names=names)
+    paths = data_paths(env, run_dir.resolve() if is_lab else None)
+    return Host(target, paths=paths, names=names, stop_at=env.get("HVNET_STOP_AT") or None)
 
 
 def host_of(args: Any) -> Host:

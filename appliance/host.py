@@ -12,6 +12,9 @@ object with a different runner.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +71,10 @@ class Host:
         runner: CommandRunner | None = None,
         names: NameConfig | None = None,
         ovs_rundir: Path | None = None,
+        stop_at: str | None = None,
     ) -> None:
         self.target = target
+        self.stop_at = stop_at  # a fault drill's checkpoint (see checkpoint)
         self.paths = paths or DataPaths()
         self.runner: CommandRunner = runner or LocalRunner()
         self.names = names or NameConfig()
@@ -81,6 +86,22 @@ class Host:
     @property
     def remote(self) -> str:
         return self.target.remote
+
+    def checkpoint(self, step: str) -> None:
+        """A step of an apply where a fault drill may stop this process (``$HVNET_STOP_AT``).
+
+        Operators rehearse failures the way the test suite does: stop hvnet
+        at a step (it says so on stderr and stops itself with SIGSTOP), break
+        something -- kill ovsdb-server, stop ovs-vswitchd, kill hvnet -- then
+        continue it (SIGCONT) and watch what the journal and ``rollback`` make
+        of it.  Steps: ``before-commit`` (the intent is written, nothing is
+        sent), ``committed``, ``recorded``, ``meters``, ``verified``.
+        """
+        if self.stop_at == step:
+            self.stop_at = None  # once: a transaction re-planned after TRY_AGAIN passes the step again
+            sys.stderr.write(f"hvnet: stopped at {step} (pid {os.getpid()}); SIGCONT continues\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     def describe(self) -> str:
         return self.target.describe()

@@ -262,6 +262,8 @@ class PolicyEngine:
             if plan.changes and self.audit:
                 attempts.append((plan, self._intend(label, plan.changes, keep=record)))
             writer.write(ctx, plan.changes)
+            if plan.changes:
+                self.host.checkpoint("before-commit")
             return plan
 
         # A full garbage collection walks the whole replica (~80 ms at 1000 VIFs) and
@@ -303,9 +305,11 @@ class PolicyEngine:
         """After the commit: record, meters, verification, audit -- the intent goes last."""
         plan = result.plan
         if rec is not None:
+            self.host.checkpoint("committed")
             result.record_id = rec["id"]
             if keep:
                 self.journal.save_last(rec)  # before anything can fail: rollback must undo this apply now
+            self.host.checkpoint("recorded")
         try:
             # Meters live outside OVSDB: with nothing to commit they may still have drifted
             # (ovs-vswitchd restarted); sync compares first and changes only what differs.
@@ -333,6 +337,8 @@ class PolicyEngine:
             if self.audit_unchanged:
                 self._audit(plan.changes, "unchanged")
             return result
+        if plan.changes:
+            self.host.checkpoint("meters")
         if self.of is not None and wait and any(c.kind in ("vlan", "mirror") for c in plan.changes):
             self.of.purge_datapath()
         if verify and wait:
@@ -342,6 +348,7 @@ class PolicyEngine:
                 rec["changes"] += [journal.change_to_json(c) for c in isolated]
                 if keep:
                     self.journal.save_last(rec)
+        self.host.checkpoint("verified")
         outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
         self._audit(plan.changes, outcome, isolated=result.isolated or None)
         self._done(rec)

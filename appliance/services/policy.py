@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 WATCHER_LOG = "rollback-watcher.log"
-OVERDUE_GRACE_S = 30.0  # a watcher still retrying an unreachable database keeps its record past the deadline
+OVERDUE_GRACE_S = 2.0  # past the deadline, with its watcher gone (a live watcher, even one retrying, is left alone)
 
 
 # -- declarative ----------------------------------------------------------------
@@ -274,6 +274,7 @@ def rollback(
     """
     if pending_id is not None:
         return _rollback_when_due(engine, pending_id, at or time.time())
+    engine.settle_interrupted()  # an apply killed after its commit becomes the record to undo
     late = settle_overdue(engine)
     if late is not None:
         raise HvnetError(f"{late['id']} was not confirmed in time and its watcher was gone: rolled back now")

@@ -1,0 +1,265 @@
+"""Faults at the worst moment of an apply, on the real lab; ovs-vsctl/ovs-ofctl and the audit log as witnesses.
+
+Each cell stops a real ``hvnet apply`` at one step (``$HVNET_STOP_AT``: the
+process stops itself there), breaks something -- SIGKILL hvnet, SIGKILL
+ovsdb-server, SIGSTOP ovs-vswitchd -- lets it go on where it still can, and
+then checks, with independent tools:
+
+* the switch is either exactly as before or exactly as the policy says
+  (OVSDB and OpenFlow), never in between, once the next hvnet has run;
+* the audit log says what happened to the change (applied, not applied,
+  outcome unknown), and no intent is left behind;
+* ``hvnet rollback`` then puts back exactly the state before.
+
+Each cell's row is printed (``-s``): step, fault, hvnet's exit, what the
+witness saw, what the next run and the rollback did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from appliance.lab import Lab
+
+from ..conftest import HVNET, ROOT, run_hvnet
+from .policy_helpers import config, reset, write
+
+TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
+POLICY = """\
+version: 1
+vifs:
+  - vm: VM1
+    vlan: {tag: 7}
+    ingress: {rate: 10240, burst: 1024}
+  - vm: VM3
+    vlan: {mode: native-untagged, tag: 2, trunks: "20-22"}
+"""
+STEPS = ("before-commit", "committed", "recorded", "meters", "verified")
+
+
+@pytest.fixture
+def journal_env(tmp_path: Path) -> dict[str, str]:
+    """A journal of the cell's own: records and audit lines from other tests do not mix in."""
+    return {"HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
+
+
+@pytest.fixture
+def states(lab: Lab, tmp_path: Path, journal_env: dict[str, str]) -> tuple[dict, dict, str]:
+    """The switch before, and after a clean apply of POLICY (measured here, then undone with ovs-vsctl)."""
+    reset(lab, TAGS)
+    before = config(lab)
+    f = write(tmp_path / "p.yaml", POLICY)
+    env = {**journal_env, "HVNET_STATE_DIR": str(tmp_path / "reference-state")}
+    res = run_hvnet("apply", f, env=env)
+    assert res.returncode == 0, res.stderr
+    after = config(lab)
+    reset(lab, TAGS)
+    assert config(lab) == before
+    yield before, after, f
+    lab.switch.start()  # whatever a cell killed
+    _cont(lab.switch.pid("ovs-vswitchd"))
+    reset(lab, TAGS)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except OSError:
+        return "gone"
+
+
+def _cont(pid: int | None) -> None:
+    if pid:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def _apply_stopped_at(f: str, step: str, env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [*HVNET, "apply", f], cwd=ROOT, env={**os.environ, **env, "HVNET_STOP_AT": step},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while _state(proc.pid) != "T":
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate(timeout=5)
+            pytest.fail(f"hvnet never stopped at {step}: exit {proc.returncode}\n{out}\n{err}")
+        time.sleep(0.02)
+    return proc
+
+
+def _audit(env: dict[str, str]) -> list[dict]:
+    path = Path(env["HVNET_AUDIT_LOG"])
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _ovsdb_part(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k != "OpenFlow"}
+
+
+def _settle_and_roll_back(lab: Lab, f: str, env: dict, before: dict, after: dict) -> tuple[str, str]:
+    """The next hvnet run settles the interrupted apply and applies; rollback restores before, exactly."""
+    res = run_hvnet("apply", f, env=env)
+    assert res.returncode == 0, res.stderr
+    assert config(lab) == after, "the next apply did not leave the policy fully in place"
+    assert not list(Path(env["HVNET_STATE_DIR"]).glob("applying.*.json")), "an intent was left behind"
+    settled = [e["result"] for e in _audit(env) if "interrupted" in e["result"] or "unknown" in e["result"]]
+    res = run_hvnet("rollback", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert config(lab) == before, "rollback did not put back the state before the apply"
+    return (settled[-1] if settled else "-"), "restored"
+
+
+def _row(step: str, fault: str, code: int | None, witness: str, settled: str, rollback: str) -> None:
+    print(f"\n| {step:13} | {fault:30} | exit {code} | {witness:10} | {settled[:70]} | {rollback} |")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_hvnet_killed_at_each_step(lab: Lab, states, journal_env, step: str) -> None:
+    before, after, f = states
+    proc = _apply_stopped_at(f, step, journal_env)
+    proc.kill()
+    proc.wait(timeout=10)
+    now = config(lab)
+    if step == "before-commit":
+        assert now == before  # nothing was sent
+        witness = "before"
+    else:
+        assert _ovsdb_part(now) == _ovsdb_part(after)  # committed: OVSDB all there, meters maybe not yet
+        witness = "after" if now == after else "OVSDB after"
+    settled, rolled = _settle_and_roll_back(lab, f, journal_env, before, after)
+    expected = "not applied" if step == "before-commit" else "applied ("
+    assert settled.startswith(expected), settled
+    _row(step, "SIGKILL hvnet", proc.returncode, witness, settled, rolled)
+
+
+def test_ovsdb_killed_before_the_commit_is_unknown_then_settled(lab: Lab, states, journal_env) -> None:
+    before, after, f = states
+    proc = _apply_stopped_at(f, "before-commit", journal_env)
+    lab.switch.kill_ovsdb()
+    _cont(proc.pid)
+    _out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert proc.returncode == 6, (proc.returncode, err)  # never "prevented": it cannot be known here
+    assert "unknown" in _audit(journal_env)[-1]["result"]
+    lab.switch.start()  # same database file, a new server
+    assert config(lab) == before
+    settled, rolled = _settle_and_roll_back(lab, f, journal_env, before, after)
+    assert settled.startswith("not applied"), settled
+    _row("before-commit", "SIGKILL ovsdb-server", proc.returncode, "before", settled, rolled)
+
+
+def test_ovsdb_killed_after_the_commit_the_apply_finishes(lab: Lab, states, journal_env) -> None:
+    before, after, f = states
+    proc = _apply_stopped_at(f, "committed", journal_env)
+    lab.switch.kill_ovsdb()
+    _cont(proc.pid)
+    _out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    lab.switch.start()
+    assert _ovsdb_part(config(lab)) == _ovsdb_part(after)
+    results = [e["result"] for e in _audit(journal_env)]
+    assert results and results[-1].startswith("applied"), results
+    _settled, rolled = _settle_and_roll_back(lab, f, journal_env, before, after)
+    _row("committed", "SIGKILL ovsdb-server", proc.returncode, "after", results[-1], rolled)
+
+
+def test_vswitchd_stalled_at_the_commit(lab: Lab, states, journal_env) -> None:
+    """ovs-vswitchd stopped while the commit goes in, for a few seconds: the apply waits and completes."""
+    before, after, f = states
+    proc = _apply_stopped_at(f, "before-commit", journal_env)
+    vswitchd = lab.switch.pid("ovs-vswitchd")
+    os.kill(vswitchd, signal.SIGSTOP)
+    try:
+        _cont(proc.pid)
+        time.sleep(3)
+    finally:
+        _cont(vswitchd)
+    _out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    assert config(lab) == after
+    assert _audit(journal_env)[-1]["result"] == "applied"
+    res = run_hvnet("rollback", env=journal_env)
+    assert res.returncode == 0 and config(lab) == before, res.stderr
+    _row("before-commit", "SIGSTOP ovs-vswitchd for 3 s", proc.returncode, "after", "applied", "restored")
+
+
+def test_state_directory_full_changes_nothing(lab: Lab, states, journal_env, tmp_path: Path) -> None:
+    before, _after, f = states
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        with open(full / "filler", "wb") as fh:
+            try:
+                fh.write(b"\0" * (1 << 20))
+            except OSError:
+                pass  # ENOSPC: the file system is full now
+        env = {**journal_env, "HVNET_STATE_DIR": str(full / "state")}
+        res = run_hvnet("apply", f, env=env)
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert res.returncode == 1 and "No space left" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert config(lab) == before
+    _row("before-commit", "state directory full", res.returncode, "before", "-", "nothing to undo")
+
+
+def test_unwritable_audit_log_changes_nothing(lab: Lab, states, journal_env) -> None:
+    before, _after, f = states
+    env = {**journal_env, "HVNET_AUDIT_LOG": "/proc/hvnet-audit/audit.jsonl"}
+    res = run_hvnet("apply", f, env=env)
+    assert res.returncode == 1 and "audit log" in res.stderr and "nothing was applied" in res.stderr, res.stderr
+    assert config(lab) == before
+    _row("before-commit", "audit log not writable", res.returncode, "before", "-", "nothing to undo")
+
+
+def test_two_mirror_adds_of_one_name_at_once(lab: Lab, states, journal_env) -> None:
+    argv = [*HVNET, "mirror", "add", "twin", "--bridge", "xenbr0", "--vlan", "40", "--output-vlan", "999"]
+    procs = [
+        subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **journal_env}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]  # fmt: skip
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    names = lab.switch.vsctl("--columns=name", "--bare", "list", "Mirror").split()
+    assert names.count("twin") == 1, names
+    assert codes == [0, 2, 2], [p.stderr.read() for p in procs]
+    _row("-", "3 concurrent mirror add, 1 name", None, "1 mirror", f"exits {codes}", "-")
+
+
+def test_two_unconfirmed_applies_at_once_leave_one_pending(lab: Lab, states, journal_env, tmp_path) -> None:
+    before, _after, f = states
+    other = write(tmp_path / "q.yaml", "version: 1\nvifs:\n  - vm: VM2\n    vlan: {tag: 9}\n")
+    procs = [
+        subprocess.Popen([*HVNET, "apply", path, "--no-commit", "--timeout", "60"], cwd=ROOT, env={**os.environ, **journal_env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for path in (f, other)
+    ]  # fmt: skip
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes == [0, 2], [p.stderr.read() for p in procs]
+    res = run_hvnet("rollback", env=journal_env)
+    assert res.returncode == 0, res.stderr
+    assert config(lab) == before
+    _row("-", "2 concurrent --no-commit applies", None, "1 pending", f"exits {codes}", "restored")
+
+
+def test_watcher_killed_the_next_run_keeps_the_promise(lab: Lab, states, journal_env) -> None:
+    before, _after, f = states
+    res = run_hvnet("apply", f, "--no-commit", "--timeout", "5", env=journal_env)
+    assert res.returncode == 0, res.stderr
+    pending = json.loads((Path(journal_env["HVNET_STATE_DIR"]) / "pending.json").read_text())
+    os.kill(int(pending["watcher_pid"]), signal.SIGKILL)
+    time.sleep(8)  # past the deadline and the grace: nobody rolled it back
+    res = run_hvnet("commit", env=journal_env)
+    assert res.returncode == 1 and "rolled back now" in res.stderr, res.stdout + res.stderr
+    assert config(lab) == before
+    _row("watcher", "SIGKILL watcher", res.returncode, "before", "rolled back late", "-")
