@@ -23,7 +23,7 @@ results.load             a SuiteResult or NotARun (a UsageError)
 =======================  ====================================================
 
 Each property runs ``EXAMPLES`` generated inputs (300; 3,000 in all, about
-ten seconds); the inputs that once crashed a parser are regression tests
+five seconds); the inputs that once crashed a parser are regression tests
 of their own at the end.
 """
 
