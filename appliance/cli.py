@@ -202,12 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hvnet",
         description="Host networking for XenServer and KVM hypervisors: see and manage what Open vSwitch "
         "does for your VMs.",
-        epilog="OVSDB target, first match wins: --db, $HVNET_DB, a running hvnet lab, "
-        "unix:/var/run/openvswitch/db.sock.\n\n" + EXIT_CODES_HELP,
+        epilog="OVSDB target, first match wins: --db, $HVNET_DB, a running hvnet lab (unless --no-lab), "
+        "unix:/var/run/openvswitch/db.sock. tcp: targets are unencrypted and unauthenticated: prefer ssl:."
+        "\n\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"hvnet {__version__}")
     p.add_argument("--db", metavar="TARGET", help="OVSDB target: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")
+    p.add_argument(
+        "--no-lab",
+        action="store_true",
+        help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "
+        "(the hvnet-agent service runs with it)",
+    )
     p.add_argument("--ssl-key", metavar="FILE", help="private key for ssl: targets ($HVNET_SSL_KEY)")
     p.add_argument("--ssl-cert", metavar="FILE", help="certificate for ssl: targets ($HVNET_SSL_CERT)")
     p.add_argument("--ssl-ca", metavar="FILE", help="CA certificate for ssl: targets ($HVNET_SSL_CA)")

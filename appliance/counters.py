@@ -140,7 +140,7 @@ def parse_ofctl_ports(text: str) -> dict[str, Counters]:
         for part in rest.split(","):
             key, _, value = part.strip().partition("=")
             target = {"pkts": "packets", "bytes": "bytes", "drop": "dropped", "errs": "errors"}.get(key)
-            if target and value.strip().isdigit():
+            if target and re.fullmatch(r"[0-9]{1,20}", value.strip()):  # not '²' (isdigit, yet no int)
                 values[f"{prefix}_{target}"] = int(value)
 
     for line in text.splitlines():

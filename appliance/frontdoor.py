@@ -13,6 +13,7 @@ variables read here:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -22,7 +23,9 @@ from typing import Any
 
 from . import labstate
 from .host import DataPaths, Host, NameConfig
-from .target import resolve
+from .target import DbTarget, resolve
+
+log = logging.getLogger("hvnet.target")
 
 NAME_VARIABLES = (
     "HVNET_LIBVIRT_URI",
@@ -53,13 +56,20 @@ def build_host(
     ssl_ca: str | None = None,
     libvirt: str | None = None,
     environ: Mapping[str, str] | None = None,
+    discover_lab: bool = True,
 ) -> Host:
     """The Host for these options: the target (``--db``, ``$HVNET_DB``, a running lab, the
-    system's OVS), its data paths and its VM name sources."""
+    system's OVS), its data paths and its VM name sources.
+
+    ``discover_lab=False`` leaves the lab out of the resolution: a hypervisor's agent
+    (``hvnet --no-lab agent`` in its unit) must keep policing the system OVS even while
+    someone runs a lab on the same machine.
+    """
     env = os.environ if environ is None else environ
     run_dir = labstate.lab_dir(env)
-    lab_db = labstate.running_lab_db(run_dir)
+    lab_db = labstate.running_lab_db(run_dir) if discover_lab else None
     target = resolve(db, ssl_key=ssl_key, ssl_cert=ssl_cert, ssl_ca=ssl_ca, environ=env, lab_db=lab_db)
+    _warn_if_insecure(target)
     is_lab = lab_db is not None and target.remote == lab_db
     names = NameConfig(
         libvirt_uri=libvirt,
@@ -70,13 +80,30 @@ def build_host(
     return Host(target, paths=paths, names=names, stop_at=env.get("HVNET_STOP_AT") or None)
 
 
+_warned: set[str] = set()
+
+
+def _warn_if_insecure(target: DbTarget) -> None:
+    """Say once per process and remote that a ``tcp:`` target is neither encrypted nor authenticated.
+
+    OVSDB over tcp: lets anyone who can reach the port read and rewrite the
+    switch; it is fine on a loopback test bench and dangerous anywhere else,
+    and nothing else would tell the operator which of the two this is.
+    """
+    warning = target.insecure_warning()
+    if warning is not None and target.remote not in _warned:
+        _warned.add(target.remote)
+        log.warning("%s", warning)
+
+
 def host_of(args: Any) -> Host:
-    """The Host the global command-line options name (``--db``, ``--ssl-*``, ``--libvirt``),
+    """The Host the global command-line options name (``--db``, ``--ssl-*``, ``--libvirt``, ``--no-lab``),
     built once per command and kept on ``args``."""
     host: Host | None = getattr(args, "_host", None)
     if host is None:
         host = build_host(
-            args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt
-        )
+            args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt,
+            discover_lab=not args.no_lab,
+        )  # fmt: skip
         args._host = host
     return host

@@ -75,7 +75,7 @@ COLUMNS: dict[str, list[str]] = {
     ],
 }
 
-_XEN_PORT = re.compile(r"^(?P<kind>vif|tap)(?P<domid>\d+)\.(?P<devid>\d+)$")
+_XEN_PORT = re.compile(r"^(?P<kind>vif|tap)(?P<domid>[0-9]{1,10})\.(?P<devid>[0-9]{1,10})$")
 _LIBVIRT_PORT = re.compile(r"^(?:vnet|macvtap)\d+$")
 _VM_ID_KEYS = ("xs-vm-uuid", "vm-id")
 _VIF_ID_KEYS = ("attached-mac", "iface-id", "vm-id", "xs-vif-uuid", "xs-vm-uuid")
@@ -510,8 +510,12 @@ def _group_xen_hvm(vifs: list[Vif], groups: dict[tuple[str, int, int], list[Vif]
 
 
 def _natural(name: str) -> list[Any]:
-    """Sort key that puts ``vif2.0`` before ``vif10.0``."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+    """Sort key that puts ``vif2.0`` before ``vif10.0``.
+
+    Digit runs compare by length then text, never through int(): a port name is any
+    string OVSDB holds, and int() refuses '²' (a digit to str.isdigit) and huge runs.
+    """
+    return [(len(t.lstrip("0")), t) if i % 2 else t for i, t in enumerate(re.split(r"([0-9]+)", name))]
 
 
 def filter_vifs(vifs: Iterable[Vif], text: str) -> list[Vif]:

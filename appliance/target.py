@@ -4,8 +4,13 @@ Resolution order, first match wins:
 
 1. the ``--db`` option;
 2. the ``HVNET_DB`` environment variable;
-3. a running hvnet lab (its ``db.sock``);
+3. a running hvnet lab (its ``db.sock``), unless ``--no-lab`` turned lab
+   discovery off (the hvnet-agent unit does: a hypervisor's agent polices the
+   system OVS whatever else runs on the machine);
 4. the system default ``unix:/var/run/openvswitch/db.sock``.
+
+A ``tcp:`` target is accepted but carries a warning (see
+:meth:`DbTarget.insecure_warning`): it is neither encrypted nor authenticated.
 
 The chosen target is reported together with *why* it was chosen, so that an
 "unreachable" error can say what was tried and what to do about it.
@@ -47,6 +52,16 @@ class DbTarget:
 
     def describe(self) -> str:
         return f"{self.remote} (from {self.source})"
+
+    def insecure_warning(self) -> str | None:
+        """What to tell the operator about a ``tcp:`` target (None for unix: and ssl:)."""
+        if not self.remote.startswith("tcp:"):
+            return None
+        return (
+            f"warning: {self.remote} (from {self.source}) is plain TCP: OVSDB traffic is neither encrypted nor "
+            f"authenticated, so anyone who can reach that port can read and change this switch; "
+            f"use ssl:{self.remote[4:]} with --ssl-key, --ssl-cert and --ssl-ca"
+        )
 
 
 def validate_remote(remote: str, source: str) -> str:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_DPIF_PORT = re.compile(r"^\s+(?P<name>\S+) (?P<ofport>\d+)/(?P<odp>\d+):")
-_PUSH = re.compile(r"push_vlan\((?:tpid=0x[0-9a-f]+,)?vid=(?P<vid>\d+)")
+# ASCII numbers of bounded length: \d also matches other scripts' digits, and int() refuses huge ones.
+_DPIF_PORT = re.compile(r"^\s+(?P<name>\S+) (?P<ofport>[0-9]{1,10})/(?P<odp>[0-9]{1,10}):")
+_PUSH = re.compile(r"push_vlan\((?:tpid=0x[0-9a-f]+,)?vid=(?P<vid>[0-9]{1,4})\b")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def deliveries(actions: str, odp_ports: dict[int, str]) -> list[Delivery]:
     vlans: list[int] = []
     out: list[Delivery] = []
     for action in _split_actions(actions):
-        if action.isdigit():
+        if re.fullmatch(r"[0-9]{1,10}", action):  # not str.isdigit(): '²' is a digit to it, yet no int
             port = odp_ports.get(int(action), f"dp{action}")
             out.append(Delivery(port, vlans[-1] if vlans else None))
         elif m := _PUSH.match(action):

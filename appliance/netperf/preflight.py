@@ -53,7 +53,7 @@ class Preflight:
 
 
 def parse_version(text: str) -> Optional[tuple[int, ...]]:
-    m = re.search(r"[Nn]etperf version (\d+)\.(\d+)(?:\.(\d+))?", text)
+    m = re.search(r"[Nn]etperf version ([0-9]{1,9})\.([0-9]{1,9})(?:\.([0-9]{1,9})\b)?", text)
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
 
 

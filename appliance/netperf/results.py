@@ -111,7 +111,7 @@ def load(path: str | Path) -> SuiteResult:
         raise NotARun(f"{path} is not an hvnet run: no {RESULTS}", hint="runs are listed by 'hvnet suite list'")
     try:
         doc = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: arrays or objects nested too deep
         raise NotARun(f"{f} is not a readable hvnet run: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise NotARun(f"{f} is not an hvnet run (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")

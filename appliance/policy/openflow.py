@@ -32,9 +32,12 @@ from .state import State
 
 COOKIE = 0x68766E6574  # "hvnet"
 PRIORITY = 100
-_METER_ACTION = re.compile(r"meter:(\d+)")
-_METER = re.compile(r"meter=(\d+)\s+(.*?)bands=\s*type=drop\s+rate=(\d+)(?:\s+burst_size=(\d+))?", re.S)
-_METER_STATS = re.compile(r"meter:(\d+)\s.*?bands:\s*0:\s*packet_count:(\d+)\s+byte_count:(\d+)", re.S)
+# ovs-ofctl prints ASCII numbers of at most 20 digits (64 bits).  \d would also match other
+# scripts' digits and unbounded runs, and int() refuses numbers of more than 4,300 digits.
+_N = r"([0-9]{1,20})\b"
+_METER_ACTION = re.compile(rf"meter:{_N}")
+_METER = re.compile(rf"meter={_N}\s+(.*?)bands=\s*type=drop\s+rate={_N}(?:\s+burst_size={_N})?", re.S)
+_METER_STATS = re.compile(rf"meter:{_N}\s.*?bands:\s*0:\s*packet_count:{_N}\s+byte_count:{_N}", re.S)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,11 @@ _FLOW_META = {"duration", "n_packets", "n_bytes", "idle_age", "hard_age", "idle_
 
 
 def parse_flow(line: str) -> tuple[int, int, int, list[str], str] | None:
-    """One ``dump-flows`` line -> (cookie, table, priority, match fields, actions)."""
+    """One ``dump-flows`` line -> (cookie, table, priority, match fields, actions); None when it is no flow.
+
+    A flow whose cookie, table or priority is not a number raises ValueError:
+    hvnet cannot tell whose it is (:func:`parse_flows` counts it as foreign).
+    """
     if "actions=" not in line:
         return None
     head, actions = line.strip().split("actions=", 1)
@@ -90,29 +97,45 @@ def parse_flow(line: str) -> tuple[int, int, int, list[str], str] | None:
     for token in (t for t in re.split(r"[,\s]+", head) if t):
         key, _, value = token.partition("=")
         if key == "cookie":
-            cookie = int(value, 16)
+            cookie = _number(value, 16)
         elif key == "table":
-            table = int(value)
+            table = _number(value, 10)
         elif key == "priority":
-            priority = int(value)
+            priority = _number(value, 10)
         elif key not in _FLOW_META and token not in _FLOW_FLAGS:
             match.append(token)
     return cookie, table, priority, match, actions.strip()
 
 
+def _number(text: str, base: int) -> int:
+    """An ASCII number as ovs-ofctl prints it, else ValueError (int() also takes '١٢', which ofctl never prints)."""
+    digits = text[2:] if base == 16 and text[:2].lower() == "0x" else text
+    if not digits.isascii() or not digits.isalnum() or len(digits) > 20:
+        raise ValueError(f"not a base-{base} number: {text!r}")
+    return int(digits, base)
+
+
 def parse_flows(text: str) -> tuple[dict[int, int], list[str]]:
-    """hvnet's flows (in_port -> meter) and the other flows (besides the default NORMAL one)."""
+    """hvnet's flows (in_port -> meter) and the other flows (besides the default NORMAL one).
+
+    A line that looks like a flow but cannot be read is reported as foreign:
+    hvnet must not install meters next to flows it does not understand.
+    """
     ours: dict[int, int] = {}
     foreign: list[str] = []
     for line in text.splitlines():
-        flow = parse_flow(line)
+        try:
+            flow = parse_flow(line)
+        except ValueError:
+            foreign.append(line.strip())
+            continue
         if flow is None:
             continue
         cookie, table, priority, match, actions = flow
         if cookie == COOKIE:
             in_port = next((m[8:] for m in match if m.startswith("in_port=")), None)
             meter = _METER_ACTION.search(actions)
-            if in_port is not None and in_port.isdigit() and meter:
+            if in_port is not None and re.fullmatch(_N, in_port) and meter:
                 ours[int(in_port)] = int(meter.group(1))
             continue
         if table == 0 and priority == 0 and not match and actions == "NORMAL":
@@ -124,8 +147,8 @@ def parse_flows(text: str) -> tuple[dict[int, int], list[str]]:
 def parse_meters(text: str) -> dict[int, tuple[int, int]]:
     """meter id -> (rate, burst) of its drop band; meters with other bands map to (0, 0)."""
     out = {}
-    for block in re.split(r"(?=\bmeter=\d)", text):
-        head = re.match(r"meter=(\d+)", block)
+    for block in re.split(r"(?=\bmeter=[0-9])", text):
+        head = re.match(rf"meter={_N}", block)
         if head is None:
             continue
         m = _METER.match(block)

@@ -1,7 +1,17 @@
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
-from appliance import target
+from appliance import cli, frontdoor, target
 from appliance.errors import UsageError
+from tests.conftest import ROOT
 
 
 def test_order_db_option_first(tmp_path) -> None:
@@ -35,3 +45,88 @@ def test_ssl_needs_key_cert_ca(tmp_path) -> None:
     assert t.ssl is not None and t.ssl.ca_cert.endswith("ca")
     with pytest.raises(UsageError, match="no such file"):
         target.resolve("ssl:h:1", ssl_key="/nonexistent", ssl_cert="/x", ssl_ca="/y", environ={})
+
+
+# -- a running lab versus the agent unit ---------------------------------------------------
+
+UNIT = ROOT / "rpm" / "hvnet-agent.service"
+
+
+@pytest.fixture()
+def running_lab(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A lab record as a running lab leaves it: lab.json, db.sock and a live ovsdb-server.pid.
+
+    The "server" is a sleeping interpreter whose command line names the run directory,
+    which is all :func:`appliance.labstate.running_lab_db` asks of a lab's ovsdb-server.
+    """
+    run_dir = tmp_path / "lab"
+    run_dir.mkdir()
+    (run_dir / "lab.json").write_text(json.dumps({"db": f"unix:{run_dir / 'db.sock'}"}))
+    (run_dir / "db.sock").touch()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(run_dir)])
+    try:
+        (run_dir / "ovsdb-server.pid").write_text(f"{proc.pid}\n")
+        yield {"HVNET_LAB_DIR": str(run_dir)}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_running_lab_is_found_without_no_lab(running_lab: dict[str, str]) -> None:
+    host = frontdoor.build_host(environ=running_lab)
+    assert (host.target.source, host.target.remote) == ("lab", f"unix:{running_lab['HVNET_LAB_DIR']}/db.sock")
+
+
+def test_no_lab_resolves_the_system_ovs_while_a_lab_runs(running_lab: dict[str, str]) -> None:
+    host = frontdoor.build_host(environ=running_lab, discover_lab=False)
+    assert (host.target.remote, host.target.source) == (target.SYSTEM_DB, "system default")
+    assert not str(host.paths.state_dir).startswith(running_lab["HVNET_LAB_DIR"])
+    configured = frontdoor.build_host("unix:/srv/ovs/db.sock", environ=running_lab, discover_lab=False)
+    assert (configured.target.remote, configured.target.source) == ("unix:/srv/ovs/db.sock", "--db")
+
+
+def _unit_argv() -> list[str]:
+    line = next(ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecStart="))
+    argv = shlex.split(line.removeprefix("ExecStart="))
+    assert argv[0] == "/usr/bin/hvnet"
+    return argv[1:]
+
+
+def test_the_agent_unit_never_resolves_a_running_lab(running_lab: dict[str, str], monkeypatch) -> None:
+    """The unit's own command line, parsed by hvnet's parser, with a lab running on the machine."""
+    for name in ("HVNET_DB", "HVNET_STATE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HVNET_LAB_DIR", running_lab["HVNET_LAB_DIR"])
+    args = cli.build_parser().parse_args(_unit_argv())
+    assert args.command == "agent"
+    assert frontdoor.host_of(args).target.remote == target.SYSTEM_DB
+
+
+# -- tcp: targets ----------------------------------------------------------------------------
+
+
+def test_tcp_target_is_warned_about_once(tmp_path: Path, caplog) -> None:
+    env = {"HVNET_LAB_DIR": str(tmp_path / "no-lab")}
+    remote = "tcp:192.0.2.77:6640"  # a remote no other test uses: the warning is once per process
+    with caplog.at_level(logging.WARNING, logger="hvnet"):
+        frontdoor.build_host(remote, environ=env)
+        frontdoor.build_host(remote, environ=env)
+        frontdoor.build_host("unix:/x/db.sock", environ=env)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert remote in warnings[0] and "neither encrypted nor authenticated" in warnings[0]
+    assert "use ssl:192.0.2.77:6640" in warnings[0]
+
+
+def test_tcp_from_the_environment_is_warned_about_on_stderr(tmp_path: Path) -> None:
+    """Through the real CLI: the warning reaches stderr before the (refused) connection is reported."""
+    env = {**os.environ, "HVNET_DB": "tcp:127.0.0.1:1", "HVNET_LAB_DIR": str(tmp_path / "no-lab")}
+    res = subprocess.run([sys.executable, "-m", "appliance", "--timeout", "1", "status"], capture_output=True,
+                         text=True, cwd=ROOT, env=env, timeout=60, check=False)  # fmt: skip
+    assert res.stderr.count("is plain TCP") == 1, res.stderr
+    assert "tcp:127.0.0.1:1 (from HVNET_DB)" in res.stderr and "use ssl:127.0.0.1:1" in res.stderr
+
+
+def test_unix_and_ssl_targets_carry_no_warning() -> None:
+    for remote in ("unix:/run/db.sock", "ssl:192.0.2.1:6640"):
+        assert target.DbTarget(remote, "--db").insecure_warning() is None

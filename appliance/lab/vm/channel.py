@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from .protocol import EXIT_LOST, IdMap, LineDecoder, encode, exit_status
+from .protocol import EXIT_LOST, MAX_PENDING, IdMap, LineDecoder, encode, exit_status
 
 log = logging.getLogger("hvnet.vm.mux")
 
@@ -53,13 +53,19 @@ class ChannelError(Exception):
 # -- the multiplexer ---------------------------------------------------------------------
 
 
+# What a peer may send that is not a message the mux can act on: logged and skipped.
+MALFORMED = (TypeError, ValueError, KeyError, AttributeError)
+GUEST_EVENTS = frozenset({"hello", "pong", "out", "exit", "error"})  # see guest/agent.py
+
+
 class _Conn:
     """One socket with a line decoder and an output buffer (non-blocking)."""
 
     def __init__(self, sock: socket.socket, key: int) -> None:
         self.sock = sock
         self.key = key  # never reused, unlike id() or a file descriptor
-        self.decoder = LineDecoder()
+        self.name = "the guest" if key == 0 else f"client {key}"
+        self.decoder = LineDecoder(on_skip=lambda why: log.warning("%s sent %s; ignored", self.name, why))
         self.out = bytearray()
         self.closed = False
 
@@ -177,6 +183,8 @@ class Mux:
             return
         self.chan.out += encode(msg)
         self.flush("chan", self.chan)
+        if self.chan is not None and len(self.chan.out) > MAX_PENDING:
+            self.chan_lost(f"the guest is not reading: {len(self.chan.out)} bytes waiting for it")
 
     def from_guest(self, msg: dict[str, Any]) -> None:
         ev = msg.get("ev")
@@ -192,9 +200,13 @@ class Mux:
                 self.broadcast({**self.hello, "ready": True})
             return
         if ev == "pong":
-            key = self.pings.release(msg.get("seq"))  # type: ignore[arg-type]
+            seq = msg.get("seq")
+            key = self.pings.release(seq) if isinstance(seq, int) else None
             if key is not None and key[0] in self.clients:
                 self.send_client(self.clients[key[0]], {"ev": "pong", "seq": key[1]})  # type: ignore[index]
+            return
+        if ev not in GUEST_EVENTS:
+            log.warning("the guest sent an unknown event %.40r; ignored", ev)
             return
         gid = msg.get("id")
         key = self.ids.client_of(gid) if isinstance(gid, int) else None
@@ -243,7 +255,7 @@ class Mux:
                 self.send_client(conn, {**self.hello, "ready": True})
             return
         if op == "ping":
-            if self.hello is None:
+            if self.hello is None or not isinstance(msg.get("seq"), int):
                 return
             try:
                 gseq = self.pings.allocate(owner, msg.get("seq"))
@@ -252,6 +264,10 @@ class Mux:
             self.send_chan({"op": "ping", "seq": gseq})
             return
         cid = msg.get("id")
+        if op in ("spawn", "stdin", "eof", "signal") and not isinstance(cid, int):
+            log.warning("%s: %s with id %.40r (not an integer); ignored", conn.name, op, cid)
+            self.send_client(conn, {"ev": "error", "id": None, "message": f"{op}: the id must be an integer"})
+            return
         if op == "spawn":
             if self.hello is None or self.chan is None:
                 self.send_client(conn, {"ev": "error", "id": cid, "message": "guest not ready"})
@@ -269,13 +285,16 @@ class Mux:
             if gid is not None:
                 self.send_chan({**msg, "id": gid})
             return
-        self.send_client(conn, {"ev": "error", "id": cid, "message": f"unknown op {op!r}"})
+        self.send_client(conn, {"ev": "error", "id": cid, "message": f"unknown op {op!r:.40}"})
 
     def send_client(self, conn: _Conn, msg: dict[str, Any]) -> None:
         if conn.closed:
             return
         conn.out += encode(msg)
         self.flush("client", conn)
+        if not conn.closed and len(conn.out) > MAX_PENDING:
+            log.warning("%s is not reading (%d bytes waiting for it); disconnected", conn.name, len(conn.out))
+            self.client_gone(conn)
 
     def broadcast(self, msg: dict[str, Any]) -> None:
         for conn in list(self.clients.values()):
@@ -300,10 +319,14 @@ class Mux:
                 self.client_gone(conn)
             return
         for msg in conn.decoder.feed(data):
-            if kind == "chan":
-                self.from_guest(msg)
-            else:
-                self.from_client(conn, msg)
+            try:
+                if kind == "chan":
+                    self.from_guest(msg)
+                elif not conn.closed:
+                    self.from_client(conn, msg)
+            except MALFORMED as exc:  # a message of the wrong shape must not stop the mux
+                log.warning("%s sent a malformed message %.200r (%s: %s); ignored", conn.name, msg,
+                            type(exc).__name__, exc)  # fmt: skip
 
     def flush(self, kind: str, conn: _Conn) -> None:
         while conn.out:
@@ -602,7 +625,7 @@ class GuestClient:
             self.sock.sendall(data)
 
     def _read_loop(self) -> None:
-        decoder = LineDecoder()
+        decoder = LineDecoder(on_skip=lambda why: log.warning("%s sent %s; ignored", self.sock_path, why))
         while True:
             try:
                 data = self.sock.recv(65536)
@@ -611,7 +634,7 @@ class GuestClient:
             if not data:
                 break
             for msg in decoder.feed(data):
-                self._dispatch(msg)
+                self._dispatch_one(msg)
         self._ready.clear()
         with self._lock:
             procs = list(self._procs.values())
@@ -619,6 +642,21 @@ class GuestClient:
         for proc in procs:
             proc.error = proc.error or "the connection to the guest multiplexer closed"
             proc._exit(EXIT_LOST, 0.0)
+
+    def _dispatch_one(self, msg: dict[str, Any]) -> None:
+        """Act on one message; one of the wrong shape fails its process (if any), never the reader."""
+        ident = msg.get("id")
+        proc = self._procs.get(ident) if isinstance(ident, int) else None
+        try:
+            self._dispatch(msg)
+        except MALFORMED as exc:
+            why = f"malformed message from the guest channel ({type(exc).__name__}: {exc})"
+            log.warning("%s: %s: %.200r", self.sock_path, why, msg)
+            if proc is not None and msg.get("ev") == "exit":  # its real exit status is unknown
+                with self._lock:
+                    self._procs.pop(proc.id, None)
+                proc.error = why
+                proc._exit(EXIT_LOST, 0.0)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         ev = msg.get("ev")
@@ -630,21 +668,24 @@ class GuestClient:
             self._ready.clear()
             return
         if ev == "pong":
-            waiter = self._pongs.get(msg.get("seq"))  # type: ignore[arg-type]
+            seq = msg.get("seq")
+            waiter = self._pongs.get(seq) if isinstance(seq, int) else None
             if waiter is not None:
                 waiter.set()
             return
-        proc = self._procs.get(msg.get("id"))  # type: ignore[arg-type]
+        ident = msg.get("id")
+        proc = self._procs.get(ident) if isinstance(ident, int) else None
         if proc is None:
             return
         if ev == "out":
-            proc._out(int(msg.get("fd", 1)), base64.b64decode(msg.get("data", "")))
+            proc._out(int(msg.get("fd", 1)), base64.b64decode(msg.get("data", ""), validate=True))
         elif ev == "error":
             proc.error = str(msg.get("message"))
         elif ev == "exit":
+            code, cpu_s = int(msg.get("code", EXIT_LOST)), float(msg.get("cpu_s") or 0.0)
             with self._lock:
                 self._procs.pop(proc.id, None)
-            proc._exit(int(msg.get("code", EXIT_LOST)), float(msg.get("cpu_s") or 0.0))
+            proc._exit(code, cpu_s)
 
     @property
     def ready(self) -> bool:

@@ -33,6 +33,7 @@ import time
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 EXIT_LOST = -255
+MAX_LINE = 4 << 20  # as appliance.lab.vm.protocol.MAX_LINE: longer lines are dropped, never buffered
 READY_TIMEOUT_S = float(os.environ.get("HVNET_GEXEC_READY_TIMEOUT", "120"))
 
 
@@ -101,6 +102,7 @@ class _Client:
         self.sock = sock
         self.command, self.forward_stdin, self.env, self.cwd = command, stdin, env, cwd
         self.inbuf = bytearray()
+        self.discarding = False  # inside a line longer than MAX_LINE: drop up to its newline
         self.started = False
         self.code: int | None = None
         self.cpu_s = 0.0
@@ -141,14 +143,37 @@ class _Client:
         while self.code is None:
             nl = self.inbuf.find(b"\n")
             if nl < 0:
+                if self.discarding:
+                    self.inbuf.clear()
+                elif len(self.inbuf) > MAX_LINE:
+                    _say(f"ignored a line of more than {MAX_LINE} bytes from the multiplexer")
+                    self.inbuf.clear()
+                    self.discarding = True
                 return
             line = bytes(self.inbuf[:nl])
             del self.inbuf[: nl + 1]
-            try:
-                msg = json.loads(line)
-            except ValueError:
+            if self.discarding:
+                self.discarding = False
                 continue
+            self.line(line)
+
+    def line(self, line: bytes) -> None:
+        """One line from the multiplexer: a message, or garbage that is reported and skipped."""
+        if not line.strip():
+            return
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            msg = f"{type(e).__name__}: {e}"
+        if not isinstance(msg, dict):
+            _say(f"ignored a line from the multiplexer that is not a message ({msg!s:.80}): {line[:80]!r}")
+            return
+        try:
             self.event(msg)
+        except (ValueError, TypeError) as e:  # binascii.Error is a ValueError
+            _say(f"ignored a malformed message from the multiplexer ({type(e).__name__}: {e}): {line[:80]!r}")
+            if msg.get("ev") == "exit" and msg.get("id") == 1:
+                self.error, self.code = "the guest's exit message was malformed: its status is unknown", EXIT_LOST
 
     def event(self, msg: dict) -> None:
         ev = msg.get("ev")
@@ -165,7 +190,7 @@ class _Client:
         elif msg.get("id") != 1:
             return
         elif ev == "out":
-            _write_all(1 if msg.get("fd") == 1 else 2, base64.b64decode(msg.get("data", "")))
+            _write_all(1 if msg.get("fd") == 1 else 2, base64.b64decode(msg.get("data", ""), validate=True))
         elif ev == "error":
             self.error = str(msg.get("message"))
         elif ev == "exit":

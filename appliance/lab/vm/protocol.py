@@ -10,14 +10,18 @@ here does I/O, so the rules are unit-tested without a guest.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 PORT_NAME = "org.hvnet.agent"  # the virtio-serial port name the guest looks for
 PROTOCOL_VERSION = 1
 # Exit code given to processes the guest lost (destroyed, rebooted, agent restarted).
 EXIT_LOST = -255
-MAX_LINE = 16 << 20  # a line longer than this is garbage, not a message
+# The largest real message is an "out" event with 32 KiB of output (about 44 KB of JSON);
+# a line longer than this is garbage, or a peer that never sends a newline.
+MAX_LINE = 4 << 20
+# What may wait for a peer that does not read: more, and the peer is disconnected.
+MAX_PENDING = 32 << 20
 
 
 def encode(msg: dict[str, Any]) -> bytes:
@@ -30,38 +34,65 @@ class LineDecoder:
 
     A connection that opens in the middle of a line (the guest was writing
     when the host reconnected) yields a fragment; it is dropped and counted,
-    never raised, so one bad line cannot stop the channel.
+    never raised, so one bad line cannot stop the channel.  Neither can a
+    line that is not JSON, not UTF-8, nested too deep or not an object.  The
+    buffer never holds more than :data:`MAX_LINE` bytes: the rest of a longer
+    line is discarded up to its newline.  ``on_skip`` hears why each line
+    was dropped (the channel logs it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_skip: Callable[[str], None] | None = None, max_line: int = MAX_LINE) -> None:
         self.buf = bytearray()
         self.skipped = 0
+        self.max_line = max_line
+        self.discarding = False  # inside a line that was too long: drop up to its newline
+        self.on_skip = on_skip
 
     def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
         self.buf += data
         while True:
             nl = self.buf.find(b"\n")
             if nl < 0:
-                if len(self.buf) > MAX_LINE:
+                if self.discarding:
                     self.buf.clear()
-                    self.skipped += 1
+                elif len(self.buf) > self.max_line:
+                    self._skip(f"a line longer than {self.max_line} bytes (dropped up to its newline)")
+                    self.buf.clear()
+                    self.discarding = True
                 return
             line = bytes(self.buf[:nl])
             del self.buf[: nl + 1]
-            if not line.strip():
+            if self.discarding:
+                self.discarding = False
                 continue
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                self.skipped += 1
+            if len(line) > self.max_line:
+                self._skip(f"a line of {len(line)} bytes (at most {self.max_line})")
                 continue
-            if isinstance(msg, dict):
+            msg = self._decode(line)
+            if msg is not None:
                 yield msg
-            else:
-                self.skipped += 1
+
+    def _decode(self, line: bytes) -> dict[str, Any] | None:
+        if not line.strip():
+            return None
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            self._skip(f"not a JSON line ({type(exc).__name__}): {line[:80]!r}")
+            return None
+        if not isinstance(msg, dict):
+            self._skip(f"a JSON {type(msg).__name__}, not an object: {line[:80]!r}")
+            return None
+        return msg
+
+    def _skip(self, why: str) -> None:
+        self.skipped += 1
+        if self.on_skip is not None:
+            self.on_skip(why)
 
     def reset(self) -> None:
         self.buf.clear()
+        self.discarding = False
 
 
 class IdMap:

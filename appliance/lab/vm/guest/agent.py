@@ -52,6 +52,9 @@ VERSION = 1
 # Stop reading children's output while this much is waiting for the host:
 # the children then block on their pipes instead of the agent running out of memory.
 MAX_PENDING = 1 << 20
+# The longest request the host sends is a stdin chunk (32 KiB, ~44 KB encoded); a longer
+# line is dropped up to its newline instead of growing the buffer without end.
+MAX_REQUEST = 4 << 20
 READ_CHUNK = 32 * 1024
 # While the host end is closed the port polls as "hung up" without pause; look again this often.
 HOST_DOWN_RETRY_S = 0.2
@@ -167,6 +170,7 @@ class Agent:
         else:
             self.port = os.open(port, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         self.inbuf = bytearray()
+        self.discarding = False  # inside a request longer than MAX_REQUEST: drop up to its newline
         self.outbuf = bytearray()
         self.procs: dict[int, Proc] = {}
         self.by_pid: dict[int, Proc] = {}
@@ -206,7 +210,7 @@ class Agent:
         try:
             msg = json.loads(line)
             op = msg["op"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
             # A reconnect can cut a line in two: ignore the fragment, say so once.
             self.send({"ev": "error", "id": None, "message": "unreadable request ignored"})
             return
@@ -424,15 +428,7 @@ class Agent:
                 log(f"reading the port failed: {e}")
                 data = b""
             if data:
-                self.inbuf += data
-                while True:
-                    nl = self.inbuf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line = bytes(self.inbuf[:nl])
-                    del self.inbuf[: nl + 1]
-                    if line.strip():
-                        self.handle_line(line)
+                self.receive(data)
                 return
             if data == b"":
                 self.host_gone()
@@ -442,12 +438,33 @@ class Agent:
         if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
             self.host_gone()
 
+    def receive(self, data: bytes) -> None:
+        """Run the complete requests in ``data``; what is longer than MAX_REQUEST is dropped, said once."""
+        self.inbuf += data
+        while True:
+            nl = self.inbuf.find(b"\n")
+            if nl < 0:
+                if self.discarding:
+                    self.inbuf.clear()
+                elif len(self.inbuf) > MAX_REQUEST:
+                    self.send({"ev": "error", "id": None, "message": f"request over {MAX_REQUEST} bytes ignored"})
+                    self.inbuf.clear()
+                    self.discarding = True
+                return
+            line = bytes(self.inbuf[:nl])
+            del self.inbuf[: nl + 1]
+            if self.discarding:
+                self.discarding = False
+            elif line.strip():
+                self.handle_line(line)
+
     def host_gone(self) -> None:
         """Nobody is connected on the host side: look again later (processes keep running)."""
         if self.socket_mode:
             raise SystemExit(0)  # a socket, unlike the port, never comes back
         self.host_down_until = time.monotonic() + HOST_DOWN_RETRY_S
         self.inbuf.clear()  # a half request from the old connection must not prefix the next one
+        self.discarding = False
 
     def run(self) -> None:
         log(f"listening on {self.port_path} (instance {self.instance})")
