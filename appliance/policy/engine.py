@@ -302,7 +302,29 @@ class PolicyEngine:
     def _finish(
         self, result: ApplyResult, rec: dict[str, Any] | None, *, wait: bool, verify: bool, keep: bool
     ) -> ApplyResult:
-        """After the commit: record, meters, verification, audit -- the intent goes last."""
+        """After the commit: record, meters, verification, audit -- the intent goes last.
+
+        The commit is made: nothing from here on may be reported as "prevented".
+        A failure (the database gone while restoring, the disk full) leaves the
+        intent for the next run to settle and says the outcome is unknown.
+        """
+        try:
+            return self._after_commit(result, rec, wait=wait, verify=verify, keep=keep)
+        except OutcomeUnknown:
+            raise
+        except HvnetError as exc:
+            try:
+                self._audit(result.plan.changes, f"outcome unknown: committed, then {exc.message}")
+            except HvnetError:
+                pass  # the intent on disk is what the next run settles from
+            raise OutcomeUnknown(
+                f"the change was committed, then: {exc.message}",
+                hint="the next hvnet run on this switch settles it from the journal (hvnet rollback, or any apply)",
+            ) from exc
+
+    def _after_commit(
+        self, result: ApplyResult, rec: dict[str, Any] | None, *, wait: bool, verify: bool, keep: bool
+    ) -> ApplyResult:
         plan = result.plan
         if rec is not None:
             self.host.checkpoint("committed")

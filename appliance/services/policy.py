@@ -228,9 +228,8 @@ def settle_overdue(engine: PolicyEngine, grace: float = OVERDUE_GRACE_S) -> Opti
     record = engine.journal.load_pending()
     if record is None or journal.seconds_left(record) > -grace or _watcher_alive(record):
         return None
-    engine.undo(
-        journal.record_changes(record), label=f"hvnet automatic rollback of {record['id']} (late: watcher gone)"
-    )
+    label = f"hvnet automatic rollback of {record['id']} (late: watcher gone)"
+    engine.undo(journal.record_changes(record), label=label, record=False)
     engine.journal.mark_rolled_back(record)
     engine.journal.clear_pending(record["id"])
     return record
@@ -287,7 +286,7 @@ def rollback(
         record = engine.journal.load_last()
         if record is None:
             raise HvnetError("nothing to roll back: no apply is recorded for this switch")
-    result = engine.undo(journal.record_changes(record), label=f"hvnet rollback {record['id']}")
+    result = engine.undo(journal.record_changes(record), label=f"hvnet rollback {record['id']}", record=False)
     engine.journal.mark_rolled_back(record)
     return result
 
@@ -304,7 +303,7 @@ def _rollback_when_due(engine: PolicyEngine, pending_id: str, deadline: float) -
     if record is None or record["id"] != pending_id:
         return None  # committed (or rolled back by hand) in time
     engine.command = f"hvnet (automatic rollback of {pending_id}: not committed in time)"
-    result = engine.undo(journal.record_changes(record), label="hvnet automatic rollback")
+    result = engine.undo(journal.record_changes(record), label="hvnet automatic rollback", record=False)
     # Only now is the record dropped: a watcher killed during the undo leaves it overdue,
     # and the next hvnet run (settle_overdue) finishes the job.
     engine.journal.mark_rolled_back(record)

@@ -56,7 +56,7 @@ def states(lab: Lab, tmp_path: Path, journal_env: dict[str, str]) -> tuple[dict,
     reset(lab, TAGS)
     before = config(lab)
     f = write(tmp_path / "p.yaml", POLICY)
-    env = {**journal_env, "HVNET_STATE_DIR": str(tmp_path / "reference-state")}
+    env = {"HVNET_STATE_DIR": str(tmp_path / "reference-state"), "HVNET_AUDIT_LOG": str(tmp_path / "reference.jsonl")}
     res = run_hvnet("apply", f, env=env)
     assert res.returncode == 0, res.stderr
     after = config(lab)
@@ -163,14 +163,17 @@ def test_ovsdb_killed_after_the_commit_the_apply_finishes(lab: Lab, states, jour
     proc = _apply_stopped_at(f, "committed", journal_env)
     lab.switch.kill_ovsdb()
     _cont(proc.pid)
-    _out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err
+    # Committed; then ovs-vswitchd, its database gone, does not answer OpenFlow: the meters
+    # fail and the restore cannot reach the database.  Never "prevented": unknown, and said.
+    assert proc.returncode in (0, 6), (proc.returncode, err)
     lab.switch.start()
     assert _ovsdb_part(config(lab)) == _ovsdb_part(after)
-    results = [e["result"] for e in _audit(journal_env)]
-    assert results and results[-1].startswith("applied"), results
-    _settled, rolled = _settle_and_roll_back(lab, f, journal_env, before, after)
-    _row("committed", "SIGKILL ovsdb-server", proc.returncode, "after", results[-1], rolled)
+    said = [e["result"] for e in _audit(journal_env)]
+    assert said and (said[-1].startswith("applied") or "unknown" in said[-1]), said
+    settled, rolled = _settle_and_roll_back(lab, f, journal_env, before, after)
+    _row("committed", "SIGKILL ovsdb-server", proc.returncode, "OVSDB after", f"{said[-1][:30]} / {settled}", rolled)
 
 
 def test_vswitchd_stalled_at_the_commit(lab: Lab, states, journal_env) -> None:
@@ -263,3 +266,17 @@ def test_watcher_killed_the_next_run_keeps_the_promise(lab: Lab, states, journal
     assert res.returncode == 1 and "rolled back now" in res.stderr, res.stdout + res.stderr
     assert config(lab) == before
     _row("watcher", "SIGKILL watcher", res.returncode, "before", "rolled back late", "-")
+
+
+def test_partial_rollback_says_so_and_exits_1(lab: Lab, states, journal_env) -> None:
+    """A row changed since the apply is left as is, and the rollback is not called a success."""
+    _before, _after, f = states
+    assert run_hvnet("apply", f, env=journal_env).returncode == 0
+    lab.switch.vsctl("set", "Port", "vif3.0", "tag=44")  # someone else's change after ours
+    res = run_hvnet("rollback", env=journal_env)
+    assert res.returncode == 1 and "partial" in res.stdout + res.stderr, res.stdout + res.stderr
+    assert lab.switch.vsctl("get", "Port", "vif3.0", "tag").strip() == "44"  # theirs is kept
+    assert lab.switch.vsctl("get", "Port", "vif1.0", "tag").strip() == "1"  # ours is put back
+    res = run_hvnet("rollback", env=journal_env)  # once rolled back, there is nothing left to undo
+    assert res.returncode == 1 and "nothing to roll back" in res.stderr, res.stdout + res.stderr
+    _row("-", "row changed before rollback", 1, "partial", "left as is, reported", "partial (exit 1)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -143,3 +144,29 @@ def test_agent_survives_ovsdb_and_vswitchd_restarts(lab: Lab, agent: AgentProc) 
     assert wait_until(lambda: meter_flow(lab, "vif1.0"), 10) is not None, agent.text()
     assert wait_until(lambda: "ovs-vswitchd restarted" in agent.text(), 5) is not None, agent.text()
     assert os.path.exists(f"/proc/{agent.proc.pid}")
+
+
+def test_agent_repairs_leave_the_operators_rollback_and_idle_passes_unaudited(
+    lab: Lab, agent: AgentProc, tmp_path: Path
+) -> None:
+    """``hvnet rollback`` undoes the operator's apply, not the agent's latest repair; an idle agent writes no lines."""
+    record = Path(lab.switch.run_dir) / "last-apply.json"
+    audit = Path(lab.switch.run_dir) / "audit.jsonl"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("vifs:\n  - vm: VM3\n    vlan: {tag: 33}\n")
+    res = subprocess.run([*HVNET, "apply", str(mine)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    operator_id = json.loads(record.read_text())["id"]
+    try:
+        vsctl(lab, "set", "port", "vif1.0", "tag=7")  # drift the agent repairs
+        assert wait_until(lambda: vsctl(lab, "get", "port", "vif1.0", "tag") == "5", 5) is not None, agent.text()
+        time.sleep(2)  # a few idle passes (tick 0.5 s)
+        assert json.loads(record.read_text())["id"] == operator_id
+        agent_lines = [json.loads(x) for x in audit.read_text().splitlines() if '"hvnet agent"' in x]
+        assert any(e["result"].startswith("applied") for e in agent_lines)  # the repair is audited
+        assert not [e for e in agent_lines if e["result"] == "unchanged"]
+        res = subprocess.run([*HVNET, "rollback"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert vsctl(lab, "get", "port", "vif3.0", "tag") == "2"  # the operator's change is what was undone
+    finally:
+        vsctl(lab, "set", "port", "vif3.0", "tag=2")
