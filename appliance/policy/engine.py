@@ -449,7 +449,8 @@ class PolicyEngine:
                 if rec.get("keep"):
                     self.journal.save_last({k: v for k, v in rec.items() if k not in ("pid", "keep")})
                 text = f"outcome unknown ({who}; the switch has changed since)"
-            self._audit(changes, text, record_id=rec["id"])
+            # The line is the interrupted command's (its change), saying who found out.
+            self.journal.audit(str(rec.get("command")), changes, text, record_id=rec["id"], settled_by=self.command)
             self.journal.clear_intent(rec["id"])
             said.append(f"{rec['id']}: {text}")
             log.warning("settled an interrupted apply: %s", said[-1])

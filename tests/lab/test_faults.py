@@ -280,3 +280,28 @@ def test_partial_rollback_says_so_and_exits_1(lab: Lab, states, journal_env) -> 
     res = run_hvnet("rollback", env=journal_env)  # once rolled back, there is nothing left to undo
     assert res.returncode == 1 and "nothing to roll back" in res.stderr, res.stdout + res.stderr
     _row("-", "row changed before rollback", 1, "partial", "left as is, reported", "partial (exit 1)")
+
+
+def test_agent_killed_during_a_repair(lab: Lab, states, journal_env, tmp_path: Path) -> None:
+    """The agent SIGKILLed between its commit and its audit line: the next hvnet settles it (meters
+    included), audits it as the agent's, and does not make it what ``hvnet rollback`` undoes."""
+    _before, after, f = states
+    env = {**os.environ, **journal_env, "HVNET_STOP_AT": "committed"}
+    agent = subprocess.Popen([*HVNET, "agent", "--policy", f, "--tick", "0.5"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while _state(agent.pid) != "T":
+            assert agent.poll() is None and time.monotonic() < deadline, agent.communicate(timeout=5)
+            time.sleep(0.02)
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)
+    assert _ovsdb_part(config(lab)) == _ovsdb_part(after)  # committed, meters not yet
+    res = run_hvnet("rollback", env=journal_env)  # settles first; the agent's repair is not its to undo
+    assert res.returncode == 1 and "nothing to roll back" in res.stderr, res.stdout + res.stderr
+    assert config(lab) == after  # settled: meters in line with what was committed
+    said = [e for e in _audit(journal_env) if "interrupted" in e["result"]]
+    assert said and said[-1]["command"] == "hvnet agent" and said[-1]["result"].startswith("applied ("), said
+    assert not list(Path(journal_env["HVNET_STATE_DIR"]).glob("applying.*.json"))
+    _row("committed", "SIGKILL agent", agent.returncode, "OVSDB after", said[-1]["result"][:40], "not the agent's")
