@@ -95,6 +95,7 @@ class ConflictError(HvnetError):
     """A transaction kept conflicting with concurrent changes, or timed out."""
 
     exit_code = EXIT_CONFLICT
+    unsure: list[int] = []  # attempts (1-based) whose commit may have gone through nonetheless
 
 
 class MissingTool(HvnetError):

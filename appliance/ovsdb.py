@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import ovs.db.idl
@@ -178,6 +178,7 @@ class TxnResult:
     attempts: int
     next_cfg: int | None = None
     vswitchd_lag: str | None = None  # committed, but ovs-vswitchd has not caught up (see Connection.vswitchd_lag)
+    unsure: list[int] = field(default_factory=list)  # earlier attempts that may have been committed anyway
 
 
 class Connection:
@@ -368,12 +369,14 @@ class Connection:
         """
         deadline = time.monotonic() + timeout
         attempts = 0
+        unsure: list[int] = []  # attempts whose commit may have gone through (see TxnResult.unsure)
         while True:
             attempts += 1
             with self.lock:
                 self.idl.run()
                 self._note_reconnect()
                 seqno_before = self.idl.change_seqno
+                session_before = self.idl._session.get_seqno()
                 txn = ovs.db.idl.Transaction(self.idl)
                 if comment:
                     txn.add_comment(comment)
@@ -385,6 +388,14 @@ class Connection:
                     txn.abort()
                     raise
                 status = self._commit(txn, deadline)
+                if status == ovs.db.idl.Transaction.ABORTED or (
+                    status == ovs.db.idl.Transaction.TRY_AGAIN
+                    and (not self.is_connected or self.idl._session.get_seqno() != session_before)
+                ):
+                    # Abandoned at the deadline, or the connection dropped while it was out: the
+                    # server may have committed it.  A verify() conflict (same session) never is.
+                    unsure.append(attempts)
+                    status = ovs.db.idl.Transaction.TRY_AGAIN
             if status == ovs.db.idl.Transaction.SUCCESS or status == ovs.db.idl.Transaction.UNCHANGED:
                 next_cfg = None
                 lag = None
@@ -398,17 +409,20 @@ class Connection:
                     attempts=attempts,
                     next_cfg=next_cfg,
                     vswitchd_lag=lag,
+                    unsure=unsure,
                 )
             if status == ovs.db.idl.Transaction.TRY_AGAIN:
                 # A verify() failed because of a concurrent change, or the
                 # connection dropped: wait for new state, then re-plan.
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise ConflictError(
+                    error = ConflictError(
                         f"transaction did not go through within {timeout:g} s ({attempts} attempts, "
                         f"{'connected' if self.is_connected else 'not connected'})",
                         hint="another client kept changing the same rows, or OVSDB is unreachable; retry",
                     )
+                    error.unsure = unsure
+                    raise error
                 self.wait_for(lambda s=seqno_before: self.idl.change_seqno != s, min(0.5, remaining))
                 continue
             if status == ovs.db.idl.Transaction.ERROR:
@@ -424,7 +438,7 @@ class Connection:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 txn.abort()
-                return ovs.db.idl.Transaction.TRY_AGAIN
+                return ovs.db.idl.Transaction.ABORTED
             self.idl.run()
             self._block(min(remaining, 0.5), txn)
 

@@ -255,12 +255,14 @@ class PolicyEngine:
             return ApplyResult(make_plan(state), "dry-run")
         self.settle_interrupted()
         label = label or self.command
-        attempts: list[tuple[Plan, dict[str, Any]]] = []  # each attempt that meant to change something
+        attempts: dict[int, tuple[Plan, dict[str, Any]]] = {}  # attempt number -> what it meant to change
+        calls = [0]
 
         def build(ctx: TxnContext) -> Plan:
+            calls[0] += 1
             plan = make_plan(self._read(ctx.conn))
             if plan.changes and self.audit:
-                attempts.append((plan, self._intend(label, plan.changes, keep=record)))
+                attempts[calls[0]] = (plan, self._intend(label, plan.changes, keep=record))
             writer.write(ctx, plan.changes)
             if plan.changes:
                 self.host.checkpoint("before-commit")
@@ -278,13 +280,14 @@ class PolicyEngine:
             if gc_was_enabled:
                 gc.enable()
         plan: Plan = txn.value
-        rec = attempts[-1][1] if plan.changes and attempts else None
-        if not plan.changes and attempts and self._settle_live(attempts[-1][1]) == "committed":
+        rec = attempts[txn.attempts][1] if plan.changes and txn.attempts in attempts else None
+        earlier = self._unsure(attempts, txn.unsure)
+        if not plan.changes and earlier is not None and self._settle_live(earlier[1]) == "committed":
             # The reply to an earlier attempt was lost (the connection dropped) and re-planning
             # found its changes made: they are this apply's, recorded and audited as such.
-            plan, rec = attempts[-1]
+            plan, rec = earlier
             plan.warnings.append("the reply to the commit was lost; the changes were found in the database")
-        for _, r in attempts:
+        for _, r in attempts.values():
             if r is not rec:
                 self.journal.clear_intent(r["id"])
         result = ApplyResult(plan, "applied" if plan.changes else "unchanged", attempts=txn.attempts)
@@ -380,15 +383,30 @@ class PolicyEngine:
         if rec is not None:
             self.journal.clear_intent(rec["id"])
 
+    @staticmethod
+    def _unsure(
+        attempts: dict[int, tuple[Plan, dict[str, Any]]], unsure: list[int]
+    ) -> tuple[Plan, dict[str, Any]] | None:
+        """The latest attempt that may have been committed without its reply arriving."""
+        for n in sorted(unsure, reverse=True):
+            if n in attempts:
+                return attempts[n]
+        return None
+
     def _after_failed_commit(
-        self, attempts: list[tuple[Plan, dict[str, Any]]], exc: HvnetError, *, wait: bool, verify: bool, keep: bool
+        self, attempts: dict[int, tuple[Plan, dict[str, Any]]], exc: HvnetError, *, wait: bool, verify: bool, keep: bool
     ) -> ApplyResult:
-        """The transaction raised: settle whether the last attempt was committed before saying anything."""
-        if not attempts:
-            raise exc  # nothing was meant to change: nothing was sent
-        for _, r in attempts[:-1]:
-            self.journal.clear_intent(r["id"])
-        plan, rec = attempts[-1]
+        """The transaction raised: settle whether an attempt whose reply was lost was committed."""
+        maybe = self._unsure(attempts, getattr(exc, "unsure", []))
+        for _, r in attempts.values():
+            if maybe is None or r is not maybe[1]:
+                self.journal.clear_intent(r["id"])
+        if maybe is None:
+            if attempts:
+                last_plan = attempts[max(attempts)][0]
+                self._audit(last_plan.changes, f"failed, nothing changed: {exc.message}")
+            raise exc  # refused or conflicting: no attempt can have been committed
+        plan, rec = maybe
         verdict = self._settle_live(rec)
         if verdict == "committed":
             plan.warnings.append(f"the commit's reply was lost ({exc.message}); the changes were found in the database")

@@ -305,3 +305,39 @@ def test_agent_killed_during_a_repair(lab: Lab, states, journal_env, tmp_path: P
     assert said and said[-1]["command"] == "hvnet agent" and said[-1]["result"].startswith("applied ("), said
     assert not list(Path(journal_env["HVNET_STATE_DIR"]).glob("applying.*.json"))
     _row("committed", "SIGKILL agent", agent.returncode, "OVSDB after", said[-1]["result"][:40], "not the agent's")
+
+
+def test_two_applies_and_the_agent_at_once(lab: Lab, states, journal_env, tmp_path: Path) -> None:
+    """Two operators set one VIF's VLAN at once while the agent enforces another VIF: every commit is
+    planned against what the one before left (the audit lines chain), none is lost, the agent holds."""
+    _before, _after, _f = states
+    agent_policy = write(tmp_path / "agent.yaml", "version: 1\nvifs:\n  - vm: VM1\n    vlan: {tag: 7}\n")
+    env = {**os.environ, **journal_env}
+    agent = subprocess.Popen([*HVNET, "agent", "--policy", agent_policy, "--tick", "0.5"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while lab.switch.vsctl("get", "Port", "vif1.0", "tag").strip() != "7":
+            assert time.monotonic() < deadline, "the agent never applied its policy"
+            time.sleep(0.05)
+        files = [write(tmp_path / f"op{t}.yaml", f"version: 1\nvifs:\n  - vm: VM2\n    vlan: {{tag: {t}}}\n")
+                 for t in (9, 10)]  # fmt: skip
+        procs = [subprocess.Popen([*HVNET, "apply", p], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for p in files]  # fmt: skip
+        lab.switch.vsctl("set", "Port", "vif1.0", "tag=1")  # drift for the agent, at the same moment
+        codes = [p.wait(timeout=60) for p in procs]
+        assert codes == [0, 0], [p.stderr.read() for p in procs]
+        deadline = time.monotonic() + 10
+        while lab.switch.vsctl("get", "Port", "vif1.0", "tag").strip() != "7":
+            assert time.monotonic() < deadline, "the agent did not repair its VIF"
+            time.sleep(0.05)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+    vm2 = [e for e in _audit(journal_env) if e["command"].startswith("hvnet apply") and e["after"]]
+    assert len(vm2) == 2 and all(e["result"] == "applied" for e in vm2), vm2
+    first, second = vm2
+    assert first["before"][0]["value"] == "access tag 1"
+    assert second["before"][0]["value"] == first["after"][0]["value"]  # planned on the first's result
+    assert lab.switch.vsctl("get", "Port", "vif2.0", "tag").strip() == second["after"][0]["value"].split()[-1]
+    _row("-", "2 applies + agent at once", None, "chained", "all audited", "-")
