@@ -372,7 +372,7 @@ class PolicyEngine:
                 # The dead-VLAN writes are part of this apply: rollback puts the VIFs' VLANs back too.
                 rec["changes"] += [journal.change_to_json(c) for c in isolated]
                 if keep:
-                    self.journal.save_last(rec)
+                    self.journal.save_last(rec, replaces=False)
         self.host.checkpoint("verified")
         outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
         self._audit(plan.changes, outcome, isolated=result.isolated or None)

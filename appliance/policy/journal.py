@@ -305,12 +305,29 @@ class Journal:
     def new_record(self, command: str, changes: list[Change]) -> dict[str, Any]:
         return new_record(self.remote, command, changes)
 
-    def save_last(self, record: dict[str, Any]) -> None:
-        """Make ``record`` what ``hvnet rollback`` undoes; the one it replaces is kept for :meth:`unsave_last`."""
+    def save_last(self, record: dict[str, Any], *, replaces: bool = True) -> None:
+        """Make ``record`` what ``hvnet rollback`` undoes.
+
+        ``replaces``: the record there now is kept aside for :meth:`unsave_last`
+        (False when ``record`` is re-saved with more changes).  The intent
+        written before the commit already holds these bytes, flushed to disk:
+        when it is there it is linked into place rather than written again (a
+        1000-VIF record is a few hundred kB).
+        """
         path = self.state_dir / "last-apply.json"
-        current = _read_json(path) if path.exists() else None
-        if current is not None and current.get("id") != record["id"]:
-            _write_json(path.with_name("last-apply.previous.json"), current)
+        if replaces and path.exists():
+            os.replace(path, path.with_name("last-apply.previous.json"))
+        intent = self._intent_path(record["id"])
+        if replaces and intent.exists():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                tmp.unlink(missing_ok=True)
+                os.link(intent, tmp)
+                os.replace(tmp, path)
+                _fsync_dir(path.parent)
+                return
+            except OSError:
+                pass  # a file system without hard links: written out below
         _write_json(path, record)
 
     def unsave_last(self, record_id: str) -> None:
