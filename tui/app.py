@@ -41,6 +41,8 @@ class HvnetApp(App[int]):
     ) -> None:
         super().__init__()
         self.backend = Backend(conn, host, timeout=timeout)
+        if start == "vifs":
+            self.backend.prefetch()  # the first screen's table
         self.sections = available()
         self._start_mode = start
         for s in self.sections:

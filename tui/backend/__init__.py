@@ -59,6 +59,10 @@ class _Collector(logging.Handler):
         self.backend._add_message(line)
 
 
+class _Prefetch(threading.Thread):
+    result: Inventory | None = None
+
+
 class Backend:
     """Everything the screens need from the engine, on one connection."""
 
@@ -68,6 +72,7 @@ class Backend:
         self.host = host or build_host(conn.target.remote)
         self.timeout = timeout
         self._live = LiveInventory(conn, self.host)
+        self._first: _Prefetch | None = None  # the first table's read, begun at start-up (see prefetch)
         self._engine = PolicyEngine(conn, self.host, command="hvnet tui")
         self.confirm_within_s = CONFIRM_WITHIN_S
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
@@ -165,10 +170,36 @@ class Backend:
         Until the replica is started, from one select: that is the first
         table's read, and the caller starts the replica once it is painted.
         """
+        first = self._first
+        if first is not None:
+            self._first = None
+            first.join()
+            if isinstance(first.result, Inventory):
+                return first.result
         if not self._conn.started:
             return self._live.refresh(once=True, timeout=self.timeout)
         self._replica()
         return self._live.refresh()
+
+    def prefetch(self) -> None:
+        """Start the first table's read now, while the console is still starting.
+
+        The read waits on the server for part of its time; begun at start-up
+        rather than when the VIF screen asks, that wait overlaps Textual's own.
+        A failure is not kept: :meth:`inventory` then reads again and reports it.
+        """
+        if self._first is not None or self._conn.started:
+            return
+
+        def read() -> None:
+            try:
+                thread.result = self._live.refresh(once=True, timeout=self.timeout)
+            except Exception:  # said by the VIF screen's own read, which follows
+                thread.result = None
+
+        thread = _Prefetch(target=read, name="hvnet-first-read", daemon=True)
+        self._first = thread
+        thread.start()
 
     def inventory_snapshot(self) -> Inventory:
         """The inventory without touching the VIF table's rate meter (Host screen, dialogs)."""
