@@ -12,16 +12,17 @@ from __future__ import annotations
 import ipaddress
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .. import inventory
-from ..errors import HvnetError, UsageError
+from ..errors import CommandFailed, HvnetError, UsageError
 from ..guests import GuestEndpoint, GuestSource
 from ..host import Host
-from ..inventory import Inventory
+from ..inventory import Inventory, Vif
 from ..ovsdb import Connection
 from ..policy.engine import PolicyEngine
 from ..policy.model import OWNER_KEY as OWNER
@@ -31,6 +32,7 @@ from . import model, trace, traffic
 from .scenario import _UNSET, Scenario
 
 METHODS = ("traffic", "trace")
+OdpPorts = Callable[[str], dict[int, str]]  # bridge -> {datapath port number: port name}
 
 
 @dataclass
@@ -200,29 +202,87 @@ def unused_address(ips: list[str]) -> str:
 
 
 def run_trace(host: Host, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
+    """Trace every guest's broadcast through the switch's logic.
+
+    A listener's "No" stands only when its positive control passes: a trace
+    of a frame put straight onto its port must show the frame leaving there.
+    Otherwise nothing the trace method could say about that port is evidence
+    (the trace, the parser or the port numbers cannot see it) and its cells
+    are unknown, like a capture that heard nothing.
+    """
     res = MethodResult("trace")
     guest_of = {port: guest for guest, port in vif_of.items()}
-    odp_cache: dict[str, dict[int, str]] = {}
+    dpif: list[str] = []  # ``dpif/show``, read once: every bridge's datapath port numbers
+
+    def odp_ports(bridge: str) -> dict[int, str]:
+        if not dpif:
+            dpif.append(host.appctl("ovs-vswitchd", "dpif/show"))
+        return trace.parse_dpif_show(dpif[0], bridge)
+
+    vifs = {g: inv.vif_by_port(vif_of[g]) for g in sc.guests}
+    doubts = {g: _trace_control(host, vifs[g], vif_of[g], sc.topology.guest(g).address, odp_ports) for g in sc.guests}
     for sender in sc.guests:
-        g = sc.topology.guest(sender)
-        v = inv.vif_by_port(vif_of[sender])
-        if v is None:
-            for listener in sc.guests:
-                if listener != sender:
-                    res.cells[(listener, sender)] = model.UNKNOWN
-                    res.reasons[(listener, sender)] = f"{vif_of[sender]} is not on the switch"
-            continue
-        if v.bridge not in odp_cache:
-            odp_cache[v.bridge] = trace.parse_dpif_show(host.appctl("ovs-vswitchd", "dpif/show"), v.bridge)
-        target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
-        out = host.appctl("ovs-vswitchd", "ofproto/trace", v.bridge, trace.arp_flow(v.port, g.mac, g.address, target))
-        actions = trace.datapath_actions(out)
-        res.stats.setdefault("datapath_actions", {})[sender] = actions or "drop"
-        heard = {guest_of[d.port]: d for d in trace.deliveries(actions, odp_cache[v.bridge]) if d.port in guest_of}
+        heard, problem = _trace_sender(host, sc, sender, vifs[sender], vif_of[sender], odp_ports, res)
         for listener in sc.guests:
-            if listener != sender:
-                res.cells[(listener, sender)] = model.YES if listener in heard else model.NO
+            if listener == sender:
+                continue
+            cell = (listener, sender)
+            if problem is None and any(guest_of.get(d.port) == listener for d in heard):
+                res.cells[cell] = model.YES
+            elif problem is None and doubts[listener] is None:
+                res.cells[cell] = model.NO
+            else:
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = problem or doubts[listener] or ""
     return res
+
+
+def _trace_sender(
+    host: Host, sc: Scenario, sender: str, vif: Vif | None, port: str, odp_ports: OdpPorts, res: MethodResult
+) -> tuple[list[trace.Delivery], str | None]:
+    """Where ``sender``'s broadcast ARP leaves the switch, or why that is not known."""
+    if vif is None:
+        return [], f"{port} is not on the switch"
+    g = sc.topology.guest(sender)
+    target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
+    flow = trace.arp_flow(vif.port, g.mac, g.address, target)
+    try:
+        out = host.appctl("ovs-vswitchd", "ofproto/trace", vif.bridge, flow)
+        passes = trace.passes(out)
+        res.stats.setdefault("datapath_actions", {})[sender] = trace.describe(passes)
+        return trace.deliveries(passes, odp_ports(vif.bridge)), None
+    except (CommandFailed, ValueError) as exc:
+        return [], f"the trace of {sender}'s broadcast could not be read: {exc}"
+
+
+def _trace_control(host: Host, vif: Vif | None, port: str, ip: str, odp_ports: OdpPorts) -> str | None:
+    """The trace method's positive control for one port: why it fails, or None when it passes.
+
+    ``ofproto/trace-packet-out`` of the traffic method's own control frame,
+    output straight to the port: a port the switch can certainly reach.
+    """
+    if vif is None:
+        return f"{port} is not on the switch"
+    if vif.ofport is None or vif.ofport < 1:
+        return f"{port} has no OpenFlow port number, so no control trace can reach it"
+    try:
+        out = host.appctl(
+            "ovs-vswitchd",
+            "ofproto/trace-packet-out",
+            vif.bridge,
+            trace.control_flow(traffic.CONTROL_MAC, ip),
+            f"output:{vif.ofport}",
+        )
+        passes = trace.passes(out)
+        reached = any(d.port == vif.port for d in trace.deliveries(passes, odp_ports(vif.bridge)))
+    except (CommandFailed, ValueError) as exc:
+        return f"the control trace to {port} failed ({exc}), so the trace's 'No' is not proven"
+    if reached:
+        return None
+    return (
+        f"a control trace straight to {port} does not show it leaving there "
+        f"(datapath actions: {trace.describe(passes)}), so the trace's 'No' is not proven"
+    )
 
 
 def run_traffic(
