@@ -293,7 +293,6 @@ def run_traffic(
     vif_of: dict[str, str],
     out_dir: Path,
 ) -> MethodResult:
-    res = MethodResult("traffic")
     eps = []
     for name in sc.guests:
         v = inv.vif_by_port(vif_of[name])
@@ -304,52 +303,71 @@ def run_traffic(
         )
     unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
     run = traffic.run(host, eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir)
+    res = traffic_cells(run, eps)
     res.stats = {
         "probes_sent": run.probes_sent,
         "window_s": round(run.window_s, 3),
         "controls_sent": len(run.controls_sent),
+        "closing_controls_sent": len(run.closing_sent),
+        "settle_s": round(run.settle_s, 3),
+        "dropped": {n: c.counts.dropped if c.counts else None for n, c in run.captures.items()},
         "pcaps": {n: str(c.pcap) for n, c in run.captures.items()},
     }
+    return res
+
+
+def traffic_cells(run: traffic.TrafficRun, eps: list[traffic.Endpoint]) -> MethodResult:
+    """Every cell of the traffic method from its captures (pure).
+
+    "Yes" needs a frame; "No" needs more than the frame's absence: the
+    listener's capture heard something (a control or a peer), the sender's
+    own capture shows its probes leaving, and nothing casts doubt on the
+    listener's capture (:attr:`traffic.Capture.doubt`).  Anything less is
+    "unknown", with the reason.
+    """
+    res = MethodResult("traffic")
     by_ep = {e.name: e for e in eps}
-    mac_of = {e.name: e.mac for e in eps}
-    for listener in sc.guests:
-        cap = run.captures.get(listener)
-        frames = cap.frames if cap and not cap.error else []
-        heard_control = any(f.sender_mac == traffic.CONTROL_MAC for f in frames)
-        heard_any_peer = any(f.sender_mac in mac_of.values() and f.sender_mac != mac_of[listener] for f in frames)
-        for sender in sc.guests:
+    for listener in by_ep:
+        for sender in by_ep:
             if sender == listener:
                 continue
             cell = (listener, sender)
-            if listener in run.down or sender in run.down:
-                who = listener if listener in run.down else sender
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"{who} is down: {run.down[who]}"
-                continue
-            if cap is None or cap.error:
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"no capture on {listener}: {cap.error if cap else 'not started'}"
-                continue
-            s_ep = by_ep[sender]
-            hits = [f for f in frames if f.is_request and f.sender_mac == s_ep.mac and f.sender_ip == s_ep.ip]
-            scap = run.captures.get(sender)
-            sent = scap is not None and any(f.sender_mac == s_ep.mac and f.is_request for f in scap.frames)
-            res.replies[(sender, listener)] = scap is not None and any(
-                f.op == 2 and f.sender_ip == by_ep[listener].ip for f in scap.frames
-            )
-            if hits:
-                res.cells[cell] = model.YES
-                f = hits[0]
-                res.evidence[cell] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(cap.pcap))
-            elif not (heard_control or heard_any_peer):
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"{listener}'s capture heard no positive control, so a 'No' is not proven"
-            elif not sent:
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"{sender}'s own capture does not show its probes leaving"
-            else:
-                res.cells[cell] = model.NO
+            value, why = _traffic_cell(res, run, by_ep, listener, sender)
+            res.cells[cell] = value
+            if why:
+                res.reasons[cell] = why
     return res
+
+
+def _traffic_cell(
+    res: MethodResult, run: traffic.TrafficRun, by_ep: dict[str, traffic.Endpoint], listener: str, sender: str
+) -> tuple[str, str | None]:
+    """One cell's value and, when unknown, why; the evidence and the reply seen go into ``res``."""
+    if listener in run.down or sender in run.down:
+        who = listener if listener in run.down else sender
+        return model.UNKNOWN, f"{who} is down: {run.down[who]}"
+    cap = run.captures.get(listener)
+    if cap is None or cap.error:
+        return model.UNKNOWN, f"no capture on {listener}: {cap.error if cap else 'not started'}"
+    s_ep = by_ep[sender]
+    scap = run.captures.get(sender)
+    sent = scap is not None and any(f.sender_mac == s_ep.mac and f.is_request for f in scap.frames)
+    res.replies[(sender, listener)] = scap is not None and any(
+        f.op == 2 and f.sender_ip == by_ep[listener].ip for f in scap.frames
+    )
+    hits = [f for f in cap.frames if f.is_request and f.sender_mac == s_ep.mac and f.sender_ip == s_ep.ip]
+    if hits:
+        f = hits[0]
+        res.evidence[(listener, sender)] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(cap.pcap))
+        return model.YES, None
+    peers = {e.mac for e in by_ep.values()} - {by_ep[listener].mac}
+    if not any(f.sender_mac == traffic.CONTROL_MAC or f.sender_mac in peers for f in cap.frames):
+        return model.UNKNOWN, f"{listener}'s capture heard no positive control, so a 'No' is not proven"
+    if not sent:
+        return model.UNKNOWN, f"{sender}'s own capture does not show its probes leaving"
+    if cap.doubt:
+        return model.UNKNOWN, cap.doubt
+    return model.NO, None
 
 
 def prepare(
