@@ -188,14 +188,43 @@ def mirror_specs(inv: Inventory, vif_of: dict[str, str]) -> list[model.MirrorSpe
     ]
 
 
+MAX_UNUSED_CANDIDATES = 256
+
+
 def unused_address(ips: list[str]) -> str:
-    """The highest host address of the guests' subnet that no guest uses."""
+    """The highest host address of the guests' subnet that no guest uses.
+
+    Counted down from the top of the subnet, never enumerated: a guest on an
+    IPv6 /64 (or an IPv4 /8) must not make the check walk 2**64 addresses.
+    Among ``len(used) + 1`` distinct candidates one is always free, so at most
+    that many (and never more than ``MAX_UNUSED_CANDIDATES``) are looked at.
+    """
     iface = ipaddress.ip_interface(ips[0])
-    used = {str(ipaddress.ip_interface(i).ip) for i in ips}
-    for host in reversed(list(iface.network.hosts())):
-        if str(host) not in used:
+    used = {ipaddress.ip_interface(i).ip for i in ips}
+    candidates = _top_hosts(iface.network, min(len(used) + 1, MAX_UNUSED_CANDIDATES))
+    for host in candidates:
+        if host not in used:
             return str(host)
+    if len(candidates) == MAX_UNUSED_CANDIDATES:
+        raise HvnetError(f"none of the {MAX_UNUSED_CANDIDATES} highest addresses of {iface.network} is unused")
     raise HvnetError(f"no unused address left in {iface.network}")
+
+
+def _top_hosts(
+    net: ipaddress.IPv4Network | ipaddress.IPv6Network, count: int
+) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The ``count`` highest addresses of ``net.hosts()``, highest first, without enumerating it.
+
+    ``hosts()`` leaves out the network address, and for IPv4 the broadcast
+    address, except in /31 and /32 (/127 and /128) networks, which are all hosts.
+    """
+    first, last = int(net.network_address), int(net.broadcast_address)
+    if net.num_addresses > 2:
+        first += 1
+        if net.version == 4:
+            last -= 1
+    address = type(net.network_address)  # not ip_address(n): a small IPv6 address would come back as IPv4
+    return [address(n) for n in range(last, max(first, last - count + 1) - 1, -1)]
 
 
 # -- the two methods ----------------------------------------------------------------

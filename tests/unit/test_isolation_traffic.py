@@ -9,10 +9,13 @@ on the lab, and on a flooded loopback with ``-B 32`` (the drops).
 
 from __future__ import annotations
 
+import ipaddress
+import time
 from pathlib import Path
 
 import pytest
 
+from appliance.errors import HvnetError
 from appliance.guests import GuestEndpoint
 from appliance.isolation import check, model, pcap, scenario, traffic
 from tests.conftest import ROOT
@@ -124,3 +127,33 @@ def test_a_capture_still_growing_or_never_closed_proves_no_no() -> None:
     unsent = capture("VM3")
     unsent.closing_sent = False
     assert "no closing control could be put on VM3's port" in cells(VM3=unsent)[1][("VM3", "VM2")]
+
+
+# -- the unused address ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "ips, unused",
+    [
+        (["2001:db8::1/64", "2001:db8::2/64"], "2001:db8::ffff:ffff:ffff:ffff"),
+        (["10.0.0.1/8", "10.255.255.254/8"], "10.255.255.253"),
+        (["192.168.0.150/24", "192.168.0.151/24"], "192.168.0.254"),
+        (["192.168.0.254/24", "192.168.0.253/24"], "192.168.0.252"),
+    ],
+)
+def test_unused_address_is_found_without_enumerating_the_subnet(ips: list[str], unused: str) -> None:
+    started = time.monotonic()
+    assert check.unused_address(ips) == unused
+    assert time.monotonic() - started < 0.1
+
+
+def test_at_most_a_few_candidates_are_looked_at() -> None:
+    net = ipaddress.ip_network("2001:db8::/64")
+    assert len(check._top_hosts(net, check.MAX_UNUSED_CANDIDATES)) == check.MAX_UNUSED_CANDIDATES
+    assert check._top_hosts(ipaddress.ip_network("10.0.0.0/30"), 256) == [
+        ipaddress.ip_address("10.0.0.2"),
+        ipaddress.ip_address("10.0.0.1"),
+    ]
+    with pytest.raises(HvnetError, match="no unused address left"):
+        check.unused_address(["10.0.0.1/30", "10.0.0.2/30"])
