@@ -12,16 +12,17 @@ from __future__ import annotations
 import ipaddress
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .. import inventory
-from ..errors import HvnetError, UsageError
+from ..errors import CommandFailed, HvnetError, UsageError
 from ..guests import GuestEndpoint, GuestSource
 from ..host import Host
-from ..inventory import Inventory
+from ..inventory import Inventory, Vif
 from ..ovsdb import Connection
 from ..policy.engine import PolicyEngine
 from ..policy.model import OWNER_KEY as OWNER
@@ -31,6 +32,7 @@ from . import model, trace, traffic
 from .scenario import _UNSET, Scenario
 
 METHODS = ("traffic", "trace")
+OdpPorts = Callable[[str], dict[int, str]]  # bridge -> {datapath port number: port name}
 
 
 @dataclass
@@ -186,43 +188,130 @@ def mirror_specs(inv: Inventory, vif_of: dict[str, str]) -> list[model.MirrorSpe
     ]
 
 
+MAX_UNUSED_CANDIDATES = 256
+
+
 def unused_address(ips: list[str]) -> str:
-    """The highest host address of the guests' subnet that no guest uses."""
+    """The highest host address of the guests' subnet that no guest uses.
+
+    Counted down from the top of the subnet, never enumerated: a guest on an
+    IPv6 /64 (or an IPv4 /8) must not make the check walk 2**64 addresses.
+    Among ``len(used) + 1`` distinct candidates one is always free, so at most
+    that many (and never more than ``MAX_UNUSED_CANDIDATES``) are looked at.
+    """
     iface = ipaddress.ip_interface(ips[0])
-    used = {str(ipaddress.ip_interface(i).ip) for i in ips}
-    for host in reversed(list(iface.network.hosts())):
-        if str(host) not in used:
+    used = {ipaddress.ip_interface(i).ip for i in ips}
+    candidates = _top_hosts(iface.network, min(len(used) + 1, MAX_UNUSED_CANDIDATES))
+    for host in candidates:
+        if host not in used:
             return str(host)
+    if len(candidates) == MAX_UNUSED_CANDIDATES:
+        raise HvnetError(f"none of the {MAX_UNUSED_CANDIDATES} highest addresses of {iface.network} is unused")
     raise HvnetError(f"no unused address left in {iface.network}")
+
+
+def _top_hosts(
+    net: ipaddress.IPv4Network | ipaddress.IPv6Network, count: int
+) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The ``count`` highest addresses of ``net.hosts()``, highest first, without enumerating it.
+
+    ``hosts()`` leaves out the network address, and for IPv4 the broadcast
+    address, except in /31 and /32 (/127 and /128) networks, which are all hosts.
+    """
+    first, last = int(net.network_address), int(net.broadcast_address)
+    if net.num_addresses > 2:
+        first += 1
+        if net.version == 4:
+            last -= 1
+    address = type(net.network_address)  # not ip_address(n): a small IPv6 address would come back as IPv4
+    return [address(n) for n in range(last, max(first, last - count + 1) - 1, -1)]
 
 
 # -- the two methods ----------------------------------------------------------------
 
 
 def run_trace(host: Host, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
+    """Trace every guest's broadcast through the switch's logic.
+
+    A listener's "No" stands only when its positive control passes: a trace
+    of a frame put straight onto its port must show the frame leaving there.
+    Otherwise nothing the trace method could say about that port is evidence
+    (the trace, the parser or the port numbers cannot see it) and its cells
+    are unknown, like a capture that heard nothing.
+    """
     res = MethodResult("trace")
     guest_of = {port: guest for guest, port in vif_of.items()}
-    odp_cache: dict[str, dict[int, str]] = {}
+    dpif: list[str] = []  # ``dpif/show``, read once: every bridge's datapath port numbers
+
+    def odp_ports(bridge: str) -> dict[int, str]:
+        if not dpif:
+            dpif.append(host.appctl("ovs-vswitchd", "dpif/show"))
+        return trace.parse_dpif_show(dpif[0], bridge)
+
+    vifs = {g: inv.vif_by_port(vif_of[g]) for g in sc.guests}
+    doubts = {g: _trace_control(host, vifs[g], vif_of[g], sc.topology.guest(g).address, odp_ports) for g in sc.guests}
     for sender in sc.guests:
-        g = sc.topology.guest(sender)
-        v = inv.vif_by_port(vif_of[sender])
-        if v is None:
-            for listener in sc.guests:
-                if listener != sender:
-                    res.cells[(listener, sender)] = model.UNKNOWN
-                    res.reasons[(listener, sender)] = f"{vif_of[sender]} is not on the switch"
-            continue
-        if v.bridge not in odp_cache:
-            odp_cache[v.bridge] = trace.parse_dpif_show(host.appctl("ovs-vswitchd", "dpif/show"), v.bridge)
-        target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
-        out = host.appctl("ovs-vswitchd", "ofproto/trace", v.bridge, trace.arp_flow(v.port, g.mac, g.address, target))
-        actions = trace.datapath_actions(out)
-        res.stats.setdefault("datapath_actions", {})[sender] = actions or "drop"
-        heard = {guest_of[d.port]: d for d in trace.deliveries(actions, odp_cache[v.bridge]) if d.port in guest_of}
+        heard, problem = _trace_sender(host, sc, sender, vifs[sender], vif_of[sender], odp_ports, res)
         for listener in sc.guests:
-            if listener != sender:
-                res.cells[(listener, sender)] = model.YES if listener in heard else model.NO
+            if listener == sender:
+                continue
+            cell = (listener, sender)
+            if problem is None and any(guest_of.get(d.port) == listener for d in heard):
+                res.cells[cell] = model.YES
+            elif problem is None and doubts[listener] is None:
+                res.cells[cell] = model.NO
+            else:
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = problem or doubts[listener] or ""
     return res
+
+
+def _trace_sender(
+    host: Host, sc: Scenario, sender: str, vif: Vif | None, port: str, odp_ports: OdpPorts, res: MethodResult
+) -> tuple[list[trace.Delivery], str | None]:
+    """Where ``sender``'s broadcast ARP leaves the switch, or why that is not known."""
+    if vif is None:
+        return [], f"{port} is not on the switch"
+    g = sc.topology.guest(sender)
+    target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
+    flow = trace.arp_flow(vif.port, g.mac, g.address, target)
+    try:
+        out = host.appctl("ovs-vswitchd", "ofproto/trace", vif.bridge, flow)
+        passes = trace.passes(out)
+        res.stats.setdefault("datapath_actions", {})[sender] = trace.describe(passes)
+        return trace.deliveries(passes, odp_ports(vif.bridge)), None
+    except (CommandFailed, ValueError) as exc:
+        return [], f"the trace of {sender}'s broadcast could not be read: {exc}"
+
+
+def _trace_control(host: Host, vif: Vif | None, port: str, ip: str, odp_ports: OdpPorts) -> str | None:
+    """The trace method's positive control for one port: why it fails, or None when it passes.
+
+    ``ofproto/trace-packet-out`` of the traffic method's own control frame,
+    output straight to the port: a port the switch can certainly reach.
+    """
+    if vif is None:
+        return f"{port} is not on the switch"
+    if vif.ofport is None or vif.ofport < 1:
+        return f"{port} has no OpenFlow port number, so no control trace can reach it"
+    try:
+        out = host.appctl(
+            "ovs-vswitchd",
+            "ofproto/trace-packet-out",
+            vif.bridge,
+            trace.control_flow(traffic.CONTROL_MAC, ip),
+            f"output:{vif.ofport}",
+        )
+        passes = trace.passes(out)
+        reached = any(d.port == vif.port for d in trace.deliveries(passes, odp_ports(vif.bridge)))
+    except (CommandFailed, ValueError) as exc:
+        return f"the control trace to {port} failed ({exc}), so the trace's 'No' is not proven"
+    if reached:
+        return None
+    return (
+        f"a control trace straight to {port} does not show it leaving there "
+        f"(datapath actions: {trace.describe(passes)}), so the trace's 'No' is not proven"
+    )
 
 
 def run_traffic(
@@ -233,7 +322,6 @@ def run_traffic(
     vif_of: dict[str, str],
     out_dir: Path,
 ) -> MethodResult:
-    res = MethodResult("traffic")
     eps = []
     for name in sc.guests:
         v = inv.vif_by_port(vif_of[name])
@@ -244,52 +332,71 @@ def run_traffic(
         )
     unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
     run = traffic.run(host, eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir)
+    res = traffic_cells(run, eps)
     res.stats = {
         "probes_sent": run.probes_sent,
         "window_s": round(run.window_s, 3),
         "controls_sent": len(run.controls_sent),
+        "closing_controls_sent": len(run.closing_sent),
+        "settle_s": round(run.settle_s, 3),
+        "dropped": {n: c.counts.dropped if c.counts else None for n, c in run.captures.items()},
         "pcaps": {n: str(c.pcap) for n, c in run.captures.items()},
     }
+    return res
+
+
+def traffic_cells(run: traffic.TrafficRun, eps: list[traffic.Endpoint]) -> MethodResult:
+    """Every cell of the traffic method from its captures (pure).
+
+    "Yes" needs a frame; "No" needs more than the frame's absence: the
+    listener's capture heard something (a control or a peer), the sender's
+    own capture shows its probes leaving, and nothing casts doubt on the
+    listener's capture (:attr:`traffic.Capture.doubt`).  Anything less is
+    "unknown", with the reason.
+    """
+    res = MethodResult("traffic")
     by_ep = {e.name: e for e in eps}
-    mac_of = {e.name: e.mac for e in eps}
-    for listener in sc.guests:
-        cap = run.captures.get(listener)
-        frames = cap.frames if cap and not cap.error else []
-        heard_control = any(f.sender_mac == traffic.CONTROL_MAC for f in frames)
-        heard_any_peer = any(f.sender_mac in mac_of.values() and f.sender_mac != mac_of[listener] for f in frames)
-        for sender in sc.guests:
+    for listener in by_ep:
+        for sender in by_ep:
             if sender == listener:
                 continue
             cell = (listener, sender)
-            if listener in run.down or sender in run.down:
-                who = listener if listener in run.down else sender
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"{who} is down: {run.down[who]}"
-                continue
-            if cap is None or cap.error:
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"no capture on {listener}: {cap.error if cap else 'not started'}"
-                continue
-            s_ep = by_ep[sender]
-            hits = [f for f in frames if f.is_request and f.sender_mac == s_ep.mac and f.sender_ip == s_ep.ip]
-            scap = run.captures.get(sender)
-            sent = scap is not None and any(f.sender_mac == s_ep.mac and f.is_request for f in scap.frames)
-            res.replies[(sender, listener)] = scap is not None and any(
-                f.op == 2 and f.sender_ip == by_ep[listener].ip for f in scap.frames
-            )
-            if hits:
-                res.cells[cell] = model.YES
-                f = hits[0]
-                res.evidence[cell] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(cap.pcap))
-            elif not (heard_control or heard_any_peer):
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"{listener}'s capture heard no positive control, so a 'No' is not proven"
-            elif not sent:
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = f"{sender}'s own capture does not show its probes leaving"
-            else:
-                res.cells[cell] = model.NO
+            value, why = _traffic_cell(res, run, by_ep, listener, sender)
+            res.cells[cell] = value
+            if why:
+                res.reasons[cell] = why
     return res
+
+
+def _traffic_cell(
+    res: MethodResult, run: traffic.TrafficRun, by_ep: dict[str, traffic.Endpoint], listener: str, sender: str
+) -> tuple[str, str | None]:
+    """One cell's value and, when unknown, why; the evidence and the reply seen go into ``res``."""
+    if listener in run.down or sender in run.down:
+        who = listener if listener in run.down else sender
+        return model.UNKNOWN, f"{who} is down: {run.down[who]}"
+    cap = run.captures.get(listener)
+    if cap is None or cap.error:
+        return model.UNKNOWN, f"no capture on {listener}: {cap.error if cap else 'not started'}"
+    s_ep = by_ep[sender]
+    scap = run.captures.get(sender)
+    sent = scap is not None and any(f.sender_mac == s_ep.mac and f.is_request for f in scap.frames)
+    res.replies[(sender, listener)] = scap is not None and any(
+        f.op == 2 and f.sender_ip == by_ep[listener].ip for f in scap.frames
+    )
+    hits = [f for f in cap.frames if f.is_request and f.sender_mac == s_ep.mac and f.sender_ip == s_ep.ip]
+    if hits:
+        f = hits[0]
+        res.evidence[(listener, sender)] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(cap.pcap))
+        return model.YES, None
+    peers = {e.mac for e in by_ep.values()} - {by_ep[listener].mac}
+    if not any(f.sender_mac == traffic.CONTROL_MAC or f.sender_mac in peers for f in cap.frames):
+        return model.UNKNOWN, f"{listener}'s capture heard no positive control, so a 'No' is not proven"
+    if not sent:
+        return model.UNKNOWN, f"{sender}'s own capture does not show its probes leaving"
+    if cap.doubt:
+        return model.UNKNOWN, cap.doubt
+    return model.NO, None
 
 
 def prepare(

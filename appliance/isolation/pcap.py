@@ -1,4 +1,5 @@
-"""Reading the ARP frames out of a classic pcap file (what tcpdump -w writes).
+"""Reading the ARP frames out of a classic pcap file (what tcpdump -w writes), and
+tcpdump's own packet counts (what it prints on stderr when it stops).
 
 Pure and small on purpose: the isolation verdict rests on it, so it is unit
 tested on real captures.  Handles both byte orders, micro- and nanosecond
@@ -8,6 +9,7 @@ timestamps, and 802.1Q (also stacked) tags.
 from __future__ import annotations
 
 import ipaddress
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,3 +99,58 @@ def read_arp(path: str | Path) -> list[ArpFrame]:
             frames.append(frame)
         pos += incl
     return frames
+
+
+# -- what tcpdump says when it stops ---------------------------------------------
+#
+# On exit tcpdump prints its counters to stderr, one a line (``info()`` in
+# tcpdump.c; the "dropped by interface" line only when that count is not 0):
+#
+#     3 packets captured
+#     3 packets received by filter
+#     0 packets dropped by kernel
+#     2 packets dropped by interface
+#
+# SIGUSR1 prints the same on one line, comma-separated, after "tcpdump: ".
+# When libpcap cannot read the counters it prints "pcap_stats: ..." instead.
+
+_COUNT = re.compile(
+    r"\b(?P<n>[0-9]{1,20}) packets? (?P<what>captured|received by filter|dropped by (?:kernel|interface))\b"
+)
+
+
+@dataclass(frozen=True)
+class TcpdumpCounts:
+    """tcpdump's own counters for one capture (the last ones it printed)."""
+
+    captured: int | None
+    received: int | None
+    dropped_by_kernel: int
+    dropped_by_interface: int
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_by_kernel + self.dropped_by_interface
+
+    def describe_drops(self) -> str:
+        parts = [(self.dropped_by_kernel, "kernel"), (self.dropped_by_interface, "interface")]
+        return " and ".join(f"{n} {'packet' if n == 1 else 'packets'} dropped by {by}" for n, by in parts if n)
+
+
+def parse_tcpdump_counts(stderr: str) -> TcpdumpCounts | None:
+    """tcpdump's counters from its stderr, or None when it printed none (drops then unknown).
+
+    The "dropped by kernel" count is what makes a summary: without it nothing
+    says whether frames were lost.  Never raises.
+    """
+    found: dict[str, int] = {}
+    for m in _COUNT.finditer(stderr):
+        found[m.group("what")] = int(m.group("n"))
+    if "dropped by kernel" not in found:
+        return None
+    return TcpdumpCounts(
+        captured=found.get("captured"),
+        received=found.get("received by filter"),
+        dropped_by_kernel=found["dropped by kernel"],
+        dropped_by_interface=found.get("dropped by interface", 0),
+    )

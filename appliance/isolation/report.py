@@ -78,10 +78,15 @@ def format_result(result: CheckResult) -> str:
             lines.append(f"  {listener} receives {sender}'s traffic via mirror {', '.join(names)}")
     t = result.methods.get("traffic")
     if t and not t.error:
+        closing = (
+            f", {t.stats['closing_controls_sent']} closing controls (waited {t.stats.get('settle_s', 0):.2f} s)"
+            if "closing_controls_sent" in t.stats
+            else ""
+        )
         lines += [
             "",
             f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
-            f"{t.stats.get('controls_sent', 0)} positive controls; captures in {result.out_dir}",
+            f"{t.stats.get('controls_sent', 0)} positive controls{closing}; captures in {result.out_dir}",
         ]
     verdict = VERDICT[result.exit_code]
     lines += ["", f"{verdict} ({result.duration_s:.1f} s)"]

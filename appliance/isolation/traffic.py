@@ -14,6 +14,15 @@ A positive control is sent to every guest: an ARP frame the switch puts
 straight onto the guest's port (OpenFlow packet-out).  A guest whose capture
 lacks it -- and heard no one else -- cannot prove a "No": its cells are
 "unknown", never "No".
+
+The window has no fixed length.  It opens once every tcpdump says it is
+listening, and closes once every capture shows a *closing* control -- a
+second packet-out frame, put on each port after the last probe (frames
+queue on a port in order: what the switch forwarded before it is captured
+before it) -- and no capture has grown for ``QUIET_S`` (probes still queued
+at the switch's ingress, replies).  A capture that lacks the closing control
+or was still growing after ``SETTLE_MAX_S``, or whose tcpdump reports
+dropped packets or no counts at all, cannot prove a "No" either.
 """
 
 from __future__ import annotations
@@ -35,12 +44,15 @@ from ..errors import CommandFailed
 from ..guests import GuestEndpoint
 from ..host import Host
 from ..runner import CommandRunner
-from .pcap import ArpFrame, read_arp
+from .pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
 
 CLONE_NEWNET = 0x40000000
 CONTROL_MAC = "02:68:76:6e:65:74"  # "hvnet": the positive-control frames' sender
 CAPTURE_FILTER = "arp or (vlan and arp)"
-SETTLE_S = 0.4  # after the last probe: replies cross the userspace datapath
+CLOSING_TARGET = "0.0.0.0"  # the closing control asks for no one's address: nobody answers it
+QUIET_S = 0.1  # no capture grew for this long: the switch has nothing more in flight
+SETTLE_MAX_S = 2.0  # longest wait after the last probe for the closing controls and the quiet
+POLL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,39 @@ class Capture:
     pcap: Path
     frames: list[ArpFrame] = field(default_factory=list)
     error: str | None = None
+    counts: TcpdumpCounts | None = None  # what tcpdump said when it stopped; None: it said nothing
+    closing_sent: bool = False  # a closing control was put on the guest's port after the last probe
+    settled: bool = False  # the pcap had stopped growing (for QUIET_S) when the capture was stopped
+
+    @property
+    def closed(self) -> bool:
+        """The capture shows the closing control: it saw everything forwarded to it before that."""
+        return any(is_closing_control(f) for f in self.frames)
+
+    @property
+    def doubt(self) -> str | None:
+        """Why a frame missing from this capture does not prove it never came, or None."""
+        if self.counts is None:
+            return f"{self.guest}'s tcpdump printed no packet counts when it stopped, so lost frames are not ruled out"
+        if self.counts.dropped:
+            return f"{self.guest}'s tcpdump reported {self.counts.describe_drops()}, so a frame may have been lost"
+        if not self.closing_sent:
+            return f"no closing control could be put on {self.guest}'s port, so the end of its capture is not confirmed"
+        if not self.closed:
+            return (
+                f"{self.guest}'s capture does not show the closing control sent after the last probe "
+                f"(waited up to {SETTLE_MAX_S:g} s), so a late frame may be missing"
+            )
+        if not self.settled:
+            return (
+                f"{self.guest}'s capture was still growing when it was stopped ({SETTLE_MAX_S:g} s after "
+                "the last probe), so a late frame may be missing"
+            )
+        return None
+
+
+def is_closing_control(frame: ArpFrame) -> bool:
+    return frame.sender_mac == CONTROL_MAC and frame.target_ip == CLOSING_TARGET
 
 
 @dataclass
@@ -94,6 +139,8 @@ class TrafficRun:
     probes_sent: int
     window_s: float
     controls_sent: list[str]
+    closing_sent: list[str] = field(default_factory=list)
+    settle_s: float = 0.0  # from the closing controls to the end of the window (at most SETTLE_MAX_S)
 
 
 def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
@@ -217,12 +264,73 @@ def _send_control(host: Host, ep: Endpoint) -> bool:
     if ep.ofport is None or ep.ofport < 1:
         return False
     frame = arp_request(CONTROL_MAC, "0.0.0.0", ep.ip).hex()
+    return _packet_out(host, ep.bridge, frame, [ep.ofport])
+
+
+def _packet_out(host: Host, bridge: str, frame_hex: str, ofports: list[int]) -> bool:
+    actions = ",".join(f"output:{p}" for p in ofports)
     res = host.runner.run(
-        ["ovs-ofctl", "packet-out", ep.bridge, f"in_port=controller,packet={frame},actions=output:{ep.ofport}"],
+        ["ovs-ofctl", "packet-out", bridge, f"in_port=controller,packet={frame_hex},actions={actions}"],
         env=host.ovs_env,
         check=False,
     )
     return res.returncode == 0
+
+
+def _send_closing(host: Host, live: list[Endpoint]) -> list[str]:
+    """Put the closing control on every live guest's port: one packet-out per bridge.  Who got it."""
+    frame = arp_request(CONTROL_MAC, "0.0.0.0", CLOSING_TARGET).hex()
+    by_bridge: dict[str, list[Endpoint]] = {}
+    for ep in live:
+        if ep.ofport is not None and ep.ofport >= 1:
+            by_bridge.setdefault(ep.bridge, []).append(ep)
+    sent = []
+    for bridge, eps in by_bridge.items():
+        if _packet_out(host, bridge, frame, [ep.ofport for ep in eps if ep.ofport is not None]):
+            sent += [ep.name for ep in eps]
+    return sent
+
+
+def _settle(running: dict[str, tuple[subprocess.Popen, Capture]], closing: list[str]) -> float:
+    """Wait until the captures in ``closing`` hold the closing control and no capture grew for
+    ``QUIET_S`` -- at most ``SETTLE_MAX_S``; the time waited.  Marks each quiet capture ``settled``.
+
+    Only a wait: the verdict reads the frames afterwards.  The control's bytes
+    are looked for in the growing pcaps (tcpdump -U writes each packet out).
+    """
+    marker = arp_request(CONTROL_MAC, "0.0.0.0", CLOSING_TARGET)[:42]  # Ethernet + ARP, no padding
+    started = now = time.monotonic()
+    sizes: dict[str, int] = {}
+    grew_at = dict.fromkeys(running, started)
+    missing = {name for name in closing if name in running}
+    while True:
+        now = time.monotonic()
+        for name, (_p, cap) in running.items():
+            size = _size(cap.pcap)
+            if size != sizes.get(name):
+                sizes[name], grew_at[name] = size, now
+        missing = {name for name in missing if marker not in _read(running[name][1].pcap)}
+        quiet = all(now - t >= QUIET_S for t in grew_at.values())
+        if (quiet and not missing) or now - started >= SETTLE_MAX_S:
+            break
+        time.sleep(POLL_S)
+    for name, (_p, cap) in running.items():
+        cap.settled = now - grew_at[name] >= QUIET_S
+    return now - started
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def run(
@@ -252,12 +360,21 @@ def run(
     try:
         controls = [ep.name for ep in live if _send_control(host, ep)]
         probes = _probe(runner, live, frames, probes_per_target)
-        time.sleep(SETTLE_S)
+        closing = _send_closing(host, live)
+        settle = _settle(running, closing)
     finally:
         window = time.monotonic() - started
         _stop_captures(running)
+    for name in closing:
+        running[name][1].closing_sent = True
     return TrafficRun(
-        captures=_read_captures(running), down=down, probes_sent=probes, window_s=window, controls_sent=controls
+        captures=_read_captures(running),
+        down=down,
+        probes_sent=probes,
+        window_s=window,
+        controls_sent=controls,
+        closing_sent=closing,
+        settle_s=settle,
     )
 
 
@@ -293,6 +410,7 @@ def _probe(runner: CommandRunner, live: list[Endpoint], frames: dict[str, list[b
 
 
 def _stop_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> None:
+    """SIGINT every tcpdump, then read what each printed when it stopped (its packet counts)."""
     for p, _c in running.values():
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
@@ -303,6 +421,9 @@ def _stop_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> None
             p.kill()
             p.wait()
             cap.error = cap.error or "tcpdump did not stop"
+        if p.stderr:
+            cap.counts = parse_tcpdump_counts(p.stderr.read().decode(errors="replace"))
+            p.stderr.close()
 
 
 def _read_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> dict[str, Capture]:

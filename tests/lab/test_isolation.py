@@ -37,7 +37,9 @@ def test_seed_three_vm_both_methods(lab: Lab, tmp_path) -> None:
         assert obs[("VM2", "VM1")] == "yes" and obs[("VM1", "VM2")] == "yes"
         assert obs[("VM3", "VM1")] == "no" and obs[("VM1", "VM3")] == "no"
     assert {p.name for p in tmp_path.iterdir()} == {"VM1.pcap", "VM2.pcap", "VM3.pcap"}
-    assert out["methods"]["traffic"]["stats"]["controls_sent"] == 3
+    stats = out["methods"]["traffic"]["stats"]
+    assert stats["controls_sent"] == stats["closing_controls_sent"] == 3
+    assert stats["dropped"] == {"VM1": 0, "VM2": 0, "VM3": 0}  # every tcpdump's own counts were read
     human = run_hvnet("isolation", "check", str(VLAN_TESTS / "seed-three-vm.yaml"), "--out", str(tmp_path / "h"))
     assert "PASS" in human.stdout and "hears" in human.stdout
 

@@ -18,18 +18,18 @@ def test_dpif_show() -> None:
 
 def test_trace_datapath_actions_and_vlans() -> None:
     text = (DATA / "trace-many-vlans-g01.txt").read_text()
-    actions = trace.datapath_actions(text)
-    assert actions == "6,push_vlan(vid=100,pcp=0),3,pop_vlan,9"
+    passes = trace.passes(text)
+    assert passes == [trace.Pass(None, "6,push_vlan(vid=100,pcp=0),3,pop_vlan,9")]
     odp = trace.parse_dpif_show((DATA / "dpif-show-many-vlans.txt").read_text(), "xenbr1")
-    out = trace.deliveries(actions, odp)
+    out = trace.deliveries(passes, odp)
     assert [(d.port, d.vlan) for d in out] == [(odp[6], None), (odp[3], 100), (odp[9], None)]
     assert odp[3] == "xenbr1"  # the bridge's internal port trunks every VLAN: it gets the tagged copy
 
 
 def test_trace_drop_and_missing() -> None:
-    assert trace.datapath_actions("Final flow: unchanged\nDatapath actions: drop\n") == ""
+    assert trace.passes("Final flow: unchanged\nDatapath actions: drop\n") == [trace.Pass(None, "")]
     with pytest.raises(ValueError):
-        trace.datapath_actions("garbage")
+        trace.passes("garbage")
 
 
 def test_nested_actions_split() -> None:
