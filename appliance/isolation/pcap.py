@@ -9,6 +9,7 @@ timestamps, and 802.1Q (also stacked) tags.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -77,7 +78,9 @@ def parse_frame(ts: float, data: bytes) -> ArpFrame | None:
 
 def read_arp(path: str | Path) -> list[ArpFrame]:
     """Every ARP frame in the pcap file at ``path`` (a truncated tail is ignored)."""
-    data = Path(path).read_bytes()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a link planted in place of a capture is not read
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read()
     if len(data) < 24:
         return []  # tcpdump stopped before writing its header: nothing captured
     try:

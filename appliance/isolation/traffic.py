@@ -44,6 +44,7 @@ from ..errors import CommandFailed
 from ..guests import GuestEndpoint
 from ..host import Host
 from ..runner import CommandRunner
+from ..safedirs import create_new, make_private
 from .pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
 
 CLONE_NEWNET = 0x40000000
@@ -234,7 +235,8 @@ def _arm_captures(
         pcap = out_dir / f"{ep.name}.pcap"
         if ep.channel:
             # The pcap streams out of the VM on tcpdump's stdout, into the same file on the host.
-            with open(pcap, "wb") as sink:
+            pcap.unlink(missing_ok=True)  # a capture of an earlier run into the same directory (or a link)
+            with os.fdopen(create_new(pcap), "wb") as sink:
                 p = runner.popen(
                     ep.guest.argv(["tcpdump", *opts, "-w", "-", CAPTURE_FILTER], stdin=False),
                     stdout=sink,
@@ -342,7 +344,7 @@ def run(
 ) -> TrafficRun:
     """Capture on every guest, probe from every guest, collect the frames."""
     runner = host.runner
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_private(out_dir)
     down = {ep.name: why for ep in endpoints for why in [guest_down_reason(runner, ep)] if why}
     live = [ep for ep in endpoints if ep.name not in down]
     for ep in live:

@@ -38,6 +38,7 @@ from ..host import Host
 from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
+from ..safedirs import make_private
 from . import aggregate, omni, results
 from .launch import Batch, Endpoint, Netserver, strip_start
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
@@ -152,8 +153,7 @@ class Runner:
         self.client, self.server_ep, self.address = client, server, address
         self.netperf = client.tool("netperf", pf.netperf)
         self.netserver_path = server.tool("netserver", pf.netserver or "") if server else (pf.netserver or "")
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "raw").mkdir(exist_ok=True)
+        make_private(self.out_dir / "raw")  # under /var/tmp by default: no other user may own a part of it
         self.doc = self._new_doc(pf)
         for w in pf.warnings:
             self._warn(w)

@@ -208,25 +208,27 @@ class PolicyEngine:
         its undo must not become what ``hvnet rollback`` undoes.
         """
 
+        left: list[str] = []  # rows changed since, as the last planning found them
+
         def make_plan(state: State) -> Plan:
             result = Plan()
+            left.clear()
             for c in changes:
                 current = current_value(state, c)
                 if current == c.after:
                     continue  # already so (a rollback run twice, or one interrupted and run again)
                 if current != c.before:
-                    result.warnings.append(
+                    left.append(
                         f"{c.target} {c.kind}: left as is, changed since "
                         f"(now {c.describe(current)}, expected {c.describe(c.before)})"
                     )
                     continue
                 result.changes.append(c)
+            result.warnings.extend(left)
             return result
 
         result = self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label, record=record)
-        if result.plan.warnings and any("left as is" in w for w in result.plan.warnings):
-            # A rollback that could not put everything back is not a success (exit 1).
-            left = [w for w in result.plan.warnings if "left as is" in w]
+        if left:  # a rollback that could not put everything back is not a success (exit 1)
             result.problems.append(f"partial: {len(left)} change(s) not put back (changed since): " + "; ".join(left))
         return result
 

@@ -1,0 +1,71 @@
+"""Paths under /var/tmp that another user could plant: refused, never written through."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from appliance.isolation.pcap import read_arp
+from appliance.safedirs import UnsafeDirectory, create_new, make_private
+
+OTHER = 65534  # nobody
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root")
+
+
+def _shared(tmp_path: Path) -> Path:
+    shared = tmp_path / "vartmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /var/tmp: anyone may create entries
+    return shared
+
+
+def test_a_fresh_tree_is_created(tmp_path: Path) -> None:
+    made = make_private(_shared(tmp_path) / "hvnet" / "runs" / "x")
+    assert made.is_dir() and (made.stat().st_mode & 0o022) == 0
+
+
+@root_only
+def test_a_directory_planted_by_another_user_is_refused(tmp_path: Path) -> None:
+    planted = _shared(tmp_path) / "hvnet"
+    planted.mkdir()
+    os.chown(planted, OTHER, OTHER)
+    with pytest.raises(UnsafeDirectory, match="owned by uid 65534"):
+        make_private(planted / "isolation" / "run-1")
+    assert not (planted / "isolation").exists()
+
+
+@root_only
+def test_a_symlink_planted_by_another_user_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = _shared(tmp_path) / "hvnet"
+    link.symlink_to(target)
+    os.lchown(link, OTHER, OTHER)
+    with pytest.raises(UnsafeDirectory, match="symlink"):
+        make_private(link / "runs")
+    assert list(target.iterdir()) == []
+
+
+def test_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)  # world-writable without the sticky bit: anyone may replace entries
+    with pytest.raises(UnsafeDirectory, match="mode 777"):
+        make_private(loose / "runs")
+
+
+def test_captures_are_created_new_and_read_without_following_links(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"")
+    planted = tmp_path / "VM1.pcap"
+    planted.symlink_to(victim)
+    with pytest.raises(OSError):
+        create_new(planted)  # never written through
+    with pytest.raises(OSError):
+        read_arp(planted)  # never read through
+    os.close(create_new(tmp_path / "VM2.pcap"))
+    with pytest.raises(FileExistsError):
+        create_new(tmp_path / "VM2.pcap")
