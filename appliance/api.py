@@ -32,7 +32,7 @@ def connect(
 
 def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True) -> Inventory:
     """The current inventory, VM names resolved through the host's name sources."""
-    return inventory.read(conn, names=host.name_sources(), kernel_counters=kernel_counters)
+    return inventory.read(conn, names=host.name_sources(), kernel_counters=kernel_counters, runner=host.runner)
 
 
 def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
@@ -40,7 +40,7 @@ def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
     from . import snapshot
 
     snap = snapshot.take(host.target, inventory.COLUMNS, timeout)
-    return inventory.read(snap, names=host.name_sources())  # type: ignore[arg-type]
+    return inventory.read(snap, names=host.name_sources(), runner=host.runner)  # type: ignore[arg-type]
 
 
 class LiveInventory:
@@ -56,6 +56,7 @@ class LiveInventory:
         self.conn = conn
         self.meter = RateMeter()
         self._sources = host.name_sources()
+        self._runner = host.runner
 
     def refresh(self, *, once: bool = False, timeout: float = 5.0) -> Inventory:
         """The inventory now, with rates since the previous call.
@@ -67,9 +68,9 @@ class LiveInventory:
             from . import snapshot
 
             source = snapshot.take(self.conn.target, inventory.COLUMNS, timeout, schema_json=self.conn.schema_json)
-            inv = inventory.read(source, names=self._sources)  # type: ignore[arg-type]
+            inv = inventory.read(source, names=self._sources, runner=self._runner)  # type: ignore[arg-type]
         else:
-            inv = inventory.read(self.conn, names=self._sources)
+            inv = inventory.read(self.conn, names=self._sources, runner=self._runner)
         now = time.monotonic()
         for v in inv.vifs:
             rates = self.meter.update(v.interface, now, v.counters)
@@ -81,4 +82,4 @@ class LiveInventory:
 
     def snapshot(self, *, kernel_counters: bool = False) -> Inventory:
         """The inventory now, with the same VM name sources, leaving the rate meter alone."""
-        return inventory.read(self.conn, names=self._sources, kernel_counters=kernel_counters)
+        return inventory.read(self.conn, names=self._sources, kernel_counters=kernel_counters, runner=self._runner)

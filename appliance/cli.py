@@ -210,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hvnet {__version__}")
     p.add_argument("--db", metavar="TARGET", help="OVSDB target: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")
     p.add_argument(
+        "--host",
+        metavar="[USER@]NAME[:PORT]",
+        help="a remote hypervisor over SSH, nothing installed there ($HVNET_HOST; the system ssh client, "
+        "strict host keys, ~/.ssh/config)",
+    )
+    p.add_argument(
         "--no-lab",
         action="store_true",
         help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "

@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runner import CommandRunner
 
 SYSFS_NET = "/sys/class/net"
 
@@ -156,3 +160,28 @@ def parse_ofctl_ports(text: str) -> dict[str, Counters]:
             out[name] = Counters.from_mapping(values, "openflow")
             name = None
     return out
+
+
+# Runs on the host with the interface names as its arguments (data, never code): one
+# "NAME COUNTER VALUE" line per counter that could be read.
+_READ_MANY = (
+    "for i; do for c in " + " ".join(COUNTER_NAMES) + "; do "
+    'v=$(cat "/sys/class/net/$i/statistics/$c" 2>/dev/null) && printf "%s %s %s\\n" "$i" "$c" "$v"; '
+    "done; done"
+)
+
+
+def read_kernel_many(runner: CommandRunner, ifnames: list[str]) -> dict[str, Counters]:
+    """Kernel counters of ``ifnames`` on the runner's host (one command for all of them when remote)."""
+    if runner.local:
+        found = {n: read_kernel(n) for n in ifnames}
+        return {n: c for n, c in found.items() if c is not None}
+    if not ifnames:
+        return {}
+    res = runner.run(["sh", "-c", _READ_MANY, "sh", *ifnames], check=False, timeout=30)
+    values: dict[str, dict[str, str]] = {}
+    for line in res.stdout.splitlines():
+        parts = line.rsplit(" ", 2)
+        if len(parts) == 3 and parts[1] in COUNTER_NAMES and parts[2].isascii() and parts[2].isdigit():
+            values.setdefault(parts[0], {})[parts[1]] = parts[2]
+    return {n: Counters.from_mapping(v, "kernel") for n, v in values.items() if len(v) == len(COUNTER_NAMES)}

@@ -8,11 +8,16 @@ variables read here:
 * ``HVNET_DB``, ``HVNET_SSL_KEY|CERT|CA`` -- the OVSDB target (after ``--db``);
 * ``HVNET_LAB_DIR`` -- where a running lab is looked for (its record, not its code);
 * ``HVNET_STATE_DIR``, ``HVNET_AUDIT_LOG``, ``HVNET_RUNS_DIR``, ``HVNET_CAPTURES_DIR`` -- data paths;
-* ``HVNET_LIBVIRT_URI``, ``LIBVIRT_DEFAULT_URI``, ``HVNET_XAPI_*`` -- VM name sources.
+* ``HVNET_LIBVIRT_URI``, ``LIBVIRT_DEFAULT_URI``, ``HVNET_XAPI_*`` -- VM name sources;
+* ``HVNET_HOST`` -- a remote hypervisor over SSH (after ``--host``), with
+  ``HVNET_SSH_CONFIG``, ``HVNET_SSH_KNOWN_HOSTS``, ``HVNET_SSH_IDENTITY`` and
+  ``HVNET_REMOTE_OVS_RUNDIR`` (default ``/var/run/openvswitch``);
+* ``HVNET_STOP_AT`` -- a fault drill's step (see :meth:`~appliance.host.Host.checkpoint`).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from collections.abc import Mapping
@@ -22,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import labstate
+from .errors import UsageError
 from .host import DataPaths, Host, NameConfig
 from .target import DbTarget, resolve
 
@@ -57,6 +63,8 @@ def build_host(
     libvirt: str | None = None,
     environ: Mapping[str, str] | None = None,
     discover_lab: bool = True,
+    ssh_host: str | None = None,
+    timeout: float = 10.0,
 ) -> Host:
     """The Host for these options: the target (``--db``, ``$HVNET_DB``, a running lab, the
     system's OVS), its data paths and its VM name sources.
@@ -66,6 +74,11 @@ def build_host(
     someone runs a lab on the same machine.
     """
     env = os.environ if environ is None else environ
+    remote_host = ssh_host or env.get("HVNET_HOST")
+    if remote_host:
+        if db:
+            raise UsageError("--db and --host name two different switches: give one")
+        return _remote_host(remote_host, env, libvirt, timeout)
     run_dir = labstate.lab_dir(env)
     lab_db = labstate.running_lab_db(run_dir) if discover_lab else None
     target = resolve(db, ssl_key=ssl_key, ssl_cert=ssl_cert, ssl_ca=ssl_ca, environ=env, lab_db=lab_db)
@@ -78,6 +91,38 @@ def build_host(
     )
     paths = data_paths(env, run_dir.resolve() if is_lab else None)
     return Host(target, paths=paths, names=names, stop_at=env.get("HVNET_STOP_AT") or None)
+
+
+def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout: float) -> Host:
+    """A hypervisor over SSH: one master connection carries its programs and its forwarded OVSDB socket.
+
+    The journal (state, audit log) stays on this machine, one record per
+    target as for any switch.  The master is closed when hvnet exits.
+    """
+    from .ssh import SshOptions, SshRunner, SshSession, SshTarget
+
+    target = SshTarget.parse(text, "--host/$HVNET_HOST")
+    options = SshOptions(
+        known_hosts=_path(env.get("HVNET_SSH_KNOWN_HOSTS")),
+        identity=_path(env.get("HVNET_SSH_IDENTITY")),
+        config=_path(env.get("HVNET_SSH_CONFIG")),
+        connect_timeout=timeout,
+    )
+    session = SshSession(target, options)
+    atexit.register(session.close)
+    session.open()
+    rundir = Path(env.get("HVNET_REMOTE_OVS_RUNDIR") or "/var/run/openvswitch")
+    local = session.work_dir / "db.sock"
+    session.forward_unix(local, str(rundir / "db.sock"))
+    db = DbTarget(f"unix:{local}", f"--host {target}")
+    names = NameConfig(libvirt_uri=libvirt, environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))
+    paths = data_paths(env)
+    return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
+                stop_at=env.get("HVNET_STOP_AT") or None, label=str(target))  # fmt: skip
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
 
 
 _warned: set[str] = set()
@@ -103,7 +148,7 @@ def host_of(args: Any) -> Host:
     if host is None:
         host = build_host(
             args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt,
-            discover_lab=not args.no_lab,
+            discover_lab=not args.no_lab, ssh_host=getattr(args, "host", None), timeout=args.timeout,
         )  # fmt: skip
         args._host = host
     return host

@@ -72,8 +72,10 @@ class Host:
         names: NameConfig | None = None,
         ovs_rundir: Path | None = None,
         stop_at: str | None = None,
+        label: str | None = None,
     ) -> None:
         self.target = target
+        self.label = label  # a remote hypervisor's name (``--host``); None for this machine
         self.stop_at = stop_at  # a fault drill's checkpoint (see checkpoint)
         self.paths = paths or DataPaths()
         self.runner: CommandRunner = runner or LocalRunner()
@@ -136,7 +138,7 @@ class Host:
 
     def daemon_ctl(self, daemon: str) -> str | None:
         """``daemon``'s unixctl socket in the OVS run directory (see :func:`daemon_ctl`)."""
-        return daemon_ctl(self.ovs_rundir, daemon) if self.ovs_rundir is not None else None
+        return daemon_ctl(self.ovs_rundir, daemon, self.runner) if self.ovs_rundir is not None else None
 
     def appctl(self, daemon: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
         """``ovs-appctl -t DAEMON ARGS`` against this switch's daemon; its output."""
@@ -148,21 +150,23 @@ class Host:
         return f"Host({self.target.describe()})"
 
 
-def daemon_pid(rundir: Path, daemon: str) -> int | None:
-    """The pid an OVS daemon wrote in its run directory (``DAEMON.pid``), or None."""
+def daemon_pid(rundir: Path, daemon: str, runner: CommandRunner | None = None) -> int | None:
+    """The pid an OVS daemon wrote in its run directory (``DAEMON.pid``), or None (read on the runner's host)."""
+    text = (runner or LocalRunner()).read_text(str(rundir / f"{daemon}.pid"))
     try:
-        return int((rundir / f"{daemon}.pid").read_text().strip())
-    except (OSError, ValueError):
+        return int(text.strip()) if text else None
+    except ValueError:
         return None
 
 
-def daemon_ctl(rundir: Path, daemon: str) -> str | None:
+def daemon_ctl(rundir: Path, daemon: str, runner: CommandRunner | None = None) -> str | None:
     """An OVS daemon's unixctl socket: ``DAEMON.ctl`` (hvnet's lab names it so) or ``DAEMON.PID.ctl``."""
+    runner = runner or LocalRunner()
     fixed = rundir / f"{daemon}.ctl"
-    if fixed.exists():
+    if runner.exists(str(fixed)):
         return str(fixed)
-    pid = daemon_pid(rundir, daemon)
+    pid = daemon_pid(rundir, daemon, runner)
     if pid is None:
         return None
     ctl = rundir / f"{daemon}.{pid}.ctl"
-    return str(ctl) if ctl.exists() else None
+    return str(ctl) if runner.exists(str(ctl)) else None

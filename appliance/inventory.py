@@ -24,6 +24,7 @@ from . import counters as ctr
 from .names import NameSource, resolve_vms
 from .ovsdb import Connection, c_json_parser_in_use
 from .ovsdb import column as col
+from .runner import CommandRunner, LocalRunner
 from .vlan import VlanCols
 
 # Columns the inventory reads; registering only these keeps the replica small.
@@ -298,15 +299,20 @@ def read(
     *,
     names: list[NameSource] | None = None,
     kernel_counters: bool = True,
+    runner: CommandRunner | None = None,
 ) -> Inventory:
-    """Build the inventory from ``conn``'s replica (one pass, under its lock)."""
+    """Build the inventory from ``conn``'s replica (one pass, under its lock).
+
+    Kernel counters are read on the ``runner``'s host (this machine when None).
+    """
     with conn.lock:
         inv = _build(conn)
     if names:
         attach_vms(inv.vifs, names)
     if kernel_counters:
+        found = ctr.read_kernel_many(runner or LocalRunner(), [v.interface for v in inv.vifs])
         for v in inv.vifs:
-            kc = ctr.read_kernel(v.interface)
+            kc = found.get(v.interface)
             if kc is not None:
                 v.counters = kc
     return inv

@@ -10,6 +10,7 @@ sends it over SSH, and nothing that calls the runner has to change.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, Protocol
@@ -59,6 +60,14 @@ class CommandRunner(Protocol):
         """Start a long-running program (captures, netservers, batches); the caller waits for it."""
         ...
 
+    def read_text(self, path: str) -> str | None:
+        """A small file on the host (a pidfile, a counter), None when it cannot be read."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists on the host (a socket, a pidfile)."""
+        ...
+
 
 class LocalRunner:
     """Programs on this machine, as argument lists (see :mod:`appliance.proc`)."""
@@ -97,6 +106,16 @@ class LocalRunner:
             argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env, pass_fds=pass_fds,
             start_new_session=start_new_session,
         )  # fmt: skip
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
 
 
 def in_netns(netns: str, argv: Sequence[str]) -> list[str]:

@@ -74,8 +74,12 @@ def _is_zombie(pid: int) -> bool:
 class Switch:
     """ovsdb-server and (optionally) ovs-vswitchd rooted at ``run_dir``."""
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, netns: str | None = None) -> None:
         self.run_dir = Path(run_dir).resolve()
+        self.netns = netns  # a lab host's namespace: its daemons (and so its ports) live there
+
+    def _daemon(self, argv: list[str]) -> list[str]:
+        return proc.in_netns(self.netns, argv) if self.netns else argv
 
     # -- paths ------------------------------------------------------------
 
@@ -119,7 +123,7 @@ class Switch:
                 proc.run(["ovsdb-tool", "create", str(self.db_file), schema], env=env)
             self.db_sock.unlink(missing_ok=True)
             proc.run(
-                [
+                self._daemon([
                     "ovsdb-server",
                     str(self.db_file),
                     f"--remote=punix:{self.db_sock}",
@@ -128,14 +132,14 @@ class Switch:
                     f"--log-file={self.run_dir / 'ovsdb-server.log'}",
                     "--detach",
                     "--no-chdir",
-                ],
+                ]),
                 env=env,
-            )
+            )  # fmt: skip
             proc.run(["ovs-vsctl", f"--db={self.remote}", "--no-wait", "init"], env=env)
             self._record_versions(schema_file=next((p for p in SCHEMA_PATHS if os.path.exists(p)), None))
         if vswitchd and self.pid("ovs-vswitchd") is None:
             proc.run(
-                [
+                self._daemon([
                     "ovs-vswitchd",
                     self.remote,
                     f"--pidfile={self.run_dir / 'ovs-vswitchd.pid'}",
@@ -143,10 +147,10 @@ class Switch:
                     f"--log-file={self.run_dir / 'ovs-vswitchd.log'}",
                     "--detach",
                     "--no-chdir",
-                ],
+                ]),
                 env=env,
                 timeout=30,
-            )
+            )  # fmt: skip
 
     def _record_versions(self, schema_file: str | None) -> None:
         """Fill ``ovs_version``, ``db_version``, ``system-type/version`` the

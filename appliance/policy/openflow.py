@@ -175,7 +175,7 @@ class OpenFlow:
         return OpenFlow(host.ovs_rundir, host.runner)
 
     def available(self, bridge: str) -> bool:
-        return (self.rundir / f"{bridge}.mgmt").exists()
+        return self.runner.exists(str(self.rundir / f"{bridge}.mgmt"))
 
     def _switch(self, bridge: str) -> str:
         return f"unix:{self.rundir / (bridge + '.mgmt')}"
@@ -188,7 +188,7 @@ class OpenFlow:
         return parse_ofctl_ports(self._ofctl("--names", "dump-ports", self._switch(bridge)))
 
     def vswitchd_pid(self) -> int | None:
-        return daemon_pid(self.rundir, "ovs-vswitchd")
+        return daemon_pid(self.rundir, "ovs-vswitchd", self.runner)
 
     def purge_datapath(self) -> bool:
         """Drop cached datapath flows so every packet meets the new VLAN/mirror configuration.
@@ -198,7 +198,7 @@ class OpenFlow:
         even after ``revalidator/wait``; a purge costs one upcall per active
         flow.  Returns False when ovs-vswitchd's control socket is not here.
         """
-        ctl = daemon_ctl(self.rundir, "ovs-vswitchd")
+        ctl = daemon_ctl(self.rundir, "ovs-vswitchd", self.runner)
         if ctl is None:
             return False
         for command in ("revalidator/purge", "revalidator/wait"):
@@ -297,13 +297,19 @@ def tc_police_works(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet")
     and cached per kernel release.  Without root the answer is "no": hvnet
     then prefers meters, which it can verify.
     """
-    release = os.uname().release
-    cache = Path(cache_dir) / f"tc-police-{release}"
+    if runner.local:
+        key = os.uname().release
+        if os.geteuid() != 0:
+            return False
+    else:  # the remote kernel's answer, cached under its host's name
+        res = runner.run(["uname", "-r"], check=False, timeout=30)
+        key = f"{getattr(runner, 'host', 'remote')}-{res.stdout.strip() or 'unknown'}".replace("/", "_")
+    cache = Path(cache_dir) / f"tc-police-{key}"
     try:
         return cache.read_text().strip() == "yes"
     except OSError:
         pass
-    if os.geteuid() != 0 or runner.which_optional("tc") is None:
+    if runner.which_optional("tc") is None:
         return False
     ns = f"hvnet-tcprobe-{os.getpid()}"
     ok = False

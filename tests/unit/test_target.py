@@ -4,6 +4,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, str]]:
     (run_dir / "db.sock").touch()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(run_dir)])
     try:
+        deadline = time.monotonic() + 10  # until the child has exec'd (before, /proc shows the parent's cmdline)
+        while str(run_dir).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         (run_dir / "ovsdb-server.pid").write_text(f"{proc.pid}\n")
         yield {"HVNET_LAB_DIR": str(run_dir)}
     finally:

@@ -1,0 +1,327 @@
+"""A remote hypervisor over SSH, with nothing installed there: the system OpenSSH client.
+
+One multiplexed connection per host (OpenSSH's ControlMaster) carries every
+program hvnet runs there and the forwarded OVSDB socket; it is opened once
+and closed when hvnet exits.  The system client is used, not a Python SSH
+library, so ``~/.ssh/config``, agents, ProxyJump, certificates and
+``known_hosts`` behave as operators expect.
+
+* Arguments are data: each one is quoted for the remote shell
+  (:func:`remote_command`), so a VIF or VM name holding spaces, ``;``,
+  ``$(...)`` or quotes reaches the program as it was given.
+* Host keys are checked strictly and never added by hvnet: an unknown or
+  changed key is refused with its fingerprint and the command that accepts it.
+* Failures say which host and why: unreachable (exit 3), authentication
+  refused, host key, a missing program (exit 4).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import EXIT_UNREACHABLE, CommandFailed, HvnetError, MissingTool, UsageError
+
+SSH_FAILED = 255  # ssh's own exit status when the connection, not the remote program, failed
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
+
+
+class HostUnreachable(HvnetError):
+    """The SSH connection to a hypervisor could not be made or was lost."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class HostKeyRefused(HvnetError):
+    """The hypervisor's host key is unknown or has changed; hvnet never accepts one by itself."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """``[USER@]NAME[:PORT]``: where a hypervisor's sshd answers."""
+
+    name: str
+    user: str | None = None
+    port: int | None = None
+
+    @classmethod
+    def parse(cls, text: str, what: str = "--host") -> SshTarget:
+        """Parse and validate; bad input is a usage error naming the option (nothing is contacted)."""
+        user = port = None
+        rest = text.strip()
+        if "@" in rest:
+            user, rest = rest.rsplit("@", 1)
+            if not _USER.match(user):
+                raise UsageError(f"{what}: {user!r} is not a user name")
+        if rest.startswith("["):  # [IPv6]:port
+            host, _, tail = rest.partition("]")
+            rest, host = tail, host + "]"
+            port_text = rest[1:] if rest.startswith(":") else None
+        else:
+            host, _, port_text = rest.partition(":")
+            port_text = port_text or None
+        if port_text is not None:
+            if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise UsageError(f"{what}: port {port_text!r} must be a number from 1 to 65535")
+            port = int(port_text)
+        if not _NAME.match(host) or host.startswith("-"):
+            raise UsageError(f"{what}: {host!r} is not a host name or address")
+        return cls(host, user, port)
+
+    @property
+    def destination(self) -> str:
+        host = self.name.strip("[]")
+        return f"{self.user}@{host}" if self.user else host
+
+    def __str__(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.name}{':' + str(self.port) if self.port else ''}"
+
+
+def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """One remote shell command line running ``argv`` with every argument quoted: data, never code."""
+    if not argv:
+        raise ValueError("empty command")
+    words = [shlex.quote(a) for a in argv]
+    if env:
+        for key in env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"not an environment variable name: {key!r}")
+        words = ["env", *(shlex.quote(f"{k}={v}") for k, v in env.items()), *words]
+    return " ".join(words)
+
+
+@dataclass
+class SshOptions:
+    """What the front door knows about reaching hosts (the inventory or the lab fills it in)."""
+
+    known_hosts: Path | None = None  # else the user's own (~/.ssh/known_hosts)
+    identity: Path | None = None
+    config: Path | None = None
+    connect_timeout: float = 10.0
+
+
+class SshSession:
+    """One ControlMaster connection to a hypervisor, owned by this process."""
+
+    def __init__(self, target: SshTarget, options: SshOptions | None = None) -> None:
+        self.target = target
+        self.options = options or SshOptions()
+        self._dir = Path(tempfile.mkdtemp(prefix="hvnet-ssh-"))  # private (0700): the control socket
+        self.control = self._dir / "master"
+        self.opened = False
+
+    # -- argv -------------------------------------------------------------------
+
+    def ssh_argv(self, *extra: str) -> list[str]:
+        """``ssh`` with this session's options, before the destination."""
+        o = self.options
+        argv = ["ssh", "-S", str(self.control), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"ConnectTimeout={max(1, int(o.connect_timeout))}", "-o", "ServerAliveInterval=5",
+                "-o", "ServerAliveCountMax=3"]  # fmt: skip
+        if self.target.port:
+            argv += ["-p", str(self.target.port)]
+        if o.known_hosts is not None:
+            argv += ["-o", f"UserKnownHostsFile={o.known_hosts}"]
+        if o.identity is not None:
+            argv += ["-i", str(o.identity), "-o", "IdentitiesOnly=yes"]
+        if o.config is not None:
+            argv += ["-F", str(o.config)]
+        return [*argv, *extra]
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """The local argv that runs ``argv`` on the host over the open master."""
+        return [*self.ssh_argv(), "--", self.target.destination, remote_command(argv, env)]
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def open(self) -> None:
+        """Start the master (backgrounded by ssh itself once authenticated); errors name the host."""
+        if self.opened:
+            return
+        argv = self.ssh_argv("-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N", "--")
+        try:
+            res = subprocess.run([*argv, self.target.destination], capture_output=True, text=True,
+                                 timeout=self.options.connect_timeout + 20, stdin=subprocess.DEVNULL)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise HostUnreachable(
+                f"{self.target}: no SSH connection within {self.options.connect_timeout:g} s"
+            ) from None
+        if res.returncode != 0:
+            raise self.failure(res.stderr)
+        self.opened = True
+
+    def forward_unix(self, local: Path, remote: str) -> None:
+        """Forward the local socket ``local`` to the host's unix socket ``remote`` over the master."""
+        argv = self.ssh_argv("-O", "forward", "-L", f"{local}:{remote}", "--", self.target.destination)
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            raise HostUnreachable(f"{self.target}: cannot forward {remote}: {_last_line(res.stderr)}")
+
+    def close(self) -> None:
+        """Stop the master (and with it every forwarding); idempotent."""
+        if self.opened:
+            argv = self.ssh_argv("-O", "exit", "--", self.target.destination)
+            subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False)
+            self.opened = False
+        for p in sorted(self._dir.glob("*"), reverse=True):
+            p.unlink(missing_ok=True)
+        self._dir.rmdir() if self._dir.exists() else None
+
+    @property
+    def work_dir(self) -> Path:
+        """This session's private directory (the control socket, the forwarded OVSDB socket)."""
+        return self._dir
+
+    # -- errors -------------------------------------------------------------------
+
+    def failure(self, stderr: str) -> HvnetError:
+        """What ssh's own failure (exit 255) means, said for this host."""
+        text = stderr.strip()
+        if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "Host key verification failed" in text:
+            changed = "HAS CHANGED" in text
+            return HostKeyRefused(
+                f"{self.target}: host key {'has CHANGED' if changed else 'is not known'}; hvnet never accepts "
+                f"one by itself{self._fingerprints()}",
+                hint=self._accept_hint(changed),
+            )
+        if "Permission denied" in text or "Too many authentication failures" in text:
+            return HostUnreachable(
+                f"{self.target}: authentication refused ({_last_line(text)})",
+                hint="check the SSH user and key (ssh-agent, -i in the inventory or ~/.ssh/config)",
+            )
+        return HostUnreachable(f"{self.target}: cannot connect over SSH: {_last_line(text) or 'no reason given'}")
+
+    def _fingerprints(self) -> str:
+        try:
+            argv = ["ssh-keyscan", "-T", "5", *(["-p", str(self.target.port)] if self.target.port else []),
+                    self.target.name.strip("[]")]  # fmt: skip
+            scan = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+            fps = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout, capture_output=True, text=True,
+                                 timeout=10, check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        lines = [line for line in fps.stdout.splitlines() if line.strip()]
+        return ("; the host offers:\n  " + "\n  ".join(lines)) if lines else ""
+
+    def _accept_hint(self, changed: bool) -> str:
+        known = self.options.known_hosts or Path("~/.ssh/known_hosts")
+        port = f"-p {self.target.port} " if self.target.port else ""
+        host = self.target.name.strip("[]")
+        first = f"ssh-keygen -R {shlex.quote(host)} -f {known}; " if changed else ""
+        return (
+            f"compare the fingerprint with the host's console, then: {first}"
+            f"ssh-keyscan {port}{shlex.quote(host)} >> {known}"
+        )
+
+
+class SshRunner:
+    """The :class:`~appliance.runner.CommandRunner` for a remote hypervisor: every program over one master."""
+
+    local = False
+
+    def __init__(self, session: SshSession) -> None:
+        self.session = session
+        self._found: dict[str, str | None] = {}
+
+    @property
+    def host(self) -> str:
+        return str(self.session.target)
+
+    def which_optional(self, program: str) -> str | None:
+        if program not in self._found:
+            res = self._run(["sh", "-c", 'command -v -- "$1"', "sh", program], timeout=30)
+            path = res.stdout.strip().splitlines()
+            self._found[program] = path[0] if res.returncode == 0 and path else None
+        return self._found[program]
+
+    def which(self, program: str) -> str:
+        found = self.which_optional(program)
+        if found is None:
+            raise MissingTool(f"{program} is not installed on {self.host}", hint=f"install it on {self.host}")
+        return found
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        input_text: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        res = self._run(argv, env=env, timeout=timeout, input_text=input_text)
+        if check and res.returncode != 0:
+            if res.returncode == 127 and self.which_optional(argv[0]) is None:
+                raise MissingTool(f"{argv[0]} is not installed on {self.host}", hint=f"install it on {self.host}")
+            raise CommandFailed([f"{self.host}:", *argv], res.returncode, res.stderr or res.stdout)
+        return res
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        input_text: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        self.session.open()
+        try:
+            res = subprocess.run(self.session.command(argv, env), capture_output=True, text=True, timeout=timeout,
+                                 input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
+                                 check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise CommandFailed([f"{self.host}:", *argv], -1, f"no result within {timeout:g} s") from None
+        if res.returncode == SSH_FAILED and _ssh_failed(res.stderr):
+            raise self.session.failure(res.stderr)
+        return res
+
+    def popen(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: int | IO[Any] | None = None,
+        stdout: int | IO[Any] | None = None,
+        stderr: int | IO[Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
+        start_new_session: bool = False,
+    ) -> subprocess.Popen[bytes]:
+        if pass_fds:
+            raise HvnetError(f"cannot pass file descriptors to a program on {self.host}")
+        self.session.open()
+        return subprocess.Popen(self.session.command(argv, env), stdin=stdin, stdout=stdout, stderr=stderr,
+                                start_new_session=start_new_session)  # fmt: skip
+
+    def read_text(self, path: str) -> str | None:
+        res = self._run(["cat", "--", path], timeout=30)
+        return res.stdout if res.returncode == 0 else None
+
+    def exists(self, path: str) -> bool:
+        return self._run(["test", "-e", path], timeout=30).returncode == 0
+
+
+def _ssh_failed(stderr: str) -> bool:
+    """Whether exit 255 came from ssh itself (a remote program may exit 255 too)."""
+    return bool(re.search(r"^(ssh:|Host key|Permission denied|Connection|kex_|mux_|Control socket|@@@)",
+                          stderr, re.M))  # fmt: skip
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def control_dir_is_private(session: SshSession) -> bool:
+    """The session's directory is this user's alone (mkdtemp makes it 0700)."""
+    st = os.stat(session.work_dir)
+    return st.st_uid == os.geteuid() and (st.st_mode & 0o077) == 0

@@ -1,0 +1,110 @@
+"""A hypervisor over SSH, agentless: a lab host (namespace, its own OVS, its own sshd with no Python)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import MissingTool
+from appliance.lab.sshhost import SshHost
+from appliance.ssh import HostKeyRefused, SshOptions, SshRunner, SshSession, SshTarget
+
+from ..conftest import run_hvnet
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def hv2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHost]:
+    host = SshHost("hv2", tmp_path_factory.mktemp("hosts"), index=7)
+    host.start()
+    try:
+        cmds = ["--", "add-br", "xenbr0", "--", "set", "bridge", "xenbr0", "datapath_type=netdev"]
+        for i in (1, 2):
+            cmds += ["--", "add-port", "xenbr0", f"vif{i}.0", "--", "set", "interface", f"vif{i}.0", "type=internal",
+                     f"external_ids:attached-mac=02:00:00:00:07:0{i}", f"external_ids:xs-vm-uuid=vm-{i}"]  # fmt: skip
+        subprocess.run(["ovs-vsctl", f"--db={host.switch.remote}", *cmds], check=True, env={**os.environ,
+                       **host.switch.env}, timeout=30)  # fmt: skip
+        yield host
+    finally:
+        host.stop()
+    assert not Path(f"/run/netns/{host.netns}").exists()
+
+
+@pytest.fixture
+def env(hv2: SshHost, tmp_path: Path) -> dict[str, str]:
+    return {**hv2.client_env, "HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "a.jsonl")}
+
+
+def _vsctl(hv2: SshHost, *args: str) -> str:
+    return subprocess.run(["ovs-vsctl", f"--db={hv2.switch.remote}", *args], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()  # fmt: skip
+
+
+def test_status_over_ssh_with_the_remote_kernels_counters(hv2: SshHost, env: dict[str, str]) -> None:
+    started = time.monotonic()
+    res = run_hvnet("--host", "hv2", "status", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    vifs = {v["port"]: v for v in doc["vifs"]} if "vifs" in doc else {}
+    assert {"vif1.0", "vif2.0"} <= set(vifs) or "vif1.0" in res.stdout, res.stdout[:2000]
+    assert '"kernel"' in res.stdout  # counters read from the remote namespace's /sys, over SSH
+    print(f"\nhvnet --host hv2 status --json: {time.monotonic() - started:.2f} s")
+
+
+def test_vif_set_and_rollback_over_ssh(hv2: SshHost, env: dict[str, str]) -> None:
+    res = run_hvnet("--host", "hv2", "vif", "set", "vif1.0", "--tag", "12", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _vsctl(hv2, "get", "Port", "vif1.0", "tag") == "12"
+    res = run_hvnet("--host", "hv2", "rollback", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _vsctl(hv2, "get", "Port", "vif1.0", "tag") == "[]"
+    audit = [json.loads(x) for x in Path(env["HVNET_AUDIT_LOG"]).read_text().splitlines()]
+    assert [e["result"] for e in audit][-2:] == ["applied", "applied"]
+
+
+def test_arguments_reach_the_remote_as_data(hv2: SshHost) -> None:
+    session = SshSession(SshTarget.parse("hv2"), SshOptions(config=hv2.ssh_config))
+    try:
+        runner = SshRunner(session)
+        hostile = ["a b", "c;d", "$(id)", "'q'", '"dq"', "`x`", "\\n", "*", "-e"]
+        res = runner.run(["printf", "%s|", *hostile])
+        assert res.stdout == "".join(f"{h}|" for h in hostile)
+        with pytest.raises(MissingTool, match="python3 is not installed on hv2"):
+            runner.which("python3")  # agentless: the remote has no Python on its PATH
+    finally:
+        session.close()
+    assert not session.work_dir.exists()
+
+
+def test_unknown_host_key_is_refused_with_its_fingerprint(hv2: SshHost, env: dict[str, str], tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(hv2.ssh_config.read_text().replace(str(hv2.known_hosts), str(empty)))
+    res = run_hvnet("--host", "hv2", "status", env={**env, "HVNET_SSH_CONFIG": str(config)})
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
+    assert "host key is not known" in res.stderr and "SHA256:" in res.stderr and "ssh-keyscan" in res.stderr
+    assert empty.read_text() == ""  # never added by hvnet
+    with pytest.raises(HostKeyRefused):
+        SshSession(SshTarget.parse("hv2"), SshOptions(config=config)).open()
+
+
+def test_unreachable_host_fails_fast_with_exit_3(env: dict[str, str]) -> None:
+    started = time.monotonic()
+    res = run_hvnet("--timeout", "2", "--host", "root@169.254.250.2", "status", env={k: v for k, v in env.items()
+                    if k != "HVNET_SSH_CONFIG"})  # fmt: skip
+    assert res.returncode == 3 and "169.254.250.2" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("bad", ["-oProxyCommand=x", "a b", "host:99999", "u;x@h", ""])
+def test_bad_host_arguments_are_refused_before_anything(bad: str) -> None:
+    res = run_hvnet("--host", bad, "status")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
