@@ -74,8 +74,8 @@ def build_host(
     someone runs a lab on the same machine.
     """
     env = os.environ if environ is None else environ
-    remote_host = ssh_host or env.get("HVNET_HOST")
-    if remote_host:
+    remote_host = ssh_host if ssh_host is not None else env.get("HVNET_HOST")
+    if remote_host is not None:
         if db:
             raise UsageError("--db and --host name two different switches: give one")
         return _remote_host(remote_host, env, libvirt, timeout)

@@ -89,6 +89,13 @@ class Host:
     def remote(self) -> str:
         return self.target.remote
 
+    @property
+    def identity(self) -> str:
+        """The switch as the journal names it: stable across runs (a remote host's forwarded socket is not)."""
+        if self.label is not None:
+            return f"ssh:{self.label}:{self.ovs_rundir}/db.sock"
+        return self.target.remote
+
     def checkpoint(self, step: str) -> None:
         """A step of an apply where a fault drill may stop this process (``$HVNET_STOP_AT``).
 

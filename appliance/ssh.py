@@ -119,6 +119,7 @@ class SshSession:
         self._dir = Path(tempfile.mkdtemp(prefix="hvnet-ssh-"))  # private (0700): the control socket
         self.control = self._dir / "master"
         self.opened = False
+        self.closed = False
 
     # -- argv -------------------------------------------------------------------
 
@@ -148,16 +149,21 @@ class SshSession:
         """Start the master (backgrounded by ssh itself once authenticated); errors name the host."""
         if self.opened:
             return
+        if self.closed:
+            raise HostUnreachable(f"{self.target}: the SSH session was closed")
         argv = self.ssh_argv("-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N", "--")
         try:
             res = subprocess.run([*argv, self.target.destination], capture_output=True, text=True,
                                  timeout=self.options.connect_timeout + 20, stdin=subprocess.DEVNULL)  # fmt: skip
         except subprocess.TimeoutExpired:
+            self.close()  # a host that could not be reached leaves nothing behind
             raise HostUnreachable(
                 f"{self.target}: no SSH connection within {self.options.connect_timeout:g} s"
             ) from None
         if res.returncode != 0:
-            raise self.failure(res.stderr)
+            error = self.failure(res.stderr)
+            self.close()
+            raise error
         self.opened = True
 
     def forward_unix(self, local: Path, remote: str) -> None:
@@ -173,9 +179,11 @@ class SshSession:
             argv = self.ssh_argv("-O", "exit", "--", self.target.destination)
             subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False)
             self.opened = False
-        for p in sorted(self._dir.glob("*"), reverse=True):
-            p.unlink(missing_ok=True)
-        self._dir.rmdir() if self._dir.exists() else None
+        self.closed = True
+        if self._dir.exists():
+            for p in self._dir.iterdir():
+                p.unlink(missing_ok=True)
+            self._dir.rmdir()
 
     @property
     def work_dir(self) -> Path:
@@ -201,10 +209,18 @@ class SshSession:
             )
         return HostUnreachable(f"{self.target}: cannot connect over SSH: {_last_line(text) or 'no reason given'}")
 
+    def resolved(self) -> tuple[str, int]:
+        """The address and port ssh would use for the target (``~/.ssh/config`` or -F applied: ``ssh -G``)."""
+        res = subprocess.run([*self.ssh_argv("-G", "--"), self.target.destination], capture_output=True, text=True,
+                             timeout=10, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        found = dict(line.split(" ", 1) for line in res.stdout.splitlines() if " " in line)
+        port = found.get("port", "22")
+        return found.get("hostname", self.target.name.strip("[]")), int(port) if port.isdigit() else 22
+
     def _fingerprints(self) -> str:
         try:
-            argv = ["ssh-keyscan", "-T", "5", *(["-p", str(self.target.port)] if self.target.port else []),
-                    self.target.name.strip("[]")]  # fmt: skip
+            address, port = self.resolved()
+            argv = ["ssh-keyscan", "-T", "5", "-p", str(port), address]
             scan = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
             fps = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout, capture_output=True, text=True,
                                  timeout=10, check=False)  # fmt: skip
@@ -214,14 +230,25 @@ class SshSession:
         return ("; the host offers:\n  " + "\n  ".join(lines)) if lines else ""
 
     def _accept_hint(self, changed: bool) -> str:
-        known = self.options.known_hosts or Path("~/.ssh/known_hosts")
-        port = f"-p {self.target.port} " if self.target.port else ""
-        host = self.target.name.strip("[]")
-        first = f"ssh-keygen -R {shlex.quote(host)} -f {known}; " if changed else ""
+        known = self.options.known_hosts or self._known_hosts_file()
+        try:
+            address, port = self.resolved()
+        except (OSError, subprocess.TimeoutExpired):
+            address, port = self.target.name.strip("[]"), self.target.port or 22
+        entry = address if port == 22 else f"[{address}]:{port}"
+        first = f"ssh-keygen -R {shlex.quote(entry)} -f {known}; " if changed else ""
         return (
             f"compare the fingerprint with the host's console, then: {first}"
-            f"ssh-keyscan {port}{shlex.quote(host)} >> {known}"
+            f"ssh-keyscan -p {port} {shlex.quote(address)} >> {known}"
         )
+
+    def _known_hosts_file(self) -> str:
+        res = subprocess.run([*self.ssh_argv("-G", "--"), self.target.destination], capture_output=True, text=True,
+                             timeout=10, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        for line in res.stdout.splitlines():
+            if line.startswith("userknownhostsfile "):
+                return line.split()[1]
+        return "~/.ssh/known_hosts"
 
 
 class SshRunner:

@@ -28,8 +28,8 @@ from ..errors import LabError
 from .switch import Switch, stop_pid
 
 # The tools a hypervisor has without hvnet: what the agentless path may use.
-REMOTE_TOOLS = ("sh", "cat", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ovs-dpctl",
-                "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool")  # fmt: skip
+REMOTE_TOOLS = ("sh", "bash", "cat", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
+                "ovs-dpctl", "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool")  # fmt: skip
 
 
 class SshHost:
@@ -115,14 +115,20 @@ class SshHost:
             f"ListenAddress {self.address}\nPort {self.port}\nHostKey {self.dir / 'host_key'}\n"
             f"PidFile {self.dir / 'sshd.pid'}\nAuthorizedKeysFile {self.dir / 'authorized_keys'}\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "UsePAM no\nStrictModes no\nAllowStreamLocalForwarding yes\nAllowTcpForwarding no\nX11Forwarding no\n"
-            f"SetEnv PATH={self.dir / 'bin'} OVS_RUNDIR={self.switch.run_dir}\nLogLevel ERROR\n"
+            "UsePAM no\nStrictModes no\nAllowStreamLocalForwarding yes\nX11Forwarding no\n"
+            # 'no' would also refuse the OVSDB socket's forwarding (one permission list for both)
+            "AllowTcpForwarding local\n"
+            # HOME too: the console machine's root may have a .bashrc that puts Python back on PATH
+            f"SetEnv PATH={self.dir / 'bin'} OVS_RUNDIR={self.switch.run_dir} HOME={self.dir / 'home'}\n"
+            "LogLevel ERROR\n"
         )
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+        (self.dir / "home").mkdir(exist_ok=True)
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
         if not os.path.exists(sshd):
             raise LabError("sshd is not installed", hint="install openssh-server (make setup does)")
-        proc.run(proc.in_netns(self.netns, [sshd, "-f", str(config)]))  # daemonizes, writes its PidFile
+        # -E: its log beside its keys; it daemonizes and writes its PidFile
+        proc.run(proc.in_netns(self.netns, [sshd, "-f", str(config), "-E", str(self.dir / "sshd.log")]))
         deadline = time.monotonic() + 10
         while not self._answers():
             if time.monotonic() > deadline:

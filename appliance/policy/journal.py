@@ -249,7 +249,7 @@ class Journal:
 
     @classmethod
     def for_host(cls, host: Host) -> Journal:
-        return cls(host.remote, host.paths.state_dir, host.paths.audit_log)
+        return cls(host.identity, host.paths.state_dir, host.paths.audit_log)
 
     # -- the audit log -----------------------------------------------------------
 

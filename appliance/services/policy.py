@@ -188,6 +188,8 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
 
 def _target_options(engine: PolicyEngine) -> list[str]:
     """The global options that name this engine's database (and its SSL files) to a child hvnet."""
+    if engine.host.label is not None:  # a host over SSH: the watcher opens its own connection to it
+        return ["--host", engine.host.label]
     options = ["--db", engine.remote]
     ssl = engine.host.target.ssl
     if ssl is not None:
