@@ -158,9 +158,10 @@ def test_ovsdb_killed_before_the_commit_is_unknown_then_settled(lab: Lab, states
     _row("before-commit", "SIGKILL ovsdb-server", proc.returncode, "before", settled, rolled)
 
 
-def test_ovsdb_killed_after_the_commit_the_apply_finishes(lab: Lab, states, journal_env) -> None:
+@pytest.mark.parametrize("step", STEPS[1:])
+def test_ovsdb_killed_after_the_commit(lab: Lab, states, journal_env, step: str) -> None:
     before, after, f = states
-    proc = _apply_stopped_at(f, "committed", journal_env)
+    proc = _apply_stopped_at(f, step, journal_env)
     lab.switch.kill_ovsdb()
     _cont(proc.pid)
     _out, err = proc.communicate(timeout=120)
@@ -173,13 +174,14 @@ def test_ovsdb_killed_after_the_commit_the_apply_finishes(lab: Lab, states, jour
     said = [e["result"] for e in _audit(journal_env)]
     assert said and (said[-1].startswith("applied") or "unknown" in said[-1]), said
     settled, rolled = _settle_and_roll_back(lab, f, journal_env, before, after)
-    _row("committed", "SIGKILL ovsdb-server", proc.returncode, "OVSDB after", f"{said[-1][:30]} / {settled}", rolled)
+    _row(step, "SIGKILL ovsdb-server", proc.returncode, "OVSDB after", f"{said[-1][:30]} / {settled}", rolled)
 
 
-def test_vswitchd_stalled_at_the_commit(lab: Lab, states, journal_env) -> None:
-    """ovs-vswitchd stopped while the commit goes in, for a few seconds: the apply waits and completes."""
+@pytest.mark.parametrize("step", STEPS)
+def test_vswitchd_stalled(lab: Lab, states, journal_env, step: str) -> None:
+    """ovs-vswitchd stopped at a step for a few seconds: the apply waits for it and completes."""
     before, after, f = states
-    proc = _apply_stopped_at(f, "before-commit", journal_env)
+    proc = _apply_stopped_at(f, step, journal_env)
     vswitchd = lab.switch.pid("ovs-vswitchd")
     os.kill(vswitchd, signal.SIGSTOP)
     try:
@@ -193,7 +195,7 @@ def test_vswitchd_stalled_at_the_commit(lab: Lab, states, journal_env) -> None:
     assert _audit(journal_env)[-1]["result"] == "applied"
     res = run_hvnet("rollback", env=journal_env)
     assert res.returncode == 0 and config(lab) == before, res.stderr
-    _row("before-commit", "SIGSTOP ovs-vswitchd for 3 s", proc.returncode, "after", "applied", "restored")
+    _row(step, "SIGSTOP ovs-vswitchd for 3 s", proc.returncode, "after", "applied", "restored")
 
 
 def test_state_directory_full_changes_nothing(lab: Lab, states, journal_env, tmp_path: Path) -> None:
