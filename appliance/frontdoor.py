@@ -101,6 +101,10 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     """
     from .ssh import SshOptions, SshRunner, SshSession, SshTarget
 
+    entry = _inventory_entry(text, env)
+    if entry is not None:  # a name from the inventory: its address, user, port and OVS run directory
+        text = entry.ssh
+        env = {**env, "HVNET_REMOTE_OVS_RUNDIR": env.get("HVNET_REMOTE_OVS_RUNDIR") or entry.ovs_rundir}
     target = SshTarget.parse(text, "--host/$HVNET_HOST")
     options = SshOptions(
         known_hosts=_path(env.get("HVNET_SSH_KNOWN_HOSTS")),
@@ -115,10 +119,30 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     local = session.work_dir / "db.sock"
     session.forward_unix(local, str(rundir / "db.sock"))
     db = DbTarget(f"unix:{local}", f"--host {target}")
-    names = NameConfig(libvirt_uri=libvirt, environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))
+    # This machine's libvirt knows nothing of the remote host's VMs: asked only when named (--libvirt).
+    names = NameConfig(libvirt_uri=libvirt or "none",
+                       environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))  # fmt: skip
     paths = data_paths(env)
     return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
                 stop_at=env.get("HVNET_STOP_AT") or None, label=str(target))  # fmt: skip
+
+
+def inventory_file(env: Mapping[str, str] | None = None) -> Path:
+    """The host inventory (``$HVNET_INVENTORY``, else ``/etc/hvnet/hosts.yaml``)."""
+    env = os.environ if env is None else env
+    from .hosts import DEFAULT_INVENTORY
+
+    return Path(env.get("HVNET_INVENTORY") or DEFAULT_INVENTORY)
+
+
+def _inventory_entry(name: str, env: Mapping[str, str]) -> Any:
+    """The inventory's entry called ``name``, when there is an inventory (a broken one is an error)."""
+    path = inventory_file(env)
+    if "@" in name or ":" in name or not path.exists():
+        return None
+    from .hosts import load
+
+    return load(path).get(name)
 
 
 def _path(value: str | None) -> Path | None:

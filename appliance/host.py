@@ -96,6 +96,12 @@ class Host:
             return f"ssh:{self.label}:{self.ovs_rundir}/db.sock"
         return self.target.remote
 
+    def close(self) -> None:
+        """Let go of what reaching the host holds (a remote host's SSH connection); idempotent."""
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
+
     def checkpoint(self, step: str) -> None:
         """A step of an apply where a fault drill may stop this process (``$HVNET_STOP_AT``).
 

@@ -329,6 +329,9 @@ class SshRunner:
         return subprocess.Popen(self.session.command(argv, env), stdin=stdin, stdout=stdout, stderr=stderr,
                                 start_new_session=start_new_session)  # fmt: skip
 
+    def close(self) -> None:
+        self.session.close()
+
     def read_text(self, path: str) -> str | None:
         res = self._run(["cat", "--", path], timeout=30)
         return res.stdout if res.returncode == 0 else None

@@ -109,3 +109,35 @@ def test_unreachable_host_fails_fast_with_exit_3(env: dict[str, str]) -> None:
 def test_bad_host_arguments_are_refused_before_anything(bad: str) -> None:
     res = run_hvnet("--host", bad, "status")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+
+
+def _inventory(hv2: SshHost, tmp_path: Path) -> dict[str, str]:
+    f = tmp_path / "hosts.yaml"
+    f.write_text(
+        f"hosts:\n  - name: hv2\n    address: {hv2.address}\n    port: {hv2.port}\n    user: root\n"
+        f"    group: lab\n    ovs_rundir: {hv2.switch.run_dir}\n"
+        "  - name: ghost\n    address: 169.254.250.2\n    group: lab\n"
+    )
+    return {"HVNET_INVENTORY": str(f), "HVNET_SSH_IDENTITY": str(hv2.dir / "client_key"),
+            "HVNET_SSH_KNOWN_HOSTS": str(hv2.known_hosts), "HVNET_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+
+
+def test_hosts_lists_the_inventory_checked_in_parallel(hv2: SshHost, tmp_path: Path) -> None:
+    env = _inventory(hv2, tmp_path)
+    started = time.monotonic()
+    res = run_hvnet("--timeout", "2", "hosts", "--json", env=env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr  # one host is down
+    rows = {r["name"]: r for r in json.loads(res.stdout)["hosts"]}
+    assert rows["hv2"]["reachable"] and rows["hv2"]["vifs"] == 2 and rows["hv2"]["datapaths"] == ["netdev"]
+    assert not rows["ghost"]["reachable"] and "169.254.250.2" in rows["ghost"]["error"]
+    assert time.monotonic() - started < 10  # in parallel, each bounded by --timeout
+    res = run_hvnet("--timeout", "2", "hosts", "--hosts", "hv2", env=env)
+    assert res.returncode == 0 and "hv2" in res.stdout and "ghost" not in res.stdout, res.stdout + res.stderr
+    res = run_hvnet("hosts", "--hosts", "nosuch", env=env)
+    assert res.returncode == 2 and "no host or group 'nosuch'" in res.stderr, res.stderr
+
+
+def test_host_named_by_the_inventory(hv2: SshHost, tmp_path: Path) -> None:
+    res = run_hvnet("--host", "hv2", "status", "--json", env=_inventory(hv2, tmp_path))  # no ssh_config: the inventory
+    assert res.returncode == 0, res.stderr
+    assert {"vif1.0", "vif2.0"} <= {v["port"] for v in json.loads(res.stdout)["vifs"]}

@@ -79,7 +79,7 @@ _fragments = st.sampled_from(
 
 
 def _loaders():
-    from appliance import topology
+    from appliance import hosts, topology
     from appliance.isolation import scenario
     from appliance.netperf import suite
     from appliance.policy import document
@@ -89,6 +89,7 @@ def _loaders():
         "suite": lambda p: suite.load(p),
         "scenario": lambda p: scenario.load(p),
         "topology": lambda p: topology.load(p),
+        "inventory": lambda p: hosts.load(p),
     }
 
 
@@ -109,7 +110,7 @@ def _try_all(tmp_path, text: str) -> None:
 def test_any_yaml_value_gives_a_result_or_a_clear_error(tmp_path, data) -> None:
     import yaml
 
-    _try_all(tmp_path, yaml.safe_dump({"vifs": data, "tests": data, "guests": data, "bridges": data}))
+    _try_all(tmp_path, yaml.safe_dump({"vifs": data, "tests": data, "guests": data, "bridges": data, "hosts": data}))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,0 +1,139 @@
+"""The host inventory: the hypervisors hvnet reaches over SSH, read from YAML and validated whole.
+
+``/etc/hvnet/hosts.yaml`` (``$HVNET_INVENTORY``)::
+
+    hosts:
+      - name: xs01                 # what --host and --hosts call it
+        address: 192.0.2.11        # else the name (resolved by ssh and ~/.ssh/config)
+        user: root
+        port: 22
+        kind: xenserver            # or kvm
+        group: pool-a              # --hosts pool-a
+        ovs_rundir: /var/run/openvswitch
+        xapi_url: https://192.0.2.11
+        xapi_credentials: /etc/hvnet/xapi-pool-a
+
+Every problem is reported with ``file:line``, the field and what is allowed,
+before any host is contacted; the YAML is read with hvnet's bounded loader.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import yamldoc
+from .errors import ConfigError, Problem, UsageError
+
+DEFAULT_INVENTORY = Path("/etc/hvnet/hosts.yaml")
+KINDS = ("xenserver", "kvm")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
+_KEYS = {"name", "address", "user", "port", "kind", "group", "ovs_rundir", "xapi_url", "xapi_credentials"}
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """One hypervisor of the inventory."""
+
+    name: str
+    address: str
+    user: str | None = None
+    port: int | None = None
+    kind: str = "kvm"
+    group: str | None = None
+    ovs_rundir: str = "/var/run/openvswitch"
+    xapi_url: str | None = None
+    xapi_credentials: str | None = None
+
+    @property
+    def ssh(self) -> str:
+        """``[USER@]ADDRESS[:PORT]`` for :class:`~appliance.ssh.SshTarget`."""
+        address = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{self.user + '@' if self.user else ''}{address}{':' + str(self.port) if self.port else ''}"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    file: str
+    hosts: tuple[InventoryHost, ...]
+
+    def get(self, name: str) -> InventoryHost | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def select(self, spec: str) -> list[InventoryHost]:
+        """``all``, a group, or names separated by commas; an unknown one is a usage error naming it."""
+        if spec == "all":
+            return list(self.hosts)
+        chosen: list[InventoryHost] = []
+        for word in (w.strip() for w in spec.split(",")):
+            group = [h for h in self.hosts if h.group == word]
+            found = group or [h for h in self.hosts if h.name == word]
+            if not found:
+                known = ", ".join(sorted({h.name for h in self.hosts} | {h.group for h in self.hosts if h.group}))
+                raise UsageError(f"--hosts: no host or group {word!r} in {self.file}", hint=f"known: {known}")
+            chosen += [h for h in found if h not in chosen]
+        return chosen
+
+
+def load(path: str | Path) -> Inventory:
+    """Read and validate an inventory file; :class:`ConfigError` lists every problem in it."""
+    doc = yamldoc.load(path)
+    data = doc.data
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
+        raise ConfigError([doc.problem((), "an inventory is a mapping with 'hosts': a list of hosts")])
+    problems: list[Problem] = doc.unknown_keys(data, (), {"hosts"})
+    hosts: list[InventoryHost] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data["hosts"]):
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if isinstance(name, str) and name in seen:
+            problems.append(doc.problem(("hosts", i, "name"), f"{name!r} is listed twice"))
+        if isinstance(name, str):
+            seen.add(name)
+        host = _host(doc, i, raw, problems)
+        if host is not None:
+            hosts.append(host)
+    if problems:
+        raise ConfigError(problems)
+    return Inventory(doc.file, tuple(hosts))
+
+
+def _host(doc: yamldoc.Document, i: int, raw: Any, problems: list[Problem]) -> InventoryHost | None:
+    at = ("hosts", i)
+    if not isinstance(raw, dict):
+        problems.append(doc.problem(at, "each host is a mapping with at least 'name'"))
+        return None
+    before = len(problems)
+    problems += doc.unknown_keys(raw, at, _KEYS)
+
+    def text(key: str, pattern: re.Pattern[str] | None, what: str, default: str | None = None) -> str | None:
+        value = raw.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
+            problems.append(doc.problem((*at, key), what))
+            return None
+        return value
+
+    name = text("name", _NAME, "required: 1-63 letters, digits, '_', '.', '-' (starting with a letter or digit)")
+    if "name" not in raw:
+        problems.append(doc.problem((*at, "name"), "required"))
+    address = text("address", _ADDRESS, "a host name or an IPv4/IPv6 address", default=name)
+    user = text("user", _USER, "a user name: letters, digits, '_', '.', '-'")
+    kind = raw.get("kind", "kvm")
+    if kind not in KINDS:
+        problems.append(doc.problem((*at, "kind"), f"allowed: {', '.join(KINDS)}"))
+    port = raw.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        problems.append(doc.problem((*at, "port"), "a TCP port, 1-65535"))
+    group = text("group", _NAME, "1-63 letters, digits, '_', '.', '-'")
+    rundir = text("ovs_rundir", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path", "/var/run/openvswitch")
+    xapi_url = text("xapi_url", re.compile(r"^https?://[^\s]{1,200}$"), "an http(s):// URL")
+    creds = text("xapi_credentials", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path to a user:password file")
+    if len(problems) > before or name is None or address is None:
+        return None
+    return InventoryHost(name, address, user, port, str(kind), group, str(rundir), xapi_url, creds)

@@ -1,0 +1,73 @@
+"""The host inventory: every problem named with file:line and field, before any host is contacted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import ConfigError, UsageError
+from appliance.hosts import load
+
+GOOD = """\
+hosts:
+  - name: xs01
+    address: 192.0.2.11
+    user: root
+    kind: xenserver
+    group: pool-a
+  - name: xs02
+    address: 2001:db8::12
+    port: 2222
+    kind: xenserver
+    group: pool-a
+  - name: kvm1
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    f = tmp_path / "hosts.yaml"
+    f.write_text(text)
+    return f
+
+
+def test_a_good_inventory(tmp_path: Path) -> None:
+    inv = load(_write(tmp_path, GOOD))
+    assert [h.name for h in inv.hosts] == ["xs01", "xs02", "kvm1"]
+    assert inv.get("xs01").ssh == "root@192.0.2.11"
+    assert inv.get("xs02").ssh == "[2001:db8::12]:2222"
+    assert inv.get("kvm1").address == "kvm1" and inv.get("kvm1").kind == "kvm"
+    assert [h.name for h in inv.select("pool-a")] == ["xs01", "xs02"]
+    assert [h.name for h in inv.select("kvm1,xs01")] == ["kvm1", "xs01"]
+    assert len(inv.select("all")) == 3
+    with pytest.raises(UsageError, match="no host or group 'nope'"):
+        inv.select("xs01,nope")
+
+
+def test_every_problem_is_named_with_its_line(tmp_path: Path) -> None:
+    bad = """\
+hosts:
+  - name: xs01
+    port: 70000
+    kind: hyperv
+    colour: blue
+  - name: xs01
+  - address: 10.0.0.1
+  - name: "-oProxyCommand=x"
+  - name: ok
+    user: "a;b"
+    ovs_rundir: relative/path
+"""
+    with pytest.raises(ConfigError) as exc:
+        load(_write(tmp_path, bad))
+    text = str(exc.value)
+    for expected in ("hosts.yaml:3: hosts[0].port: a TCP port", "hosts.yaml:4: hosts[0].kind: allowed: xenserver, kvm",
+                     "hosts.yaml:5: hosts[0].colour: unknown key", "hosts.yaml:6: hosts[1].name: 'xs01' is listed twice",
+                     "hosts[2].name: required", "hosts[3].name:", "hosts.yaml:10: hosts[4].user:",
+                     "hosts.yaml:11: hosts[4].ovs_rundir: an absolute path"):  # fmt: skip
+        assert expected in text, text
+
+
+def test_not_an_inventory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="a mapping with 'hosts'"):
+        load(_write(tmp_path, "- just a list\n"))
