@@ -162,12 +162,12 @@ def parse_ofctl_ports(text: str) -> dict[str, Counters]:
     return out
 
 
-# Runs on the host with the interface names as its arguments (data, never code): one
-# "NAME COUNTER VALUE" line per counter that could be read.
+# Runs on the host with the interface names as its arguments (data, never code): keeps the
+# statistics directories that exist (shell builtins only), then one grep prints every
+# counter of all of them as "PATH:VALUE" -- one process, not one per counter.
 _READ_MANY = (
-    "for i; do for c in " + " ".join(COUNTER_NAMES) + "; do "
-    'v=$(cat "/sys/class/net/$i/statistics/$c" 2>/dev/null) && printf "%s %s %s\\n" "$i" "$c" "$v"; '
-    "done; done"
+    'for i; do shift; [ -d "/sys/class/net/$i/statistics" ] && set -- "$@" "/sys/class/net/$i/statistics"; done; '
+    '[ "$#" -eq 0 ] || exec grep -r -H "" -- "$@"'
 )
 
 
@@ -181,7 +181,8 @@ def read_kernel_many(runner: CommandRunner, ifnames: list[str]) -> dict[str, Cou
     res = runner.run(["sh", "-c", _READ_MANY, "sh", *ifnames], check=False, timeout=30)
     values: dict[str, dict[str, str]] = {}
     for line in res.stdout.splitlines():
-        parts = line.rsplit(" ", 2)
-        if len(parts) == 3 and parts[1] in COUNTER_NAMES and parts[2].isascii() and parts[2].isdigit():
-            values.setdefault(parts[0], {})[parts[1]] = parts[2]
+        path, _, value = line.rpartition(":")
+        parts = path.split("/")  # "", sys, class, net, IFNAME, statistics, COUNTER
+        if len(parts) == 7 and parts[6] in COUNTER_NAMES and value.isascii() and value.isdigit():
+            values.setdefault(parts[4], {})[parts[6]] = value
     return {n: Counters.from_mapping(v, "kernel") for n, v in values.items() if len(v) == len(COUNTER_NAMES)}

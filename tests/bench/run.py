@@ -390,6 +390,11 @@ def main() -> int:
     for line in bench_isolation():
         print(line)
     print()
+    from remote_bench import bench_remote
+
+    for line in bench_remote():
+        print(line)
+    print()
     from tui_bench import bench_tui
 
     for line in bench_tui():

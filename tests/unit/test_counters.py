@@ -45,3 +45,17 @@ def test_read_kernel_from_a_sysfs_tree(tmp_path) -> None:
     c = read_kernel("vif9.0", root=str(tmp_path))
     assert c is not None and c.source == "kernel" and c.tx_bytes == 40 and c.tx_errors == 70
     assert read_kernel("absent0", root=str(tmp_path)) is None
+
+
+def test_counters_read_as_a_remote_host_reads_them() -> None:
+    """The one-command script a host over SSH runs, run here by sh: the same counters as read locally."""
+    from appliance import counters
+    from appliance.runner import LocalRunner
+
+    class AsIfRemote(LocalRunner):
+        local = False
+
+    found = counters.read_kernel_many(AsIfRemote(), ["lo", "no-such-if", "a b; $(id)"])
+    assert set(found) == {"lo"} and found["lo"].source == "kernel"
+    here = counters.read_kernel("lo")
+    assert here is not None and found["lo"].rx_packets <= here.rx_packets
