@@ -28,7 +28,7 @@ from ..errors import LabError
 from .switch import Switch, stop_pid
 
 # The tools a hypervisor has without hvnet: what the agentless path may use.
-REMOTE_TOOLS = ("sh", "bash", "cat", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
+REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
                 "ovs-dpctl", "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool")  # fmt: skip
 
 
