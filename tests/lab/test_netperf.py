@@ -107,11 +107,16 @@ def test_report_regenerates_tables_and_plots(base_run: Path) -> None:
 
 
 def test_compare_flags_a_slowed_run_and_not_an_identical_one(lab: Lab, base_run: Path, tmp_path: Path) -> None:
-    same = tmp_path / "quick-again"
-    res = run_suite("quick", "--out", str(same), "--concurrency", "1")  # half the time; c4 steps: only in base
-    assert res.returncode == 0, res.stdout + res.stderr
-    cmp_same = run_hvnet("suite", "compare", str(base_run), str(same), "--threshold", "50", "--json")
-    verdict = json.loads(cmp_same.stdout)
+    # An identical run is not flagged.  On a shared machine a burst of load can slow one run by
+    # half (seen once); such a run is measured again, and an identical run flagged twice fails.
+    for attempt in range(2):
+        same = tmp_path / f"quick-again-{attempt}"
+        res = run_suite("quick", "--out", str(same), "--concurrency", "1")  # half the time; c4 steps: only in base
+        assert res.returncode == 0, res.stdout + res.stderr
+        cmp_same = run_hvnet("suite", "compare", str(base_run), str(same), "--threshold", "50", "--json")
+        verdict = json.loads(cmp_same.stdout)
+        if cmp_same.returncode == 0 and verdict["regressions"] == 0:
+            break
     assert cmp_same.returncode == 0, cmp_same.stdout
     assert verdict["regressions"] == 0
 
