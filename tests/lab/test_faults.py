@@ -338,8 +338,10 @@ def test_two_applies_and_the_agent_at_once(lab: Lab, states, journal_env, tmp_pa
         agent.wait(timeout=10)
     vm2 = [e for e in _audit(journal_env) if e["command"].startswith("hvnet apply") and e["after"]]
     assert len(vm2) == 2 and all(e["result"] == "applied" for e in vm2), vm2
-    first, second = vm2
-    assert first["before"][0]["value"] == "access tag 1"
+    # Audit lines are written after verification, so their order need not be the commits' order:
+    # the chain is found by values -- one planned on the original, the other on its result.
+    first = next(e for e in vm2 if e["before"][0]["value"] == "access tag 1")
+    second = next(e for e in vm2 if e is not first)
     assert second["before"][0]["value"] == first["after"][0]["value"]  # planned on the first's result
     assert lab.switch.vsctl("get", "Port", "vif2.0", "tag").strip() == second["after"][0]["value"].split()[-1]
     _row("-", "2 applies + agent at once", None, "chained", "all audited", "-")

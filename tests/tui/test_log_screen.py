@@ -26,6 +26,10 @@ def has_row(table: DataTable, *words: str) -> bool:
     return any(all(any(w in c for c in row) for w in words) for row in rows(table))
 
 
+def detail_text(screen) -> str:
+    return str(screen.query_one("#audit-detail").render())
+
+
 async def test_cli_change_shows_in_audit_and_notes_in_messages(lab) -> None:
     conn = api.connect(build_host())
     app = HvnetApp(conn, start="log")
@@ -45,8 +49,9 @@ async def test_cli_change_shows_in_audit_and_notes_in_messages(lab) -> None:
             assert newest[3].startswith("applied")
             assert "vif3.0 vlan: access tag 2 -> access tag 7" in newest[4]
             assert audit.cursor_row == audit.row_count - 1
-            detail = str(screen.query_one("#audit-detail").render())
-            assert "hvnet vif set vif3.0 --tag 7" in detail and "applied" in detail
+            # the detail follows the highlighted row on the next message
+            assert await wait_until(pilot, lambda: "hvnet vif set vif3.0 --tag 7" in detail_text(screen), 5.0)
+            assert "applied" in detail_text(screen)
 
             done = await asyncio.to_thread(run_hvnet, "vif", "set", "vif3.0", "--tag", "2")
             assert done.returncode == 0, done.stderr
