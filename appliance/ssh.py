@@ -17,7 +17,6 @@ library, so ``~/.ssh/config``, agents, ProxyJump, certificates and
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import EXIT_UNREACHABLE, CommandFailed, HvnetError, MissingTool, UsageError
+from .runner import LocalRunner
 
 SSH_FAILED = 255  # ssh's own exit status when the connection, not the remote program, failed
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$")
@@ -120,6 +120,8 @@ class SshSession:
         self.control = self._dir / "master"
         self.opened = False
         self.closed = False
+        self.local = LocalRunner()  # ssh, ssh-keyscan, ssh-keygen: run here, like any program hvnet starts
+        self._settings: dict[str, str] | None = None
 
     # -- argv -------------------------------------------------------------------
 
@@ -139,9 +141,12 @@ class SshSession:
             argv += ["-F", str(o.config)]
         return [*argv, *extra]
 
-    def command(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
-        """The local argv that runs ``argv`` on the host over the open master."""
-        return [*self.ssh_argv(), "--", self.target.destination, remote_command(argv, env)]
+    def command(self, argv: Sequence[str], env: Mapping[str, str] | None = None, *, stdin: bool = False) -> list[str]:
+        """The local argv that runs ``argv`` on the host over the open master.
+
+        Without ``stdin`` the program reads nothing (``ssh -n``): it never takes hvnet's own input.
+        """
+        return [*self.ssh_argv(*([] if stdin else ["-n"])), "--", self.target.destination, remote_command(argv, env)]
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -153,9 +158,10 @@ class SshSession:
             raise HostUnreachable(f"{self.target}: the SSH session was closed")
         argv = self.ssh_argv("-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N", "--")
         try:
-            res = subprocess.run([*argv, self.target.destination], capture_output=True, text=True,
-                                 timeout=self.options.connect_timeout + 20, stdin=subprocess.DEVNULL)  # fmt: skip
-        except subprocess.TimeoutExpired:
+            res = self.local.run(
+                [*argv, self.target.destination], check=False, timeout=self.options.connect_timeout + 20
+            )
+        except CommandFailed:  # no answer within the timeout
             self.close()  # a host that could not be reached leaves nothing behind
             raise HostUnreachable(
                 f"{self.target}: no SSH connection within {self.options.connect_timeout:g} s"
@@ -169,7 +175,7 @@ class SshSession:
     def forward_unix(self, local: Path, remote: str) -> None:
         """Forward the local socket ``local`` to the host's unix socket ``remote`` over the master."""
         argv = self.ssh_argv("-O", "forward", "-L", f"{local}:{remote}", "--", self.target.destination)
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+        res = self.local.run(argv, check=False, timeout=15)
         if res.returncode != 0:
             raise HostUnreachable(f"{self.target}: cannot forward {remote}: {_last_line(res.stderr)}")
 
@@ -177,7 +183,10 @@ class SshSession:
         """Stop the master (and with it every forwarding); idempotent."""
         if self.opened:
             argv = self.ssh_argv("-O", "exit", "--", self.target.destination)
-            subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False)
+            try:
+                self.local.run(argv, check=False, timeout=10)
+            except CommandFailed:
+                pass  # a master that does not answer goes with its socket below
             self.opened = False
         self.closed = True
         if self._dir.exists():
@@ -209,11 +218,16 @@ class SshSession:
             )
         return HostUnreachable(f"{self.target}: cannot connect over SSH: {_last_line(text) or 'no reason given'}")
 
+    def settings(self) -> dict[str, str]:
+        """The options ssh applies to the target (``~/.ssh/config`` or -F included: ``ssh -G``), read once."""
+        if self._settings is None:
+            res = self.local.run([*self.ssh_argv("-G", "--"), self.target.destination], check=False, timeout=10)
+            self._settings = dict(line.split(" ", 1) for line in res.stdout.splitlines() if " " in line)
+        return self._settings
+
     def resolved(self) -> tuple[str, int]:
-        """The address and port ssh would use for the target (``~/.ssh/config`` or -F applied: ``ssh -G``)."""
-        res = subprocess.run([*self.ssh_argv("-G", "--"), self.target.destination], capture_output=True, text=True,
-                             timeout=10, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
-        found = dict(line.split(" ", 1) for line in res.stdout.splitlines() if " " in line)
+        """The address and port ssh would use for the target."""
+        found = self.settings()
         port = found.get("port", "22")
         return found.get("hostname", self.target.name.strip("[]")), int(port) if port.isdigit() else 22
 
@@ -221,10 +235,9 @@ class SshSession:
         try:
             address, port = self.resolved()
             argv = ["ssh-keyscan", "-T", "5", "-p", str(port), address]
-            scan = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-            fps = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout, capture_output=True, text=True,
-                                 timeout=10, check=False)  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
+            scan = self.local.run(argv, check=False, timeout=10)
+            fps = self.local.run(["ssh-keygen", "-lf", "-"], check=False, timeout=10, input_text=scan.stdout)
+        except HvnetError:  # not installed, or no answer: the refusal is said without fingerprints
             return ""
         lines = [line for line in fps.stdout.splitlines() if line.strip()]
         return ("; the host offers:\n  " + "\n  ".join(lines)) if lines else ""
@@ -233,7 +246,7 @@ class SshSession:
         known = self.options.known_hosts or self._known_hosts_file()
         try:
             address, port = self.resolved()
-        except (OSError, subprocess.TimeoutExpired):
+        except HvnetError:
             address, port = self.target.name.strip("[]"), self.target.port or 22
         entry = address if port == 22 else f"[{address}]:{port}"
         first = f"ssh-keygen -R {shlex.quote(entry)} -f {known}; " if changed else ""
@@ -243,12 +256,11 @@ class SshSession:
         )
 
     def _known_hosts_file(self) -> str:
-        res = subprocess.run([*self.ssh_argv("-G", "--"), self.target.destination], capture_output=True, text=True,
-                             timeout=10, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
-        for line in res.stdout.splitlines():
-            if line.startswith("userknownhostsfile "):
-                return line.split()[1]
-        return "~/.ssh/known_hosts"
+        try:
+            found = self.settings().get("userknownhostsfile", "")
+        except HvnetError:
+            found = ""
+        return found.split()[0] if found else "~/.ssh/known_hosts"
 
 
 class SshRunner:
@@ -302,11 +314,10 @@ class SshRunner:
         input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         self.session.open()
+        command = self.session.command(argv, env, stdin=input_text is not None)
         try:
-            res = subprocess.run(self.session.command(argv, env), capture_output=True, text=True, timeout=timeout,
-                                 input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
-                                 check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
+            res = self.session.local.run(command, check=False, timeout=timeout, input_text=input_text)
+        except CommandFailed:  # the local ssh ran out of time: say it of the remote program
             raise CommandFailed([f"{self.host}:", *argv], -1, f"no result within {timeout:g} s") from None
         if res.returncode == SSH_FAILED and _ssh_failed(res.stderr):
             raise self.session.failure(res.stderr)
@@ -326,8 +337,8 @@ class SshRunner:
         if pass_fds:
             raise HvnetError(f"cannot pass file descriptors to a program on {self.host}")
         self.session.open()
-        return subprocess.Popen(self.session.command(argv, env), stdin=stdin, stdout=stdout, stderr=stderr,
-                                start_new_session=start_new_session)  # fmt: skip
+        return self.session.local.popen(self.session.command(argv, env, stdin=stdin is not None), stdin=stdin,
+                                        stdout=stdout, stderr=stderr, start_new_session=start_new_session)  # fmt: skip
 
     def close(self) -> None:
         self.session.close()
@@ -349,9 +360,3 @@ def _ssh_failed(stderr: str) -> bool:
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-def control_dir_is_private(session: SshSession) -> bool:
-    """The session's directory is this user's alone (mkdtemp makes it 0700)."""
-    st = os.stat(session.work_dir)
-    return st.st_uid == os.geteuid() and (st.st_mode & 0o077) == 0
