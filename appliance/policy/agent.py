@@ -34,6 +34,9 @@ log = logging.getLogger("hvnet.agent")
 
 DEBOUNCE_S = 0.02  # let a del-port/add-port pair in separate transactions land together
 TICK_S = 2.0  # meter check and orphan observation period
+# The OVSDB lock an agent holds on the switch it keeps in line: two agents never fight over one
+# switch, and anyone may ask the server whether an agent is there (``hvnet hosts``).
+AGENT_LOCK = "hvnet_agent"
 
 
 class Agent:
