@@ -27,7 +27,7 @@ def _runs_in(g: dict[str, Any]) -> str:
     """Where a lab guest runs: its namespace, or its libvirt domain and state."""
     if g.get("kind") == "qemu":
         return f"domain {g.get('domain')} ({g.get('domain_state') or 'no domain'})"
-    return str(g["namespace"])
+    return f"{g['namespace']} on {g['host']}" if g.get("host") else str(g["namespace"])
 
 
 def cmd_lab_up(args: argparse.Namespace) -> int:
@@ -46,6 +46,9 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
             [[g["name"], _runs_in(g), g["vif"], g["ip"], g["mac"]] for g in report.guests],
         )
     )
+    if topo.hosts:
+        _hosts_hints(topo.hosts, topo.bridges[0].name, lab)
+        return EXIT_OK
     print(f"\nlab '{topo.name}' is up. hvnet finds it by itself; other tools need:")
     print(f"  export HVNET_DB={report.db}")
     print(f"  ovs-vsctl --db={report.db} list-ports {topo.bridges[0].name}")
@@ -56,6 +59,18 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     if vm_guest:
         print(f"  {sys.argv[0]} lab exec {vm_guest['name']} -- ping -c1 ...   (runs inside the VM)")
     return EXIT_OK
+
+
+def _hosts_hints(hosts: tuple[str, ...], bridge: str, lab: Lab) -> None:
+    """How to reach a lab of several hypervisors: hvnet by name, ssh and ovs-vsctl with the lab's files."""
+    st = lab.status()
+    print(
+        f"\nlab '{st['topology']}' is up: hosts {', '.join(hosts)}, reached over SSH (hvnet without --host: {hosts[0]})"
+    )
+    print(f"  {sys.argv[0]} --host {hosts[-1]} status")
+    print(f"  {sys.argv[0]} hosts")
+    print(f"  ssh -F {lab.run_dir / 'ssh_config'} {hosts[-1]} ovs-vsctl list-ports {bridge}")
+    print(f"  ovs-vsctl --db=unix:{st['hosts'][hosts[0]]['ovs_rundir']}/db.sock show")
 
 
 def cmd_lab_down(args: argparse.Namespace) -> int:
@@ -77,6 +92,8 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         print(f"run directory: {st['run_dir']}")
         if st["db"]:
             print(f"HVNET_DB={st['db']}")
+        for name, h in (st.get("hosts") or {}).items():
+            print(f"host {name}: ssh {h['address']}:{h['port']}, namespace {h['netns']}, OVS in {h['ovs_rundir']}")
         for daemon, pid in st["daemons"].items():
             print(f"  {daemon}: {'pid ' + str(pid) if pid else 'not running'}")
         if st["guests"]:

@@ -75,11 +75,17 @@ def build_host(
     """
     env = os.environ if environ is None else environ
     remote_host = ssh_host if ssh_host is not None else env.get("HVNET_HOST")
+    run_dir = labstate.lab_dir(env)
+    if remote_host is None and not db and not env.get("HVNET_DB") and discover_lab:
+        lab_hosts = labstate.running_lab_hosts(run_dir)
+        if lab_hosts is not None:  # a lab of several hypervisors: its first one, as 'hvnet --host' would reach it
+            log.info("the lab's hosts are %s; using %s (--host names another)", ", ".join(lab_hosts.names),
+                     lab_hosts.names[0])  # fmt: skip
+            remote_host = lab_hosts.names[0]
     if remote_host is not None:
         if db:
             raise UsageError("--db and --host name two different switches: give one")
         return _remote_host(remote_host, env, libvirt, timeout)
-    run_dir = labstate.lab_dir(env)
     lab_db = labstate.running_lab_db(run_dir) if discover_lab else None
     target = resolve(db, ssl_key=ssl_key, ssl_cert=ssl_cert, ssl_ca=ssl_ca, environ=env, lab_db=lab_db)
     _warn_if_insecure(target)
@@ -102,9 +108,17 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     from .ssh import SshOptions, SshRunner, SshSession, SshTarget
 
     entry = _inventory_entry(text, env)
+    lab = _lab_hosts(env) if entry is not None else None
+    lab_paths = None
+    static: dict[str, str] = {}
     if entry is not None:  # a name from the inventory: its address, user, port and OVS run directory
         text = entry.ssh
         env = {**env, "HVNET_REMOTE_OVS_RUNDIR": env.get("HVNET_REMOTE_OVS_RUNDIR") or entry.ovs_rundir}
+    if lab is not None and entry is not None and entry.name in lab.names:
+        # one of the lab's hypervisors: its ssh_config (key, known_hosts), its own state and audit log, its VM names
+        env = {**env, "HVNET_SSH_CONFIG": env.get("HVNET_SSH_CONFIG") or str(lab.ssh_config)}
+        lab_paths = lab.host_dir(entry.name)
+        static = lab.vm_names
     target = SshTarget.parse(text, "--host/$HVNET_HOST")
     options = SshOptions(
         known_hosts=_path(env.get("HVNET_SSH_KNOWN_HOSTS")),
@@ -121,18 +135,29 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     db = DbTarget(f"unix:{local}", f"--host {target}")
     # This machine's libvirt knows nothing of the remote host's VMs: asked only when named (--libvirt).
     names = NameConfig(libvirt_uri=libvirt or "none",
-                       environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))  # fmt: skip
-    paths = data_paths(env)
+                       environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}),
+                       static=MappingProxyType(static))  # fmt: skip
+    paths = data_paths(env, lab_paths)
     return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
                 stop_at=env.get("HVNET_STOP_AT") or None, label=str(target))  # fmt: skip
 
 
 def inventory_file(env: Mapping[str, str] | None = None) -> Path:
-    """The host inventory (``$HVNET_INVENTORY``, else ``/etc/hvnet/hosts.yaml``)."""
+    """The host inventory: ``$HVNET_INVENTORY``, else a running lab's hosts, else ``/etc/hvnet/hosts.yaml``."""
     env = os.environ if env is None else env
     from .hosts import DEFAULT_INVENTORY
 
-    return Path(env.get("HVNET_INVENTORY") or DEFAULT_INVENTORY)
+    if env.get("HVNET_INVENTORY"):
+        return Path(env["HVNET_INVENTORY"])
+    lab = _lab_hosts(env)
+    return lab.inventory if lab is not None else DEFAULT_INVENTORY
+
+
+def _lab_hosts(env: Mapping[str, str]) -> labstate.LabHosts | None:
+    """The running lab of several hypervisors, when its inventory is the one in use."""
+    if env.get("HVNET_INVENTORY"):
+        return None
+    return labstate.running_lab_hosts(labstate.lab_dir(env))
 
 
 def _inventory_entry(name: str, env: Mapping[str, str]) -> Any:

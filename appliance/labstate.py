@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,37 @@ def lab_vm_names(run_dir: Path, remote: str) -> dict[str, str]:
     if state and state.get("db") == remote:
         return dict(state.get("vm_names", {}))
     return {}
+
+
+@dataclass(frozen=True)
+class LabHosts:
+    """A running lab of several hypervisors (a topology with ``hosts``): what a client needs to reach them."""
+
+    run_dir: Path
+    names: tuple[str, ...]
+    vm_names: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def inventory(self) -> Path:
+        return self.run_dir / "hosts.yaml"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.run_dir / "ssh_config"
+
+    def host_dir(self, name: str) -> Path:
+        """Where the lab keeps ``name``'s files: hvnet's state and audit log for it go there too."""
+        return self.run_dir / "hosts" / name
+
+
+def running_lab_hosts(run_dir: Path) -> LabHosts | None:
+    """The lab in ``run_dir`` if it is a running lab of several hosts (its first host's OVS answers), else None."""
+    run_dir = run_dir.resolve()
+    state = read_state(run_dir)
+    names = state.get("hosts") if state else None
+    if not state or not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return None
+    first = run_dir / "hosts" / names[0] / "run"
+    if pid_alive_for(first / "ovsdb-server.pid", str(first)) is None or not (run_dir / "hosts.yaml").exists():
+        return None
+    return LabHosts(run_dir, tuple(names), dict(state.get("vm_names", {})))

@@ -23,9 +23,13 @@ KINDS = ("netns", "qemu")
 MEMORY_MIB = (128, 4096)  # a QEMU guest's memory: the probe image needs ~100 MiB
 
 _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
-_TOP_KEYS = {"name", "description", "hypervisor", "bridges", "guests"}
+# A lab host's name: its namespace, its veths' and its trunk links' names are built from it
+_HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,7}$")
+MAX_HOSTS = 16
+_TOP_KEYS = {"name", "description", "hypervisor", "hosts", "bridges", "guests"}
+_HOST_KEYS = {"name"}
 _BRIDGE_KEYS = {"name", "datapath_type"}
-_GUEST_KEYS = {"name", "kind", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory"}
+_GUEST_KEYS = {"name", "kind", "host", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory"}
 
 # Namespace for the lab's deterministic VM/VIF/network uuids: the same
 # topology always produces the same ids, so re-running 'lab up' is stable.
@@ -60,6 +64,7 @@ class Guest:
     vlan_mode: str | None = None
     kind: str = "netns"
     memory_mib: int = 256
+    host: str | None = None  # the lab hypervisor it runs on, in a topology with ``hosts``
 
     @property
     def address(self) -> str:
@@ -82,6 +87,12 @@ class Topology:
     hypervisor: str
     bridges: tuple[Bridge, ...]
     guests: tuple[Guest, ...] = field(default_factory=tuple)
+    # Lab hypervisors reached over SSH, each with every bridge, joined in this order by trunk links;
+    # none: the guests share the lab's one switch.
+    hosts: tuple[str, ...] = ()
+
+    def guests_on(self, host: str) -> tuple[Guest, ...]:
+        return tuple(g for g in self.guests if g.host == host)
 
     def guest(self, name: str) -> Guest:
         for g in self.guests:
@@ -122,12 +133,39 @@ def from_document(doc: yamldoc.Document) -> Topology:
         bad(("hypervisor",), f"unknown hypervisor {hypervisor!r}; allowed: {', '.join(HYPERVISORS)}")
 
     seen_ifnames: dict[str, yamldoc.PathKey] = {}  # bridges and VIFs share the kernel's interface names
+    hosts = _hosts(doc, data.get("hosts"), problems)
     bridges = _bridges(doc, data.get("bridges"), seen_ifnames, problems)
-    reader = _GuestReader(doc, str(name), hypervisor, bridges, seen_ifnames, problems)
+    reader = _GuestReader(doc, str(name), hypervisor, bridges, seen_ifnames, problems, hosts)
     guests = reader.read_all(data.get("guests", []))
     if problems:
         raise ConfigError(problems)
-    return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests))
+    return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests),
+                    hosts=tuple(hosts))  # fmt: skip
+
+
+def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> list[str]:
+    """The lab hypervisors' names, unique, in the order the trunk links join them."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_HOSTS:
+        problems.append(doc.problem(("hosts",), f"a list of 1..{MAX_HOSTS} hosts, each a mapping with 'name'"))
+        return []
+    names: list[str] = []
+    for i, rh in enumerate(raw):
+        path: yamldoc.PathKey = ("hosts", i)
+        if not isinstance(rh, dict):
+            problems.append(doc.problem(path, "each host is a mapping with 'name'"))
+            continue
+        problems += doc.unknown_keys(rh, path, _HOST_KEYS)
+        hname = rh.get("name")
+        if not isinstance(hname, str) or not _HOST_NAME.match(hname):
+            problems.append(doc.problem((*path, "name"), "required: 1-8 characters, a lower-case letter first, then "
+                                        "lower-case letters, digits or '-'"))  # fmt: skip
+        elif hname in names:
+            problems.append(doc.problem((*path, "name"), f"duplicate host name {hname!r}"))
+        else:
+            names.append(hname)
+    return names
 
 
 def _bridges(
@@ -179,8 +217,10 @@ class _GuestReader:
         bridges: list[Bridge],
         seen_ifnames: dict[str, yamldoc.PathKey],
         problems: list[Problem],
+        hosts: list[str] | None = None,
     ) -> None:
         self.doc = doc
+        self.hosts = hosts or []
         self.topology = topology
         self.hypervisor = hypervisor
         self.bridges = bridges
@@ -216,6 +256,7 @@ class _GuestReader:
         self.problems += self.doc.unknown_keys(rg, path, _GUEST_KEYS)
         gname = self.name(i, rg, path)
         kind = self.kind(rg, path)
+        host = self.host(rg, path, gname, kind)
         memory = self.memory(rg, path, kind)
         bridge = self.bridge(rg, path)
         ip = self.ip(i, rg, path)
@@ -237,6 +278,7 @@ class _GuestReader:
             vlan_mode=mode,
             kind=kind,
             memory_mib=memory,
+            host=host,
         )
 
     def name(self, i: int, rg: dict[str, Any], path: yamldoc.PathKey) -> str:
@@ -260,6 +302,23 @@ class _GuestReader:
         if kind == "qemu" and self.hypervisor != "libvirt":
             self.bad((*path, "kind"), "a qemu guest is plugged into OVS by libvirt: set 'hypervisor: libvirt'")
         return kind
+
+    def host(self, rg: dict[str, Any], path: yamldoc.PathKey, gname: str, kind: str) -> str | None:
+        """The lab host a guest runs on: one of ``hosts``, implied when there is one; none without hosts."""
+        if not self.hosts:
+            if "host" in rg:
+                self.bad((*path, "host"), "the topology declares no 'hosts': drop 'host' or add a 'hosts' list")
+            return None
+        if kind == "qemu":
+            self.bad((*path, "kind"), "a topology with 'hosts' has namespace guests only (kind: netns)")
+        if gname in self.hosts:
+            self.bad((*path, "name"), f"{gname!r} names a host too; a guest and a host need different names")
+        host = rg.get("host", self.hosts[0] if len(self.hosts) == 1 else None)
+        if host not in self.hosts:
+            what = "required when there are several hosts" if host is None else f"unknown host {host!r}"
+            self.bad((*path, "host"), f"{what}; one of: {', '.join(self.hosts)}")
+            return None
+        return str(host)
 
     def memory(self, rg: dict[str, Any], path: yamldoc.PathKey, kind: str) -> int:
         """A QEMU guest's memory in MiB; only a QEMU guest may give one."""

@@ -37,6 +37,9 @@ from ..policy.planner import Change
 from ..target import DbTarget
 from ..topology import Guest, Topology
 from ..vlan import VlanCols
+from . import multihost
+from .multihost import XEN_VIF_HOST_MAC
+from .sshhost import SshHost
 from .switch import Switch
 from .vm import labguests
 from .vm.gexec import gexec_argv
@@ -45,9 +48,9 @@ DEFAULT_LAB_DIR = labstate.DEFAULT_LAB_DIR
 STATE_FILE = labstate.STATE_FILE
 MARKER = ".hvnet-lab"
 NS_PREFIX = "hvnet-"
-# XenServer gives every VIF's host side this MAC; the VM's own MAC is in
+# XenServer gives every VIF's host side XEN_VIF_HOST_MAC; the VM's own MAC is in
 # external_ids:attached-mac.
-XEN_VIF_HOST_MAC = "fe:ff:ff:ff:ff:ff"
+__all__ = ["XEN_VIF_HOST_MAC", "Lab", "LabReport", "lab_dir"]
 
 LAB_COLUMNS: dict[str, list[str]] = {
     "Open_vSwitch": ["bridges", "cur_cfg", "next_cfg", "external_ids"],
@@ -102,7 +105,12 @@ def _link_exists(name: str) -> bool:
 
 def _topology_digest(t: Topology) -> str:
     payload = json.dumps(
-        {"bridges": [b.__dict__ for b in t.bridges], "guests": [g.__dict__ for g in t.guests], "hv": t.hypervisor},
+        {
+            "bridges": [b.__dict__ for b in t.bridges],
+            "guests": [g.__dict__ for g in t.guests],
+            "hv": t.hypervisor,
+            "hosts": list(t.hosts),
+        },
         sort_keys=True,
         default=list,
     )
@@ -153,7 +161,14 @@ class Lab:
         return NS_PREFIX + guest
 
     def is_up(self) -> bool:
+        if self.state.get("hosts"):
+            return all(h.switch.pid("ovsdb-server") is not None for h in self._hosts().values())
         return bool(self.state) and self.switch.pid("ovsdb-server") is not None
+
+    def _hosts(self) -> dict[str, SshHost]:
+        """The lab's hypervisors (a topology with ``hosts``), in the order they were started."""
+        names = self.state.get("hosts") or self._recorded("hosts")
+        return multihost.lab_hosts(self.run_dir, names)
 
     # -- up ------------------------------------------------------------------
 
@@ -161,6 +176,9 @@ class Lab:
         """Bring the lab to ``topology`` (idempotent; rolls back a failed fresh start)."""
         for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ip", "ethtool"):
             proc.which(tool)
+        if topology.hosts:
+            for tool in ("ssh", "ssh-keygen"):
+                proc.which(tool)
         digest = _topology_digest(topology)
         if self.state.get("digest") and self.state["digest"] != digest and self._anything_recorded():
             raise LabError(
@@ -196,6 +214,7 @@ class Lab:
         clashes += [
             f"interface {b.name}" for b in t.bridges if _link_exists(b.name) and b.name not in self._recorded("bridges")
         ]
+        clashes += multihost.conflicts(multihost.lab_hosts(self.run_dir, t.hosts), self._recorded("hosts"))
         if clashes:
             raise LabError(
                 f"{', '.join(clashes)} already exist{'s' if len(clashes) == 1 else ''} and "
@@ -209,13 +228,15 @@ class Lab:
                 "topology": t.name,
                 "topology_file": t.file,
                 "digest": digest,
-                "db": self.db,
+                "db": None if t.hosts else self.db,
                 "hypervisor": t.hypervisor,
+                "hosts": list(t.hosts),
                 "vm_names": {g.vm_uuid(t.name): g.name for g in t.guests},
                 "guests": [
                     {
                         "name": g.name,
                         "kind": g.kind,
+                        "host": g.host,
                         "namespace": self.ns_of(g.name) if g.kind == "netns" else None,
                         "vif": g.vif,
                         "bridge": g.bridge,
@@ -227,6 +248,10 @@ class Lab:
                 ],
             }
         )
+        if t.hosts:
+            self._up_hosts(t, report)
+            report.guests = self.status()["guests"]
+            return
         self._record("daemons", "ovsdb-server")
         self._record("daemons", "ovs-vswitchd")
         for b in t.bridges:
@@ -238,20 +263,60 @@ class Lab:
         for g in t.guests:
             if g.kind == "netns" and self._make_guest(g):
                 report.actions.append(f"created guest {g.name}: namespace {self.ns_of(g.name)}, VIF {g.vif}")
-        with Connection.open(DbTarget(self.db, "lab"), LAB_COLUMNS, timeout=10) as conn:
-            result = conn.transact(lambda ctx: self._configure(ctx, t), comment="hvnet lab up", wait_for_vswitchd=True)
+        self._configure_switch(self.db, t, t.guests, [], DataPaths.for_lab(self.run_dir), report)
+        labguests.up(t, self.switch, self.state, self._record, self._save, report.actions)
+        report.guests = self.status()["guests"]
+
+    def _up_hosts(self, t: Topology, report: LabReport) -> None:
+        """Hosts, trunk links, guests, each host's switch, then the files a client reaches them with."""
+        hosts = multihost.lab_hosts(self.run_dir, t.hosts)
+        for name, h in hosts.items():
+            self._record("hosts", name)  # before it exists: 'down' removes a half-started host too
+            if multihost.start_host(h):
+                report.actions.append(f"started host {name}: namespace {h.netns}, its own OVS and sshd "
+                                      f"({h.address}:{h.port}, no Python on its PATH)")  # fmt: skip
+        for ln in multihost.links(t):
+            if multihost.make_link(hosts, ln):
+                report.actions.append(f"linked {ln.a} {ln.a_end} -- {ln.b} {ln.b_end} (a trunk on {ln.bridge})")
+        for g in t.guests:
+            assert g.host is not None  # the topology gives every guest a host when it has hosts
+            host, ns = hosts[g.host], self.ns_of(g.name)
+            if _ns_exists(ns) and multihost.link_in(host.netns, g.vif):
+                continue
+            self._record("namespaces", ns)
+            multihost.make_guest(host, ns, g)
+            report.actions.append(f"created guest {g.name} on {g.host}: namespace {ns}, VIF {g.vif}")
+        for name, h in hosts.items():
+            self._configure_switch(h.switch.remote, t, t.guests_on(name), multihost.uplinks(t, name),
+                                   DataPaths.for_lab(h.dir), report, hostname=name)  # fmt: skip
+        multihost.write_client_files(self.run_dir, t, hosts)
+        report.actions.append(f"wrote the hosts' inventory and ssh_config in {self.run_dir}")
+
+    def _configure_switch(
+        self,
+        db: str,
+        t: Topology,
+        guests: tuple[Guest, ...],
+        uplinks: list[tuple[str, str]],
+        paths: DataPaths,
+        report: LabReport,
+        hostname: str | None = None,
+    ) -> None:
+        """One switch's bridges, ports, VLANs and VIF identities in one transaction, audited; VIFs attached."""
+        with Connection.open(DbTarget(db, "lab"), LAB_COLUMNS, timeout=10) as conn:
+            result = conn.transact(lambda ctx: self._configure(ctx, t, guests, uplinks, hostname),
+                                   comment="hvnet lab up", wait_for_vswitchd=True)  # fmt: skip
             if result.vswitchd_lag:
                 raise HvnetError(result.vswitchd_lag, hint="is the lab's ovs-vswitchd running?")
             if result.status == "success":
-                report.actions.append("configured bridges, ports, VLANs and VIF external_ids (one transaction)")
+                where = f" on {hostname}" if hostname else ""
+                report.actions.append(f"configured bridges, ports, VLANs and VIF external_ids{where} (one transaction)")
             if result.value:
-                paths = DataPaths.for_lab(self.run_dir)
-                Journal(self.db, paths.state_dir, paths.audit_log).audit(
+                Journal(db, paths.state_dir, paths.audit_log).audit(
                     "hvnet lab up (lab set-up)", result.value, "applied"
                 )
-            self._wait_ofports(conn, t)
-        labguests.up(t, self.switch, self.state, self._record, self._save, report.actions)
-        report.guests = self.status()["guests"]
+            names = {g.vif for g in guests if g.kind == "netns"} | {port for _, port in uplinks}
+            self._wait_ofports(conn, names)
 
     def _make_guest(self, g: Guest) -> bool:
         """Create the namespace and veth for ``g`` unless present; True if created."""
@@ -281,7 +346,14 @@ class Lab:
             proc.run(argv)
         return True
 
-    def _configure(self, ctx: TxnContext, t: Topology) -> list[Change]:
+    def _configure(
+        self,
+        ctx: TxnContext,
+        t: Topology,
+        guests: tuple[Guest, ...],
+        uplinks: list[tuple[str, str]],
+        hostname: str | None = None,
+    ) -> list[Change]:
         """Bridges, ports and VIF identities as ``t`` says, in one transaction; the VLAN changes made.
 
         Idempotent: existing rows are updated in place (only where they
@@ -291,7 +363,7 @@ class Lab:
         root = ctx.root()
         ids = dict(root.external_ids)
         ids.setdefault("system-id", str(uuid.uuid4()))
-        ids["hostname"] = socket.gethostname()
+        ids["hostname"] = hostname or socket.gethostname()
         _assign(root, "external_ids", ids)
 
         bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
@@ -317,8 +389,16 @@ class Lab:
         _assign(root, "bridges", root_bridges)
 
         bridge_ports: dict[str, list[Any]] = {b.name: list(bridges[b.name].ports) for b in t.bridges}
+        for bridge, name in uplinks:  # a trunk to the next host: no tag, every VLAN, like a XenServer PIF
+            if name not in ports:
+                iface = ctx.insert("Interface")
+                iface.name = name
+                port = ctx.insert("Port")
+                port.name = name
+                port.interfaces = [iface]
+                bridge_ports[bridge].append(port)
         # QEMU guests' ports are libvirt's to add (when the domain starts), not the lab's.
-        for g in (g for g in t.guests if g.kind == "netns"):
+        for g in (g for g in guests if g.kind == "netns"):
             port = ports.get(g.vif)
             if port is None:
                 iface = ctx.insert("Interface")
@@ -356,8 +436,7 @@ class Lab:
             "attached-mac": g.mac,
         }
 
-    def _wait_ofports(self, conn: Connection, t: Topology) -> None:
-        names = {g.vif for g in t.guests if g.kind == "netns"}
+    def _wait_ofports(self, conn: Connection, names: set[str]) -> None:
 
         def ready() -> bool:
             rows = {i.name: i for i in conn.idl.tables["Interface"].rows.values() if i.name in names}
@@ -393,6 +472,10 @@ class Lab:
             if _ns_exists(ns):
                 proc.run(["ip", "netns", "del", ns], check=False)
                 report.actions.append(f"deleted namespace {ns}")
+        # A host's namespace takes its VIF and trunk ends with it; sshd and OVS go by their pids.
+        for name, host in reversed(list(self._hosts().items())):
+            host.stop()
+            report.actions.append(f"stopped host {name} (sshd, OVS) and deleted namespace {host.netns}")
         for stopped in self.switch.stop():
             report.actions.append(f"stopped {stopped}")
         if (self.run_dir / MARKER).exists():
@@ -406,20 +489,21 @@ class Lab:
     def status(self) -> dict[str, Any]:
         """Daemons, guests and their devices as they are now."""
         guests = []
+        hosts = self._hosts()
         recorded = self.state.get("guests", [])
         vms = labguests.statuses([g for g in recorded if g.get("kind") == "qemu"], self.switch, self.run_dir)
         for g in recorded:
             if g["name"] in vms:
                 guests.append(vms[g["name"]])
                 continue
-            guests.append(
-                {
-                    **g,
-                    "namespace_present": _ns_exists(g["namespace"]),
-                    "vif_present": _link_exists(g["vif"]),
-                }
-            )
-        daemons = {d: self.switch.pid(d) for d in ("ovsdb-server", "ovs-vswitchd")}
+            host = hosts.get(g.get("host") or "")
+            vif_present = multihost.link_in(host.netns, g["vif"]) if host else _link_exists(g["vif"])
+            guests.append({**g, "namespace_present": _ns_exists(g["namespace"]), "vif_present": vif_present})
+        if hosts:
+            daemons = {f"{n} {d}": h.switch.pid(d) for n, h in hosts.items() for d in ("ovsdb-server", "ovs-vswitchd")}
+            daemons.update({f"{n} sshd": h.sshd_pid() for n, h in hosts.items()})
+        else:
+            daemons = {d: self.switch.pid(d) for d in ("ovsdb-server", "ovs-vswitchd")}
         complete = (
             bool(self.state)
             and all(daemons.values())
@@ -429,7 +513,12 @@ class Lab:
             "run_dir": str(self.run_dir),
             "state": "up" if complete else ("partial" if self.state else "down"),
             "topology": self.state.get("topology"),
-            "db": self.db if self.state else None,
+            "db": self.db if self.state and not hosts else None,
+            "hosts": {
+                n: {"address": h.address, "port": h.port, "netns": h.netns, "ovs_rundir": str(h.switch.run_dir)}
+                for n, h in hosts.items()
+            },
+            "inventory": str(self.run_dir / multihost.INVENTORY_FILE) if hosts else None,
             "daemons": daemons,
             "guests": guests,
         }

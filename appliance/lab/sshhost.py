@@ -139,13 +139,23 @@ class SshHost:
         argv = ["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=2", self.name, "true"]
         return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
 
-    def stop(self) -> None:
-        """sshd (by its pid), OVS (by theirs), then the link and the namespace; idempotent."""
+    def sshd_pid(self) -> int | None:
+        """The pid of this host's sshd, if it runs."""
         try:
             pid = int((self.dir / "sshd.pid").read_text().strip())
         except (OSError, ValueError):
-            pid = None
-        if pid is not None and _is_our_sshd(pid, self.dir):
+            return None
+        return pid if _is_our_sshd(pid, self.dir) else None
+
+    def running(self) -> bool:
+        """Namespace, both OVS daemons and sshd all there."""
+        return (os.path.exists(f"/run/netns/{self.netns}") and self.sshd_pid() is not None
+                and all(self.switch.pid(d) is not None for d in ("ovsdb-server", "ovs-vswitchd")))  # fmt: skip
+
+    def stop(self) -> None:
+        """sshd (by its pid), OVS (by theirs), then the link and the namespace; idempotent."""
+        pid = self.sshd_pid()
+        if pid is not None:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:

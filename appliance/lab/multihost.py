@@ -1,0 +1,153 @@
+"""A lab of several hypervisors: a topology with ``hosts:``.
+
+Each host is an :class:`~appliance.lab.sshhost.SshHost` -- a network
+namespace with its own ovsdb-server and ovs-vswitchd and its own sshd, whose
+PATH holds no Python -- and carries every bridge of the topology.  Hosts are
+joined in the order the topology lists them by veth "physical" links, one per
+bridge and neighbouring pair, added to both bridges as plain trunk ports (no
+tag, every VLAN: how XenServer attaches a PIF), so a guest's VLAN crosses
+from one host to the next the way it crosses a physical trunk.  A chain, not
+a mesh: without spanning tree a loop would flood forever.
+
+Guests are network namespaces as in the one-switch lab; a guest's VIF lives
+in its host's namespace, where that host's OVS can take it.  ``lab up``
+writes what a client needs to reach the hosts agentlessly -- the inventory
+(``hosts.yaml``), an ``ssh_config`` with each host's key and known_hosts --
+so ``hvnet --host hv2 status`` works right after; ``lab down`` removes all of
+it with the run directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import proc
+from ..errors import LabError
+from ..topology import Guest, Topology
+from .sshhost import SshHost
+
+FIRST_INDEX = 10  # the first lab host's link is 169.254.110.0/30, the next .111.0/30 ...
+INVENTORY_FILE = "hosts.yaml"
+SSH_CONFIG_FILE = "ssh_config"
+XEN_VIF_HOST_MAC = "fe:ff:ff:ff:ff:ff"
+
+
+def hosts_dir(run_dir: Path) -> Path:
+    return run_dir / "hosts"
+
+
+def lab_hosts(run_dir: Path, names: list[str] | tuple[str, ...]) -> dict[str, SshHost]:
+    """The topology's hosts, in order, each with its own index (its management link's addresses)."""
+    return {n: SshHost(n, hosts_dir(run_dir), index=FIRST_INDEX + i) for i, n in enumerate(names)}
+
+
+@dataclass(frozen=True)
+class Link:
+    """One trunk link: a veth whose ends are ports of ``bridge`` on two neighbouring hosts."""
+
+    bridge: str
+    a: str
+    a_end: str
+    b: str
+    b_end: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.a}/{self.a_end}"
+
+
+def links(t: Topology) -> list[Link]:
+    """``ethB-PEER`` on each side: bridge number B, the host at the other end."""
+    return [
+        Link(br.name, a, f"eth{bi}-{b}", b, f"eth{bi}-{a}")
+        for bi, br in enumerate(t.bridges)
+        for a, b in zip(t.hosts, t.hosts[1:])
+    ]
+
+
+def uplinks(t: Topology, host: str) -> list[tuple[str, str]]:
+    """(bridge, port) of every trunk link end on ``host``."""
+    out = []
+    for ln in links(t):
+        if ln.a == host:
+            out.append((ln.bridge, ln.a_end))
+        if ln.b == host:
+            out.append((ln.bridge, ln.b_end))
+    return out
+
+
+def link_in(netns: str, name: str) -> bool:
+    """Whether interface ``name`` exists in namespace ``netns``."""
+    return proc.run(["ip", "-n", netns, "link", "show", "dev", name], check=False).returncode == 0
+
+
+def make_link(hosts: dict[str, SshHost], ln: Link) -> bool:
+    """Create the link unless it is there; True if created."""
+    a, b = hosts[ln.a].netns, hosts[ln.b].netns
+    if link_in(a, ln.a_end):
+        return False
+    proc.run(["ip", "link", "add", ln.a_end, "netns", a, "type", "veth", "peer", "name", ln.b_end, "netns", b])
+    for ns, end in ((a, ln.a_end), (b, ln.b_end)):
+        proc.run(["ip", "-n", ns, "link", "set", end, "up"])
+        # the userspace datapath sends TCP with bad checksums through a veth that offloads them
+        proc.run(proc.in_netns(ns, ["ethtool", "-K", end, "tx", "off"]))
+    return True
+
+
+def make_guest(host: SshHost, guest_ns: str, g: Guest) -> None:
+    """The guest's namespace and its veth: ``eth0`` in the guest, the VIF in its host's namespace."""
+    if not Path(f"/run/netns/{guest_ns}").exists():
+        proc.run(["ip", "netns", "add", guest_ns])
+    if link_in(host.netns, g.vif):
+        proc.run(["ip", "-n", host.netns, "link", "del", g.vif])
+    proc.run(["ip", "link", "add", g.vif, "netns", host.netns, "type", "veth", "peer", "name", "eth0",
+              "netns", guest_ns])  # fmt: skip
+    steps = [
+        ["ip", "-n", host.netns, "link", "set", g.vif, "address", XEN_VIF_HOST_MAC],
+        ["ip", "-n", guest_ns, "link", "set", "lo", "up"],
+        ["ip", "-n", guest_ns, "link", "set", "eth0", "address", g.mac],
+        ["ip", "-n", guest_ns, "addr", "add", g.ip, "dev", "eth0"],
+        ["ip", "-n", guest_ns, "link", "set", "eth0", "up"],
+        ["ip", "-n", host.netns, "link", "set", g.vif, "up"],
+        proc.in_netns(host.netns, ["ethtool", "-K", g.vif, "tx", "off"]),
+        proc.in_netns(guest_ns, ["ethtool", "-K", "eth0", "tx", "off"]),
+    ]
+    for argv in steps:
+        proc.run(argv)
+
+
+def conflicts(hosts: dict[str, SshHost], recorded: list[str]) -> list[str]:
+    """Host namespaces that exist but are not this lab's."""
+    return [
+        f"namespace {h.netns}" for n, h in hosts.items() if Path(f"/run/netns/{h.netns}").exists() and n not in recorded
+    ]
+
+
+def write_client_files(run_dir: Path, t: Topology, hosts: dict[str, SshHost]) -> None:
+    """The inventory and one ``ssh_config`` naming every host (each block with its key and known_hosts)."""
+    kind = "xenserver" if t.hypervisor == "xenserver" else "kvm"
+    lines = [f"# The lab's hypervisors (topology {t.name}): written by 'hvnet lab up', removed by 'lab down'.",
+             "hosts:"]  # fmt: skip
+    for name, h in hosts.items():
+        lines += [f"  - name: {name}", f"    kind: {kind}", f"    group: {t.name}",
+                  f"    ovs_rundir: {h.switch.run_dir}"]  # fmt: skip
+    _write(run_dir / INVENTORY_FILE, "\n".join(lines) + "\n")
+    _write(run_dir / SSH_CONFIG_FILE, "".join(h.ssh_config.read_text() for h in hosts.values()))
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def start_host(host: SshHost) -> bool:
+    """Start ``host`` unless it runs; a half-started one (a crash, a reboot) is stopped and started again."""
+    if host.running():
+        return False
+    host.stop()
+    host.start()
+    if not host.running():
+        raise LabError(f"the lab host {host.name} did not start (see {host.dir})")
+    return True
