@@ -19,7 +19,7 @@ from typing import Any
 from . import __version__, cli_policy_args, cli_suite, render
 from .cli_common import lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
-from .frontdoor import build_host, host_of
+from .frontdoor import build_host, host_of, hosts_by_name
 from .services import inventory
 from .services.inventory import Inventory, Vif
 from .topology import DEFAULT_TOPOLOGY
@@ -146,11 +146,14 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
 
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     lab = Lab()
-    # The check drives the lab's own switch, whatever --db or HVNET_DB say.
-    host = build_host(lab.db, libvirt=args.libvirt)
+    # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
+    if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
+        lab.require_guests(sc.topology, list(sc.guests))
+    hosts = hosts_by_name(sc.topology.hosts, timeout=args.timeout) if sc.topology.hosts else {}
+    host = hosts[sc.topology.hosts[0]] if hosts else build_host(lab.db, libvirt=args.libvirt)
     result = isolation.run_check(
         host, lab, sc, args.method, Path(args.out) if args.out else None,
-        root_hint="run as root, or use --method trace", timeout=args.timeout,
+        root_hint="run as root, or use --method trace", timeout=args.timeout, hosts=hosts,
     )  # fmt: skip
     if args.json:
         render.print_json(report.to_json(result))

@@ -102,8 +102,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         server=args.server,
     )  # fmt: skip  (validated whole before anything is touched)
     lab = Lab()
-    # The suite drives the lab's own switch; data paths and name sources as the options say.
-    host = build_host(lab.db, libvirt=host_of(args).names.libvirt_uri)
+    # The suite drives the lab's own switch, or in a lab of several hosts the client's host's;
+    # data paths and name sources as the options say.
+    client_host = s.topology.guest(s.client).host
+    if client_host is not None:
+        lab.require_guests(s.topology, [s.client])  # the lab that is up must be this one before it is reached
+        host = build_host(ssh_host=client_host, timeout=args.timeout)
+    else:
+        host = build_host(lab.db, libvirt=host_of(args).names.libvirt_uri)
     run = suites.SuiteRun(host, lab, s, suites.run_dir(host, s, Path(args.out) if args.out else None),
                           Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
     out_dir = run.out_dir

@@ -201,3 +201,15 @@ def host_of(args: Any) -> Host:
         )  # fmt: skip
         args._host = host
     return host
+
+
+def hosts_by_name(names: tuple[str, ...] | list[str], timeout: float = 10.0) -> dict[str, Host]:
+    """A Host per name (the inventory's, a running lab's), reached over SSH in parallel; each closed at exit.
+
+    A check or a suite spread over a lab's hosts needs every one of them; a host that cannot be
+    reached fails the whole (before anything is touched), naming it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(names)))) as pool:
+        built = list(pool.map(lambda n: build_host(ssh_host=n, timeout=timeout), names))
+    return dict(zip(names, built))

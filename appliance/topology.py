@@ -81,6 +81,25 @@ class Guest:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A trunk between two lab hosts: a veth whose ends are ports of ``bridge`` on each."""
+
+    bridge: str
+    a: str
+    a_end: str
+    b: str
+    b_end: str
+
+    def peer(self, host: str, port: str) -> tuple[str, str] | None:
+        """The (host, port) at the other end of ``port`` on ``host``, if it is one of this link's ends."""
+        if (host, port) == (self.a, self.a_end):
+            return self.b, self.b_end
+        if (host, port) == (self.b, self.b_end):
+            return self.a, self.a_end
+        return None
+
+
+@dataclass(frozen=True)
 class Topology:
     name: str
     file: str
@@ -90,6 +109,16 @@ class Topology:
     # Lab hypervisors reached over SSH, each with every bridge, joined in this order by trunk links;
     # none: the guests share the lab's one switch.
     hosts: tuple[str, ...] = ()
+
+    def links(self) -> list[Link]:
+        """The trunk links between hosts: one per bridge and neighbouring pair, ``ethB-PEER`` on each side
+        (bridge number B, the host at the other end).  A chain, not a mesh: without spanning tree a loop
+        would flood forever."""
+        return [
+            Link(br.name, a, f"eth{bi}-{b}", b, f"eth{bi}-{a}")
+            for bi, br in enumerate(self.bridges)
+            for a, b in zip(self.hosts, self.hosts[1:])
+        ]
 
     def guests_on(self, host: str) -> tuple[Guest, ...]:
         return tuple(g for g in self.guests if g.host == host)

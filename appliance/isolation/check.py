@@ -12,49 +12,34 @@ from __future__ import annotations
 import ipaddress
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from .. import inventory
-from ..errors import CommandFailed, HvnetError, UsageError
+from ..errors import HvnetError, UsageError
 from ..guests import GuestEndpoint, GuestSource
 from ..host import Host
-from ..inventory import Inventory, Vif
+from ..inventory import Inventory
 from ..ovsdb import Connection
 from ..policy.engine import PolicyEngine
 from ..policy.model import OWNER_KEY as OWNER
 from ..policy.planner import Change
 from ..policy.state import MirrorCols, State, VlanCols
-from . import model, trace, traffic
+from . import model, traffic
+from .model import Evidence, MethodResult
 from .scenario import _UNSET, Scenario
+from .tracing import OdpPorts, SiteView, run_trace, trace_sites
 
 METHODS = ("traffic", "trace")
-OdpPorts = Callable[[str], dict[int, str]]  # bridge -> {datapath port number: port name}
-
-
-@dataclass
-class Evidence:
-    """Why a cell reads "yes": the first matching frame and where it was captured."""
-
-    time: float
-    src_mac: str
-    src_ip: str
-    vlan: int | None
-    pcap: str
-
-
-@dataclass
-class MethodResult:
-    method: str
-    cells: dict[tuple[str, str], str] = field(default_factory=dict)
-    reasons: dict[tuple[str, str], str] = field(default_factory=dict)  # why unknown
-    evidence: dict[tuple[str, str], Evidence] = field(default_factory=dict)
-    replies: dict[tuple[str, str], bool] = field(default_factory=dict)  # (sender, replier) -> reply seen
-    error: str | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
+__all__ = [
+    "Evidence",
+    "MethodResult",
+    "OdpPorts",
+    "SiteView",
+    "run_trace",
+    "trace_sites",
+]  # the results' types, the trace method
 
 
 @dataclass
@@ -96,6 +81,8 @@ def setting_changes(state: State, sc: Scenario, vif_of: dict[str, str]) -> list[
     """The scenario's VLAN overrides and mirrors as changes against ``state`` (pure)."""
     changes: list[Change] = []
     for ov in sc.vlans:
+        if ov.guest not in vif_of:  # on another host's switch
+            continue
         port = state.ports.get(vif_of[ov.guest])
         if port is None:
             raise HvnetError(f"port {vif_of[ov.guest]} of guest {ov.guest} is not on the switch")
@@ -108,6 +95,12 @@ def setting_changes(state: State, sc: Scenario, vif_of: dict[str, str]) -> list[
         if after != before:
             changes.append(Change("vlan", port.bridge, port.name, before, after, port.vm_name))
     for m in sc.mirrors:
+        if m.output not in vif_of:
+            continue
+        elsewhere = sorted({*m.select_src, *m.select_dst} - set(vif_of))
+        if elsewhere:
+            raise HvnetError(f"mirror {m.name!r} selects {', '.join(elsewhere)}, whose VIFs are on another host: "
+                             f"a mirror sees one switch's ports")  # fmt: skip
         out = state.ports.get(vif_of[m.output])
         if out is None:
             raise HvnetError(f"port {vif_of[m.output]} of guest {m.output} is not on the switch")
@@ -230,108 +223,24 @@ def _top_hosts(
 # -- the two methods ----------------------------------------------------------------
 
 
-def run_trace(host: Host, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
-    """Trace every guest's broadcast through the switch's logic.
-
-    A listener's "No" stands only when its positive control passes: a trace
-    of a frame put straight onto its port must show the frame leaving there.
-    Otherwise nothing the trace method could say about that port is evidence
-    (the trace, the parser or the port numbers cannot see it) and its cells
-    are unknown, like a capture that heard nothing.
-    """
-    res = MethodResult("trace")
-    guest_of = {port: guest for guest, port in vif_of.items()}
-    dpif: list[str] = []  # ``dpif/show``, read once: every bridge's datapath port numbers
-
-    def odp_ports(bridge: str) -> dict[int, str]:
-        if not dpif:
-            dpif.append(host.appctl("ovs-vswitchd", "dpif/show"))
-        return trace.parse_dpif_show(dpif[0], bridge)
-
-    vifs = {g: inv.vif_by_port(vif_of[g]) for g in sc.guests}
-    doubts = {g: _trace_control(host, vifs[g], vif_of[g], sc.topology.guest(g).address, odp_ports) for g in sc.guests}
-    for sender in sc.guests:
-        heard, problem = _trace_sender(host, sc, sender, vifs[sender], vif_of[sender], odp_ports, res)
-        for listener in sc.guests:
-            if listener == sender:
-                continue
-            cell = (listener, sender)
-            if problem is None and any(guest_of.get(d.port) == listener for d in heard):
-                res.cells[cell] = model.YES
-            elif problem is None and doubts[listener] is None:
-                res.cells[cell] = model.NO
-            else:
-                res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = problem or doubts[listener] or ""
-    return res
-
-
-def _trace_sender(
-    host: Host, sc: Scenario, sender: str, vif: Vif | None, port: str, odp_ports: OdpPorts, res: MethodResult
-) -> tuple[list[trace.Delivery], str | None]:
-    """Where ``sender``'s broadcast ARP leaves the switch, or why that is not known."""
-    if vif is None:
-        return [], f"{port} is not on the switch"
-    g = sc.topology.guest(sender)
-    target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
-    flow = trace.arp_flow(vif.port, g.mac, g.address, target)
-    try:
-        out = host.appctl("ovs-vswitchd", "ofproto/trace", vif.bridge, flow)
-        passes = trace.passes(out)
-        res.stats.setdefault("datapath_actions", {})[sender] = trace.describe(passes)
-        return trace.deliveries(passes, odp_ports(vif.bridge)), None
-    except (CommandFailed, ValueError) as exc:
-        return [], f"the trace of {sender}'s broadcast could not be read: {exc}"
-
-
-def _trace_control(host: Host, vif: Vif | None, port: str, ip: str, odp_ports: OdpPorts) -> str | None:
-    """The trace method's positive control for one port: why it fails, or None when it passes.
-
-    ``ofproto/trace-packet-out`` of the traffic method's own control frame,
-    output straight to the port: a port the switch can certainly reach.
-    """
-    if vif is None:
-        return f"{port} is not on the switch"
-    if vif.ofport is None or vif.ofport < 1:
-        return f"{port} has no OpenFlow port number, so no control trace can reach it"
-    try:
-        out = host.appctl(
-            "ovs-vswitchd",
-            "ofproto/trace-packet-out",
-            vif.bridge,
-            trace.control_flow(traffic.CONTROL_MAC, ip),
-            f"output:{vif.ofport}",
-        )
-        passes = trace.passes(out)
-        reached = any(d.port == vif.port for d in trace.deliveries(passes, odp_ports(vif.bridge)))
-    except (CommandFailed, ValueError) as exc:
-        return f"the control trace to {port} failed ({exc}), so the trace's 'No' is not proven"
-    if reached:
-        return None
-    return (
-        f"a control trace straight to {port} does not show it leaving there "
-        f"(datapath actions: {trace.describe(passes)}), so the trace's 'No' is not proven"
-    )
-
-
 def run_traffic(
-    host: Host,
+    views: list[SiteView],
     guests: dict[str, GuestEndpoint],
     sc: Scenario,
-    inv: Inventory,
     vif_of: dict[str, str],
     out_dir: Path,
 ) -> MethodResult:
+    """Probes from every guest, captures in every guest; each control frame put out by the switch holding
+    the listener's VIF."""
+    where = {g: v for v in views for g in v.guests}
     eps = []
     for name in sc.guests:
-        v = inv.vif_by_port(vif_of[name])
-        eps.append(
-            traffic.Endpoint(
-                guests[name], sc.topology.guest(name).address, v.bridge if v else "", v.ofport if v else None
-            )
-        )
+        v = where[name].inv.vif_by_port(vif_of[name])
+        address = sc.topology.guest(name).address
+        eps.append(traffic.Endpoint(guests[name], address, v.bridge if v else "", v.ofport if v else None,
+                                    switch=where[name].host))  # fmt: skip
     unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
-    run = traffic.run(host, eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir)
+    run = traffic.run(views[0].host, eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir)
     res = traffic_cells(run, eps)
     res.stats = {
         "probes_sent": run.probes_sent,
@@ -417,11 +326,41 @@ def prepare(
             raise UsageError(
                 "the traffic method needs root (captures and probes inside the guests' namespaces)", hint=root_hint
             )
-        host.runner.which("tcpdump")
+        host.guest_runner.which("tcpdump")
     guests = source.require(sc.topology, list(sc.guests))
     if "traffic" not in methods:
         return guests, None
     return guests, out_dir or host.paths.captures_dir / f"{sc.name}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One hypervisor's switch in a check: its connection, its Host, the scenario's guests whose VIFs it holds.
+
+    A scenario on one switch is one site; a lab of several hosts has a site per host, and the
+    guests' frames cross between them on the trunk links (:meth:`Topology.links`)."""
+
+    conn: Connection
+    host: Host
+    guests: tuple[str, ...]
+    name: str | None = None  # the topology's host name (None: the only switch)
+
+
+def _expected(sc: Scenario, views: list[SiteView], vif_of: dict[str, str]) -> model.Expected:
+    """The scenario's matrix, or the one the VLANs and mirrors in force imply (the hosts' bridges of one
+    name are one network: the lab trunks every VLAN between them)."""
+    if sc.matrix is not None:
+        return model.Expected(guests=list(sc.guests), cells=dict(sc.matrix))
+    ports: dict[str, model.PortVlan] = {}
+    mirrors: list[model.MirrorSpec] = []
+    for v in views:
+        sub = {g: vif_of[g] for g in v.guests}
+        ports.update(port_vlans(v.inv, sub))
+        mirrors += mirror_specs(v.inv, sub)
+    unknown_ports = [g for g in sc.guests if g not in ports]
+    if unknown_ports:
+        raise HvnetError(f"cannot derive expectations: no port on the switch for {', '.join(unknown_ports)}")
+    return model.derive(ports, mirrors, sc.guests)
 
 
 def run_check(
@@ -432,44 +371,57 @@ def run_check(
     methods: tuple[str, ...] = METHODS,
     out_dir: Path | None = None,
 ) -> CheckResult:
+    """The check on one switch holding every guest."""
+    return run_sites([Site(conn, host, tuple(sc.guests))], guests, sc, methods, out_dir)
+
+
+def run_sites(
+    sites: list[Site],
+    guests: dict[str, GuestEndpoint],
+    sc: Scenario,
+    methods: tuple[str, ...] = METHODS,
+    out_dir: Path | None = None,
+) -> CheckResult:
+    """The check over one or more switches: settings applied on each (all undone, whatever happens), then
+    the methods; the expected matrix from the scenario or from the configuration then in force."""
     started = time.monotonic()
     # A QEMU guest's VIF is whatever libvirt named it when the domain started.
     vif_of = {name: sc.topology.guest(name).vif or guests[name].vif for name in sc.guests}
-    engine = PolicyEngine(conn, host, command=f"hvnet isolation check {sc.name} (test set-up)")
-    snapshot = apply_settings(engine, sc, vif_of)
+    applied: list[tuple[Site, PolicyEngine, list[Change]]] = []
     try:
-        if snapshot:
-            _flush_datapath_flows(host)
-        conn.run_once()
-        inv = inventory.read(conn, names=host.name_sources())
-        if "traffic" in methods and all(inv.vif_by_port(p) is None for p in vif_of.values()):
+        for site in sites:
+            engine = PolicyEngine(site.conn, site.host, command=f"hvnet isolation check {sc.name} (test set-up)")
+            applied.append((site, engine, []))
+            applied[-1][2].extend(apply_settings(engine, sc, {g: vif_of[g] for g in site.guests}))
+        for site, _engine, changes in applied:
+            if changes:
+                _flush_datapath_flows(site.host)
+            site.conn.run_once()
+        views = [SiteView(site.host, inventory.read(site.conn, names=site.host.name_sources()), site.guests, site.name)
+                 for site in sites]  # fmt: skip
+        where = {g: v for v in views for g in v.guests}
+        if "traffic" in methods and all(where[g].inv.vif_by_port(vif_of[g]) is None for g in sc.guests):
             listed = ", ".join(f"{g} ({p})" for g, p in vif_of.items())
             raise HvnetError(
                 f"none of the scenario's guests are on this switch: {listed}",
                 hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}",
             )
-        ports = port_vlans(inv, vif_of)
-        if sc.matrix is not None:
-            expected = model.Expected(guests=list(sc.guests), cells=dict(sc.matrix))
-        else:
-            unknown_ports = [g for g in sc.guests if g not in ports]
-            if unknown_ports:
-                raise HvnetError(f"cannot derive expectations: no port on the switch for {', '.join(unknown_ports)}")
-            expected = model.derive(ports, mirror_specs(inv, vif_of), sc.guests)
+        expected = _expected(sc, views, vif_of)
         results: dict[str, MethodResult] = {}
         for method in METHODS:  # a fixed order, so tables read the same every time
             if method not in methods:
                 continue
             if method == "trace":
-                results["trace"] = run_trace(host, sc, inv, vif_of)
+                results["trace"] = trace_sites(sc, views, vif_of)
             else:
                 if out_dir is None:
                     raise HvnetError("the traffic method needs an output directory for its captures")
-                results["traffic"] = run_traffic(host, guests, sc, inv, vif_of, out_dir)
+                results["traffic"] = run_traffic(views, guests, sc, vif_of, out_dir)
     finally:
-        restore_settings(engine, sc, snapshot)
-        if snapshot:
-            _flush_datapath_flows(host)
+        for site, engine, changes in reversed(applied):
+            restore_settings(engine, sc, changes)
+            if changes:
+                _flush_datapath_flows(site.host)
     return CheckResult(
         scenario=sc.name,
         guests=list(sc.guests),

@@ -20,6 +20,7 @@ logic (trace) and real traffic show.  Rules (ovs-vswitchd.conf.db(5), Port
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..vlan import VlanCols
 
@@ -153,3 +154,28 @@ def compare(expected: str, observed: str) -> str:
     if observed == YES:
         return "ok" if want_yes else "leak"
     return "blocked" if want_yes else "ok"
+
+
+# -- what a method found ------------------------------------------------------------
+
+
+@dataclass
+class Evidence:
+    """Why a cell reads "yes": the first matching frame and where it was captured."""
+
+    time: float
+    src_mac: str
+    src_ip: str
+    vlan: int | None
+    pcap: str
+
+
+@dataclass
+class MethodResult:
+    method: str
+    cells: dict[tuple[str, str], str] = field(default_factory=dict)
+    reasons: dict[tuple[str, str], str] = field(default_factory=dict)  # why unknown
+    evidence: dict[tuple[str, str], Evidence] = field(default_factory=dict)
+    replies: dict[tuple[str, str], bool] = field(default_factory=dict)  # (sender, replier) -> reply seen
+    error: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)

@@ -189,10 +189,12 @@ def deliveries(actions: str | list[Pass], odp_ports: dict[int, str]) -> list[Del
     return walk.out
 
 
-def arp_flow(in_port: str, mac: str, ip: str, target_ip: str) -> str:
-    """The flow of a broadcast ARP who-has from ``mac``/``ip`` entering ``in_port``."""
+def arp_flow(in_port: str, mac: str, ip: str, target_ip: str, vlan: int | None = None) -> str:
+    """The flow of a broadcast ARP who-has from ``mac``/``ip`` entering ``in_port`` (tagged ``vlan``, if given:
+    how it arrives on a trunk from another switch)."""
+    tag = "" if vlan is None else f"dl_vlan={vlan},"
     return (
-        f"in_port={in_port},dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
+        f"in_port={in_port},{tag}dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
         f"arp_op=1,arp_sha={mac},arp_spa={ip},arp_tpa={target_ip}"
     )
 

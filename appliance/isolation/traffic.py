@@ -64,6 +64,7 @@ class Endpoint:
     ip: str  # the address it probes from (no prefix length)
     bridge: str
     ofport: int | None
+    switch: Host | None = None  # the hypervisor whose switch holds the VIF, when not the run's host
 
     @property
     def name(self) -> str:
@@ -266,7 +267,7 @@ def _send_control(host: Host, ep: Endpoint) -> bool:
     if ep.ofport is None or ep.ofport < 1:
         return False
     frame = arp_request(CONTROL_MAC, "0.0.0.0", ep.ip).hex()
-    return _packet_out(host, ep.bridge, frame, [ep.ofport])
+    return _packet_out(ep.switch or host, ep.bridge, frame, [ep.ofport])
 
 
 def _packet_out(host: Host, bridge: str, frame_hex: str, ofports: list[int]) -> bool:
@@ -282,13 +283,14 @@ def _packet_out(host: Host, bridge: str, frame_hex: str, ofports: list[int]) -> 
 def _send_closing(host: Host, live: list[Endpoint]) -> list[str]:
     """Put the closing control on every live guest's port: one packet-out per bridge.  Who got it."""
     frame = arp_request(CONTROL_MAC, "0.0.0.0", CLOSING_TARGET).hex()
-    by_bridge: dict[str, list[Endpoint]] = {}
+    by_bridge: dict[tuple[int, str], list[Endpoint]] = {}  # (whose switch, bridge)
+    switches = {id(ep.switch or host): ep.switch or host for ep in live}
     for ep in live:
         if ep.ofport is not None and ep.ofport >= 1:
-            by_bridge.setdefault(ep.bridge, []).append(ep)
+            by_bridge.setdefault((id(ep.switch or host), ep.bridge), []).append(ep)
     sent = []
-    for bridge, eps in by_bridge.items():
-        if _packet_out(host, bridge, frame, [ep.ofport for ep in eps if ep.ofport is not None]):
+    for (switch, bridge), eps in by_bridge.items():
+        if _packet_out(switches[switch], bridge, frame, [ep.ofport for ep in eps if ep.ofport is not None]):
             sent += [ep.name for ep in eps]
     return sent
 
@@ -343,7 +345,7 @@ def run(
     out_dir: Path,
 ) -> TrafficRun:
     """Capture on every guest, probe from every guest, collect the frames."""
-    runner = host.runner
+    runner = host.guest_runner
     make_private(out_dir)
     down = {ep.name: why for ep in endpoints for why in [guest_down_reason(runner, ep)] if why}
     live = [ep for ep in endpoints if ep.name not in down]

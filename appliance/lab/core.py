@@ -275,7 +275,7 @@ class Lab:
             if multihost.start_host(h):
                 report.actions.append(f"started host {name}: namespace {h.netns}, its own OVS and sshd "
                                       f"({h.address}:{h.port}, no Python on its PATH)")  # fmt: skip
-        for ln in multihost.links(t):
+        for ln in t.links():
             if multihost.make_link(hosts, ln):
                 report.actions.append(f"linked {ln.a} {ln.a_end} -- {ln.b} {ln.b_end} (a trunk on {ln.bridge})")
         for g in t.guests:
@@ -545,11 +545,12 @@ class Lab:
             if (in_lab[g]["ip"], in_lab[g]["mac"], in_lab[g].get("kind", "netns"))
             != (topology.guest(g).ip, topology.guest(g).mac, topology.guest(g).kind)
             or (topology.guest(g).kind == "netns" and in_lab[g]["vif"] != topology.guest(g).vif)
+            or in_lab[g].get("host") != topology.guest(g).host
         ]  # fmt: skip
         if differ:
             raise UsageError(
                 f"guest {', '.join(differ)} in the lab that is up (topology {status['topology']}) differs from "
-                f"{topology.file} (IP, MAC or VIF)",
+                f"{topology.file} (IP, MAC, VIF or host)",
                 hint=f"hvnet lab down && hvnet lab up --topology {topology.file}",
             )
         absent = [g for g in names if not (in_lab[g]["namespace_present"] and in_lab[g]["vif_present"])]

@@ -19,12 +19,11 @@ it with the run directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
 from ..errors import LabError
-from ..topology import Guest, Topology
+from ..topology import Guest, Link, Topology
 from .sshhost import SshHost
 
 FIRST_INDEX = 10  # the first lab host's link is 169.254.110.0/30, the next .111.0/30 ...
@@ -42,34 +41,10 @@ def lab_hosts(run_dir: Path, names: list[str] | tuple[str, ...]) -> dict[str, Ss
     return {n: SshHost(n, hosts_dir(run_dir), index=FIRST_INDEX + i) for i, n in enumerate(names)}
 
 
-@dataclass(frozen=True)
-class Link:
-    """One trunk link: a veth whose ends are ports of ``bridge`` on two neighbouring hosts."""
-
-    bridge: str
-    a: str
-    a_end: str
-    b: str
-    b_end: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.a}/{self.a_end}"
-
-
-def links(t: Topology) -> list[Link]:
-    """``ethB-PEER`` on each side: bridge number B, the host at the other end."""
-    return [
-        Link(br.name, a, f"eth{bi}-{b}", b, f"eth{bi}-{a}")
-        for bi, br in enumerate(t.bridges)
-        for a, b in zip(t.hosts, t.hosts[1:])
-    ]
-
-
 def uplinks(t: Topology, host: str) -> list[tuple[str, str]]:
     """(bridge, port) of every trunk link end on ``host``."""
     out = []
-    for ln in links(t):
+    for ln in t.links():
         if ln.a == host:
             out.append((ln.bridge, ln.a_end))
         if ln.b == host:

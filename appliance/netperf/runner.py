@@ -110,6 +110,7 @@ class Runner:
         self.of = OpenFlow.for_host(host)
         self.netserver: Optional[Netserver] = None
         self.doc = SuiteResult()
+        self.kernel_here = True  # the host's kernel is this machine's (see _same_kernel)
 
     # -- control -----------------------------------------------------------------
 
@@ -147,16 +148,20 @@ class Runner:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
         client, server, address = self._endpoints()
-        pf = check(self.host.runner, self.suite, client, managed_server=server is not None)
+        pf = check(self.host.guest_runner, self.suite, client, managed_server=server is not None)
         pf.failures += self._plan_fragments()
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
         self.netperf = client.tool("netperf", pf.netperf)
         self.netserver_path = server.tool("netserver", pf.netserver or "") if server else (pf.netserver or "")
         make_private(self.out_dir / "raw")  # under /var/tmp by default: no other user may own a part of it
+        self.kernel_here = self._same_kernel()
         self.doc = self._new_doc(pf)
         for w in pf.warnings:
             self._warn(w)
+        if not self.kernel_here:
+            self._warn(f"{self.host.label} is another machine: its CPU and ovs-vswitchd's are not measured "
+                       "(the CPU figures are this machine's netperf and netserver only)")  # fmt: skip
         setup = _CaseState()
         state = "failed"
         try:
@@ -215,8 +220,8 @@ class Runner:
         s = self.suite
         meta = Meta(
             hvnet_version=__version__,
-            host=socket.gethostname(),
-            kernel=os.uname().release,
+            host=self.host.label or socket.gethostname(),
+            kernel=self._kernel(),
             ovs_version=state.ovs_version,
             datapath_types=sorted({b.datapath_type or "system" for b in state.bridges.values()}),
             netperf_version=pf.netperf_version,
@@ -237,6 +242,26 @@ class Runner:
         )
         return SuiteResult(results.SCHEMA, results.SCHEMA_VERSION, "running", True, meta)
 
+    def _same_kernel(self) -> bool:
+        """Whether the host's switch runs on this machine's kernel (this machine, or a lab host in a
+        namespace of it): only then are its cores and its ovs-vswitchd's threads this machine's /proc."""
+        if self.host.label is None:
+            return True
+        boot_id = "/proc/sys/kernel/random/boot_id"
+        try:
+            here = Path(boot_id).read_text().strip()
+            there = self.host.runner.read_text(boot_id)
+        except (OSError, HvnetError):
+            return False
+        return there is not None and here == there.strip()
+
+    def _kernel(self) -> str:
+        """The release of the kernel whose switch carries the run (a remote host's, over its runner)."""
+        if self.host.label is None:
+            return os.uname().release
+        res = self.host.runner.run(["uname", "-r"], check=False, timeout=10)
+        return res.stdout.strip() or "unknown"
+
     def _save(self) -> None:
         results.write(self.out_dir, self.doc)
 
@@ -253,7 +278,7 @@ class Runner:
                 self.suite.server.port,
                 self.out_dir / "netserver.log",
                 self.netserver_path,
-                self.host.runner,
+                self.host.guest_runner,
             )
             self.netserver.start()
             self.doc.meta.server.netserver_pid = self.netserver.pid
@@ -262,7 +287,7 @@ class Runner:
         while time.monotonic() < deadline:
             probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
             try:
-                res = self.host.runner.run(self.client.wrap(probe), check=False, timeout=10.0)
+                res = self.host.guest_runner.run(self.client.wrap(probe), check=False, timeout=10.0)
                 out = (res.returncode, res.stdout, res.stderr)
             except HvnetError as exc:  # no answer within the timeout
                 out = (-1, "", str(exc))
@@ -413,7 +438,7 @@ class Runner:
         ]
         tag = f"rep{rep}-warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
-        batch = Batch(argvs, self.client, raw, runner=self.host.runner)
+        batch = Batch(argvs, self.client, raw, runner=self.host.guest_runner)
         bridge, ofport = self._client_port() if not warmup else (None, None)
         policing = cs.policing or setup.policing
         metered = not warmup and policing is not None and policing.mechanism == "meter"
@@ -424,7 +449,7 @@ class Runner:
             batch.spawn()
             sampler = CpuSampler(
                 interval_for(seconds),
-                self.of.vswitchd_pid() if self.of else None,
+                self.of.vswitchd_pid() if self.of and self.kernel_here else None,
                 # a netserver in a VM is not a host process: its CPU is not sampled (not reported)
                 lambda: self.netserver.pid if self.netserver and not self.netserver.endpoint.in_vm else None,
                 seconds=float(t.max_seconds()),
@@ -440,6 +465,8 @@ class Runner:
                 sampler.stop()
             raise
         cpu = sampler.stop() if not warmup else {}
+        if not self.kernel_here:  # this machine's cores are not the host's: not the host's figures
+            cpu = {k: v for k, v in cpu.items() if k not in ("host_pct", "per_core_pct", "busiest_core_pct")}
         if warmup:
             return None
         after = self._port_counters(bridge)

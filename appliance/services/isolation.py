@@ -8,8 +8,10 @@ directory rule are the same from either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from .. import inventory
 from ..errors import UsageError
@@ -50,15 +52,43 @@ def run_check(
     root_hint: str,
     conn: Optional[Connection] = None,
     timeout: float = 5.0,
+    hosts: Optional[Mapping[str, Host]] = None,
 ) -> CheckResult:
     """Check ``sc`` on ``host`` with ``guests``: settings applied for the run and undone after it.
 
     ``conn``: an open connection to reuse (the console's); otherwise one is
-    opened for the check and closed after it.
+    opened for the check and closed after it.  A scenario whose topology has
+    ``hosts`` runs on every one of them (``hosts``, by name): its settings on
+    each host's switch, its frames traced and captured across the trunks.
     """
     methods = methods_of(method)
     found, captures = check.prepare(host, guests, sc, methods, out_dir, root_hint=root_hint)
+    if sc.topology.hosts:
+        return _check_hosts(hosts or {}, found, sc, methods, captures, timeout)
     if conn is not None:
         return check.run_check(conn, host, found, sc, methods, captures)
     with host.connect(inventory.COLUMNS, timeout=timeout) as own:
         return check.run_check(own, host, found, sc, methods, captures)
+
+
+def _check_hosts(
+    hosts: Mapping[str, Host],
+    found: dict[str, Any],
+    sc: Scenario,
+    methods: tuple[str, ...],
+    captures: Optional[Path],
+    timeout: float,
+) -> CheckResult:
+    """One site per host of the topology (a host without the scenario's guests still carries their frames)."""
+    missing = [n for n in sc.topology.hosts if n not in hosts]
+    if missing:
+        raise UsageError(f"scenario {sc.name} spans hosts {', '.join(sc.topology.hosts)}; "
+                         f"{', '.join(missing)} cannot be reached from here",
+                         hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}")  # fmt: skip
+    with ExitStack() as stack:
+        sites = [
+            check.Site(stack.enter_context(hosts[n].connect(inventory.COLUMNS, timeout=timeout)), hosts[n],
+                       tuple(g for g in sc.guests if sc.topology.guest(g).host == n), n)
+            for n in sc.topology.hosts
+        ]  # fmt: skip
+        return check.run_sites(sites, found, sc, methods, captures)

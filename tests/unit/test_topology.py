@@ -58,7 +58,9 @@ def test_good_topology_defaults(tmp_path) -> None:
 def test_unknown_keys(tmp_path) -> None:
     out = problems(tmp_path, GOOD.replace("    tag: 1\n", "    tag: 1\n    colour: red\n") + "extra: 1\n")
     assert any("topo.yaml:8: guests[0].colour: unknown key; allowed:" in p and "vlan_mode" in p for p in out)
-    assert any(":13: extra: unknown key; allowed: bridges, description, guests, hypervisor, name" in p for p in out)
+    assert any(
+        ":13: extra: unknown key; allowed: bridges, description, guests, hosts, hypervisor, name" in p for p in out
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,3 +115,54 @@ def test_missing_bridges_and_bad_shapes(tmp_path) -> None:
 def test_all_problems_reported_at_once(tmp_path) -> None:
     text = GOOD.replace("tag: 1", "tag: 9999").replace("name: B", "name: 'B B'")
     assert len(problems(tmp_path, text)) == 2
+
+
+def test_the_two_hosts_topology_places_the_2010_guests_on_two_hosts_joined_by_a_trunk() -> None:
+    t = topology.load(Path(topology.DEFAULT_TOPOLOGY).parent / "two-hosts.yaml")
+    assert t.hosts == ("hv1", "hv2")
+    assert [(g.name, g.host, g.tag) for g in t.guests] == [("VM1", "hv1", 1), ("VM2", "hv2", 1), ("VM3", "hv1", 2)]
+    (link,) = t.links()
+    assert (link.bridge, link.a, link.a_end, link.b, link.b_end) == ("xenbr0", "hv1", "eth0-hv2", "hv2", "eth0-hv1")
+    assert link.peer("hv1", "eth0-hv2") == ("hv2", "eth0-hv1") and link.peer("hv2", "vif2.0") is None
+
+
+def test_three_hosts_are_a_chain_per_bridge(tmp_path) -> None:
+    text = GOOD.replace(
+        "bridges:\n  - name: br0\n",
+        "hosts: [{name: a}, {name: b}, {name: c}]\nbridges:\n  - name: br0\n  - name: br1\n",
+    )
+    text = text.replace("    tag: 1\n", "    tag: 1\n    host: a\n    bridge: br0\n")
+    text = text.replace("    vlan_mode: trunk\n", "    vlan_mode: trunk\n    host: c\n    bridge: br1\n")
+    t = load_text(tmp_path, text)
+    assert [(ln.bridge, ln.a, ln.b) for ln in t.links()] == [
+        ("br0", "a", "b"), ("br0", "b", "c"), ("br1", "a", "b"), ("br1", "b", "c")]  # fmt: skip
+    assert [ln.a_end for ln in t.links()] == ["eth0-b", "eth0-c", "eth1-b", "eth1-c"]
+    assert [g.name for g in t.guests_on("c")] == ["B"]
+
+
+@pytest.mark.parametrize(
+    "hosts, guest_extra, message",
+    [
+        (
+            "hosts: [{name: hv1}, {name: hv2}]\n",
+            "",
+            "topo.yaml:6: guests[0].host: required when there are several hosts; one of: hv1, hv2",
+        ),
+        ("hosts: [{name: hv1}]\n", "    host: hv9\n", "guests[0].host: unknown host 'hv9'; one of: hv1"),
+        ("", "    host: hv1\n", "guests[0].host: the topology declares no 'hosts'"),
+        ("hosts: [{name: HV1}]\n", "", "hosts[0].name: required: 1-8 characters, a lower-case letter first"),
+        ("hosts: [{name: hv1}, {name: hv1}]\n", "", "hosts[1].name: duplicate host name 'hv1'"),
+        ("hosts: [{name: A}]\n", "", "hosts[0].name"),
+        ("hosts: [{name: hv1, ip: 1}]\n", "", "hosts[0].ip: unknown key; allowed: name"),
+        ("hosts: []\n", "", "hosts: a list of 1..16 hosts"),
+    ],
+)
+def test_bad_hosts(tmp_path, hosts, guest_extra, message) -> None:
+    text = hosts + GOOD.replace("    tag: 1\n", "    tag: 1\n" + guest_extra)
+    out = problems(tmp_path, text)
+    assert any(message in p for p in out), out
+
+
+def test_a_guest_may_not_share_a_hosts_name(tmp_path) -> None:
+    text = "hosts: [{name: hv1}]\n" + GOOD.replace("name: A\n", "name: hv1\n")
+    assert any("guests[0].name: 'hv1' names a host too" in p for p in problems(tmp_path, text))
