@@ -1,0 +1,117 @@
+"""A lab of two hypervisors (vlan-tests/topologies/two-hosts.yaml): each a namespace with its own OVS and an
+sshd whose PATH has no Python, joined by a trunk; hvnet reaches them by name, checks isolation and runs
+netperf across them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.lab import Lab
+
+from ..conftest import ROOT, lab_up, run_hvnet
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
+
+TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "two-hosts.yaml"
+SCENARIO = ROOT / "vlan-tests" / "two-hosts.yaml"
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    run_dir = tmp_path_factory.mktemp("two-hosts") / "run"
+    with lab_up(TOPOLOGY, run_dir) as lab:
+        pids = [h.sshd_pid() for h in lab._hosts().values()]
+        yield lab
+    # lab_up checked namespaces and links; the hosts' daemons and the run directory are gone too
+    assert all(p is not None and _gone(p) for p in pids), pids
+    assert not run_dir.exists()
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie no one has reaped yet counts: it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def _env(lab: Lab) -> dict[str, str]:
+    return {"HVNET_LAB_DIR": str(lab.run_dir)}
+
+
+def test_each_host_is_reached_by_name_over_ssh_and_sees_only_its_own_vifs(two_hosts: Lab) -> None:
+    res = run_hvnet("--host", "hv2", "status", "--json", env=_env(two_hosts))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [(v["port"], v["vm_name"]) for v in doc["vifs"] if v["is_vif"]] == [("vif2.0", "VM2")]
+    assert doc["host"]["hostname"] == "hv2"
+    # without --host: the lab's first host
+    res = run_hvnet("status", "--json", env=_env(two_hosts))
+    assert res.returncode == 0, res.stderr
+    assert sorted(v["port"] for v in json.loads(res.stdout)["vifs"] if v["is_vif"]) == ["vif1.0", "vif3.0"]
+    res = run_hvnet("hosts", "--json", env=_env(two_hosts))
+    assert res.returncode == 0, res.stderr
+    rows = {r["name"]: r for r in json.loads(res.stdout)["hosts"]}
+    assert {n: (r["reachable"], r["vifs"], r["kind"]) for n, r in rows.items()} == {
+        "hv1": (True, 2, "xenserver"), "hv2": (True, 1, "xenserver")}  # fmt: skip
+
+
+def test_the_2010_table_holds_across_the_trunk_by_traffic_and_by_trace(two_hosts: Lab, tmp_path: Path) -> None:
+    res = run_hvnet("isolation", "check", str(SCENARIO), "--json", "--out", str(tmp_path / "caps"),
+                    env=_env(two_hosts), timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    doc = json.loads(res.stdout)
+    for method in ("traffic", "trace"):
+        cells = {(c["listener"], c["sender"]): c["value"] for c in doc["methods"][method]["observed"]}
+        assert cells[("VM2", "VM1")] == "yes" and cells[("VM1", "VM2")] == "yes", (method, cells)
+        assert cells[("VM2", "VM3")] == "no" and cells[("VM3", "VM1")] == "no", (method, cells)
+
+
+def test_a_tag_changed_on_the_second_host_leaks_across_the_trunk(two_hosts: Lab, tmp_path: Path) -> None:
+    env = {**_env(two_hosts), "HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "a")}
+    res = run_hvnet("--host", "hv2", "vif", "set", "vif2.0", "--tag", "2", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    try:
+        res = run_hvnet("isolation", "check", str(SCENARIO), "--json", "--out", str(tmp_path / "caps"),
+                        env=env, timeout=120)  # fmt: skip
+        assert res.returncode == 1, res.stdout[-3000:] + res.stderr
+        doc = json.loads(res.stdout)
+        for method in ("traffic", "trace"):
+            cells = {(c["listener"], c["sender"]): c["value"] for c in doc["methods"][method]["observed"]}
+            # VM2 (hv2) now shares VLAN 2 with VM3 (hv1): they hear each other; VM1 no longer hears VM2
+            assert (cells[("VM2", "VM3")], cells[("VM3", "VM2")], cells[("VM1", "VM2")]) == ("yes", "yes", "no")
+    finally:
+        res = run_hvnet("--host", "hv2", "rollback", env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_suite_runs_from_a_guest_on_one_host_to_a_guest_on_the_other(two_hosts: Lab, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = run_hvnet("suite", "run", "two-hosts", "--concurrency", "1", "--duration", "1", "--out", str(out),
+                    "--json", env=_env(two_hosts), timeout=180)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["meta"]["host"] == "hv1" and doc["state"] == "complete"
+    assert len(doc["steps"]) == 4, [s["key"] for s in doc["steps"]]
+    for step in doc["steps"]:
+        rep = step["repetitions"][0]
+        assert [i["returncode"] for i in rep["instances"]] == [0], (step["key"], rep["instances"])
+        # hv1's end of the trunk carried the client's traffic towards hv2
+        assert rep["counters"]["eth0-hv2"]["tx_packets"] > 50, (step["key"], rep["counters"])
+        assert "host_pct" in rep["cpu"]  # hv1 is a namespace of this machine: its CPU is this machine's
+    # the setup's policing was restored on hv1 afterwards
+    res = run_hvnet("--host", "hv1", "status", "--json", env=_env(two_hosts))
+    vif1 = next(v for v in json.loads(res.stdout)["vifs"] if v["port"] == "vif1.0")
+    assert not vif1.get("ingress"), vif1
+
+
+def test_a_second_lab_up_with_another_topology_is_refused_and_the_lab_is_untouched(two_hosts: Lab) -> None:
+    res = run_hvnet("lab", "up", env=_env(two_hosts))
+    assert res.returncode != 0 and "already set up" in res.stderr, res.stderr
+    res = run_hvnet("lab", "status", "--json", env=_env(two_hosts))
+    assert json.loads(res.stdout)["state"] == "up"
