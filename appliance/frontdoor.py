@@ -114,6 +114,9 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     if entry is not None:  # a name from the inventory: its address, user, port and OVS run directory
         text = entry.ssh
         env = {**env, "HVNET_REMOTE_OVS_RUNDIR": env.get("HVNET_REMOTE_OVS_RUNDIR") or entry.ovs_rundir}
+        if entry.xapi_url and entry.xapi_credentials:
+            # its pool master's XAPI names its VMs (one session per pool: the hosts of a pool share it)
+            env = {**env, "HVNET_XAPI_URL": entry.xapi_url, "HVNET_XAPI_CREDENTIALS": entry.xapi_credentials}
     if lab is not None and entry is not None and entry.name in lab.names:
         # one of the lab's hypervisors: its ssh_config (key, known_hosts), its own state and audit log, its VM names
         env = {**env, "HVNET_SSH_CONFIG": env.get("HVNET_SSH_CONFIG") or str(lab.ssh_config)}
