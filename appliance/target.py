@@ -49,6 +49,11 @@ class DbTarget:
     remote: str
     source: str  # "--db", "HVNET_DB", "lab", "system default"
     ssl: SslOptions | None = None
+    shown: str | None = None  # what the operator knows it as, when ``remote`` is a local stand-in (an SSH forward)
+
+    @property
+    def name(self) -> str:
+        return self.shown or self.remote
 
     def describe(self) -> str:
         return f"{self.remote} (from {self.source})"
