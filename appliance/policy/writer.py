@@ -205,6 +205,8 @@ def _remove_tunnel(rows: _Rows, bridge: Any, tunnel: TunnelCols, mirror: str) ->
         return  # not ours: never delete it
     bridge.delvalue("ports", port)
     port.delete()
+    # deleted in this transaction: its columns can no longer be read (a later change's QoS count reads ports)
+    del rows.ports[tunnel.name]
 
 
 def _write_mirror(rows: _Rows, ch: Change) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,3 +116,54 @@ def test_a_second_lab_up_with_another_topology_is_refused_and_the_lab_is_untouch
     assert res.returncode != 0 and "already set up" in res.stderr, res.stderr
     res = run_hvnet("lab", "status", "--json", env=_env(two_hosts))
     assert json.loads(res.stdout)["state"] == "up"
+
+
+POLICY = """\
+version: 1
+policing: auto
+vifs:
+  - vm: VM2
+    vlan: {mode: access, tag: 1}
+    ingress: {rate: 8000, burst: 800}
+    egress: {rate: 20000}
+bridges:
+  xenbr0:
+    mirrors:
+      span-vm2:
+        select: {src: [vm:VM2], dst: [vm:VM2]}
+        output: {gre: 192.0.2.10}
+"""
+
+
+def test_a_policy_with_policing_shaping_and_a_gre_mirror_over_ssh(two_hosts: Lab, tmp_path: Path) -> None:
+    """Meters (ovs-ofctl), the tc/HTB queue, the mirror's tunnel port and the enforcement check, all on hv2
+    through its SSH connection; verify, export and rollback likewise."""
+    env = {**_env(two_hosts), "HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "a")}
+    policy = tmp_path / "p.yaml"
+    policy.write_text(POLICY)
+    res = run_hvnet("--host", "hv2", "apply", str(policy), "--json", env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "applied" and not doc["problems"], doc
+    ingress = [e for e in doc["enforcement"] if e["port"] == "vif2.0" and e["kind"] == "ingress"]
+    assert ingress and ingress[0]["verified"] is True, doc["enforcement"]
+    hv2 = two_hosts._hosts()["hv2"]
+    meters = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "xenbr0"], capture_output=True,
+                            text=True, env={**os.environ, **hv2.switch.env}, check=True).stdout  # fmt: skip
+    assert "kbps" in meters and "rate=8000" in meters, meters
+    (tunnel,) = set(hv2.switch.vsctl("list-ports", "xenbr0").split()) - {"vif2.0", "eth0-hv1"}
+    assert hv2.switch.vsctl("get", "Interface", tunnel, "type").strip() == "gre"
+    assert hv2.switch.vsctl("get", "Interface", tunnel, "options:remote_ip").strip() == '"192.0.2.10"'
+    res = run_hvnet("--host", "hv2", "verify", str(policy), env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = run_hvnet("--host", "hv2", "export", env=env)
+    assert res.returncode == 0 and "span-vm2" in res.stdout and "8000" in res.stdout, res.stdout + res.stderr
+    # hv1 is untouched: the policy went to hv2 only
+    assert two_hosts._hosts()["hv1"].switch.vsctl("--columns=name", "list", "Mirror").strip() == ""
+    res = run_hvnet("--host", "hv2", "rollback", env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert hv2.switch.vsctl("--columns=name", "list", "Mirror").strip() == ""
+    assert sorted(hv2.switch.vsctl("list-ports", "xenbr0").split()) == ["eth0-hv1", "vif2.0"]
+    assert "rate=8000" not in subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "xenbr0"],
+                                             capture_output=True, text=True, env={**os.environ, **hv2.switch.env},
+                                             check=True).stdout  # fmt: skip
