@@ -142,7 +142,7 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
                        static=MappingProxyType(static))  # fmt: skip
     paths = data_paths(env, lab_paths)
     return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
-                stop_at=env.get("HVNET_STOP_AT") or None, label=str(target))  # fmt: skip
+                stop_at=env.get("HVNET_STOP_AT") or None, label=entry.name if entry else str(target))  # fmt: skip
 
 
 def inventory_file(env: Mapping[str, str] | None = None) -> Path:

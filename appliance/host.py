@@ -79,9 +79,9 @@ class Host:
         self.stop_at = stop_at  # a fault drill's checkpoint (see checkpoint)
         self.paths = paths or DataPaths()
         self.runner: CommandRunner = runner or LocalRunner()
-        # A guest's argv (GuestEndpoint.argv: ip netns exec, a VM channel's client) is run on this machine,
-        # whichever hypervisor's switch the guest's VIF is on.
-        self.guest_runner: CommandRunner = self.runner if isinstance(self.runner, LocalRunner) else LocalRunner()
+        # What runs on this machine whichever hypervisor the switch is on: hvnet's own children (the
+        # --no-commit watcher) and a guest's argv (GuestEndpoint.argv: ip netns exec, a VM channel's client).
+        self.local_runner: CommandRunner = self.runner if isinstance(self.runner, LocalRunner) else LocalRunner()
         self.names = names or NameConfig()
         if ovs_rundir is None and target.remote.startswith("unix:"):
             ovs_rundir = Path(target.remote[5:]).parent  # ovs-vswitchd's sockets sit beside the database's

@@ -326,7 +326,7 @@ def prepare(
             raise UsageError(
                 "the traffic method needs root (captures and probes inside the guests' namespaces)", hint=root_hint
             )
-        host.guest_runner.which("tcpdump")
+        host.local_runner.which("tcpdump")
     guests = source.require(sc.topology, list(sc.guests))
     if "traffic" not in methods:
         return guests, None

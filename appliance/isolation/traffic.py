@@ -345,7 +345,7 @@ def run(
     out_dir: Path,
 ) -> TrafficRun:
     """Capture on every guest, probe from every guest, collect the frames."""
-    runner = host.guest_runner
+    runner = host.local_runner
     make_private(out_dir)
     down = {ep.name: why for ep in endpoints for why in [guest_down_reason(runner, ep)] if why}
     live = [ep for ep in endpoints if ep.name not in down]

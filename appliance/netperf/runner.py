@@ -148,7 +148,7 @@ class Runner:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
         client, server, address = self._endpoints()
-        pf = check(self.host.guest_runner, self.suite, client, managed_server=server is not None)
+        pf = check(self.host.local_runner, self.suite, client, managed_server=server is not None)
         pf.failures += self._plan_fragments()
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
@@ -278,7 +278,7 @@ class Runner:
                 self.suite.server.port,
                 self.out_dir / "netserver.log",
                 self.netserver_path,
-                self.host.guest_runner,
+                self.host.local_runner,
             )
             self.netserver.start()
             self.doc.meta.server.netserver_pid = self.netserver.pid
@@ -287,7 +287,7 @@ class Runner:
         while time.monotonic() < deadline:
             probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
             try:
-                res = self.host.guest_runner.run(self.client.wrap(probe), check=False, timeout=10.0)
+                res = self.host.local_runner.run(self.client.wrap(probe), check=False, timeout=10.0)
                 out = (res.returncode, res.stdout, res.stderr)
             except HvnetError as exc:  # no answer within the timeout
                 out = (-1, "", str(exc))
@@ -438,7 +438,7 @@ class Runner:
         ]
         tag = f"rep{rep}-warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
-        batch = Batch(argvs, self.client, raw, runner=self.host.guest_runner)
+        batch = Batch(argvs, self.client, raw, runner=self.host.local_runner)
         bridge, ofport = self._client_port() if not warmup else (None, None)
         policing = cs.policing or setup.policing
         metered = not warmup and policing is not None and policing.mechanism == "meter"

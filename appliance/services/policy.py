@@ -174,7 +174,7 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
     log_path = engine.journal.state_dir / WATCHER_LOG
     env = {"HVNET_STATE_DIR": str(host.paths.state_dir), "HVNET_AUDIT_LOG": str(host.paths.audit_log)}
     with open(log_path, "a") as log_file:
-        watcher = host.runner.popen(
+        watcher = host.local_runner.popen(
             [sys.executable, "-m", "appliance", *_target_options(engine), "rollback", "--pending", record["id"],
              "--at", f"{deadline:.3f}"],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, start_new_session=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +168,23 @@ def test_a_policy_with_policing_shaping_and_a_gre_mirror_over_ssh(two_hosts: Lab
     assert "rate=8000" not in subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "xenbr0"],
                                              capture_output=True, text=True, env={**os.environ, **hv2.switch.env},
                                              check=True).stdout  # fmt: skip
+
+
+def test_an_unconfirmed_apply_over_ssh_is_rolled_back_by_its_watcher(two_hosts: Lab, tmp_path: Path) -> None:
+    """The watcher runs on this machine and reaches hv2 over its own SSH connection."""
+    env = {**_env(two_hosts), "HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "a")}
+    policy = tmp_path / "p.yaml"
+    policy.write_text("version: 1\nvifs:\n  - vm: VM2\n    vlan: {tag: 9}\n")
+    hv2 = two_hosts._hosts()["hv2"]
+    res = run_hvnet("--host", "hv2", "apply", str(policy), "--no-commit", "--timeout", "5", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert hv2.switch.vsctl("get", "Port", "vif2.0", "tag").strip() == "9"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and hv2.switch.vsctl("get", "Port", "vif2.0", "tag").strip() != "1":
+        time.sleep(0.2)
+    assert hv2.switch.vsctl("get", "Port", "vif2.0", "tag").strip() == "1"
+    audit = tmp_path / "a"
+    deadline = time.monotonic() + 10  # the watcher audits after verifying the rollback
+    while time.monotonic() < deadline and "automatic rollback" not in audit.read_text().splitlines()[-1]:
+        time.sleep(0.1)
+    assert "automatic rollback" in json.loads(audit.read_text().splitlines()[-1])["command"]
