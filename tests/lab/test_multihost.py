@@ -188,3 +188,33 @@ def test_an_unconfirmed_apply_over_ssh_is_rolled_back_by_its_watcher(two_hosts: 
     while time.monotonic() < deadline and "automatic rollback" not in audit.read_text().splitlines()[-1]:
         time.sleep(0.1)
     assert "automatic rollback" in json.loads(audit.read_text().splitlines()[-1])["command"]
+
+
+def test_a_xenserver_hosts_vms_are_named_by_its_pools_xapi(two_hosts: Lab, tmp_path: Path) -> None:
+    """An inventory entry with the pool master's XAPI: the VMs of hv2 get the names XAPI gives them (a local
+    XML-RPC server answering as XAPI does; XAPI itself runs only on XenServer)."""
+    from appliance.topology import load as load_topology
+
+    from ..unit.test_names_xapi import FakeXapi
+
+    vm2 = load_topology(TOPOLOGY).guest("VM2").vm_uuid("two-hosts")
+    xapi = FakeXapi()
+    try:
+        xapi.vms = {"OpaqueRef:vm-2": {"uuid": vm2, "name_label": "db-primary", "is_a_template": False}}
+        creds = tmp_path / "xapi-pool"
+        creds.write_text("root:secret\n")
+        hv2 = two_hosts._hosts()["hv2"]
+        inventory = tmp_path / "hosts.yaml"
+        inventory.write_text(
+            f"hosts:\n  - name: hv2\n    kind: xenserver\n    group: pool-a\n    ovs_rundir: {hv2.switch.run_dir}\n"
+            f"    xapi_url: {xapi.url}\n    xapi_credentials: {creds}\n"
+        )
+        env = {**_env(two_hosts), "HVNET_INVENTORY": str(inventory),
+               "HVNET_SSH_CONFIG": str(two_hosts.run_dir / "ssh_config")}  # fmt: skip
+        res = run_hvnet("--host", "hv2", "status", "--json", env=env)
+        assert res.returncode == 0, res.stderr
+        vifs = [v for v in json.loads(res.stdout)["vifs"] if v["is_vif"]]
+        assert [(v["port"], v["vm_name"]) for v in vifs] == [("vif2.0", "db-primary")]
+        assert xapi.logins() == 1
+    finally:
+        xapi.close()
