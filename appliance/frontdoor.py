@@ -118,7 +118,7 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     rundir = Path(env.get("HVNET_REMOTE_OVS_RUNDIR") or "/var/run/openvswitch")
     local = session.work_dir / "db.sock"
     session.forward_unix(local, str(rundir / "db.sock"))
-    db = DbTarget(f"unix:{local}", f"--host {target}")
+    db = DbTarget(f"unix:{local}", f"--host {target}", where=f"{rundir / 'db.sock'} on {target}")
     # This machine's libvirt knows nothing of the remote host's VMs: asked only when named (--libvirt).
     names = NameConfig(libvirt_uri=libvirt or "none",
                        environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))  # fmt: skip

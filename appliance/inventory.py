@@ -485,7 +485,7 @@ def _host_info(conn: Connection, bridges: list[BridgeInfo]) -> HostInfo:
         system_version=_opt(col(root, "system_version")),
         datapath_types=sorted(col(root, "datapath_types")),
         bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
-        db_target=conn.target.remote,
+        db_target=conn.target.where or conn.target.remote,
         c_json_parser=c_json_parser_in_use(),
     )
 
