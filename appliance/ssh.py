@@ -41,9 +41,11 @@ from .runner import LocalRunner
 SSH_FAILED = 255  # ssh's own exit status when the connection, not the remote program, failed
 # How long an idle master waits for a client before exiting, should the watcher be gone too.
 CONTROL_PERSIST_S = 120
-# The watcher: wait for EOF on stdin (hvnet gone), then close the master and remove its directory.
-# A fixed script; the directory and the ssh argv are its positional arguments, never code.
-_WATCHER = 'cat >/dev/null; dir=$1; shift; "$@" >/dev/null 2>&1; rm -rf -- "$dir"'
+# The watcher: wait for EOF on stdin (hvnet gone), then close the master and remove its directory,
+# unless hvnet's own close() already did (then it costs nothing more). A fixed script; the directory
+# and the ssh argv are its positional arguments, never code.
+_WATCHER = ('cat >/dev/null; dir=$1; shift; [ -S "$dir/master" ] && "$@" >/dev/null 2>&1; '
+            '[ -d "$dir" ] && rm -rf -- "$dir"; exit 0')  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 
