@@ -91,6 +91,14 @@ def _fails_fast(env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float
     return res, time.monotonic() - started
 
 
+def test_status_names_the_host_and_its_socket_not_the_forwarded_one(fx1: SshHost, env: dict[str, str]) -> None:
+    """What the fault messages below build on: the host as the operator named it."""
+    res = run_hvnet("--host", "fx1", "status", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    host = json.loads(res.stdout)["host"]
+    assert host["hostname"] == "fx1" and host["db_target"] == f"{fx1.switch.run_dir}/db.sock on fx1", host
+
+
 def test_host_nothing_answers_on_times_out_with_exit_3(fx1: SshHost, env: dict[str, str]) -> None:
     inside = ["ip", "-n", fx1.netns, "link", "set", fx1.veth[1]]
     subprocess.run([*inside, "down"], check=True)  # the host is gone from the network: nothing answers
