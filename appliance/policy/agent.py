@@ -99,7 +99,7 @@ class Agent:
             while not self._stop.is_set():
                 timeout = max(0.0, next_tick - time.monotonic())
                 if self.keeper is not None and not self.conn.is_connected:
-                    timeout = min(timeout, self.keeper.due() or 0.0)
+                    timeout = min(timeout, self.keeper.due())
                 woken = self._wake.wait(timeout)
                 if self._stop.is_set():
                     break

@@ -58,7 +58,7 @@ class LinkKeeper:
         self.attempts = 0
         self._next_check = 0.0
 
-    def due(self) -> float | None:
+    def due(self) -> float:
         """Seconds until :meth:`check` has something to do while disconnected."""
         return max(0.0, self._next_check - self.clock())
 
