@@ -135,14 +135,15 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     rundir = Path(env.get("HVNET_REMOTE_OVS_RUNDIR") or "/var/run/openvswitch")
     local = session.work_dir / "db.sock"
     session.forward_unix(local, str(rundir / "db.sock"))
-    db = DbTarget(f"unix:{local}", f"--host {target}", shown=f"ssh {target}:{rundir / 'db.sock'}")
+    label = entry.name if entry else str(target)
+    db = DbTarget(f"unix:{local}", f"--host {label}", where=f"{rundir / 'db.sock'} on {label}")
     # This machine's libvirt knows nothing of the remote host's VMs: asked only when named (--libvirt).
     names = NameConfig(libvirt_uri=libvirt or "none",
                        environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}),
                        static=MappingProxyType(static))  # fmt: skip
     paths = data_paths(env, lab_paths)
     return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
-                stop_at=env.get("HVNET_STOP_AT") or None, label=entry.name if entry else str(target))  # fmt: skip
+                stop_at=env.get("HVNET_STOP_AT") or None, label=label)  # fmt: skip
 
 
 def inventory_file(env: Mapping[str, str] | None = None) -> Path:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .runner import CommandRunner, LocalRunner
 from .target import DbTarget
@@ -60,6 +60,18 @@ class NameConfig:
     static: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # uuid -> name (the lab's)
 
 
+class Link(Protocol):
+    """What carries a remote hypervisor's programs and database (its SSH session)."""
+
+    def alive(self) -> bool:
+        """Whether the connection is up."""
+        ...
+
+    def reconnect(self) -> None:
+        """Make it again (raises :class:`~appliance.errors.HvnetError` naming the host when it cannot)."""
+        ...
+
+
 class Host:
     """One hypervisor as hvnet sees it (see the module docstring)."""
 
@@ -98,6 +110,11 @@ class Host:
         if self.label is not None:
             return f"ssh:{self.label}:{self.ovs_rundir}/db.sock"
         return self.target.remote
+
+    @property
+    def link(self) -> Link | None:
+        """A remote host's connection, which a long-lived process (the agent) keeps up; None on this machine."""
+        return getattr(self.runner, "session", None)
 
     def close(self) -> None:
         """Let go of what reaching the host holds (a remote host's SSH connection); idempotent."""

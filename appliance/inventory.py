@@ -307,6 +307,9 @@ def read(
     """
     with conn.lock:
         inv = _build(conn)
+    if not inv.host.hostname:  # OVS was not told its host's name: the host's as hvnet knows it
+        remote = runner is not None and not runner.local
+        inv.host.hostname = str(getattr(runner, "host", "")) if remote else socket.gethostname()
     if names:
         attach_vms(inv.vifs, names)
     if kernel_counters:
@@ -477,7 +480,7 @@ def _host_info(conn: Connection, bridges: list[BridgeInfo]) -> HostInfo:
     root = conn.root()
     ext = dict(col(root, "external_ids"))
     return HostInfo(
-        hostname=ext.get("hostname") or socket.gethostname(),
+        hostname=ext.get("hostname", ""),
         system_id=ext.get("system-id"),
         ovs_version=_opt(col(root, "ovs_version")),
         db_version=_opt(col(root, "db_version")),
@@ -485,7 +488,7 @@ def _host_info(conn: Connection, bridges: list[BridgeInfo]) -> HostInfo:
         system_version=_opt(col(root, "system_version")),
         datapath_types=sorted(col(root, "datapath_types")),
         bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
-        db_target=conn.target.name,
+        db_target=conn.target.where or conn.target.remote,
         c_json_parser=c_json_parser_in_use(),
     )
 

@@ -75,6 +75,11 @@ def _unreachable(target: DbTarget, reason: str) -> OvsdbUnreachable:
             "start Open vSwitch (systemctl start openvswitch-switch, or openvswitch on EL), "
             "bring up the lab with 'hvnet lab up', or pass --db / set HVNET_DB"
         )
+    elif target.where is not None:
+        hint = (
+            "is ovsdb-server running there, with its socket at that path? If Open vSwitch keeps its run "
+            "directory elsewhere, set it in the inventory (ovs_rundir) or HVNET_REMOTE_OVS_RUNDIR"
+        )
     elif target.source == "lab":
         hint = "the lab's ovsdb-server is not answering: run 'hvnet lab down' then 'hvnet lab up'"
     else:
@@ -346,6 +351,27 @@ class Connection:
     def is_connected(self) -> bool:
         return self.idl._session.is_connected()
 
+    def set_lock(self, name: str | None) -> None:
+        """Ask the server for the named OVSDB lock (None lets it go).
+
+        Granted asynchronously: until :attr:`has_lock`, every transaction
+        ends NOT_LOCKED (the IDL refuses to send it), so a client that wants
+        a lock writes only while it holds it.  The IDL asks again on every
+        reconnect; acquiring the lock counts as a change (listeners run).
+        """
+        with self.lock:
+            self.idl.set_lock(name)
+
+    @property
+    def has_lock(self) -> bool:
+        """Whether the server says this connection holds the lock asked for with :meth:`set_lock`."""
+        return bool(self.idl.has_lock)
+
+    @property
+    def lock_contended(self) -> bool:
+        """Whether the server said another client holds the lock asked for."""
+        return bool(self.idl.is_lock_contended)
+
     @property
     def change_seqno(self) -> int:
         return self.idl.change_seqno
@@ -383,7 +409,7 @@ class Connection:
         if self.is_connected and seqno != self._connected_seqno:
             if self._connected_seqno >= 0:
                 self.reconnects += 1
-                log.info("reconnected to %s", self.target.remote)
+                log.info("reconnected to %s", self.target.where or self.target.remote)
             self._connected_seqno = seqno
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -466,7 +492,8 @@ class Connection:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     error = ConflictError(
-                        f"transaction did not go through within {timeout:g} s ({attempts} attempts, "
+                        f"transaction on {self.target.where or self.target.remote} did not go through within "
+                        f"{timeout:g} s ({attempts} attempts, "
                         f"{'connected' if self.is_connected else 'not connected'})",
                         hint="another client kept changing the same rows, or OVSDB is unreachable; retry",
                     )
@@ -476,6 +503,8 @@ class Connection:
                 continue
             if status == ovs.db.idl.Transaction.ERROR:
                 raise OvsdbError(f"OVSDB rejected the transaction: {txn.get_error()}")
+            if status == ovs.db.idl.Transaction.NOT_LOCKED:
+                raise OvsdbError(f"not sent: another client holds the OVSDB lock {self.idl.lock_name!r}")
             raise OvsdbError(f"transaction ended with status {ovs.db.idl.Transaction.status_to_string(status)}")
 
     def _commit(self, txn: ovs.db.idl.Transaction, deadline: float) -> int:

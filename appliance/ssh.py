@@ -12,11 +12,20 @@ library, so ``~/.ssh/config``, agents, ProxyJump, certificates and
 * Host keys are checked strictly and never added by hvnet: an unknown or
   changed key is refused with its fingerprint and the command that accepts it.
 * Failures say which host and why: unreachable (exit 3), authentication
-  refused, host key, a missing program (exit 4).
+  refused, host key, a missing program (exit 4).  A remote program that
+  itself exits 255 (ssh's own failure status) is told apart by asking the
+  master whether it is still up (``ssh -O check``).
+* The master never outlives hvnet: a watcher process holding the read end of
+  a pipe only hvnet writes to closes it when hvnet is gone, even SIGKILLed
+  (and ``ControlPersist`` is bounded besides).
+* A long-lived process (the agent) asks :meth:`SshSession.alive` and calls
+  :meth:`SshSession.reconnect`, which opens the master again on the same
+  control path and re-creates the forwardings.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -30,6 +39,13 @@ from .errors import EXIT_UNREACHABLE, CommandFailed, HvnetError, MissingTool, Us
 from .runner import LocalRunner
 
 SSH_FAILED = 255  # ssh's own exit status when the connection, not the remote program, failed
+# How long an idle master waits for a client before exiting, should the watcher be gone too.
+CONTROL_PERSIST_S = 120
+# The watcher: wait for EOF on stdin (hvnet gone), then close the master and remove its directory,
+# unless hvnet's own close() already did (then it costs nothing more). A fixed script; the directory
+# and the ssh argv are its positional arguments, never code.
+_WATCHER = ('cat >/dev/null; dir=$1; shift; [ -S "$dir/master" ] && "$@" >/dev/null 2>&1; '
+            '[ -d "$dir" ] && rm -rf -- "$dir"; exit 0')  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 
@@ -122,6 +138,9 @@ class SshSession:
         self.closed = False
         self.local = LocalRunner()  # ssh, ssh-keyscan, ssh-keygen: run here, like any program hvnet starts
         self._settings: dict[str, str] | None = None
+        self._forwards: list[tuple[Path, str]] = []  # made again by reconnect()
+        self._watcher: subprocess.Popen[bytes] | None = None
+        self._watch_fd: int | None = None
 
     # -- argv -------------------------------------------------------------------
 
@@ -151,36 +170,101 @@ class SshSession:
     # -- lifetime -----------------------------------------------------------------
 
     def open(self) -> None:
-        """Start the master (backgrounded by ssh itself once authenticated); errors name the host."""
+        """Start the master (backgrounded by ssh itself once authenticated); errors name the host.
+
+        A host that cannot be reached leaves nothing behind: the session is closed.
+        """
         if self.opened:
             return
         if self.closed:
             raise HostUnreachable(f"{self.target}: the SSH session was closed")
-        argv = self.ssh_argv("-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N", "--")
+        try:
+            self._start_master()
+        except HvnetError:
+            self.close()
+            raise
+
+    def _start_master(self) -> None:
+        argv = self.ssh_argv("-o", "ControlMaster=yes", "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-f", "-N", "--")
         try:
             res = self.local.run(
                 [*argv, self.target.destination], check=False, timeout=self.options.connect_timeout + 20
             )
         except CommandFailed:  # no answer within the timeout
-            self.close()  # a host that could not be reached leaves nothing behind
             raise HostUnreachable(
                 f"{self.target}: no SSH connection within {self.options.connect_timeout:g} s"
             ) from None
         if res.returncode != 0:
-            error = self.failure(res.stderr)
-            self.close()
-            raise error
+            raise self.failure(res.stderr)
         self.opened = True
+        self._watch()
+
+    def _watch(self) -> None:
+        """Tie the master to this process: a watcher closes it once hvnet is gone, however it went.
+
+        The watcher reads a pipe whose write end only this process holds (not
+        inherited: Python's pipes are close-on-exec); the kernel closes it
+        when hvnet exits or is killed, and the watcher then runs ``ssh -O
+        exit`` on the control socket and removes the session's directory.
+        """
+        if self._watcher is not None:
+            return
+        read_end, write_end = os.pipe()
+        exit_argv = self.ssh_argv("-O", "exit", "--", self.target.destination)
+        try:
+            self._watcher = self.local.popen(
+                ["sh", "-c", _WATCHER, "hvnet-ssh-watch", str(self._dir), *exit_argv], stdin=read_end,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._watch_fd = write_end
+
+    def alive(self) -> bool:
+        """Whether the master still answers on its control socket (``ssh -O check``)."""
+        if not self.opened or self.closed:
+            return False
+        argv = self.ssh_argv("-O", "check", "--", self.target.destination)
+        try:
+            return self.local.run(argv, check=False, timeout=10).returncode == 0
+        except CommandFailed:
+            return False
+
+    def reconnect(self) -> None:
+        """Open the master again (after sshd restarted or the network came back) and re-create the forwardings.
+
+        Same control path and forwarded socket paths, so every user of the
+        session (the runner, the OVSDB connection) finds it where it was.
+        """
+        if self.closed:
+            raise HostUnreachable(f"{self.target}: the SSH session was closed")
+        if self.opened:
+            self.local.run(self.ssh_argv("-O", "exit", "--", self.target.destination), check=False, timeout=10)
+            self.opened = False
+        self.control.unlink(missing_ok=True)
+        forwards, self._forwards = self._forwards, []
+        try:
+            self._start_master()  # a failure leaves the session as it is, for the next attempt
+            for local, remote in forwards:
+                self.forward_unix(local, remote)
+        except BaseException:
+            self._forwards = forwards  # the next attempt makes them again
+            raise
 
     def forward_unix(self, local: Path, remote: str) -> None:
         """Forward the local socket ``local`` to the host's unix socket ``remote`` over the master."""
+        local.unlink(missing_ok=True)  # left by a master that is gone (reconnect)
         argv = self.ssh_argv("-O", "forward", "-L", f"{local}:{remote}", "--", self.target.destination)
         res = self.local.run(argv, check=False, timeout=15)
         if res.returncode != 0:
             raise HostUnreachable(f"{self.target}: cannot forward {remote}: {_last_line(res.stderr)}")
+        self._forwards.append((local, remote))
 
     def close(self) -> None:
-        """Stop the master (and with it every forwarding); idempotent."""
+        """Stop the master (and with it every forwarding) and its watcher; idempotent."""
         if self.opened:
             argv = self.ssh_argv("-O", "exit", "--", self.target.destination)
             try:
@@ -193,6 +277,15 @@ class SshSession:
             for p in self._dir.iterdir():
                 p.unlink(missing_ok=True)
             self._dir.rmdir()
+        if self._watch_fd is not None:
+            os.close(self._watch_fd)  # the watcher wakes, finds nothing left to close, and exits
+            self._watch_fd = None
+        if self._watcher is not None:
+            try:
+                self._watcher.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._watcher.kill()
+            self._watcher = None
 
     @property
     def work_dir(self) -> Path:
@@ -319,7 +412,8 @@ class SshRunner:
             res = self.session.local.run(command, check=False, timeout=timeout, input_text=input_text)
         except CommandFailed:  # the local ssh ran out of time: say it of the remote program
             raise CommandFailed([f"{self.host}:", *argv], -1, f"no result within {timeout:g} s") from None
-        if res.returncode == SSH_FAILED and _ssh_failed(res.stderr):
+        if res.returncode == SSH_FAILED and _ssh_failed(res.stderr) and not self.session.alive():
+            # ssh's own failure; with the master still up it was the remote program's exit 255
             raise self.session.failure(res.stderr)
         return res
 

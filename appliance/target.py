@@ -49,14 +49,12 @@ class DbTarget:
     remote: str
     source: str  # "--db", "HVNET_DB", "lab", "system default"
     ssl: SslOptions | None = None
-    shown: str | None = None  # what the operator knows it as, when ``remote`` is a local stand-in (an SSH forward)
-
-    @property
-    def name(self) -> str:
-        return self.shown or self.remote
+    # What the operator knows the database as, when ``remote`` is only a means to it: a remote
+    # host's socket ("/var/run/openvswitch/db.sock on xs01") reached through a forwarded one.
+    where: str | None = None
 
     def describe(self) -> str:
-        return f"{self.remote} (from {self.source})"
+        return f"{self.where or self.remote} (from {self.source})"
 
     def insecure_warning(self) -> str | None:
         """What to tell the operator about a ``tcp:`` target (None for unix: and ssl:)."""

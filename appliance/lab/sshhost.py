@@ -71,7 +71,7 @@ class SshHost:
             self._link()
             self.switch.start()
             self._keys()
-            self._sshd()
+            self.start_sshd()
         except BaseException:
             self.stop()
             raise
@@ -109,7 +109,8 @@ class SshHost:
             f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n"
         )
 
-    def _sshd(self) -> None:
+    def start_sshd(self) -> None:
+        """Start (or start again, after :meth:`kill_sshd`) the host's sshd and wait until it answers."""
         config = self.dir / "sshd_config"
         config.write_text(
             f"ListenAddress {self.address}\nPort {self.port}\nHostKey {self.dir / 'host_key'}\n"
@@ -140,7 +141,7 @@ class SshHost:
         return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
 
     def sshd_pid(self) -> int | None:
-        """The pid of this host's sshd, if it runs."""
+        """The listening sshd's pid (its PidFile), when it is ours and running."""
         try:
             pid = int((self.dir / "sshd.pid").read_text().strip())
         except (OSError, ValueError):
@@ -152,18 +153,49 @@ class SshHost:
         return (os.path.exists(f"/run/netns/{self.netns}") and self.sshd_pid() is not None
                 and all(self.switch.pid(d) is not None for d in ("ovsdb-server", "ovs-vswitchd")))  # fmt: skip
 
-    def stop(self) -> None:
-        """sshd (by its pid), OVS (by theirs), then the link and the namespace; idempotent."""
+    def kill_sshd(self) -> None:
+        """SIGKILL sshd and every connection it serves, as a crash or a lost host would: clients see them drop.
+
+        Stopping only the listener (what ``systemctl restart sshd`` does)
+        leaves the established connections up; the per-connection processes
+        are its descendants, found before it goes (they are reparented after).
+        """
         pid = self.sshd_pid()
-        if pid is not None:
+        if pid is None:
+            return
+        for victim in [pid, *_descendants(pid)]:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            stop_pid(pid)
+        stop_pid(pid)
+        (self.dir / "sshd.pid").unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """sshd and its connections (by pid), OVS (by theirs), then the link and the namespace; idempotent."""
+        self.kill_sshd()
         self.switch.stop()
         proc.run(["ip", "link", "del", self.veth[0]], check=False)
         proc.run(["ip", "netns", "del", self.netns], check=False)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from the parent pids in /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _is_our_sshd(pid: int, directory: Path) -> bool:

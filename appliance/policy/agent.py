@@ -11,6 +11,12 @@ forgets them when it restarts, without any OVSDB change to say so), reloads
 the policy on SIGHUP, and deletes hvnet-owned QoS/Queue/Mirror rows and
 tunnel ports left behind by VIFs that are gone -- only after seeing them
 orphaned in two consecutive observations at least a second apart.
+
+It writes only while it holds the OVSDB lock :data:`AGENT_LOCK` on its
+switch: a second agent started on the same switch (on the hypervisor, or on
+another console host) says that the lock is held and waits, and takes over
+when the first one goes.  Against a remote hypervisor (``hvnet --host NAME
+agent``) it also keeps the SSH connection up (:mod:`.link`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
 from .document import load
 from .engine import PolicyEngine
+from .link import LinkKeeper
 from .model import TUNNEL_MIRROR_KEY, Policy, is_owned
 
 log = logging.getLogger("hvnet.agent")
@@ -58,6 +65,9 @@ class Agent:
         self._vswitchd_pid: int | None = None
         self._last_error = ""
         self.applied = 0  # reconciles that changed something (for tests and status)
+        self.where = host.label or conn.target.describe()
+        self.keeper = LinkKeeper(host.link, self.where) if host.link is not None else None
+        self._lock_said = ""  # what was last said about the lock: "", "held", "contended"
 
     # -- control ----------------------------------------------------------------
 
@@ -81,18 +91,23 @@ class Agent:
 
     def run(self) -> None:
         self.conn.add_listener(self.wake)
+        self.conn.set_lock(AGENT_LOCK)
         self.conn.start()
-        log.info("agent started: policy %s, database %s", self.policy_path, self.conn.target.remote)
+        log.info("agent started: policy %s, database %s", self.policy_path, self.conn.target.describe())
         next_tick = 0.0
         try:
             while not self._stop.is_set():
                 timeout = max(0.0, next_tick - time.monotonic())
+                if self.keeper is not None and not self.conn.is_connected:
+                    timeout = min(timeout, self.keeper.due())
                 woken = self._wake.wait(timeout)
                 if self._stop.is_set():
                     break
                 if woken:
                     time.sleep(DEBOUNCE_S)
                     self._wake.clear()
+                if self.keeper is not None:
+                    self.keeper.check(self.conn.is_connected)
                 if self._reload.is_set():
                     self._reload.clear()
                     self._do_reload()
@@ -118,6 +133,8 @@ class Agent:
         if self.conn.reconnects != self._reconnects:
             self._reconnects = self.conn.reconnects
             log.warning("reconnected to the database (%d reconnects); re-applying the policy", self._reconnects)
+        if not self._holds_lock():
+            return
         try:
             if tick:
                 self._check_vswitchd()
@@ -141,6 +158,22 @@ class Agent:
             if text != self._last_error:  # say it once, not on every wake-up
                 log.error("could not apply the policy: %s", text)
                 self._last_error = text
+
+    def _holds_lock(self) -> bool:
+        """Whether this agent may write: it holds :data:`AGENT_LOCK`.  Each change of that is said once."""
+        if self.conn.has_lock:
+            if self._lock_said != "held":
+                log.info("holding the OVSDB lock %s on %s: enforcing the policy", AGENT_LOCK, self.where)
+                self._lock_said = "held"
+            return True
+        if self.conn.lock_contended:
+            if self._lock_said != "contended":
+                log.warning("another agent holds the OVSDB lock %s on %s: not writing until it lets go",
+                            AGENT_LOCK, self.where)  # fmt: skip
+                self._lock_said = "contended"
+        elif self._lock_said == "held":
+            self._lock_said = ""  # lost with the connection: asked for again on reconnect
+        return False
 
     def _check_vswitchd(self) -> None:
         of = self.engine.of

@@ -263,6 +263,10 @@ class PolicyEngine:
         def build(ctx: TxnContext) -> Plan:
             calls[0] += 1
             plan = make_plan(self._read(ctx.conn))
+            if self.of is not None and not self.lenient and any(_touches_meters(c) for c in plan.changes):
+                # Said before anything is committed (exit 4), not found missing after the commit and undone;
+                # the agent (lenient) commits the rest and keeps the meters pending instead.
+                self.host.runner.which("ovs-ofctl")
             if plan.changes and self.audit:
                 attempts[calls[0]] = (plan, self._intend(label, plan.changes, keep=record))
             writer.write(ctx, plan.changes)
