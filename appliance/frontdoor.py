@@ -97,15 +97,22 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     """A hypervisor over SSH: one master connection carries its programs and its forwarded OVSDB socket.
 
     The journal (state, audit log) stays on this machine, one record per
-    target as for any switch.  The master is closed when hvnet exits.
+    target as for any switch: each host's rollback records in a directory of
+    its own under the state directory, so applies to several hosts (``--hosts``)
+    never take each other's records.  A host named from the inventory keeps
+    that name (the journal's and a --no-commit watcher's ``--host``).  The
+    master is closed when hvnet exits.
     """
     from .ssh import SshOptions, SshRunner, SshSession, SshTarget
 
     entry = _inventory_entry(text, env)
+    label = text.strip()
     if entry is not None:  # a name from the inventory: its address, user, port and OVS run directory
         text = entry.ssh
         env = {**env, "HVNET_REMOTE_OVS_RUNDIR": env.get("HVNET_REMOTE_OVS_RUNDIR") or entry.ovs_rundir}
     target = SshTarget.parse(text, "--host/$HVNET_HOST")
+    if entry is None:
+        label = str(target)
     options = SshOptions(
         known_hosts=_path(env.get("HVNET_SSH_KNOWN_HOSTS")),
         identity=_path(env.get("HVNET_SSH_IDENTITY")),
@@ -123,8 +130,9 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     names = NameConfig(libvirt_uri=libvirt or "none",
                        environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))  # fmt: skip
     paths = data_paths(env)
+    paths = replace(paths, state_dir=paths.state_dir / "hosts" / label)
     return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
-                stop_at=env.get("HVNET_STOP_AT") or None, label=str(target))  # fmt: skip
+                stop_at=env.get("HVNET_STOP_AT") or None, label=label)  # fmt: skip
 
 
 def inventory_file(env: Mapping[str, str] | None = None) -> Path:
