@@ -244,7 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
 
-    h = sub.add_parser("hosts", help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs")
+    h = sub.add_parser(
+        "hosts", help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs, agent, policy drift"
+    )
     h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all)")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.set_defaults(func=lazy("cli_hosts", "cmd_hosts"))

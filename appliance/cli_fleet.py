@@ -23,6 +23,8 @@ from .host import Host
 from .hosts import InventoryHost, load
 from .services import fleet
 
+_FAILURE = {1: "failed", 2: "invalid", 3: "unreachable", 4: "missing tool", 5: "conflict", 6: "UNKNOWN"}
+
 
 @dataclass(frozen=True)
 class Verb:
@@ -45,7 +47,11 @@ def hosts_of(args: argparse.Namespace) -> list[InventoryHost]:
     path = inventory_file()
     if not path.exists():
         raise UsageError(f"--hosts: no host inventory at {path}", hint="write one, or set $HVNET_INVENTORY")
-    return load(path).select(args.hosts)
+    inventory = load(path)
+    chosen = inventory.select(args.hosts)
+    if not chosen:
+        raise UsageError(f"--hosts {args.hosts}: {inventory.file} lists no hosts")
+    return chosen
 
 
 def run(args: argparse.Namespace, verb: Verb) -> int:
@@ -82,7 +88,7 @@ def format_outcomes(outcomes: list[fleet.HostOutcome[Any]], verb: Verb) -> str:
     rows, sections = [], []
     for o in outcomes:
         if o.value is None:
-            rows.append([o.name, f"exit {o.exit}", o.error or "", f"{o.seconds:.2f}"])
+            rows.append([o.name, _FAILURE.get(o.exit, f"exit {o.exit}"), o.error or "", f"{o.seconds:.2f}"])
             if o.hint:
                 sections.append(f"== {o.name} ==\n{o.error}\n  hint: {o.hint}")
             continue

@@ -82,10 +82,11 @@ def test_status_over_a_group(fleet: list[SshHost], env: dict[str, str]) -> None:
     for name in NAMES:
         assert doc["hosts"][name]["exit"] == 0
         assert {"vif1.0", "vif2.0"} <= {v["port"] for v in doc["hosts"][name]["result"]["vifs"]}
-    res = run_hvnet("--timeout", "3", "status", "--hosts", "fa1,fa3", env=env)
-    assert res.returncode == 0, res.stderr
-    head = res.stdout.splitlines()[0].split()
-    assert head == ["HOST", "RESULT", "DETAIL", "S"] and "== fa1 ==" in res.stdout and "== fa3 ==" in res.stdout
+    res = run_hvnet("--timeout", "2", "status", "--hosts", "fa1,ghost,fa3", env=env)
+    assert res.returncode == 3, res.stdout + res.stderr
+    table = [line.split()[:2] for line in res.stdout.splitlines()[:4]]
+    assert table == [["HOST", "RESULT"], ["fa1", "ok"], ["ghost", "unreachable"], ["fa3", "ok"]], res.stdout
+    assert GHOST in res.stdout.splitlines()[2] and "== fa1 ==" in res.stdout and "== fa3 ==" in res.stdout
     assert "fa2" not in res.stdout
 
 
