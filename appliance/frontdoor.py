@@ -97,11 +97,9 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     """A hypervisor over SSH: one master connection carries its programs and its forwarded OVSDB socket.
 
     The journal (state, audit log) stays on this machine, one record per
-    target as for any switch: each host's rollback records in a directory of
-    its own under the state directory, so applies to several hosts (``--hosts``)
-    never take each other's records.  A host named from the inventory keeps
-    that name (the journal's and a --no-commit watcher's ``--host``).  The
-    master is closed when hvnet exits.
+    target as for any switch (see :meth:`~appliance.policy.journal.Journal.for_host`).
+    A host named from the inventory keeps that name (the journal's and a
+    --no-commit watcher's ``--host``).  The master is closed when hvnet exits.
     """
     from .ssh import SshOptions, SshRunner, SshSession, SshTarget
 
@@ -130,7 +128,6 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     names = NameConfig(libvirt_uri=libvirt or "none",
                        environ=MappingProxyType({k: env[k] for k in NAME_VARIABLES if k in env}))  # fmt: skip
     paths = data_paths(env)
-    paths = replace(paths, state_dir=paths.state_dir / "hosts" / label)
     return Host(db, paths=paths, runner=SshRunner(session), names=names, ovs_rundir=rundir,
                 stop_at=env.get("HVNET_STOP_AT") or None, label=label)  # fmt: skip
 

@@ -150,3 +150,18 @@ def test_hosts_shows_agent_and_drift(fleet: list[SshHost], env: dict[str, str]) 
     # with the holder gone nobody holds the lock (the probe itself never keeps it)
     res = run_hvnet("--timeout", "3", "hosts", "--hosts", "fa2", "--json", env=env)
     assert json.loads(res.stdout)["hosts"][0]["agent"] == "none", res.stdout
+
+
+def test_unconfirmed_apply_on_many_hosts_is_committed_or_rolled_back_per_host(
+    fleet: list[SshHost], env: dict[str, str]
+) -> None:
+    _set_tags(fleet, "8")
+    res = run_hvnet("apply", env["POLICY"], "--hosts", "fa1,fa2", "--no-commit", "--timeout", "5", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [_tag(h, "vif1.0") for h in fleet] == ["41", "41", "8"]
+    res = run_hvnet("--host", "fa1", "commit", env=env)  # the inventory name reaches fa1's own journal
+    assert res.returncode == 0 and "committed" in res.stdout, res.stdout + res.stderr
+    deadline = time.monotonic() + 25
+    while _tag(fleet[1], "vif1.0") != "8" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert [_tag(h, "vif1.0") for h in fleet] == ["41", "8", "8"]  # fa2's watcher rolled fa2 back, and only fa2
