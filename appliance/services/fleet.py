@@ -86,18 +86,51 @@ def run(
     that host's failure, so the other hosts' results are still shown.
     Worker threads are daemons so that a hung host never keeps hvnet alive.
     """
-    outcomes: list[HostOutcome[T] | None] = [None] * len(hosts)
-    started: list[float | None] = [None] * len(hosts)
-    done = threading.Condition()
-    queue = list(range(len(hosts)))
+    fan = _FanOut(hosts, work, connect)
+    for _ in range(max(1, min(MAX_PARALLEL, len(hosts)))):
+        threading.Thread(target=fan.worker, daemon=True, name="hvnet-fleet").start()
+    return fan.wait(deadline_s, overdue_exit)
 
-    def one(i: int) -> HostOutcome[T]:
-        entry = hosts[i]
+
+class _FanOut(Generic[T]):
+    """The state of one :func:`run`: a queue of hosts, their start times and outcomes, one lock."""
+
+    def __init__(
+        self,
+        hosts: Sequence[InventoryHost],
+        work: Callable[[Host, InventoryHost], tuple[T, int]],
+        connect: Callable[[InventoryHost], Host],
+    ) -> None:
+        self.hosts, self.work, self.connect = hosts, work, connect
+        self.outcomes: list[HostOutcome[T] | None] = [None] * len(hosts)
+        self.started: list[float | None] = [None] * len(hosts)
+        self.queue = list(range(len(hosts)))
+        self.done = threading.Condition()
+
+    def worker(self) -> None:
+        while True:
+            with self.done:
+                if not self.queue:
+                    return
+                i = self.queue.pop(0)
+                self.started[i] = time.monotonic()
+            try:
+                result = self.one(self.hosts[i])
+            except Exception as exc:  # a bug: its traceback logged, the other hosts' results still shown
+                log.exception("%s: internal error", self.hosts[i].name)
+                result = HostOutcome(self.hosts[i].name, EXIT_FAILED, error=f"internal error: {exc!r}")
+            with self.done:
+                if self.outcomes[i] is None:  # not given up on meanwhile
+                    self.outcomes[i] = result
+                self.done.notify_all()
+
+    def one(self, entry: InventoryHost) -> HostOutcome[T]:
+        """One host, start to finish: built, worked on, always closed."""
         host: Host | None = None
         t0 = time.monotonic()
         try:
-            host = connect(entry)
-            value, code = work(host, entry)
+            host = self.connect(entry)
+            value, code = self.work(host, entry)
             return HostOutcome(entry.name, code, value, seconds=time.monotonic() - t0)
         except HvnetError as exc:
             return HostOutcome(entry.name, exc.exit_code, error=exc.message, hint=exc.hint,
@@ -107,39 +140,21 @@ def run(
                 try:
                     host.close()
                 except HvnetError:
-                    pass  # the master is gone already; its directory was removed by close()
+                    pass  # the master is gone already; close() removed its directory regardless
 
-    def worker() -> None:
-        while True:
-            with done:
-                if not queue:
-                    return
-                i = queue.pop(0)
-                started[i] = time.monotonic()
-            try:
-                result = one(i)
-            except Exception as exc:  # a bug: its traceback logged, the other hosts' results still shown
-                log.exception("%s: internal error", hosts[i].name)
-                result = HostOutcome(hosts[i].name, EXIT_FAILED, error=f"internal error: {exc!r}")
-            with done:
-                if outcomes[i] is None:  # not already given up on
-                    outcomes[i] = result
-                done.notify_all()
-
-    for _ in range(max(1, min(MAX_PARALLEL, len(hosts)))):
-        threading.Thread(target=worker, daemon=True, name="hvnet-fleet").start()
-    with done:
-        while any(o is None for o in outcomes):
-            now = time.monotonic()
-            for i, o in enumerate(outcomes):
-                t = started[i]
-                if o is None and t is not None and now - t > deadline_s:
-                    outcomes[i] = HostOutcome(hosts[i].name, overdue_exit, seconds=now - t,
-                                              error=f"no result within {deadline_s:g} s; left running")  # fmt: skip
-            pending = [started[i] for i, o in enumerate(outcomes) if o is None and started[i] is not None]
-            wait = min((t + deadline_s - now for t in pending if t is not None), default=1.0)
-            done.wait(timeout=max(0.05, min(wait, 1.0)))
-    return [o for o in outcomes if o is not None]
+    def wait(self, deadline_s: float, overdue_exit: int) -> list[HostOutcome[T]]:
+        """Every host's outcome, a host busy for longer than ``deadline_s`` given up on."""
+        with self.done:
+            while any(o is None for o in self.outcomes):
+                now = time.monotonic()
+                for i, (o, t) in enumerate(zip(self.outcomes, self.started)):
+                    if o is None and t is not None and now - t > deadline_s:
+                        why = f"no result within {deadline_s:g} s; left running"
+                        self.outcomes[i] = HostOutcome(self.hosts[i].name, overdue_exit, error=why, seconds=now - t)
+                busy = [t for o, t in zip(self.outcomes, self.started) if o is None and t is not None]
+                next_due = min((t + deadline_s - now for t in busy), default=1.0)
+                self.done.wait(timeout=max(0.05, min(next_due, 1.0)))
+        return [o for o in self.outcomes if o is not None]
 
 
 # -- hvnet hosts: one read-only look at a host ---------------------------------------------------
