@@ -57,10 +57,6 @@ class HostOutcome(Generic[T]):
     hint: str | None = None
     seconds: float = 0.0
 
-    @property
-    def ok(self) -> bool:
-        return self.exit == EXIT_OK
-
 
 def worst(codes: Sequence[int]) -> int:
     """The exit code of a fan-out: the most severe of the hosts' codes (0 for none)."""
