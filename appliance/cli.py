@@ -14,12 +14,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from . import __version__, cli_policy_args, cli_suite, render
-from .cli_common import lazy
+from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
 from .frontdoor import build_host, host_of, hosts_by_name
+from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
 from .topology import DEFAULT_TOPOLOGY
@@ -110,9 +110,29 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    host = host_of(args)
+    if getattr(args, "hosts", None):
+        from . import cli_fleet
+
+        verb = cli_fleet.Verb(
+            work=lambda host, _entry: (status_of(host, args), EXIT_OK),
+            result=lambda inv: "ok",
+            detail=lambda inv: cli_fleet.tally((sum(v.is_vif for v in inv.vifs), "VIF"), (len(inv.bridges), "bridge")),
+            text=lambda inv: format_status(inv, all_ports=args.all, with_rates=bool(args.rates)),
+            json=lambda inv: inv.to_json(all_ports=args.all),
+        )
+        return cli_fleet.run(args, verb)
+    inv = status_of(host_of(args), args)
+    if args.json:
+        render.print_json(inv.to_json(all_ports=args.all))
+    else:
+        print(format_status(inv, all_ports=args.all, with_rates=bool(args.rates)))
+    return EXIT_OK
+
+
+def status_of(host: Host, args: argparse.Namespace) -> Inventory:
+    """One host's inventory as ``status`` shows it (``--rates``, ``--bridge``): for one host or each of ``--hosts``."""
     if args.rates:
-        with _connect(args) as conn:
+        with inventory.connect(host, timeout=args.timeout) as conn:
             live = inventory.LiveInventory(conn, host)
             live.refresh()
             time.sleep(args.rates)
@@ -127,11 +147,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 hint=f"bridges: {', '.join(b.name for b in inv.bridges) or 'none'}",
             )
         inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
-    if args.json:
-        render.print_json(inv.to_json(all_ports=args.all))
-    else:
-        print(format_status(inv, all_ports=args.all, with_rates=bool(args.rates)))
-    return EXIT_OK
+    return inv
 
 
 # -- isolation -------------------------------------------------------------------
@@ -176,12 +192,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
 # -- plumbing ----------------------------------------------------------------------
 
 
-def _connect(args: argparse.Namespace, columns: dict[str, list[str]] | None = None) -> Any:
-    conn = inventory.connect(host_of(args), timeout=args.timeout, columns=columns)
-    log.debug("connected to %s", conn.target.describe())
-    return conn
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -207,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         "does for your VMs.",
         epilog="OVSDB target, first match wins: --db, $HVNET_DB, a running hvnet lab (unless --no-lab), "
         "unix:/var/run/openvswitch/db.sock. tcp: targets are unencrypted and unauthenticated: prefer ssl:."
-        "\n\n" + EXIT_CODES_HELP,
+        "\n\n" + EXIT_CODES_HELP + "\n\n" + HOSTS_EXIT_HELP.replace(": 6", ":\n  6"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"hvnet {__version__}")
@@ -237,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
 
-    h = sub.add_parser("hosts", help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs")
+    h = sub.add_parser(
+        "hosts", help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs, agent, policy drift"
+    )
     h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all)")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.set_defaults(func=lazy("cli_hosts", "cmd_hosts"))
@@ -249,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--rates", type=_positive_float, metavar="S", help="sample counters twice, S seconds apart, and show rates"
     )
+    add_hosts_option(s)
     s.set_defaults(func=cmd_status)
 
     lab = sub.add_parser("lab", help="the built-in lab: a private OVS with namespace guests (up, down, status)")

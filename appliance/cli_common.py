@@ -15,3 +15,22 @@ def lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
     call.__name__ = name
     return call
+
+
+HOSTS_EXIT_HELP = (
+    "with --hosts the exit code is the worst host's, most severe first: 6 (outcome unknown), 5 (conflict), "
+    "3 (unreachable), 4 (missing tool), 1 (failed, or drift), 2 (invalid), 0"
+)
+
+
+def add_hosts_option(p: argparse.ArgumentParser) -> None:
+    """``--hosts`` and ``--host-timeout`` of the verbs that run on many hosts at once."""
+    p.add_argument(
+        "--hosts", metavar="NAME,NAME|GROUP|all",
+        help="run on these inventory hosts in parallel, each on its own (not with --host/--db); "
+        + HOSTS_EXIT_HELP,
+    )  # fmt: skip
+    p.add_argument(
+        "--host-timeout", type=float, default=300.0, metavar="S",
+        help="with --hosts: give up on a host still busy after S seconds (default 300)",
+    )  # fmt: skip

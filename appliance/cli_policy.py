@@ -17,7 +17,8 @@ from typing import Any
 from . import api, render
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, ConflictError, OvsdbUnreachable, Problem, UsageError
 from .frontdoor import host_of
-from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, PolicyEngine, describe, intents, load
+from .host import Host
+from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, Policy, PolicyEngine, describe, intents, load
 from .policy.engine import change_json
 from .policy.fields import FieldError
 from .services import policy as svc
@@ -25,8 +26,9 @@ from .services import policy as svc
 WATCHER_PATIENCE_S = 600.0
 
 
-def _engine(args: argparse.Namespace) -> PolicyEngine:
-    host = host_of(args)
+def _engine(args: argparse.Namespace, host: Host | None = None) -> PolicyEngine:
+    """An engine on ``host`` (else the one the global options name), ``--policing`` applied."""
+    host = host or host_of(args)
     conn = api.connect(host, timeout=args.timeout, columns=COLUMNS)
     engine = PolicyEngine(conn, host, command=_command_line())
     if getattr(args, "policing", None):
@@ -38,7 +40,7 @@ def _command_line() -> str:
     return " ".join(["hvnet", *sys.argv[1:]])
 
 
-def _policy_file(args: argparse.Namespace) -> str:
+def policy_file(args: argparse.Namespace) -> str:
     return args.file or os.environ.get("HVNET_POLICY") or DEFAULT_POLICY
 
 
@@ -92,42 +94,113 @@ def _finish(args: argparse.Namespace, result: ApplyResult) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    policy = load(_policy_file(args))  # validated before connecting
-    with _engine(args) as eng:
-        plan = svc.plan(eng, policy)
+    policy = load(policy_file(args))  # validated before connecting
+    if getattr(args, "hosts", None):
+        return _on_hosts(args, "plan", policy)
+    plan, code = plan_on(host_of(args), args, policy)
     if args.json:
-        render.print_json(
-            {"changes": [change_json(c) for c in plan.changes], "warnings": plan.warnings, "matched": plan.matched}
-        )
+        render.print_json(plan_json(plan))
     else:
-        print("\n".join([format_plan(plan), *format_warnings(plan)]))
-        if plan.changes:
-            print(f"{len(plan.changes)} change(s); nothing was changed (plan only)")
-    return EXIT_OK
+        print(plan_text(plan))
+    return code
+
+
+def plan_on(host: Host, args: argparse.Namespace, policy: Policy) -> tuple[Plan, int]:
+    """``plan`` on one host: the plan and the exit code (for one host or each of ``--hosts``)."""
+    with _engine(args, host) as eng:
+        return svc.plan(eng, policy), EXIT_OK
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {"changes": [change_json(c) for c in plan.changes], "warnings": plan.warnings, "matched": plan.matched}
+
+
+def plan_text(plan: Plan) -> str:
+    lines = [format_plan(plan), *format_warnings(plan)]
+    if plan.changes:
+        lines.append(f"{len(plan.changes)} change(s); nothing was changed (plan only)")
+    return "\n".join(lines)
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    policy = load(_policy_file(args))
-    with _engine(args) as eng:
+    policy = load(policy_file(args))
+    if getattr(args, "hosts", None):
+        return _on_hosts(args, "apply", policy)
+    result, _ = apply_on(host_of(args), args, policy)
+    return _finish(args, result)
+
+
+def apply_on(host: Host, args: argparse.Namespace, policy: Policy) -> tuple[ApplyResult, int]:
+    """``apply`` on one host, as one transaction there: the result and the exit code."""
+    with _engine(args, host) as eng:
         result = svc.apply(
             eng, policy, dry_run=args.dry_run, verify=not args.no_verify, wait=not args.no_wait,
             confirm_within=args.commit_timeout if args.no_commit else None,
         )  # fmt: skip
-    return _finish(args, result)
+    return result, EXIT_OK if result.ok else EXIT_FAILED
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    policy = load(_policy_file(args))
-    with _engine(args) as eng:
-        found = svc.verify(eng, policy)
+    policy = load(policy_file(args))
+    if getattr(args, "hosts", None):
+        return _on_hosts(args, "verify", policy)
+    found, code = verify_on(host_of(args), args, policy)
     if args.json:
-        render.print_json({"in_sync": found.in_sync, "drift": found.drift, "warnings": found.warnings})
-    elif found.drift:
-        print(render.table(["TARGET", "SETTING", "EXPECTED", "FOUND"], [list(d.values()) for d in found.drift]))
-        print(f"drift: {len(found.drift)} setting(s) differ from {_policy_file(args)}")
+        render.print_json(drift_json(found))
     else:
-        print(f"in sync: the switch matches {_policy_file(args)}")
-    return EXIT_OK if found.in_sync else EXIT_FAILED
+        print(drift_text(found, policy_file(args)))
+    return code
+
+
+def verify_on(host: Host, args: argparse.Namespace, policy: Policy) -> tuple[svc.Drift, int]:
+    """``verify`` on one host (read-only): the drift found and the exit code (1 on drift)."""
+    with _engine(args, host) as eng:
+        found = svc.verify(eng, policy)
+    return found, EXIT_OK if found.in_sync else EXIT_FAILED
+
+
+def drift_json(found: svc.Drift) -> dict[str, Any]:
+    return {"in_sync": found.in_sync, "drift": found.drift, "warnings": found.warnings}
+
+
+def drift_text(found: svc.Drift, path: str) -> str:
+    if not found.drift:
+        return f"in sync: the switch matches {path}"
+    table = render.table(["TARGET", "SETTING", "EXPECTED", "FOUND"], [list(d.values()) for d in found.drift])
+    return f"{table}\ndrift: {len(found.drift)} setting(s) differ from {path}"
+
+
+def _on_hosts(args: argparse.Namespace, name: str, policy: Policy) -> int:
+    """``plan|apply|verify --hosts``: the one-host function on each host, side by side (see cli_fleet)."""
+    from . import cli_fleet
+    from .cli_fleet import tally
+
+    if name == "plan":
+        verb = cli_fleet.Verb(
+            work=lambda host, _entry: plan_on(host, args, policy),
+            result=lambda p: "changes" if p.changes else "no changes",
+            detail=lambda p: tally((len(p.changes), "change"), (len(p.warnings), "warning")),
+            text=plan_text,
+            json=plan_json,
+        )
+    elif name == "apply":
+        verb = cli_fleet.Verb(
+            work=lambda host, _entry: apply_on(host, args, policy),
+            result=lambda r: r.status if r.ok else f"{r.status}, problems",
+            detail=lambda r: tally((len(r.plan.changes), "change"), (len(r.problems), "problem")),
+            text=format_result,
+            json=lambda r: r.to_json(),
+            changes_hosts=not args.dry_run,
+        )
+    else:
+        verb = cli_fleet.Verb(
+            work=lambda host, _entry: verify_on(host, args, policy),
+            result=lambda d: "in sync" if d.in_sync else "drift",
+            detail=lambda d: f"{len(d.drift)} differ" if d.drift else "-",
+            text=lambda d: drift_text(d, policy_file(args)),
+            json=drift_json,
+        )
+    return cli_fleet.run(args, verb)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_common import lazy
+from .cli_common import add_hosts_option, lazy
 from .host import DEFAULT_POLICY_FILE as DEFAULT_POLICY
 
 
@@ -48,6 +48,7 @@ def register(sub: Any) -> None:
     p.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
     common(p, dry_run=False)
     policing(p)
+    add_hosts_option(p)
     p.set_defaults(func=lazy("cli_policy", "cmd_plan"))
 
     a = sub.add_parser("apply", help="apply a policy: one transaction, meters, verified, audited")
@@ -63,12 +64,14 @@ def register(sub: Any) -> None:
         "--timeout", dest="commit_timeout", type=_commit_timeout, default=60.0, metavar="S",
         help="with --no-commit: seconds before the automatic rollback (default 60)",
     )  # fmt: skip
+    add_hosts_option(a)
     a.set_defaults(func=lazy("cli_policy", "cmd_apply"))
 
     v = sub.add_parser("verify", help="report drift between the switch and a policy (exit 1 on drift)")
     v.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
     common(v, dry_run=False)
     policing(v)
+    add_hosts_option(v)
     v.set_defaults(func=lazy("cli_policy", "cmd_verify"))
 
     e = sub.add_parser("export", help="write the current VIF and mirror settings as a policy file")

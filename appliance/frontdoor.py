@@ -103,7 +103,9 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     """A hypervisor over SSH: one master connection carries its programs and its forwarded OVSDB socket.
 
     The journal (state, audit log) stays on this machine, one record per
-    target as for any switch.  The master is closed when hvnet exits.
+    target as for any switch (see :meth:`~appliance.policy.journal.Journal.for_host`).
+    A host named from the inventory keeps that name (the journal's and a
+    --no-commit watcher's ``--host``).  The master is closed when hvnet exits.
     """
     from .ssh import SshOptions, SshRunner, SshSession, SshTarget
 
@@ -123,6 +125,7 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
         lab_paths = lab.host_dir(entry.name)
         static = lab.vm_names
     target = SshTarget.parse(text, "--host/$HVNET_HOST")
+    label = entry.name if entry else str(target)
     options = SshOptions(
         known_hosts=_path(env.get("HVNET_SSH_KNOWN_HOSTS")),
         identity=_path(env.get("HVNET_SSH_IDENTITY")),
@@ -135,7 +138,6 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     rundir = Path(env.get("HVNET_REMOTE_OVS_RUNDIR") or "/var/run/openvswitch")
     local = session.work_dir / "db.sock"
     session.forward_unix(local, str(rundir / "db.sock"))
-    label = entry.name if entry else str(target)
     db = DbTarget(f"unix:{local}", f"--host {label}", where=f"{rundir / 'db.sock'} on {label}")
     # This machine's libvirt knows nothing of the remote host's VMs: asked only when named (--libvirt).
     names = NameConfig(libvirt_uri=libvirt or "none",

@@ -12,6 +12,7 @@
         ovs_rundir: /var/run/openvswitch
         xapi_url: https://192.0.2.11
         xapi_credentials: /etc/hvnet/xapi-pool-a
+        policy: policies/pool-a.yaml  # what `hvnet hosts` checks it against (relative: to this file)
 
 Every problem is reported with ``file:line``, the field and what is allowed,
 before any host is contacted; the YAML is read with hvnet's bounded loader.
@@ -32,7 +33,8 @@ KINDS = ("xenserver", "kvm")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
-_KEYS = {"name", "address", "user", "port", "kind", "group", "ovs_rundir", "xapi_url", "xapi_credentials"}
+_KEYS = {"name", "address", "user", "port", "kind", "group", "ovs_rundir", "xapi_url", "xapi_credentials", "policy"}
+_PATH = re.compile(r"^[^\0\n]{1,400}$")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class InventoryHost:
     ovs_rundir: str = "/var/run/openvswitch"
     xapi_url: str | None = None
     xapi_credentials: str | None = None
+    policy: str | None = None  # the policy file this host should match (absolute once loaded)
 
     @property
     def ssh(self) -> str:
@@ -134,6 +137,9 @@ def _host(doc: yamldoc.Document, i: int, raw: Any, problems: list[Problem]) -> I
     rundir = text("ovs_rundir", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path", "/var/run/openvswitch")
     xapi_url = text("xapi_url", re.compile(r"^https?://[^\s]{1,200}$"), "an http(s):// URL")
     creds = text("xapi_credentials", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path to a user:password file")
+    policy = text("policy", _PATH, "a policy file's path (relative: to the inventory file's directory)")
     if len(problems) > before or name is None or address is None:
         return None
-    return InventoryHost(name, address, user, port, str(kind), group, str(rundir), xapi_url, creds)
+    if policy is not None:
+        policy = str(Path(doc.file).parent / policy)  # an absolute path stays as it is
+    return InventoryHost(name, address, user, port, str(kind), group, str(rundir), xapi_url, creds, policy)

@@ -249,7 +249,12 @@ class Journal:
 
     @classmethod
     def for_host(cls, host: Host) -> Journal:
-        return cls(host.identity, host.paths.state_dir, host.paths.audit_log)
+        """The host's journal.  A host over SSH keeps its records in ``STATE_DIR/hosts/NAME``: one
+        console applies to many hosts (``--hosts``), and each host's rollback must undo its own last apply."""
+        state_dir = host.paths.state_dir
+        if host.label is not None:
+            state_dir = state_dir / "hosts" / host.label
+        return cls(host.identity, state_dir, host.paths.audit_log)
 
     # -- the audit log -----------------------------------------------------------
 

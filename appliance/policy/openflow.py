@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -311,7 +312,7 @@ def tc_police_works(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet")
         pass
     if runner.which_optional("tc") is None:
         return False
-    ns = f"hvnet-tcprobe-{os.getpid()}"
+    ns = f"hvnet-tcprobe-{os.getpid()}-{secrets.token_hex(3)}"  # hosts probed at once may share a kernel (a lab)
     ok = False
     try:
         runner.run(["ip", "netns", "add", ns], timeout=10)

@@ -162,9 +162,11 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
     """Record the apply as pending, then start the process that rolls it back at the deadline.
 
     The watcher is ``python -m appliance ... rollback --pending ID --at T``, a
-    process of its own so it outlives the front end.  It finds the package as
-    this process did (the installed launcher hands ``PYTHONPATH`` down), reaches
-    the database with the same target and SSL files, and reads the same journal.
+    process of its own on this machine (also for a host over SSH, which it
+    reaches with ``--host`` as this process did) so it outlives the front end.
+    It finds the package as this process did (the installed launcher hands
+    ``PYTHONPATH`` down), reaches the database with the same target and SSL
+    files, and reads the same journal.
     """
     record = engine.journal.load_last()
     assert record is not None and record["id"] == result.record_id
@@ -174,6 +176,7 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
     log_path = engine.journal.state_dir / WATCHER_LOG
     env = {"HVNET_STATE_DIR": str(host.paths.state_dir), "HVNET_AUDIT_LOG": str(host.paths.audit_log)}
     with open(log_path, "a") as log_file:
+        # on this machine, whatever the host: the watcher reaches a remote host over SSH as this process does
         watcher = host.local_runner.popen(
             [sys.executable, "-m", "appliance", *_target_options(engine), "rollback", "--pending", record["id"],
              "--at", f"{deadline:.3f}"],

@@ -395,6 +395,14 @@ def main() -> int:
     for line in bench_remote():
         print(line)
     print()
+    from fleet_bench import bench_fleet, bench_remote_apply
+
+    for line in bench_fleet():
+        print(line)
+    print()
+    for line in bench_remote_apply():
+        print(line)
+    print()
     from tui_bench import bench_tui
 
     for line in bench_tui():

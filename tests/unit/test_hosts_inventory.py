@@ -71,3 +71,20 @@ hosts:
 def test_not_an_inventory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="a mapping with 'hosts'"):
         load(_write(tmp_path, "- just a list\n"))
+
+
+def test_a_hosts_policy_file_is_relative_to_the_inventory(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "    group: pool-a\n  - name: xs02", "    group: pool-a\n    policy: pools/a.yaml\n  - name: xs02", 1
+    )
+    text += "    policy: /etc/hvnet/kvm.yaml\n"
+    inv = load(_write(tmp_path, text))
+    assert inv.get("xs01").policy == str(tmp_path / "pools" / "a.yaml")
+    assert inv.get("kvm1").policy == "/etc/hvnet/kvm.yaml" and inv.get("xs02").policy is None
+
+
+@pytest.mark.parametrize("bad", ["12", "''", "[a.yaml]", '"a\\nb"'])
+def test_a_bad_policy_field_is_named_with_its_line(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(_write(tmp_path, GOOD + f"    policy: {bad}\n"))
+    assert "hosts.yaml:13: hosts[2].policy: a policy file's path" in str(err.value), str(err.value)

@@ -98,3 +98,16 @@ def test_rollback_record_replaced_and_put_back(tmp_path: Path) -> None:
     assert j.load_last()["id"] == a["id"]
     j.mark_rolled_back(a)
     assert j.load_last() is None and j.load_rolled_back()["id"] == a["id"]
+
+
+def test_a_host_over_ssh_keeps_its_records_apart(tmp_path: Path) -> None:
+    from appliance.host import DataPaths, Host
+    from appliance.target import DbTarget
+
+    paths = DataPaths(state_dir=tmp_path, audit_log=tmp_path / "audit.jsonl")
+    local = Journal.for_host(Host(DbTarget("unix:/x/db.sock", "--db"), paths=paths))
+    fa1 = Journal.for_host(Host(DbTarget("unix:/tmp/s1/db.sock", "--host"), paths=paths, label="fa1"))
+    fa2 = Journal.for_host(Host(DbTarget("unix:/tmp/s2/db.sock", "--host"), paths=paths, label="fa2"))
+    assert local.state_dir == tmp_path
+    assert (fa1.state_dir, fa2.state_dir) == (tmp_path / "hosts" / "fa1", tmp_path / "hosts" / "fa2")
+    assert fa1.audit_path == fa2.audit_path == local.audit_path  # one audit log, each line naming its target

@@ -1,0 +1,105 @@
+"""``--hosts NAME,NAME|GROUP|all`` on ``status``, ``plan``, ``apply`` and ``verify``: the verb on many hosts.
+
+The hosts come from the inventory; each runs the verb's one-host function
+(the same one ``--host`` runs, handed in by the verb's command module as a
+:class:`Verb`) in parallel through
+:func:`appliance.services.fleet.run`.  The output is a table of the hosts
+side by side -- HOST, RESULT, DETAIL, seconds -- then, when a host has more
+to say than its row, that host's usual output under ``== HOST ==``.  The exit
+code is the worst host's (see :data:`appliance.services.fleet.SEVERITY`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import render
+from .errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError
+from .frontdoor import build_host, inventory_file
+from .host import Host
+from .hosts import InventoryHost, load
+from .services import fleet
+
+_FAILURE = {1: "failed", 2: "invalid", 3: "unreachable", 4: "missing tool", 5: "conflict", 6: "UNKNOWN"}
+
+
+@dataclass(frozen=True)
+class Verb:
+    """How one verb's per-host result is run and shown."""
+
+    work: Callable[[Host, InventoryHost], tuple[Any, int]]
+    result: Callable[[Any], str]  # the RESULT cell
+    detail: Callable[[Any], str]  # the DETAIL cell: changes, problems
+    text: Callable[[Any], str]  # the host's usual output
+    json: Callable[[Any], Any]
+    changes_hosts: bool = False  # a host given up on mid-way has an unknown outcome
+
+
+def hosts_of(args: argparse.Namespace) -> list[InventoryHost]:
+    """The inventory entries ``--hosts`` names; with ``--host`` or ``--db`` it is a usage error."""
+    if args.host or args.db:
+        raise UsageError(
+            f"--hosts names hosts from the inventory and {'--host' if args.host else '--db'} one switch: give one"
+        )
+    path = inventory_file()
+    if not path.exists():
+        raise UsageError(f"--hosts: no host inventory at {path}", hint="write one, or set $HVNET_INVENTORY")
+    inventory = load(path)
+    chosen = inventory.select(args.hosts)
+    if not chosen:
+        raise UsageError(f"--hosts {args.hosts}: {inventory.file} lists no hosts")
+    return chosen
+
+
+def run(args: argparse.Namespace, verb: Verb) -> int:
+    """The verb on every host ``--hosts`` names, in parallel; the output, and the worst host's exit code."""
+    entries = hosts_of(args)  # every name checked before any host is contacted
+    outcomes = fleet.run(
+        entries,
+        verb.work,
+        lambda e: build_host(ssh_host=e.name, libvirt=args.libvirt, timeout=args.timeout),
+        deadline_s=args.host_timeout,
+        overdue_exit=EXIT_UNKNOWN if verb.changes_hosts else EXIT_UNREACHABLE,
+    )
+    code = fleet.worst([o.exit for o in outcomes])
+    if args.json:
+        render.print_json({"hosts": {o.name: _json(o, verb) for o in outcomes}, "exit": code})
+    else:
+        print(format_outcomes(outcomes, verb))
+    return code
+
+
+def _json(o: fleet.HostOutcome[Any], verb: Verb) -> dict[str, Any]:
+    out: dict[str, Any] = {"exit": o.exit, "seconds": round(o.seconds, 3)}
+    if o.value is not None:
+        out["result"] = verb.json(o.value)
+    else:
+        out["error"] = o.error
+        if o.hint:
+            out["hint"] = o.hint
+    return out
+
+
+def format_outcomes(outcomes: list[fleet.HostOutcome[Any]], verb: Verb) -> str:
+    """The hosts' table, then each host's own output when it holds more than its row."""
+    rows, sections = [], []
+    for o in outcomes:
+        if o.value is None:
+            rows.append([o.name, _FAILURE.get(o.exit, f"exit {o.exit}"), o.error or "", f"{o.seconds:.2f}"])
+            if o.hint:
+                sections.append(f"== {o.name} ==\n{o.error}\n  hint: {o.hint}")
+            continue
+        rows.append([o.name, verb.result(o.value), verb.detail(o.value), f"{o.seconds:.2f}"])
+        text = verb.text(o.value)
+        if len(text.splitlines()) > 2:  # more than a result line or two: the row said it already
+            sections.append(f"== {o.name} ==\n{text}")
+    return "\n\n".join([render.table(["HOST", "RESULT", "DETAIL", "S"], rows), *sections])
+
+
+def tally(first: tuple[int, str], *more: tuple[int, str]) -> str:
+    """``3 changes, 1 problem``: the first count always, the others when not zero."""
+    counts = [first, *(m for m in more if m[0])]
+    return ", ".join(f"{n} {what}{'' if n == 1 else 's'}" for n, what in counts)
