@@ -137,6 +137,9 @@ def _host(doc: yamldoc.Document, i: int, raw: Any, problems: list[Problem]) -> I
     rundir = text("ovs_rundir", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path", "/var/run/openvswitch")
     xapi_url = text("xapi_url", re.compile(r"^https?://[^\s]{1,200}$"), "an http(s):// URL")
     creds = text("xapi_credentials", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path to a user:password file")
+    for given, missing in (("xapi_url", "xapi_credentials"), ("xapi_credentials", "xapi_url")):
+        if given in raw and missing not in raw:  # one without the other would silently name no VM
+            problems.append(doc.problem((*at, given), f"needs '{missing}' too: XAPI is asked with both"))
     policy = text("policy", _PATH, "a policy file's path (relative: to the inventory file's directory)")
     if len(problems) > before or name is None or address is None:
         return None

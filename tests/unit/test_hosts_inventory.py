@@ -88,3 +88,13 @@ def test_a_bad_policy_field_is_named_with_its_line(tmp_path: Path, bad: str) -> 
     with pytest.raises(ConfigError) as err:
         load(_write(tmp_path, GOOD + f"    policy: {bad}\n"))
     assert "hosts.yaml:13: hosts[2].policy: a policy file's path" in str(err.value), str(err.value)
+
+
+def test_xapi_url_and_credentials_go_together(tmp_path: Path) -> None:
+    text = "hosts:\n  - name: xs01\n    xapi_url: https://192.0.2.11\n  - name: xs02\n    xapi_credentials: /etc/x\n"
+    with pytest.raises(ConfigError) as exc:
+        load(_write(tmp_path, text))
+    assert "hosts.yaml:3: hosts[0].xapi_url: needs 'xapi_credentials' too" in str(exc.value)
+    assert "hosts.yaml:5: hosts[1].xapi_credentials: needs 'xapi_url' too" in str(exc.value)
+    both = "hosts:\n  - name: xs01\n    xapi_url: https://192.0.2.11\n    xapi_credentials: /etc/hvnet/xapi\n"
+    assert load(_write(tmp_path, both)).get("xs01").xapi_url == "https://192.0.2.11"
