@@ -400,8 +400,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     root.propagate = False
     root.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
     columns = {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
-    host = host_of(args)
-    conn = api.connect(host, timeout=args.timeout, columns=columns)
+    host, conn = _agent_connect(args, columns)
     agent = Agent(conn, host, path, tick=args.tick)
     if args.policing:
         agent.engine.force_policing = args.policing
@@ -409,6 +408,50 @@ def cmd_agent(args: argparse.Namespace) -> int:
     agent.run()
     conn.close()
     return EXIT_OK
+
+
+def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]]) -> tuple[Host, Any]:
+    """The host and its database.  A remote hypervisor that cannot be reached when the agent starts (it
+    is rebooting, its network is down) is tried again with back-off, one log line per attempt, until it
+    answers or the agent is stopped; a refused host key, refused authentication or a bad option is not
+    retried (a person must act), nor is this machine's own switch (its unit restarts the agent)."""
+    import logging
+    import signal
+
+    from .policy.link import Backoff
+    from .ssh import HostKeyRefused, HostUnreachable
+
+    log = logging.getLogger("hvnet.agent")
+    backoff, attempt = Backoff(), 0
+    stop = {"now": False}
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        while True:
+            try:
+                host = host_of(args)
+                return host, api.connect(host, timeout=args.timeout, columns=columns)
+            except (OvsdbUnreachable, HostUnreachable) as exc:
+                remote = getattr(args, "host", None) or os.environ.get("HVNET_HOST")
+                if not remote or isinstance(exc, HostKeyRefused) or "authentication" in exc.message.lower():
+                    raise
+                _close_host(args)
+                attempt += 1
+                delay = backoff.failed()
+                log.warning("start: attempt %d: %s; next in %.0f s", attempt, exc.message, delay)
+                deadline = time.monotonic() + delay
+                while time.monotonic() < deadline and not stop["now"]:
+                    time.sleep(0.1)
+                if stop["now"]:
+                    raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _close_host(args: argparse.Namespace) -> None:
+    host = getattr(args, "_host", None)
+    if host is not None:
+        host.close()
+        args._host = None
 
 
 # -- parser ----------------------------------------------------------------------------

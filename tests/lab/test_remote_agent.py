@@ -152,3 +152,14 @@ def test_second_agent_on_the_same_switch_waits_for_the_lock(fx2: SshHost, agents
     first.stop()  # it lets go of the lock: the second takes over
     second.wait_for(f"holding the OVSDB lock {AGENT_LOCK} on fx2", 10)
     _until(fx2, "30", 5)
+
+
+def test_an_agent_started_while_its_host_is_down_waits_for_it(fx2: SshHost, agents) -> None:
+    fx2.kill_sshd()  # the hypervisor is not up yet when the console host starts its agent
+    agent = agents(_policy(30), "early")
+    agent.wait_for(r"start: attempt 2: fx2: cannot connect over SSH.*; next in 2 s", 15)
+    assert _tag(fx2) == "[]"
+    fx2.start_sshd()
+    _until(fx2, "30", 20)
+    agent.wait_for(f"holding the OVSDB lock {AGENT_LOCK} on fx2", 5)
+    assert "Traceback" not in agent.text(), agent.text()
