@@ -21,7 +21,7 @@ from .errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError
 from .frontdoor import build_host, inventory_file
 from .host import Host
 from .hosts import InventoryHost, load
-from .services import fleet
+from .services import fleet, pool
 
 _FAILURE = {1: "failed", 2: "invalid", 3: "unreachable", 4: "missing tool", 5: "conflict", 6: "UNKNOWN"}
 
@@ -36,6 +36,7 @@ class Verb:
     text: Callable[[Any], str]  # the host's usual output
     json: Callable[[Any], Any]
     changes_hosts: bool = False  # a host given up on mid-way has an unknown outcome
+    gate: pool.PlanGate | None = None  # a policy's verbs: the hosts' plans meet before anything changes
 
 
 def hosts_of(args: argparse.Namespace) -> list[InventoryHost]:
@@ -57,10 +58,29 @@ def hosts_of(args: argparse.Namespace) -> list[InventoryHost]:
 def run(args: argparse.Namespace, verb: Verb) -> int:
     """The verb on every host ``--hosts`` names, in parallel; the output, and the worst host's exit code."""
     entries = hosts_of(args)  # every name checked before any host is contacted
+    gate = verb.gate
+    if gate is not None:
+        gate.expect(e.name for e in entries)
+
+    def connect(e: InventoryHost) -> Host:
+        try:
+            return build_host(ssh_host=e.name, libvirt=args.libvirt, timeout=args.timeout)
+        except BaseException:
+            if gate is not None:
+                gate.leave(e.name)
+            raise
+
+    def work(host: Host, e: InventoryHost) -> tuple[Any, int]:
+        try:
+            return verb.work(host, e)
+        finally:
+            if gate is not None:
+                gate.leave(e.name)  # failed before planning (a no-op after its plan arrived)
+
     outcomes = fleet.run(
         entries,
-        verb.work,
-        lambda e: build_host(ssh_host=e.name, libvirt=args.libvirt, timeout=args.timeout),
+        work,
+        connect,
         deadline_s=args.host_timeout,
         overdue_exit=EXIT_UNKNOWN if verb.changes_hosts else EXIT_UNREACHABLE,
     )
@@ -88,15 +108,26 @@ def format_outcomes(outcomes: list[fleet.HostOutcome[Any]], verb: Verb) -> str:
     rows, sections = [], []
     for o in outcomes:
         if o.value is None:
-            rows.append([o.name, _FAILURE.get(o.exit, f"exit {o.exit}"), o.error or "", f"{o.seconds:.2f}"])
-            if o.hint:
-                sections.append(f"== {o.name} ==\n{o.error}\n  hint: {o.hint}")
+            error = o.error or ""
+            cell = _cell(error)
+            rows.append([o.name, _FAILURE.get(o.exit, f"exit {o.exit}"), cell, f"{o.seconds:.2f}"])
+            if o.hint or cell != error:  # the whole message below the table when the row could not hold it
+                sections.append(f"== {o.name} ==\n{error}" + (f"\n  hint: {o.hint}" if o.hint else ""))
             continue
         rows.append([o.name, verb.result(o.value), verb.detail(o.value), f"{o.seconds:.2f}"])
         text = verb.text(o.value)
         if len(text.splitlines()) > 2:  # more than a result line or two: the row said it already
             sections.append(f"== {o.name} ==\n{text}")
     return "\n\n".join([render.table(["HOST", "RESULT", "DETAIL", "S"], rows), *sections])
+
+
+DETAIL_WIDTH = 48  # the table stays within 80 columns with a host name of up to about 12 characters
+
+
+def _cell(text: str) -> str:
+    """A message's first line, shortened to fit the DETAIL column (the whole message follows the table)."""
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= DETAIL_WIDTH else first[: DETAIL_WIDTH - 3] + "..."
 
 
 def tally(first: tuple[int, str], *more: tuple[int, str]) -> str:

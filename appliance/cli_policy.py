@@ -22,6 +22,7 @@ from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, Policy, PolicyEn
 from .policy.engine import change_json
 from .policy.fields import FieldError
 from .services import policy as svc
+from .services import pool
 
 WATCHER_PATIENCE_S = 600.0
 
@@ -31,6 +32,7 @@ def _engine(args: argparse.Namespace, host: Host | None = None) -> PolicyEngine:
     host = host or host_of(args)
     conn = api.connect(host, timeout=args.timeout, columns=COLUMNS)
     engine = PolicyEngine(conn, host, command=_command_line())
+    engine.pool = bool(getattr(args, "hosts", None))  # one policy for several hosts: see services.pool
     if getattr(args, "policing", None):
         engine.force_policing = args.policing
     return engine
@@ -105,10 +107,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return code
 
 
-def plan_on(host: Host, args: argparse.Namespace, policy: Policy) -> tuple[Plan, int]:
-    """``plan`` on one host: the plan and the exit code (for one host or each of ``--hosts``)."""
+def plan_on(
+    host: Host, args: argparse.Namespace, policy: Policy, gate: pool.PlanGate | None = None
+) -> tuple[Plan, int]:
+    """``plan`` on one host: the plan and the exit code (for one host or each of ``--hosts``, whose
+    plans meet at ``gate``)."""
     with _engine(args, host) as eng:
-        return svc.plan(eng, policy), EXIT_OK
+        plan = svc.plan(eng, policy)
+    if gate is not None:
+        plan.warnings += gate.arrive(host.label or host.remote, plan.matched)
+    return plan, EXIT_OK
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -130,13 +138,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return _finish(args, result)
 
 
-def apply_on(host: Host, args: argparse.Namespace, policy: Policy) -> tuple[ApplyResult, int]:
-    """``apply`` on one host, as one transaction there: the result and the exit code."""
+def apply_on(
+    host: Host, args: argparse.Namespace, policy: Policy, gate: pool.PlanGate | None = None
+) -> tuple[ApplyResult, int]:
+    """``apply`` on one host, as one transaction there: the result and the exit code.  With ``gate``
+    (``--hosts``) the host plans first and applies only once every host's plan passed the gate."""
     with _engine(args, host) as eng:
+        warnings = gate.arrive(host.label or host.remote, svc.plan(eng, policy).matched) if gate else []
         result = svc.apply(
             eng, policy, dry_run=args.dry_run, verify=not args.no_verify, wait=not args.no_wait,
             confirm_within=args.commit_timeout if args.no_commit else None,
         )  # fmt: skip
+    result.plan.warnings += warnings
     return result, EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -152,10 +165,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return code
 
 
-def verify_on(host: Host, args: argparse.Namespace, policy: Policy) -> tuple[svc.Drift, int]:
+def verify_on(
+    host: Host, args: argparse.Namespace, policy: Policy, gate: pool.PlanGate | None = None
+) -> tuple[svc.Drift, int]:
     """``verify`` on one host (read-only): the drift found and the exit code (1 on drift)."""
     with _engine(args, host) as eng:
         found = svc.verify(eng, policy)
+    if gate is not None:
+        found.warnings += gate.arrive(host.label or host.remote, found.matched)
     return found, EXIT_OK if found.in_sync else EXIT_FAILED
 
 
@@ -175,30 +192,34 @@ def _on_hosts(args: argparse.Namespace, name: str, policy: Policy) -> int:
     from . import cli_fleet
     from .cli_fleet import tally
 
+    gate = pool.PlanGate(policy, timeout=args.host_timeout)
     if name == "plan":
         verb = cli_fleet.Verb(
-            work=lambda host, _entry: plan_on(host, args, policy),
+            work=lambda host, _entry: plan_on(host, args, policy, gate),
             result=lambda p: "changes" if p.changes else "no changes",
             detail=lambda p: tally((len(p.changes), "change"), (len(p.warnings), "warning")),
             text=plan_text,
             json=plan_json,
+            gate=gate,
         )
     elif name == "apply":
         verb = cli_fleet.Verb(
-            work=lambda host, _entry: apply_on(host, args, policy),
+            work=lambda host, _entry: apply_on(host, args, policy, gate),
             result=lambda r: r.status if r.ok else f"{r.status}, problems",
             detail=lambda r: tally((len(r.plan.changes), "change"), (len(r.problems), "problem")),
             text=format_result,
             json=lambda r: r.to_json(),
             changes_hosts=not args.dry_run,
+            gate=gate,
         )
     else:
         verb = cli_fleet.Verb(
-            work=lambda host, _entry: verify_on(host, args, policy),
+            work=lambda host, _entry: verify_on(host, args, policy, gate),
             result=lambda d: "in sync" if d.in_sync else "drift",
             detail=lambda d: f"{len(d.drift)} differ" if d.drift else "-",
             text=lambda d: drift_text(d, policy_file(args)),
             json=drift_json,
+            gate=gate,
         )
     return cli_fleet.run(args, verb)
 

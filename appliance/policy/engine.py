@@ -118,6 +118,7 @@ class PolicyEngine:
         self._tc_police: bool | None = None
         self.force_policing: str | None = None
         self.lenient = False  # the agent's planning mode (see PlanOptions.lenient)
+        self.pool = False  # one of several hosts given the same policy (see PlanOptions.pool)
         self.audit_unchanged = True  # an operator's apply that changed nothing is audited; the agent's idle passes not
 
     def __enter__(self) -> PolicyEngine:
@@ -152,7 +153,8 @@ class PolicyEngine:
     def options(self) -> PlanOptions:
         if self._tc_police is None and self.force_policing in (None, "auto"):
             self._tc_police = openflow.tc_police_works(self.host.runner, self.host.paths.cache_dir)
-        return PlanOptions(tc_police=bool(self._tc_police), openflow=self.of is not None, lenient=self.lenient)
+        return PlanOptions(tc_police=bool(self._tc_police), openflow=self.of is not None, lenient=self.lenient,
+                           pool=self.pool)  # fmt: skip
 
     def plan(self, policy: Policy) -> Plan:
         return planner.plan(self._forced(policy), self.snapshot(), self.options())

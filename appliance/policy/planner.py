@@ -116,6 +116,9 @@ class PlanOptions:
     # The agent's mode: VIFs come and go, so a selector matching nothing is not
     # an error, and a VIF two rules disagree about is isolated, not refused.
     lenient: bool = False
+    # One of several hosts given the same policy (--hosts): a VM runs on one host of the pool, so a
+    # VIF rule matching nothing here is not an error; whether it matches on some host is checked across them.
+    pool: bool = False
 
 
 @dataclass
@@ -242,7 +245,7 @@ def _wanted(
         ports = select(state, rule.selector, vifs_only=True, index=index)
         result.matched[dotted(rule.selector.path)] = [p.name for p in ports]
         if not ports:
-            if not (rule.selector.optional or opts.lenient):
+            if not (rule.selector.optional or opts.lenient or opts.pool):
                 problems.add(rule.selector.path, _nothing_matched(state, rule.selector))
             continue
         for p in ports:

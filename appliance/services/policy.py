@@ -322,6 +322,7 @@ class Drift:
 
     drift: list[dict[str, str]] = field(default_factory=list)  # target, setting, expected, found
     warnings: list[str] = field(default_factory=list)
+    matched: dict[str, list[str]] = field(default_factory=dict)  # rule field -> ports (as Plan.matched)
 
     @property
     def in_sync(self) -> bool:
@@ -337,7 +338,7 @@ def verify(engine: PolicyEngine, policy: Policy) -> Drift:
     ]
     if engine.openflow_drift():
         drift.append({"target": "OpenFlow", "setting": "meters", "expected": "as recorded in OVSDB", "found": "differ"})
-    return Drift(drift, p.warnings)
+    return Drift(drift, p.warnings, p.matched)
 
 
 @dataclass(frozen=True)

@@ -218,3 +218,29 @@ def test_a_xenserver_hosts_vms_are_named_by_its_pools_xapi(two_hosts: Lab, tmp_p
         assert xapi.logins() == 1
     finally:
         xapi.close()
+
+
+def test_one_policy_for_the_pool_applies_each_rule_where_its_vm_runs(two_hosts: Lab, tmp_path: Path) -> None:
+    """The 2010 policy names VM1, VM2 and VM3; with --hosts each host takes the rules of the VMs it runs.
+    A rule no host matches refuses the apply on every host before any of them changes."""
+    env = {**_env(two_hosts), "HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "a")}
+    hosts = two_hosts._hosts()
+    bad = tmp_path / "typo.yaml"
+    bad.write_text((ROOT / "policies" / "seed-2010.yaml").read_text().replace("vm: VM3", "vm: VM33"))
+    res = run_hvnet("apply", str(bad), "--hosts", "two-hosts", env=env, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "vifs[2].vm: matches no VIF on any of the hosts" in res.stdout, res.stdout
+    assert all(len(line) <= 80 for line in res.stdout.split("\n\n")[0].splitlines()), res.stdout
+    assert hosts["hv1"].switch.vsctl("get", "Interface", "vif1.0", "ingress_policing_rate").strip() == "0"
+    res = run_hvnet("apply", str(ROOT / "policies" / "seed-2010.yaml"), "--hosts", "two-hosts", "--json",
+                    env=env, timeout=120)  # fmt: skip
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        doc = json.loads(res.stdout)["hosts"]
+        changed = {n: [(c["name"], c["kind"]) for c in h["result"]["changes"]] for n, h in doc.items()}
+        assert changed == {"hv1": [("vif1.0", "ingress")], "hv2": [("vif2.0", "ingress")]}, doc  # VM3's tag holds
+        res = run_hvnet("verify", str(ROOT / "policies" / "seed-2010.yaml"), "--hosts", "all", env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        for name in ("hv1", "hv2"):
+            run_hvnet("--host", name, "rollback", env=env, timeout=60)
