@@ -9,6 +9,7 @@ them.  ``--json`` output is meant for scripts and keeps units in key names.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -309,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+ONE_SHOT = frozenset({"status", "plan", "verify", "export", "hosts"})  # verbs that read once and exit
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -321,6 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
+    if args.command in ONE_SHOT:
+        # Read the switch once, print, exit: every object made is kept to the end, so the cyclic
+        # collector would only walk them again (about a tenth of 'status' on a 1000-VIF host).
+        gc.disable()
     try:
         return func(args)
     except HvnetError as exc:

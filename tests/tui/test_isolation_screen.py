@@ -69,7 +69,8 @@ async def test_seed_scenario_matrix_and_evidence(lab) -> None:
                 assert cell(table, "VM1", "VM1") == "·"
             # the cursor starts on VM1 -> VM2 (traffic): its evidence is the first frame and the pcap
             assert await wait_until(pilot, lambda: traffic.has_focus)  # focus() takes effect on the next message
-            assert await wait_until(pilot, lambda: "VM2" in evidence_text(screen))
+            # the pane follows the focused table's highlighted cell on the next message: wait for traffic's
+            assert await wait_until(pilot, lambda: "first frame" in evidence_text(screen))
             evidence = evidence_text(screen)
             assert "does VM2 hear VM1? observed yes, expected yes: as expected" in evidence
             assert "first frame" in evidence and "192.168.0.150" in evidence

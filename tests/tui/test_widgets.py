@@ -71,24 +71,32 @@ class _Keys(App[None]):
         pass
 
 
-async def test_footer_rebuilds_only_when_its_keys_change() -> None:
+async def test_footer_redraws_only_when_its_keys_change_and_its_keys_click() -> None:
     app = _Keys()
     async with app.run_test(size=(80, 24)) as pilot:
         footer = app.query_one(Footer)
         await pilot.pause()
         first = footer._shown
-        assert first is not None and any(k[0] == "f2" for k in first)
-        composed = []
-        real = footer.recompose
+        assert first is not None and any(b.key == "f2" for b, _ in first)
+        assert footer.render().plain.split() == ["f2", "Ex", "▏^p", "palette"]
+        drawn = []
+        real = footer.refresh
 
-        async def counted():
-            composed.append(1)
-            await real()
+        def counted(*args, **kwargs):
+            drawn.append(1)
+            return real(*args, **kwargs)
 
-        footer.recompose = counted  # type: ignore[method-assign]
-        app.screen.refresh_bindings()  # nothing changed: no rebuild
+        footer.refresh = counted  # type: ignore[method-assign]
+        app.screen.refresh_bindings()  # nothing changed: no redraw
         await pilot.pause()
-        assert composed == [] and footer._shown == first
-        app.query_one("#table").focus()  # the table shows a key the box does not: one rebuild
+        assert drawn == [] and footer._shown == first
+        app.query_one("#table").focus()  # the table shows a key the box does not: one redraw
         await pilot.pause()
-        assert composed and any(k[0] == "s" for k in footer._shown or ())
+        assert drawn and any(b.key == "s" for b, _ in footer._shown or ())
+        assert "Sort" in footer.render().plain
+        sorted_ = []
+        app.query_one("#table").action_sort = lambda: sorted_.append(1)  # type: ignore[attr-defined]
+        offset = footer.render().plain.index("Sort")
+        await pilot.click(Footer, offset=(offset, 0))  # a key in the bar is a button
+        await pilot.pause()
+        assert sorted_ == [1]

@@ -13,6 +13,7 @@ Submodules hold the calls of one capability each: :mod:`.host`, :mod:`.mirrors`,
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -73,6 +74,7 @@ class Backend:
         self.timeout = timeout
         self._live = LiveInventory(conn, self.host)
         self._first: _Prefetch | None = None  # the first table's read, begun at start-up (see prefetch)
+        self._gc_paused = False  # the cyclic collector waits for the first table (see prefetch)
         self._engine = PolicyEngine(conn, self.host, command="hvnet tui")
         self.confirm_within_s = CONFIRM_WITHIN_S
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
@@ -102,6 +104,7 @@ class Backend:
 
     def start_replica(self) -> None:
         """Run the IDL loop (idempotent): from now on changes are pushed and readers use the replica."""
+        self._resume_gc()
         self._conn.start()
 
     def _replica(self) -> None:
@@ -127,6 +130,7 @@ class Backend:
         return self._engine
 
     def close(self) -> None:
+        self._resume_gc()
         self._logger.removeHandler(self._handler)
         self._logger.propagate = self._saved_propagate
         self._logger.setLevel(self._saved_level)
@@ -176,6 +180,7 @@ class Backend:
             first.join()
             if isinstance(first.result, Inventory):
                 return first.result
+            self._resume_gc()  # the read failed: no first table to wait for
         if not self._conn.started:
             return self._live.refresh(once=True, timeout=self.timeout)
         self._replica()
@@ -190,6 +195,13 @@ class Backend:
         """
         if self._first is not None or self._conn.started:
             return
+        # Start-up allocates a few hundred thousand objects (Textual's widgets, the read's 1000 rows)
+        # and keeps nearly all: the cyclic collector would walk them again and again for nothing,
+        # a third of the read on a 1000-VIF host.  What is there now (modules, classes) is frozen
+        # for good; collection resumes once the first table is shown (start_replica) or the read failed.
+        gc.freeze()
+        gc.disable()
+        self._gc_paused = True
 
         def read() -> None:
             try:
@@ -200,6 +212,11 @@ class Backend:
         thread = _Prefetch(target=read, name="hvnet-first-read", daemon=True)
         self._first = thread
         thread.start()
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            gc.enable()
 
     def inventory_snapshot(self) -> Inventory:
         """The inventory without touching the VIF table's rate meter (Host screen, dialogs)."""
