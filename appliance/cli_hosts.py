@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import api, render
-from .errors import EXIT_FAILED, EXIT_OK, HvnetError
+from . import render
+from .errors import EXIT_FAILED, EXIT_OK
 from .frontdoor import build_host, inventory_file
+from .host import Host
 from .hosts import InventoryHost, load
+from .services import fleet
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
     inventory = load(inventory_file())
     entries = inventory.select(args.hosts) if args.hosts else list(inventory.hosts)
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(entries)))) as pool:
-        rows = list(pool.map(lambda e: probe(e, args.timeout), entries))
+    rows = fleet.probe_all(entries, args.timeout, _open)
     if args.json:
         render.print_json({"inventory": inventory.file, "hosts": rows})
     else:
@@ -35,22 +34,8 @@ def _line(r: dict[str, Any]) -> list[str]:
 
 def probe(entry: InventoryHost, timeout: float) -> dict[str, Any]:
     """One host: reachable over SSH, its OVS version, bridges' datapaths and VIFs (one OVSDB read)."""
-    started = time.monotonic()
-    row: dict[str, Any] = {"name": entry.name, "group": entry.group, "kind": entry.kind, "address": entry.address}
-    host = None
-    try:
-        host = build_host(ssh_host=entry.name, timeout=timeout)
-        inv = api.read_inventory_once(host, timeout=timeout)
-        row.update(
-            reachable=True,
-            ovs_version=inv.host.ovs_version,
-            datapaths=sorted({b.datapath_type for b in inv.bridges}),
-            vifs=sum(1 for v in inv.vifs if v.is_vif),
-        )
-    except HvnetError as exc:
-        row.update(reachable=False, error=exc.message)
-    finally:
-        if host is not None:
-            host.close()
-    row["seconds"] = round(time.monotonic() - started, 3)
-    return row
+    return fleet.probe(entry, timeout, _open)
+
+
+def _open(name: str, timeout: float) -> Host:
+    return build_host(ssh_host=name, timeout=timeout)

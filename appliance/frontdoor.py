@@ -176,3 +176,13 @@ def host_of(args: Any) -> Host:
         )  # fmt: skip
         args._host = host
     return host
+
+
+def local_host_of(args: Any) -> Host:
+    """This machine's switch as the global options name it, leaving out ``--host``/``$HVNET_HOST``:
+    the console's ``local`` entry, to which it can always switch back."""
+    env = {k: v for k, v in os.environ.items() if k != "HVNET_HOST"}
+    return build_host(
+        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt,
+        discover_lab=not args.no_lab, environ=env, timeout=args.timeout,
+    )  # fmt: skip
