@@ -33,6 +33,7 @@ from tests.conftest import ROOT
 from tui.app import HvnetApp
 from tui.dialogs.host_picker import HostPicker
 from tui.screens.fleet import FleetScreen, FleetTable
+from tui.screens.host import HostScreen
 from tui.screens.log import LogScreen
 from tui.screens.vifs import VifsScreen
 from tui.widgets.vif_table import VifTable
@@ -143,6 +144,17 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         assert app.host_name == "ca2" and app.sub_title.startswith("ca2 · ")
         assert await wait_until(pilot, lambda: old.runner.session.closed, 5)  # the old SSH master is gone
         assert not old.runner.session.work_dir.exists()
+
+        # the Host screen reads ca2's /proc over SSH: its ovs-vswitchd (by its pid file there), CPU, its agent
+        await pilot.press("1")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, HostScreen))
+        pid = fleet.hosts["ca2"].switch.pid("ovs-vswitchd")
+        shown = (f"ovs-vswitchd pid {pid}: ", "% of one core", "cpu0")  # CPU shares from the second sample on
+        assert await wait_until(pilot, lambda: all(t in screen_text(app) for t in shown), 8), screen_text(app)
+        app.screen.query_one("#host").scroll_end(animate=False)
+        assert await wait_until(pilot, lambda: "hvnet --host ca2 agent" in screen_text(app)), screen_text(app)
+        await pilot.press("2")
+        assert await wait_until(pilot, lambda: _vif_ports(app) == set(VIFS["ca2"]))
 
         # the picker: a host that cannot be reached is said, and the console stays where it was
         await pilot.press("h")
