@@ -229,14 +229,14 @@ class HvnetApp(App[int]):
                 self.switch_mode(then)
             return
         if self.pending is not None:
-            self.notify(f"a change on {self.host_name} waits for confirmation: ctrl+o keeps it; switch hosts "
-                        "once it is kept or rolled back", severity="warning")  # fmt: skip
+            self.notify(escape(f"a change on {self.host_name} waits for confirmation: ctrl+o keeps it; switch hosts "
+                        "once it is kept or rolled back"), severity="warning")  # fmt: skip
             return
         if self._switching is not None:
-            self.notify(f"already connecting to {self._switching}", severity="warning")
+            self.notify(escape(f"already connecting to {self._switching}"), severity="warning")
             return
         self._switching = name
-        self.notify(f"connecting to {name}...", timeout=2)
+        self.notify(escape(f"connecting to {name}..."), timeout=2)
         self._open_host(name, then)
 
     @work(thread=True, exclusive=True, group="switch-host")

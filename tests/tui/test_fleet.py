@@ -38,7 +38,7 @@ from tui.screens.log import LogScreen
 from tui.screens.vifs import VifsScreen
 from tui.widgets.vif_table import VifTable
 
-from .harness import screen_text, wait_until
+from .harness import assert_snapshot, screen_text, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
@@ -134,10 +134,14 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         assert await wait_until(pilot, lambda: _cells(app, "ghost")[3] == "NO", TIMEOUT + 3)
         assert list(screen.rows)[-1] == "ghost" and "127.0.0.1" in _cells(app, "ghost")[8]
         assert "hosts, 3 up" in screen_text(app)
+        table = screen.query_one(FleetTable)
+        table.move_cursor(row=[k.value for k in table.rows].index("ghost"))  # its problem in full, under the table
+        assert await wait_until(pilot, lambda: "ghost (root@127.0.0.1:" in screen_text(app))
+        assert "down after" in screen_text(app)
+        await assert_snapshot(pilot, app, "fleet", (str(fleet.ghost_port),))
 
         # enter on ca2: the console switches, the VIFs screen shows ca2's VIFs only
         old = app.backend.host
-        table = screen.query_one(FleetTable)
         table.move_cursor(row=[k.value for k in table.rows].index("ca2"))
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: _vif_ports(app) == set(VIFS["ca2"]), TIMEOUT + 3), screen_text(app)

@@ -24,8 +24,8 @@ from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
 from ..widgets.keyed_table import KeyedTable
 
-COLUMNS = (("HOST", 12), ("GROUP", 8), ("KIND", 9), ("UP", 3), ("OVS", 7), ("VIFS", 5), ("DRIFT", 6),
-           ("AGENT", 7), ("PROBLEM", 60))  # fmt: skip
+COLUMNS = (("HOST", 10), ("GROUP", 7), ("KIND", 9), ("UP", 3), ("OVS", 7), ("VIFS", 4), ("DRIFT", 5),
+           ("AGENT", 6), ("PROBLEM", 60))  # fmt: skip
 PENDING = "…"
 
 
@@ -50,6 +50,18 @@ def row_cells(name: str, row: dict[str, Any] | None, entry: Any, selected: bool)
                 cell(row.get("error")).splitlines()[0])  # fmt: skip
     return (mark, group, kind, "yes", cell(row.get("ovs_version")), cell(row.get("vifs")), cell(row.get("drift")),
             cell(row.get("agent")), "")  # fmt: skip
+
+
+def detail(name: str, entry: Any, row: dict[str, Any] | None) -> str:
+    """One line (or a few) on one host: where it is, and what the probe found or why it is down."""
+    where = "this machine" if entry is None else entry.ssh
+    if row is None:
+        return f"{name} ({where}): checking..."
+    if not row.get("reachable"):
+        return f"{name} ({where}): down after {row.get('seconds', 0):.1f} s: {cell(row.get('error'))}"
+    datapaths = ", ".join(row.get("datapaths") or []) or "no bridges"
+    return (f"{name} ({where}): OVS {cell(row.get('ovs_version'))}, {datapaths}, {cell(row.get('vifs'))} VIFs, "
+            f"checked in {row.get('seconds', 0):.1f} s")  # fmt: skip
 
 
 class FleetListed(Message):
@@ -132,13 +144,20 @@ class FleetScreen(Screen[None]):
             return
         up = sum(1 for r in self.rows.values() if r.get("reachable"))
         waiting = len(self.entries) - len(self.rows)
-        line = f"{listing.file} · {len(self.entries)} hosts, {up} up" + (f", {waiting} checking" if waiting else "")
-        self.query_one("#fleet-line", Static).update(f"{line} · selected: {selected}")
-        if listing.error:
-            self.query_one("#fleet-status", Static).update(f"✗ {listing.error}")
+        line = f"on {selected} · {len(self.entries)} hosts, {up} up" + (f", {waiting} checking" if waiting else "")
+        self.query_one("#fleet-line", Static).update(f"{line} · {listing.file}")
+        self._show_detail()
 
-    def status(self, text: str) -> None:
-        self.query_one("#fleet-status", Static).update(text)
+    def _show_detail(self) -> None:
+        """Under the table, the highlighted host in full (its problem does not fit its column at 80x24)."""
+        name = self.query_one(FleetTable).selected_key
+        lines = [f"✗ {self.listing.error}"] if self.listing is not None and self.listing.error else []
+        if name is not None:
+            lines.append(detail(name, self.entries.get(name), self.rows.get(name)))
+        self.query_one("#fleet-status", Static).update("\n".join(lines))
+
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
 
     def action_pick(self) -> None:
         name = self.query_one(FleetTable).selected_key
