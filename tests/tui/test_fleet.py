@@ -31,6 +31,7 @@ from appliance.lab.switch import Switch
 from appliance.services import inventory as inv_svc
 from tests.conftest import ROOT
 from tui.app import HvnetApp
+from tui.dialogs.edit_vif import EditVifDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.screens.fleet import FleetScreen, FleetTable
 from tui.screens.host import HostScreen
@@ -58,9 +59,17 @@ def _add_vifs(host: SshHost, ports: tuple[str, ...]) -> None:
     cmds = ["--", "add-br", "xenbr0", "--", "set", "bridge", "xenbr0", "datapath_type=netdev"]
     for i, port in enumerate(ports):
         cmds += ["--", "add-port", "xenbr0", port, "--", "set", "interface", port, "type=internal",
-                 f"external_ids:attached-mac=02:00:00:00:05:{i:02x}"]  # fmt: skip
-    subprocess.run(["ovs-vsctl", f"--db={host.switch.remote}", *cmds], check=True, timeout=30,
-                   env={**os.environ, **host.switch.env})  # fmt: skip
+                 f"external_ids:attached-mac=02:00:00:00:05:{i:02x}", "--", "set", "port", port, f"tag={10 + i}"]  # fmt: skip
+    if host.name == "ca2":  # a mirror only ca2 has
+        cmds += ["--", "--id=@p", "get", "Port", ports[0], "--", "--id=@o", "get", "Port", ports[-1], "--",
+                 "--id=@m", "create", "Mirror", "name=m-ca2", "select-src-port=@p", "output-port=@o",
+                 "--", "add", "Bridge", "xenbr0", "mirrors", "@m"]  # fmt: skip
+    _vsctl(host, *cmds)
+
+
+def _vsctl(host: SshHost, *args: str) -> str:
+    return subprocess.run(["ovs-vsctl", f"--db={host.switch.remote}", *args], check=True, timeout=30,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +166,26 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         assert await wait_until(pilot, lambda: all(t in screen_text(app) for t in shown), 8), screen_text(app)
         app.screen.query_one("#host").scroll_end(animate=False)
         assert await wait_until(pilot, lambda: "hvnet --host ca2 agent" in screen_text(app)), screen_text(app)
+        # Mirrors: ca2's own
+        await pilot.press("3")
+        assert await wait_until(pilot, lambda: "m-ca2" in screen_text(app) and "1 mirror" in screen_text(app))
+
+        # Edit VIF applies on ca2 (one atomic, verified apply over SSH)
         await pilot.press("2")
         assert await wait_until(pilot, lambda: _vif_ports(app) == set(VIFS["ca2"]))
+        vifs = app.screen.query_one(VifTable)
+        vifs.move_cursor(row=[k.value for k in vifs.rows].index("vif52.1"))
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, EditVifDialog))
+        assert await wait_until(pilot, lambda: app.screen.state is not None)
+        app.screen.query_one("#auto-rollback").value = False  # kept at once: no change left waiting
+        app.screen.query_one("#tag").value = "7"
+        assert await wait_until(pilot, lambda: "access tag 11 → access tag 7" in screen_text(app)), screen_text(app)
+        await pilot.press("ctrl+s", "ctrl+y")
+        assert await wait_until(pilot, lambda: "✓ applied 1 change" in screen_text(app), 15), screen_text(app)
+        assert _vsctl(fleet.hosts["ca2"], "get", "Port", "vif52.1", "tag") == "7"
+        await pilot.press("escape")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, VifsScreen))
 
         # the picker: a host that cannot be reached is said, and the console stays where it was
         await pilot.press("h")
