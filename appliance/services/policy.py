@@ -48,6 +48,7 @@ from ..policy.fields import FieldError
 from ..policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
 from ..policy.planner import describe_mirror
 from ..policy.state import State
+from ..runner import LocalRunner
 
 # What front ends show and build, named here so that they depend on this module
 # and not on the engine's inside.
@@ -173,8 +174,12 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
     host = engine.host
     log_path = engine.journal.state_dir / WATCHER_LOG
     env = {"HVNET_STATE_DIR": str(host.paths.state_dir), "HVNET_AUDIT_LOG": str(host.paths.audit_log)}
+    if host.label is not None:  # the run directory may have come from an inventory entry the label does not name
+        env["HVNET_REMOTE_OVS_RUNDIR"] = str(host.ovs_rundir)
     with open(log_path, "a") as log_file:
-        watcher = host.runner.popen(
+        # hvnet runs here, beside its journal, and reaches a host over SSH by itself (--host): never on the
+        # host's runner, where there is no Python and the watcher would never start
+        watcher = LocalRunner().popen(
             [sys.executable, "-m", "appliance", *_target_options(engine), "rollback", "--pending", record["id"],
              "--at", f"{deadline:.3f}"],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, start_new_session=True,

@@ -178,7 +178,6 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, EditVifDialog))
         assert await wait_until(pilot, lambda: app.screen.state is not None)
-        app.screen.query_one("#auto-rollback").value = False  # kept at once: no change left waiting
         app.screen.query_one("#tag").value = "7"
         assert await wait_until(pilot, lambda: "access tag 11 → access tag 7" in screen_text(app)), screen_text(app)
         await pilot.press("ctrl+s", "ctrl+y")
@@ -186,6 +185,29 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         assert _vsctl(fleet.hosts["ca2"], "get", "Port", "vif52.1", "tag") == "7"
         await pilot.press("escape")
         assert await wait_until(pilot, lambda: isinstance(app.screen, VifsScreen))
+
+        # "roll back unless confirmed" on ca2: the watcher (an hvnet here, reaching ca2 over SSH) puts the tag
+        # back; while the change waits, the console stays on ca2
+        app.backend.confirm_within_s = 3.0
+        vifs.move_cursor(row=[k.value for k in vifs.rows].index("vif52.2"))
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, EditVifDialog) and app.screen.state)
+        dialog = app.screen
+        dialog.query_one("#tag").value = "8"
+        assert await wait_until(pilot, lambda: "access tag 12 → access tag 8" in screen_text(app)), screen_text(app)
+        dialog.query_one("#auto-rollback").focus()
+        await pilot.press("space", "ctrl+s")
+        assert await wait_until(pilot, lambda: "Apply these 1 change(s)" in screen_text(app))
+        await pilot.press("ctrl+y")
+        assert await wait_until(pilot, lambda: app.pending is not None, 15), screen_text(app)
+        assert _vsctl(fleet.hosts["ca2"], "get", "Port", "vif52.2", "tag") == "8"
+        await pilot.press("escape")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, VifsScreen))
+        app.select_host("ca1")  # as the picker would
+        await pilot.pause(0.2)
+        assert app.host_name == "ca2" and app._switching is None
+        assert await wait_until(pilot, lambda: _vsctl(fleet.hosts["ca2"], "get", "Port", "vif52.2", "tag") == "12", 20)
+        assert await wait_until(pilot, lambda: app.pending is None, 20)
 
         # the picker: a host that cannot be reached is said, and the console stays where it was
         await pilot.press("h")
