@@ -35,11 +35,13 @@ from tui.dialogs.edit_vif import EditVifDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.screens.fleet import FleetScreen, FleetTable
 from tui.screens.host import HostScreen
+from tui.screens.isolation import IsolationScreen
 from tui.screens.log import LogScreen
+from tui.screens.suites import SuitesScreen
 from tui.screens.vifs import VifsScreen
 from tui.widgets.vif_table import VifTable
 
-from .harness import assert_snapshot, screen_text, wait_until
+from .harness import SIZES, assert_snapshot, screen_text, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
@@ -147,7 +149,9 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         table.move_cursor(row=[k.value for k in table.rows].index("ghost"))  # its problem in full, under the table
         assert await wait_until(pilot, lambda: "ghost (root@127.0.0.1:" in screen_text(app))
         assert "down after" in screen_text(app)
-        await assert_snapshot(pilot, app, "fleet", (str(fleet.ghost_port),))
+        for size in SIZES:
+            await pilot.resize_terminal(*size)
+            await assert_snapshot(pilot, app, "fleet", (str(fleet.ghost_port),))
 
         # enter on ca2: the console switches, the VIFs screen shows ca2's VIFs only
         old = app.backend.host
@@ -169,6 +173,13 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         # Mirrors: ca2's own
         await pilot.press("3")
         assert await wait_until(pilot, lambda: "m-ca2" in screen_text(app) and "1 mirror" in screen_text(app))
+
+        # Suites and Isolation open on ca2 too (running them over SSH is their own business)
+        await pilot.press("4")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, SuitesScreen))
+        await pilot.press("5")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, IsolationScreen))
+        await pilot.pause(0.5)
 
         # Edit VIF applies on ca2 (one atomic, verified apply over SSH)
         await pilot.press("2")
