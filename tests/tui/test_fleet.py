@@ -129,6 +129,8 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         assert await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         screen = app.screen
         assert app.sub_title.startswith("ca1 · ")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Fleet screen" in titles and "Switch host (h)" in titles  # the palette lists both
 
         # both lab hosts up with their VIF counts, while the silent one is still being waited for
         def up(name: str) -> bool:
