@@ -228,9 +228,9 @@ class HvnetApp(App[int]):
             if then is not None:
                 self.switch_mode(then)
             return
-        if self.pending is not None:
-            self.notify(escape(f"a change on {self.host_name} waits for confirmation: ctrl+o keeps it; switch hosts "
-                        "once it is kept or rolled back"), severity="warning")  # fmt: skip
+        refused = self._cannot_switch()
+        if refused is not None:
+            self.notify(escape(refused), severity="warning")
             return
         if self._switching is not None:
             self.notify(escape(f"already connecting to {self._switching}"), severity="warning")
@@ -238,6 +238,20 @@ class HvnetApp(App[int]):
         self._switching = name
         self.notify(escape(f"connecting to {name}..."), timeout=2)
         self._open_host(name, then)
+
+    def _cannot_switch(self) -> str | None:
+        """Why the console must stay on its host now (None: it may switch).
+
+        A change waiting for ctrl+o belongs to this host, and a dialog may be
+        in the middle of an apply on this host's connection: neither is left
+        behind by a switch.
+        """
+        if self.pending is not None:
+            return (f"a change on {self.host_name} waits for confirmation: ctrl+o keeps it; switch hosts once it "
+                    "is kept or rolled back")  # fmt: skip
+        if isinstance(self.screen, ModalScreen):
+            return "a dialog is open: close it, then switch hosts"
+        return None
 
     @work(thread=True, exclusive=True, group="switch-host")
     def _open_host(self, name: str, then: str | None) -> None:
@@ -256,6 +270,12 @@ class HvnetApp(App[int]):
 
     async def _host_opened(self, name: str, host: Host, conn: Connection, then: str | None) -> None:
         """Rebuild every screen but the Fleet on the new backend, then close the old host."""
+        refused = self._cannot_switch()  # the operator went on working while the host was being opened
+        if refused is not None:
+            self._switching = None
+            self.notify(escape(f"not switched to {name}: {refused}"), severity="warning")
+            self._close_host(conn, host)
+            return
         old = self.backend
         target = then or self.current_mode
         self.add_mode(_SWITCHING, partial(Switching, name))
@@ -280,6 +300,12 @@ class HvnetApp(App[int]):
             handler = getattr(screen, "host_changed", None)
             if handler is not None and screen.is_mounted:
                 handler()
+
+    @work(thread=True, group="close-host")
+    def _close_host(self, conn: Connection, host: Host) -> None:
+        conn.close()
+        if host is not self.backend.host:
+            host.close()
 
     @work(thread=True, group="close-host")
     def _close_old(self, old: Backend) -> None:

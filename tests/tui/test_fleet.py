@@ -190,6 +190,9 @@ async def test_fleet_lists_hosts_and_switches_every_screen(fleet: Fleet) -> None
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, EditVifDialog))
         assert await wait_until(pilot, lambda: app.screen.state is not None)
+        app.select_host("local")  # refused while a dialog is open (it may be applying on ca2)
+        await pilot.pause(0.2)
+        assert app.host_name == "ca2" and app._switching is None and isinstance(app.screen, EditVifDialog)
         app.screen.query_one("#tag").value = "7"
         assert await wait_until(pilot, lambda: "access tag 11 → access tag 7" in screen_text(app)), screen_text(app)
         await pilot.press("ctrl+s", "ctrl+y")
