@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -58,6 +59,7 @@ class HvnetApp(App[int]):
         self.host_name = name or (fleet.LOCAL if first.label is None else first.label)
         self.local_host: fleet.LocalFactory = local or ((lambda: first) if first.label is None else fleet.default_local)
         self._switching: str | None = None  # the host being opened
+        self.leaving = False  # the operator quit
         if start == "vifs":
             self.backend.prefetch()  # the first screen's table
         self.sections = available()
@@ -268,19 +270,27 @@ class HvnetApp(App[int]):
         self.backend.note(text, logging.WARNING)
         self.notify(escape(text), severity="error", timeout=8)
 
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        self.leaving = True  # a host switch under way stops rebuilding the screens Textual is closing
+        super().exit(*args, **kwargs)
+
     async def _host_opened(self, name: str, host: Host, conn: Connection, then: str | None) -> None:
         """Rebuild every screen but the Fleet on the new backend, then close the old host."""
         refused = self._cannot_switch()  # the operator went on working while the host was being opened
-        if refused is not None:
+        if refused is not None or self.leaving:
             self._switching = None
-            self.notify(escape(f"not switched to {name}: {refused}"), severity="warning")
-            self._close_host(conn, host)
+            if refused is not None:
+                self.notify(escape(f"not switched to {name}: {refused}"), severity="warning")
+            self._close_host(conn, host)  # quick: its replica never started
             return
         old = self.backend
         target = then or self.current_mode
         self.add_mode(_SWITCHING, partial(Switching, name))
         await self.switch_mode(_SWITCHING)
         for s in self.sections:
+            if self.leaving:
+                self._close_host(conn, host)
+                return
             if s.mode != "fleet":
                 await self.remove_mode(s.mode)  # its screens go, their workers cancelled
                 self.add_mode(s.mode, partial(_make, s))
@@ -291,18 +301,21 @@ class HvnetApp(App[int]):
         self.connected = True
         self._show_host()
         self._close_old(old)
+        if self.leaving:  # the new backend is closed with the app
+            return
         if target == "vifs":
             self.backend.prefetch()
         await self.switch_mode(target)
-        await self.remove_mode(_SWITCHING)
+        if not self.leaving:
+            await self.remove_mode(_SWITCHING)
         self.backend.note(f"console switched to host {name} ({self.backend.describe()})")
         for screen in self._live_screens():
             handler = getattr(screen, "host_changed", None)
             if handler is not None and screen.is_mounted:
                 handler()
 
-    @work(thread=True, group="close-host")
     def _close_host(self, conn: Connection, host: Host) -> None:
+        """A host opened but not switched to (its replica never started: an SSH ``-O exit`` at most)."""
         conn.close()
         if host is not self.backend.host:
             host.close()
