@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from . import __version__, cli_policy_args, cli_suite, render
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
-from .frontdoor import build_host, host_of, hosts_by_name
+from .frontdoor import build_host, host_of, hosts_by_name, local_host_of
 from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
@@ -187,7 +187,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     # The schema is fetched (an unreachable switch is reported here); the replica is built after the first paint.
     conn = inventory.connect(host_of(args), timeout=args.timeout, sync=False)
-    return run_tui(conn, host_of(args), start=args.screen, timeout=args.timeout)
+    name = getattr(args, "host", None) or os.environ.get("HVNET_HOST")  # as the operator called it (an inventory name)
+    return run_tui(conn, host_of(args), start=args.screen, timeout=args.timeout, name=name,
+                   local=lambda: local_host_of(args))  # fmt: skip
 
 
 # -- plumbing ----------------------------------------------------------------------
@@ -303,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.add_argument(
-        "--screen", default="vifs", choices=("host", "vifs", "mirrors", "suites", "isolation", "log"),
+        "--screen", default="vifs", choices=("fleet", "host", "vifs", "mirrors", "suites", "isolation", "log"),
         help="the screen to open first (default: vifs)",
     )  # fmt: skip
     t.set_defaults(func=cmd_tui)

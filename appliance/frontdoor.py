@@ -219,3 +219,13 @@ def hosts_by_name(names: tuple[str, ...] | list[str], timeout: float = 10.0) -> 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(names)))) as pool:
         built = list(pool.map(lambda n: build_host(ssh_host=n, timeout=timeout), names))
     return dict(zip(names, built))
+
+
+def local_host_of(args: Any) -> Host:
+    """This machine's switch as the global options name it, leaving out ``--host``/``$HVNET_HOST``:
+    the console's ``local`` entry, to which it can always switch back."""
+    env = {k: v for k, v in os.environ.items() if k != "HVNET_HOST"}
+    return build_host(
+        args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt,
+        discover_lab=not args.no_lab, environ=env, timeout=args.timeout,
+    )  # fmt: skip

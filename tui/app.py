@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 from textual import events, work
-from textual.app import App, SystemCommand
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.markup import escape
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
+from textual.widgets import Static
 
 from appliance.errors import HvnetError
 from appliance.host import Host
 from appliance.ovsdb import Connection
 from appliance.services.policy import Pending
 
-from .backend import Backend
+from .backend import Backend, fleet
 from .screens import available
 from .widgets.banner import ConnectionBanner
 
 CONNECTION_CHECK_S = 0.5
+_SWITCHING = "_switching"  # the mode shown while the screens are rebuilt on another host
 _SCREENS = Binding.Group("Screens", compact=True)
 
 
@@ -32,15 +36,30 @@ class HvnetApp(App[int]):
     TITLE = "hvnet"
     BINDINGS = [
         *(Binding(s.key, f"switch_mode('{s.mode}')", s.title, group=_SCREENS) for s in available()),
+        Binding("h", "pick_host", "Switch host", show=False),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+o", "keep_change", "Keep change", show=False),
     ]
 
     def __init__(
-        self, conn: Connection, host: Host | None = None, *, start: str = "vifs", timeout: float = 5.0
+        self,
+        conn: Connection,
+        host: Host | None = None,
+        *,
+        start: str = "vifs",
+        timeout: float = 5.0,
+        name: str | None = None,
+        local: fleet.LocalFactory | None = None,
     ) -> None:
+        """``name``: what the operator called the host (an inventory name); ``local``: how to reach this
+        machine's switch again (default: the starting host when it is local, else the machine's own)."""
         super().__init__()
         self.backend = Backend(conn, host, timeout=timeout)
+        first = self.backend.host
+        self.host_name = name or (fleet.LOCAL if first.label is None else first.label)
+        self.local_host: fleet.LocalFactory = local or ((lambda: first) if first.label is None else fleet.default_local)
+        self._switching: str | None = None  # the host being opened
+        self.leaving = False  # the operator quit
         if start == "vifs":
             self.backend.prefetch()  # the first screen's table
         self.sections = available()
@@ -53,7 +72,7 @@ class HvnetApp(App[int]):
 
     def on_mount(self) -> None:
         self._measure_at(self.size.width, self.size.height)
-        self.sub_title = self.backend.describe()
+        self._show_host()
         self.backend.start(lambda: self.call_from_thread_safe(self._db_changed))
         self.set_interval(CONNECTION_CHECK_S, self._check_connection)
         self.switch_mode(self._start_mode)
@@ -174,6 +193,8 @@ class HvnetApp(App[int]):
                                 self.action_keep_change)  # fmt: skip
         for s in self.sections:
             yield SystemCommand(f"{s.title} screen", s.help, partial(self.switch_mode, s.mode))
+        yield SystemCommand("Switch host (h)", f"now {self.host_name}: pick local or an inventory host",
+                            self.action_pick_host)  # fmt: skip
         # every binding of the current screen, so the palette lists each action
         for binding in getattr(screen, "BINDINGS", []):
             if isinstance(binding, Binding) and binding.description and binding.show:
@@ -185,13 +206,151 @@ class HvnetApp(App[int]):
 
     async def on_unmount(self) -> None:
         self.backend.close()
+        self.backend.host.close()
+
+    # -- the host the console works on ---------------------------------------------------
+
+    def _show_host(self) -> None:
+        self.sub_title = f"{self.host_name} · {self.backend.describe()}"
+
+    def action_pick_host(self) -> None:
+        """Open the host picker (the Fleet screen's enter does the same for its row)."""
+        from .dialogs.host_picker import HostPicker  # loaded when first used
+
+        if isinstance(self.screen, HostPicker):
+            return
+        if isinstance(self.screen, ModalScreen):
+            self.notify("close this dialog first, then switch hosts", severity="warning")
+            return
+        self.push_screen(HostPicker(self.host_name), callback=lambda name: self.select_host(name) if name else None)
+
+    def select_host(self, name: str, then: str | None = None) -> None:
+        """Switch every screen to host ``name`` (then show screen ``then``); the current host stays on failure."""
+        if name == self.host_name:
+            if then is not None:
+                self.switch_mode(then)
+            return
+        refused = self._cannot_switch()
+        if refused is not None:
+            self.notify(escape(refused), severity="warning")
+            return
+        if self._switching is not None:
+            self.notify(escape(f"already connecting to {self._switching}"), severity="warning")
+            return
+        self._switching = name
+        self.notify(escape(f"connecting to {name}..."), timeout=2)
+        self._open_host(name, then)
+
+    def _cannot_switch(self) -> str | None:
+        """Why the console must stay on its host now (None: it may switch).
+
+        A change waiting for ctrl+o belongs to this host, and a dialog may be
+        in the middle of an apply on this host's connection: neither is left
+        behind by a switch.
+        """
+        if self.pending is not None:
+            return (f"a change on {self.host_name} waits for confirmation: ctrl+o keeps it; switch hosts once it "
+                    "is kept or rolled back")  # fmt: skip
+        if isinstance(self.screen, ModalScreen):
+            return "a dialog is open: close it, then switch hosts"
+        return None
+
+    @work(thread=True, exclusive=True, group="switch-host")
+    def _open_host(self, name: str, then: str | None) -> None:
+        try:
+            host, conn = fleet.open_host(name, self.local_host, self.backend.timeout)
+        except (HvnetError, OSError) as exc:
+            self.call_from_thread(self._host_failed, name, getattr(exc, "message", None) or str(exc))
+            return
+        self.call_from_thread(self._host_opened, name, host, conn, then)
+
+    def _host_failed(self, name: str, error: str) -> None:
+        self._switching = None
+        text = f"✗ cannot switch to {name}: {error}; still on {self.host_name}"
+        self.backend.note(text, logging.WARNING)
+        self.notify(escape(text), severity="error", timeout=8)
+
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        self.leaving = True  # a host switch under way stops rebuilding the screens Textual is closing
+        super().exit(*args, **kwargs)
+
+    async def _host_opened(self, name: str, host: Host, conn: Connection, then: str | None) -> None:
+        """Rebuild every screen but the Fleet on the new backend, then close the old host."""
+        refused = self._cannot_switch()  # the operator went on working while the host was being opened
+        if refused is not None or self.leaving:
+            self._switching = None
+            if refused is not None:
+                self.notify(escape(f"not switched to {name}: {refused}"), severity="warning")
+            self._close_host(conn, host)  # quick: its replica never started
+            return
+        old = self.backend
+        target = then or self.current_mode
+        self.add_mode(_SWITCHING, partial(Switching, name))
+        await self.switch_mode(_SWITCHING)
+        for s in self.sections:
+            if self.leaving:
+                self._close_host(conn, host)
+                return
+            if s.mode != "fleet":
+                await self.remove_mode(s.mode)  # its screens go, their workers cancelled
+                self.add_mode(s.mode, partial(_make, s))
+        old.release_logging()
+        self.backend = Backend(conn, host, timeout=old.timeout, messages=old.messages)
+        self.backend.start(lambda: self.call_from_thread_safe(self._db_changed))
+        self.host_name, self._switching = name, None
+        self.connected = True
+        self._show_host()
+        self._close_old(old)
+        if self.leaving:  # the new backend is closed with the app
+            return
+        if target == "vifs":
+            self.backend.prefetch()
+        await self.switch_mode(target)
+        if not self.leaving:
+            await self.remove_mode(_SWITCHING)
+        self.backend.note(f"console switched to host {name} ({self.backend.describe()})")
+        for screen in self._live_screens():
+            handler = getattr(screen, "host_changed", None)
+            if handler is not None and screen.is_mounted:
+                handler()
+
+    def _close_host(self, conn: Connection, host: Host) -> None:
+        """A host opened but not switched to (its replica never started: an SSH ``-O exit`` at most)."""
+        conn.close()
+        if host is not self.backend.host:
+            host.close()
+
+    @work(thread=True, group="close-host")
+    def _close_old(self, old: Backend) -> None:
+        """The previous host's OVSDB connection, then its SSH master (seconds when the host went away)."""
+        old.close_connection()
+        if old.host is not self.backend.host:
+            old.host.close()
 
 
 def _make(section) -> Screen:
     return section.load()()
 
 
-def run(conn: Connection, host: Host, start: str = "vifs", timeout: float = 5.0) -> int:
+class Switching(Screen[None]):
+    """Shown for the moment the screens are rebuilt on another host."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.host = name
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"switching to {self.host}...", markup=False)
+
+
+def run(
+    conn: Connection,
+    host: Host,
+    start: str = "vifs",
+    timeout: float = 5.0,
+    name: str | None = None,
+    local: fleet.LocalFactory | None = None,
+) -> int:
     """Open the UI on ``conn`` (made from ``host``; its replica synced or not) until the operator quits."""
-    HvnetApp(conn, host, start=start, timeout=timeout).run()
+    HvnetApp(conn, host, start=start, timeout=timeout, name=name, local=local).run()
     return 0

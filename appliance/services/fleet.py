@@ -44,6 +44,8 @@ T = TypeVar("T")
 SEVERITY = (EXIT_UNKNOWN, EXIT_CONFLICT, EXIT_UNREACHABLE, EXIT_MISSING_TOOL, EXIT_FAILED, EXIT_USAGE, EXIT_OK)
 MAX_PARALLEL = 16
 DEFAULT_HOST_DEADLINE_S = 300.0
+LOCAL = "local"  # the console's own machine: its switch or its lab, always reachable by name
+Opener = Callable[[str, float], Host]  # (inventory name, timeout) -> an open Host
 
 
 @dataclass
@@ -156,7 +158,7 @@ class _FanOut(Generic[T]):
 # -- hvnet hosts: one read-only look at a host ---------------------------------------------------
 
 
-def probe(host: Host, entry: InventoryHost, *, timeout: float) -> dict[str, Any]:
+def probe(host: Host, entry: InventoryHost | None, *, timeout: float) -> dict[str, Any]:
     """What ``hvnet hosts`` shows of a reachable host, all read-only: OVS, datapaths, VIFs, agent, drift."""
     from .. import api
 
@@ -166,7 +168,7 @@ def probe(host: Host, entry: InventoryHost, *, timeout: float) -> dict[str, Any]
         "datapaths": sorted({b.datapath_type for b in inv.bridges}),
         "vifs": sum(1 for v in inv.vifs if v.is_vif),
         "agent": agent_state(host, timeout=timeout),
-        **policy_drift(host, entry.policy, timeout=timeout),
+        **policy_drift(host, entry.policy if entry is not None else None, timeout=timeout),
     }
 
 
@@ -212,3 +214,34 @@ def drift_text(row: dict[str, Any]) -> str:
     if row.get("drift") is None:
         return "-"
     return "in sync" if row["drift"] == 0 else f"{row['drift']} differ"
+
+
+# -- the console's fleet screen: rows as they come --------------------------------------------------
+
+
+def probe_entry(entry: InventoryHost, timeout: float, opener: Opener) -> dict[str, Any]:
+    """One inventory host's row (``hvnet hosts``' keys); never raises for the host's own faults: an
+    unreachable host is a row with ``reachable`` false and the error, so one host cannot hide the others."""
+    row: dict[str, Any] = {"name": entry.name, "group": entry.group, "kind": entry.kind, "address": entry.address}
+    return survey(row, lambda: opener(entry.name, timeout), timeout, entry)
+
+
+def survey(
+    row: dict[str, Any], open_host: Callable[[], Host], timeout: float, entry: InventoryHost | None = None
+) -> dict[str, Any]:
+    """Fill ``row`` from the Host ``open_host`` gives (closed again after): :func:`probe`'s figures."""
+    started = time.monotonic()
+    host = None
+    try:
+        host = open_host()
+        row.update(reachable=True, **probe(host, entry, timeout=timeout))
+    except HvnetError as exc:
+        row.update(reachable=False, error=exc.message, policy=entry.policy if entry is not None else None)
+    finally:
+        if host is not None:
+            try:
+                host.close()
+            except HvnetError:
+                pass
+    row["seconds"] = round(time.monotonic() - started, 3)
+    return row

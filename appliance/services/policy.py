@@ -175,6 +175,8 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
     host = engine.host
     log_path = engine.journal.state_dir / WATCHER_LOG
     env = {"HVNET_STATE_DIR": str(host.paths.state_dir), "HVNET_AUDIT_LOG": str(host.paths.audit_log)}
+    if host.label is not None:  # the run directory may have come from an inventory entry the label does not name
+        env["HVNET_REMOTE_OVS_RUNDIR"] = str(host.ovs_rundir)
     with open(log_path, "a") as log_file:
         # on this machine, whatever the host: the watcher reaches a remote host over SSH as this process does
         watcher = host.local_runner.popen(

@@ -67,7 +67,14 @@ class _Prefetch(threading.Thread):
 class Backend:
     """Everything the screens need from the engine, on one connection."""
 
-    def __init__(self, conn: Connection, host: Host | None = None, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        host: Host | None = None,
+        *,
+        timeout: float = 5.0,
+        messages: deque[LogLine] | None = None,
+    ) -> None:
         self._conn = conn
         # The console is a front door: given no Host, it builds the one its connection's target names.
         self.host = host or build_host(conn.target.remote)
@@ -77,13 +84,13 @@ class Backend:
         self._gc_paused = False  # the cyclic collector waits for the first table (see prefetch)
         self._engine = PolicyEngine(conn, self.host, command="hvnet tui")
         self.confirm_within_s = CONFIRM_WITHIN_S
-        self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT)
+        # the Log screen's lines: kept when the console switches to another host (one console, one log)
+        self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT) if messages is None else messages
         self._message_listeners: list[Callable[[LogLine], None]] = []
         self._lock = threading.Lock()
         self._handler = _Collector(self)
         self._logger = logging.getLogger("hvnet")
-        self._saved_propagate = self._logger.propagate
-        self._saved_level = self._logger.level
+        self._saved_logging: tuple[bool, int] | None = None  # (propagate, level) while this backend has logging
         # last -> (the audit file's path, mtime and size when read, its entries)
         self._audit_cache: dict[int, tuple[tuple[Any, ...] | None, list[dict[str, Any]]]] = {}
 
@@ -96,6 +103,8 @@ class Backend:
         paints its first table from one select (see :meth:`inventory`) and
         builds the replica after, so the two do not share the CPU.
         """
+        if self._saved_logging is None:
+            self._saved_logging = (self._logger.propagate, self._logger.level)
         self._logger.addHandler(self._handler)
         self._logger.propagate = False  # nothing may write over the screen
         if self._logger.level in (logging.NOTSET, logging.WARNING):
@@ -131,9 +140,19 @@ class Backend:
 
     def close(self) -> None:
         self._resume_gc()
+        self.release_logging()
+        self._conn.close()
+
+    def release_logging(self) -> None:
+        """Give logging back (idempotent): the next backend takes it when the console switches hosts."""
         self._logger.removeHandler(self._handler)
-        self._logger.propagate = self._saved_propagate
-        self._logger.setLevel(self._saved_level)
+        if self._saved_logging is not None:
+            self._logger.propagate, level = self._saved_logging
+            self._logger.setLevel(level)
+            self._saved_logging = None
+
+    def close_connection(self) -> None:
+        """Close the OVSDB connection only (a worker's job: the IDL thread is joined)."""
         self._conn.close()
 
     @property

@@ -3,7 +3,9 @@
 CPU figures are psutil deltas between two samples (the first sample has
 none and says so).  ovs-vswitchd is found through the switch's own pid file,
 so a remote target (``--db tcp:...``) reports "not on this host" instead of
-some other process's figures.
+some other process's figures.  A hypervisor reached over SSH (``--host``)
+has no psutil: its ``/proc`` is read through the runner (:mod:`.procfs`), and
+its agent is the one that keeps it in line from this machine.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from appliance.runner import CommandRunner
 from appliance.services.inventory import Inventory
 
 from . import Backend
+from .procfs import RemoteProc
 
 AGENT_UNIT = "hvnet-agent.service"
 AGENT_INTERVAL_S = 5.0  # a systemctl run or a walk of every process: not with every one-second sample
@@ -43,6 +46,15 @@ class HostSample:
     audit: list[dict[str, Any]] = field(default_factory=list)
 
 
+def remote_agent_status(name: str) -> AgentStatus:
+    """The agent keeping a remote host in line runs on this machine (``hvnet --host NAME agent``)."""
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        if "agent" in cmd and any(a == "--host" and b == name for a, b in zip(cmd, cmd[1:])):
+            return AgentStatus(True, f"running here as pid {p.info['pid']} (hvnet --host {name} agent)")
+    return AgentStatus(False, f"not running here (start it with 'hvnet --host {name} agent')")
+
+
 def agent_status(runner: CommandRunner) -> AgentStatus:
     """The agent as systemd sees it, else as a process on this host."""
     if os.path.isdir("/run/systemd/system") and runner.which_optional("systemctl"):
@@ -62,8 +74,11 @@ def agent_status(runner: CommandRunner) -> AgentStatus:
 class HostSampler:
     """Successive host samples; holds the psutil objects whose deltas give CPU shares."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, name: str | None = None) -> None:
         self.backend = backend
+        self.name = name  # the host as the operator named it (the agent's --host)
+        runner = backend.host.runner
+        self._remote = None if runner.local else RemoteProc(runner)
         self._primed = False
         self._vswitchd: Optional[psutil.Process] = None
         self._agent: Optional[tuple[float, AgentStatus]] = None  # (when asked, status)
@@ -71,7 +86,11 @@ class HostSampler:
     def _agent_status(self) -> AgentStatus:
         now = time.monotonic()
         if self._agent is None or now - self._agent[0] >= AGENT_INTERVAL_S:
-            self._agent = (now, agent_status(self.backend.host.runner))
+            host = self.backend.host
+            status = (
+                agent_status(host.runner) if self._remote is None else remote_agent_status(self.name or str(host.label))
+            )
+            self._agent = (now, status)
         return self._agent[1]
 
     def _find_vswitchd(self) -> Optional[psutil.Process]:
@@ -88,6 +107,8 @@ class HostSampler:
         return self._vswitchd
 
     def sample(self) -> HostSample:
+        if self._remote is not None:
+            return self._remote_sample(self._remote)
         cores = psutil.cpu_percent(None, percpu=True)
         per_core = cores if self._primed else None
         self._primed = True
@@ -108,6 +129,22 @@ class HostSampler:
             vswitchd_rss=vs_rss,
             mem_total=mem.total,
             mem_used=mem.total - mem.available,
+            agent=self._agent_status(),
+            audit=self.backend.audit(last=8),
+        )
+
+    def _remote_sample(self, remote: RemoteProc) -> HostSample:
+        of = self.backend.engine.of
+        pid = of.vswitchd_pid() if of is not None else None
+        now, per_core, vs_cpu = remote.read(pid)
+        return HostSample(
+            inventory=self.backend.inventory_snapshot(),
+            cpu_per_core=per_core,
+            vswitchd_pid=pid,
+            vswitchd_cpu=vs_cpu if now.pid_jiffies is not None else None,
+            vswitchd_rss=now.pid_rss,
+            mem_total=now.mem_total,
+            mem_used=now.mem_total - now.mem_available,
             agent=self._agent_status(),
             audit=self.backend.audit(last=8),
         )

@@ -26,6 +26,7 @@ class Section:
 
 
 SECTIONS = (
+    Section("fleet", "0", "Fleet", "tui.screens.fleet:FleetScreen", "hosts: reachable, OVS, VIFs, drift, agent; pick"),
     Section("host", "1", "Host", "tui.screens.host:HostScreen", "OVS, bridges, CPU, memory, agent, last audit entries"),
     Section("vifs", "2", "VIFs", "tui.screens.vifs:VifsScreen", "every VIF: VLAN, policing, shaping, mirrors, rates"),
     Section("mirrors", "3", "Mirrors", "tui.screens.mirrors:MirrorsScreen", "mirrors with statistics; add, delete"),

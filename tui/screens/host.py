@@ -111,7 +111,7 @@ class HostScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sampler = HostSampler(self.app.backend)  # type: ignore[attr-defined]
+        self.sampler = HostSampler(self.app.backend, getattr(self.app, "host_name", None))  # type: ignore[attr-defined]
         self.set_interval(SAMPLE_INTERVAL_S, self.action_refresh)
         self.action_refresh()
 
