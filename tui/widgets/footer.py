@@ -89,12 +89,14 @@ class Footer(Widget):
             return text
         # the command palette's key, kept at the right as Textual's footer has it; the keys give way
         key, description = palette
-        width = 1 + len(key) + 1 + len(description) + 1
-        text.truncate(max(0, self.size.width - width), overflow="ellipsis", pad=True)
+        text.rstrip()
+        room = self.size.width - text.cell_len - 1  # what is left beside the keys, "▏" included
+        label = f"{key} {description} " if room >= len(key) + len(description) + 2 else key  # squeezed: the key
+        text.truncate(max(0, self.size.width - 1 - len(label)), overflow="ellipsis", pad=True)
         click = Style.from_meta({"@click": "app.command_palette"})
         text.append("▏", description_style)
         text.append(key, key_style + click)
-        text.append(f" {description} ", description_style + click)
+        text.append(label[len(key) :], description_style + click)
         return text
 
     def _palette(self) -> tuple[str, str] | None:
