@@ -617,7 +617,7 @@ def test_unknown_mirror_select_output_and_bridge_keys() -> None:
         (8, "bridges.xenbr0.mirrors.m1.select.ingress"),
         (11, "bridges.xenbr0.mirrors.m1.output.priority"),
     ]
-    assert "allowed: mirrors" in found[0].message
+    assert "allowed: ipfix, mirrors, sflow" in found[0].message
     assert "allow_isolation_exception, filter, output, select, snaplen" in found[1].message
     assert "all, dst, src, vlans" in found[2].message
     assert "port, vlan, gre, erspan, key, idx" in found[3].message
