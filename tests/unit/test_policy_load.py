@@ -635,7 +635,7 @@ def test_unknown_mirror_select_output_and_bridge_keys() -> None:
         ("vifs:\n  - mac: '01:00:5e:00:00:01'\n", 2, "vifs[0].mac", "multicast"),
         ("vifs:\n  - mac: 'not-a-mac'\n", 2, "vifs[0].mac", "six hex pairs"),
         ("bridges: [xenbr0]\n", 1, "bridges", "mapping of bridge name"),
-        ("bridges:\n  xenbr0: [m]\n", 2, "bridges.xenbr0", "mapping with key: mirrors"),
+        ("bridges:\n  xenbr0: [m]\n", 2, "bridges.xenbr0", "mapping with keys: ipfix, mirrors, sflow"),
         ("bridges:\n  xenbr0:\n    mirrors: [m]\n", 3, "bridges.xenbr0.mirrors", "mapping of mirror name"),
         ("bridges:\n  xenbr0:\n    mirrors:\n      m: [1]\n", 4, "bridges.xenbr0.mirrors.m", "mapping"),
     ],
