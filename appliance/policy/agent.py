@@ -11,6 +11,12 @@ forgets them when it restarts, without any OVSDB change to say so), reloads
 the policy on SIGHUP, and deletes hvnet-owned QoS/Queue/Mirror rows and
 tunnel ports left behind by VIFs that are gone -- only after seeing them
 orphaned in two consecutive observations at least a second apart.
+
+A bridge's sFlow and IPFIX rows need no such collection: ``sFlow`` and
+``IPFIX`` are not root tables, so ovsdb-server deletes a row as soon as no
+bridge references it (the lab test clears a bridge's ``sflow`` and finds
+the table empty).  A row deleted behind the agent's back is an ordinary
+difference from the policy, put back on the next pass.
 """
 
 from __future__ import annotations
