@@ -160,3 +160,19 @@ def test_agent_restores_a_deleted_sflow_row(lab: Lab, tmp_path: Path) -> None:
     finally:
         assert agent.stop() == 0, agent.text()
     assert "Traceback" not in agent.text()
+
+
+def test_ipfix_collector_accounts_each_packet_at_ingress_and_egress(lab: Lab, tmp_path: Path) -> None:
+    """Bridge IPFIX in OVS samples a packet where it enters and where it leaves the bridge
+    (other_config enable-input-sampling and enable-output-sampling, both on by default), so at
+    1-in-1 the flow records nfacctd receives account for every ICMP packet twice.  OVS exports a
+    flow when it has been in its cache for cache_active_timeout (1 s here): we wait for it."""
+    with Collector("ipfix", "127.0.0.1", free_udp_port(), tmp_path) as collector:
+        res = hv("ipfix", "set", "xenbr0", "--target", collector.target, "--sampling", "1",
+                 "--cache-active-timeout", "1", "--cache-max-flows", "100")  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        packets = ping(lab, "-c", "200", "-i", "0.005")
+        wait_until(lambda: collector.received(ip_proto="icmp").packets >= 2 * packets, 8)
+    got = collector.received(ip_proto="icmp")
+    assert got.packets == 2 * packets, (packets, got)
+    assert got.bytes == got.packets * 84  # the IPv4 length of a default ping (84 bytes), as IPFIX counts it
