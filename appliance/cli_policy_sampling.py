@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from . import sampling
-from .cli_policy import _cli_problem, _engine, _finish
+from .cli_policy import _engine, _finish
 from .errors import ConfigError, Problem
 from .services import policy as svc
 
@@ -37,7 +37,5 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    if not args.bridge:
-        raise _cli_problem("BRIDGE", "name a bridge")
     with _engine(args) as eng:
         return _finish(args, svc.clear_sampling(eng, args.bridge, args.kind, dry_run=args.dry_run))

@@ -16,9 +16,11 @@ Ranges.  ovs-vswitchd.conf.db(5) documents only defaults for sFlow
 bounds none of them; the IPFIX columns are bounded by the schema.  hvnet's
 bounds: sampling 1..2^32-1 (a rate of 0 is no sampling: clear it instead),
 polling 1..3600 s (ovs-vswitchd treats 0 as "no counter polling", which
-is not what a number asks for), header 14..1300 bytes (one Ethernet
-header at least; a sample must fit in one sFlow datagram, at most 1400
-bytes in ovs-vswitchd, with its own framing), IPFIX timeouts >= 0 with
+is not what a number asks for), header 14..600 bytes (one Ethernet header
+at least; at most what ovs-vswitchd still sends: a sample must fit in its
+sFlow datagram, and OVS 3.1 was measured sending the samples of 1442-byte
+frames with a 612-byte header and dropping every one from 624 bytes on,
+logging "flow sample too big for datagram"), IPFIX timeouts >= 0 with
 ``cache_active_timeout`` at most 4200 s (the schema's).
 """
 
@@ -44,7 +46,7 @@ _RANGES: dict[str, dict[str, tuple[int, int, str]]] = {
     "sflow": {
         "sampling": (1, U32_MAX, "1 in N packets sampled"),
         "polling": (1, 3600, "seconds between counter samples"),
-        "header": (14, 1300, "bytes of each sampled packet sent"),
+        "header": (14, 600, "bytes of each sampled packet sent"),
     },
     "ipfix": {
         "sampling": (1, U32_MAX, "1 in N packets sampled"),
