@@ -5,6 +5,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from appliance import sampling
 from appliance.errors import EXIT_USAGE, ConfigError, Problem
@@ -136,3 +139,37 @@ def test_describe_says_what_ovs_will_do_with_unset_fields() -> None:
     assert describe("ipfix", None) == "IPFIX off"
     no_cache = sampling.IpfixCols(("a:1",), 1, cache_active_timeout=0, external_ids=(("hvnet-owner", "hvnet"),))
     assert describe("ipfix", no_cache) == "IPFIX to a:1 1-in-1 no flow cache"
+
+
+_scalars = st.one_of(st.integers(), st.floats(), st.booleans(), st.none(), st.text(max_size=12))
+_values = st.recursive(
+    _scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+)
+_specs = st.one_of(
+    _values,
+    st.fixed_dictionaries({}, optional={k: _values for k in (*sampling.SFLOW_KEYS, *sampling.IPFIX_KEYS, "remove")}),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sflow=_specs, ipfix=_specs)
+def test_any_spec_is_read_or_refused_at_its_field(sflow: object, ipfix: object) -> None:
+    text = yaml.safe_dump({"bridges": {"xenbr0": {"sflow": sflow, "ipfix": ipfix}}})
+    try:
+        policy = document.parse(text, FILE)
+    except ConfigError as exc:
+        assert all(p.field.startswith("bridges.xenbr0.") and p.line for p in exc.problems), exc.problems
+        return
+    for rule in policy.sampling:
+        assert rule.value is REMOVE or rule.value.targets
+
+
+def test_the_cli_refuses_bad_values_before_it_connects(capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.cli import main
+
+    argv = ["--db", "unix:/nonexistent/db.sock", "sflow", "set", "xenbr0", "--target", "192.0.2.9", "--sampling", "0"]
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "command line: --target: '192.0.2.9' is not host:port" in err
+    assert "command line: --sampling: must be an integer 1..4294967295" in err
+    assert "Traceback" not in err
