@@ -265,13 +265,13 @@ class BridgeInfo:
     ipfix: dict[str, Any] | None = None
 
     def sampling_text(self) -> list[str]:
-        """One line per sampling protocol configured on the bridge (``hvnet status``)."""
+        """One line per sampling protocol configured on the bridge (``hvnet status``, the Host screen)."""
         out = []
         for kind in sampling.KINDS:
             value = getattr(self, kind)
             if value is not None:
                 mark = "" if value.get("owner") == "hvnet" else " (not hvnet's)"
-                out.append(f"{self.name}: {value['text']}{mark}")
+                out.append(f"{value['text']}{mark}")
         return out
 
 
