@@ -105,6 +105,8 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         out = m.output_port or (f"VLAN {m.output_vlan}" if m.output_vlan is not None else "?")
         sent = "not reported yet" if m.tx_packets is None else f"{render.count(m.tx_packets)} pkt"
         notes.append(f"mirror {m.name} on {m.bridge} -> {out} (sent {sent})")
+    for b in inv.bridges:
+        notes += [f"{b.name}: {line}" for line in b.sampling_text()]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)

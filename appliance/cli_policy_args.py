@@ -151,3 +151,38 @@ def register(sub: Any) -> None:
     ml = msub.add_parser("list", help="list mirrors with their statistics")
     ml.add_argument("--json", action="store_true", help="machine-readable output")
     ml.set_defaults(func=lazy("cli_policy", "cmd_mirror_list"))
+
+    register_sampling(sub)
+
+
+def register_sampling(sub: Any) -> None:
+    """Add ``sflow`` and ``ipfix`` to the top-level subparsers (commands in :mod:`.cli_policy_sampling`)."""
+    helps = {
+        "sflow": "sFlow packet sampling and counter polling of a bridge",
+        "ipfix": "IPFIX flow export of a bridge (bridge-wide sampling)",
+    }
+    for kind, title in (("sflow", "sFlow"), ("ipfix", "IPFIX")):
+        p = sub.add_parser(kind, help=helps[kind])
+        psub = p.add_subparsers(dest=f"{kind}_command", metavar="ACTION", required=True, parser_class=type(p))
+        s = psub.add_parser("set", help=f"send {title} from BRIDGE to collectors (replaces its {title} settings)")
+        s.add_argument("bridge", metavar="BRIDGE")
+        s.add_argument("--target", action="append", required=True, metavar="HOST:PORT",
+                       help="a collector (repeat for several): IPv4:port, [IPv6]:port or name:port")  # fmt: skip
+        s.add_argument("--sampling", metavar="N", help="sample 1 in N packets (OVS default 400)")
+        if kind == "sflow":
+            s.add_argument("--polling", metavar="S", help="seconds between counter samples (OVS default 30)")
+            s.add_argument("--header", metavar="B", help="bytes of each sampled packet (OVS default 128)")
+            s.add_argument("--agent", metavar="IF|IP", help="the agent address collectors see (an interface or IP)")
+        else:
+            s.add_argument("--obs-domain-id", metavar="N", help="IPFIX observation domain id")
+            s.add_argument("--obs-point-id", metavar="N", help="IPFIX observation point id")
+            s.add_argument("--cache-active-timeout", metavar="S", help="flow cache active timeout, 0 = no cache")
+            s.add_argument("--cache-max-flows", metavar="N", help="flows the cache holds, 0 = no cache")
+        s.add_argument("--json", action="store_true", help="machine-readable output")
+        s.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
+        s.set_defaults(func=lazy("cli_policy_sampling", "cmd_set"), kind=kind)
+        c = psub.add_parser("clear", help=f"take {title} away from BRIDGE")
+        c.add_argument("bridge", metavar="BRIDGE")
+        c.add_argument("--json", action="store_true", help="machine-readable output")
+        c.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
+        c.set_defaults(func=lazy("cli_policy_sampling", "cmd_clear"), kind=kind)

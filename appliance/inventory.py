@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from . import counters as ctr
+from . import sampling
 from .names import NameSource, resolve_vms
 from .ovsdb import Connection, c_json_parser_in_use
 from .ovsdb import column as col
@@ -41,7 +42,18 @@ COLUMNS: dict[str, list[str]] = {
         "datapath_types",
         "iface_types",
     ],
-    "Bridge": ["name", "ports", "datapath_type", "mirrors", "protocols", "fail_mode", "external_ids", "qos"],
+    "Bridge": [
+        "name",
+        "ports",
+        "datapath_type",
+        "mirrors",
+        "protocols",
+        "fail_mode",
+        "external_ids",
+        "qos",
+        "sflow",
+        "ipfix",
+    ],
     "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "qos", "external_ids", "other_config"],
     "Interface": [
         "name",
@@ -74,6 +86,7 @@ COLUMNS: dict[str, list[str]] = {
         "snaplen",
         "filter",
     ],
+    **sampling.OVSDB_COLUMNS,
 }
 
 _XEN_PORT = re.compile(r"^(?P<kind>vif|tap)(?P<domid>[0-9]{1,10})\.(?P<devid>[0-9]{1,10})$")
@@ -248,6 +261,18 @@ class BridgeInfo:
     mirrors: list[str]
     protocols: list[str]
     fail_mode: str | None
+    sflow: dict[str, Any] | None = None  # the sFlow settings as a policy writes them, "owner" and "text" added
+    ipfix: dict[str, Any] | None = None
+
+    def sampling_text(self) -> list[str]:
+        """One line per sampling protocol configured on the bridge (``hvnet status``, the Host screen)."""
+        out = []
+        for kind in sampling.KINDS:
+            value = getattr(self, kind)
+            if value is not None:
+                mark = "" if value.get("owner") == "hvnet" else " (not hvnet's)"
+                out.append(f"{value['text']}{mark}")
+        return out
 
 
 @dataclass
@@ -385,7 +410,15 @@ def _bridge(br: Any) -> BridgeInfo:
         mirrors=sorted(col(m, "name") for m in col(br, "mirrors")),
         protocols=list(col(br, "protocols")),
         fail_mode=_opt(col(br, "fail_mode")),
+        sflow=_sampling_json(sampling.read("sflow", br)),
+        ipfix=_sampling_json(sampling.read("ipfix", br)),
     )
+
+
+def _sampling_json(value: sampling.SamplingCols | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return {**value.fields(), "owner": dict(value.external_ids).get("hvnet-owner"), "text": value.describe()}
 
 
 def _mirrors(bridge_rows: Iterable[Any]) -> tuple[list[MirrorInfo], dict[Any, list[dict[str, str]]]]:

@@ -17,6 +17,12 @@ switch: a second agent started on the same switch (on the hypervisor, or on
 another console host) says that the lock is held and waits, and takes over
 when the first one goes.  Against a remote hypervisor (``hvnet --host NAME
 agent``) it also keeps the SSH connection up (:mod:`.link`).
+
+A bridge's sFlow and IPFIX rows need no such collection: ``sFlow`` and
+``IPFIX`` are not root tables, so ovsdb-server deletes a row as soon as no
+bridge references it (the lab test clears a bridge's ``sflow`` and finds
+the table empty).  A row deleted behind the agent's back is an ordinary
+difference from the policy, put back on the next pass.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import validate, yamldoc
+from .. import sampling, validate, yamldoc
 from ..errors import ConfigError, Problem
 from ..host import DEFAULT_POLICY_FILE
+from ..sampling import KINDS as SAMPLING_KINDS
 from .fields import FieldError, egress_from_fields, ingress_from_fields, mirror_output, parse_selector, vlan_from_fields
 from .model import (
     MAX_MIRRORS_PER_BRIDGE,
@@ -24,6 +25,7 @@ from .model import (
     Ingress,
     MirrorRule,
     Policy,
+    SamplingRule,
     Selector,
     VifRule,
     Vlan,
@@ -36,7 +38,7 @@ _VIF_KEYS = {*Selector.KINDS, "optional", "vlan", "ingress", "egress"}
 _VLAN_KEYS = {"mode", "tag", "trunks"}
 _INGRESS_KEYS = {"rate", "burst", "mechanism"}
 _EGRESS_KEYS = {"rate", "burst"}
-_BRIDGE_KEYS = {"mirrors"}
+_BRIDGE_KEYS = {"mirrors", *SAMPLING_KINDS}
 _MIRROR_KEYS = {"select", "output", "snaplen", "filter", "allow_isolation_exception"}
 _SELECT_KEYS = {"all", "src", "dst", "vlans"}
 _REMOVE_WORDS = ("remove", "absent")
@@ -124,10 +126,15 @@ def _bridges(bridges: Any, policy: Policy, problems: _Problems) -> None:
         if settings is None:
             continue
         if not isinstance(settings, dict):
-            problems.bad(path, "must be a mapping with key: mirrors")
+            problems.bad(path, "must be a mapping with keys: ipfix, mirrors, sflow")
             continue
         problems.unknown_keys(settings, path, _BRIDGE_KEYS)
         _mirrors(problems.doc, br, settings.get("mirrors") or {}, path, policy, problems.bad)
+        for kind in SAMPLING_KINDS:
+            if kind in settings:
+                rule = _sampling(br, kind, settings[kind], (*path, kind), problems.bad)
+                if rule is not None:
+                    policy.sampling.append(rule)
 
 
 def _mirrors(doc: yamldoc.Document, br: str, mirrors: Any, path: yamldoc.PathKey, policy: Policy, bad: Any) -> None:
@@ -146,6 +153,32 @@ def _mirrors(doc: yamldoc.Document, br: str, mirrors: Any, path: yamldoc.PathKey
             (*path, "mirrors"),
             f"{active} mirrors on bridge {br}; OVS allows at most {MAX_MIRRORS_PER_BRIDGE} per bridge",
         )
+
+
+def _sampling(br: str, kind: str, spec: Any, path: yamldoc.PathKey, bad: Any) -> SamplingRule | None:
+    """A bridge's sFlow or IPFIX: a mapping of settings, or ``remove`` -- never both."""
+    keys = sampling.SFLOW_KEYS if kind == "sflow" else sampling.IPFIX_KEYS
+    allowed = ", ".join(keys)
+    if _is_remove(spec):
+        return SamplingRule(br, kind, REMOVE, path)
+    if not isinstance(spec, dict):
+        bad(path, f"must be a mapping ({allowed}) or 'remove'")
+        return None
+    ok = True
+    for k in spec:
+        if k == "remove" or k in _REMOVE_WORDS:
+            bad((*path, k), f"'remove' takes {sampling.TITLES[kind]} away: give either it alone or settings, not both")
+            ok = False
+        elif k not in keys:
+            bad((*path, k), f"unknown key; allowed: {allowed}")
+            ok = False
+    try:
+        value = sampling.from_fields(kind, spec)
+    except sampling.SamplingFieldError as exc:
+        for field, message in exc.problems:
+            bad((*path, field), message)
+        return None
+    return SamplingRule(br, kind, value, path) if ok else None
 
 
 def _is_remove(value: Any) -> bool:

@@ -707,6 +707,9 @@ def current_value(state: State, c: Change) -> Any:
     if c.kind == "protocols":
         b = state.bridges.get(c.name)
         return b.protocols if b is not None else _GONE
+    if c.kind in ("sflow", "ipfix"):
+        b = state.bridges.get(c.bridge)
+        return getattr(b, c.kind) if b is not None else _GONE
     raise ValueError(c.kind)
 
 

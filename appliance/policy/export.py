@@ -1,4 +1,4 @@
-"""``hvnet export``: the switch's current VIF and mirror settings as a policy file.
+"""``hvnet export``: the switch's current VIF, mirror, sFlow and IPFIX settings as a policy file.
 
 The output round-trips: applying it to the same switch plans nothing.  VIFs
 are selected by the VM's MAC where the hypervisor recorded a unique one
@@ -56,7 +56,12 @@ def to_policy(state: State, *, by: str = "mac") -> dict[str, Any]:
     for (br, name), m in sorted(state.mirrors.items()):
         spec = _mirror(m.cols, state)
         if spec is not None:
-            bridges.setdefault(br, {"mirrors": {}})["mirrors"][name] = spec
+            bridges.setdefault(br, {}).setdefault("mirrors", {})[name] = spec
+    for br, b in sorted(state.bridges.items()):
+        for kind in ("sflow", "ipfix"):
+            value = getattr(b, kind)
+            if value is not None:
+                bridges.setdefault(br, {})[kind] = value.fields()
     doc: dict[str, Any] = {"version": 1, "vifs": rules}
     if bridges:
         doc["bridges"] = bridges

@@ -40,6 +40,7 @@ from .planner import Change, describe
 if TYPE_CHECKING:
     from ..host import Host
 
+from ..sampling import IpfixCols, SflowCols
 from .state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols, VlanCols
 
 
@@ -141,6 +142,17 @@ def value_from_json(kind: str, data: Any) -> Any:
         )
     if kind == "protocols":
         return tuple(data)
+    if kind == "sflow":
+        return SflowCols(**{**data, "targets": tuple(data["targets"]), "external_ids": _pairs(data["external_ids"])})
+    if kind == "ipfix":
+        return IpfixCols(
+            **{
+                **data,
+                "targets": tuple(data["targets"]),
+                "other_config": _pairs(data["other_config"]),
+                "external_ids": _pairs(data["external_ids"]),
+            }
+        )
     raise ValueError(f"unknown change kind {kind!r}")
 
 

@@ -156,12 +156,23 @@ class MirrorRule:
 
 
 @dataclass
+class SamplingRule:
+    """``bridges.<br>.sflow`` or ``.ipfix``: the row wanted (:mod:`appliance.sampling`) or REMOVE."""
+
+    bridge: str
+    kind: str  # "sflow" | "ipfix"
+    value: Any  # SflowCols | IpfixCols (external_ids empty) | REMOVE
+    path: tuple[Any, ...] = ()
+
+
+@dataclass
 class Policy:
     """A whole policy file (or the fragment a CLI command builds)."""
 
     source: str = "(command line)"
     vifs: list[VifRule] = field(default_factory=list)
     mirrors: list[MirrorRule] = field(default_factory=list)
+    sampling: list[SamplingRule] = field(default_factory=list)
     bridges: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # named bridges -> path
     policing: str = "auto"
     lines: dict[tuple[Any, ...], int] = field(default_factory=dict)

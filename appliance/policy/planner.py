@@ -13,6 +13,7 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from .. import sampling
 from ..errors import ConfigError, Problem
 from ..yamldoc import dotted
 from .model import (
@@ -25,12 +26,14 @@ from .model import (
     Ingress,
     MirrorRule,
     Policy,
+    SamplingRule,
     Selector,
     Vlan,
+    is_owned,
 )
 from .state import MirrorCols, MirrorState, PoliceCols, PortState, QosCols, QueueCols, State, TunnelCols, VlanCols
 
-KINDS = ("vlan", "ingress", "egress", "mirror", "protocols")
+KINDS = ("vlan", "ingress", "egress", "mirror", "protocols", "sflow", "ipfix")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class Change:
     def target(self) -> str:
         if self.kind == "mirror":
             return f"mirror {self.name} on {self.bridge}"
-        if self.kind == "protocols":
+        if self.kind in ("protocols", *sampling.KINDS):
             return f"bridge {self.name}"
         return f"{self.name}" + (f" ({self.vm})" if self.vm else "")
 
@@ -79,6 +82,9 @@ def describe(kind: str, value: Any) -> str:
         return describe_mirror(value)
     if kind == "protocols":
         return ",".join(value) if value else "(default)"
+    if kind in sampling.KINDS:
+        mine = value is None or is_owned(value.external_ids)
+        return sampling.describe(value, kind) + ("" if mine else ", not hvnet's")
     return str(value)
 
 
@@ -219,6 +225,10 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
         if change is not None:
             result.changes.append(change)
     result.changes += _protocol_changes(protocols_needed, state)
+    for srule in policy.sampling:
+        change = _sampling_change(srule, state)
+        if change is not None:
+            result.changes.append(change)
 
     if problems.items:
         raise ConfigError(problems.items)
@@ -551,3 +561,31 @@ def _mirror_cols(
         external_ids=ext,
         tunnel=tunnel,
     )
+
+
+def _sampling_change(rule: SamplingRule, state: State) -> Change | None:
+    """A bridge's sFlow or IPFIX row as the rule asks; a row hvnet did not make is updated in place.
+
+    The new row is marked as hvnet's; an existing row keeps its marks (and an
+    IPFIX row its ``other_config``), so that only the settings change.
+    """
+    bridge = state.bridges.get(rule.bridge)
+    if bridge is None:
+        return None  # reported once for the bridge (the agent: not there yet)
+    current = getattr(bridge, rule.kind)
+    title = sampling.TITLES[rule.kind]
+    if rule.value is REMOVE:
+        if current is None:
+            return None
+        note = "" if is_owned(current.external_ids) else f"{title} settings not made by hvnet: removed as asked"
+        return Change(rule.kind, rule.bridge, rule.bridge, current, None, note=note)
+    if current is not None and current.same_config(rule.value):
+        return None
+    if current is None:
+        after = replace(rule.value, external_ids=((OWNER_KEY, OWNER),))
+        return Change(rule.kind, rule.bridge, rule.bridge, None, after)
+    keep: dict[str, Any] = {"external_ids": current.external_ids}
+    if isinstance(current, sampling.IpfixCols):
+        keep["other_config"] = current.other_config
+    note = "" if is_owned(current.external_ids) else f"changes {title} settings not made by hvnet"
+    return Change(rule.kind, rule.bridge, rule.bridge, current, replace(rule.value, **keep), note=note)

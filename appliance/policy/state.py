@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import sampling
 from ..inventory import is_vif_port, port_vlan, vm_uuid_of
 from ..ovsdb import Connection
 from ..ovsdb import column as col
@@ -21,7 +22,7 @@ from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress,
 # Everything the policy engine reads or writes.
 COLUMNS: dict[str, list[str]] = {
     "Open_vSwitch": ["bridges", "cur_cfg", "next_cfg", "ovs_version", "external_ids"],
-    "Bridge": ["name", "ports", "mirrors", "protocols", "datapath_type", "external_ids"],
+    "Bridge": ["name", "ports", "mirrors", "protocols", "datapath_type", "external_ids", "sflow", "ipfix"],
     "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "qos", "external_ids"],
     "Interface": [
         "name",
@@ -49,6 +50,7 @@ COLUMNS: dict[str, list[str]] = {
         "external_ids",
         "statistics",
     ],
+    **sampling.OVSDB_COLUMNS,
 }
 
 
@@ -171,6 +173,8 @@ class BridgeState:
     datapath_type: str
     ports: tuple[str, ...]
     mirrors: tuple[str, ...]
+    sflow: sampling.SflowCols | None = None
+    ipfix: sampling.IpfixCols | None = None
 
 
 @dataclass
@@ -251,6 +255,8 @@ def _bridge_state(br: Any) -> BridgeState:
         datapath_type=col(br, "datapath_type") or "system",
         ports=tuple(sorted(col(p, "name") for p in col(br, "ports"))),
         mirrors=tuple(sorted(col(m, "name") for m in col(br, "mirrors"))),
+        sflow=sampling.read("sflow", br),  # type: ignore[arg-type]
+        ipfix=sampling.read("ipfix", br),  # type: ignore[arg-type]
     )
 
 

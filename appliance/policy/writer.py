@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import ConfigError, Problem
 from ..ovsdb import TxnContext
 from ..ovsdb import column as col
+from ..sampling import IPFIX_KEYS, SFLOW_KEYS, TABLES, IpfixCols, SamplingCols
 from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, is_owned
 from .planner import Change
 from .state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
@@ -255,6 +256,35 @@ def _write_mirror(rows: _Rows, ch: Change) -> None:
     current.external_ids = dict(after.external_ids)
 
 
+def _write_sampling(rows: _Rows, ch: Change) -> None:
+    """A bridge's sFlow or IPFIX row: updated in place, inserted and referenced, or dereferenced.
+
+    Both tables are not root tables: clearing the bridge's reference is what
+    deletes the row (ovsdb-server collects it), so no row is ever left
+    behind for anyone to clean up.
+    """
+    bridge = rows.bridges[ch.bridge]
+    _verify(bridge, ch.kind)
+    current = next(iter(_stored(bridge, ch.kind)), None)
+    after: SamplingCols | None = ch.after
+    if after is None:
+        setattr(bridge, ch.kind, [])
+        return
+    if current is None:
+        current = rows.ctx.insert(TABLES[ch.kind])
+        setattr(bridge, ch.kind, [current])
+    else:
+        _verify(current, *after.fields(), "targets", "external_ids")
+    keys = SFLOW_KEYS if ch.kind == "sflow" else IPFIX_KEYS
+    current.targets = list(after.targets)
+    for key in keys[1:]:
+        value = getattr(after, key)
+        setattr(current, key, [value] if value is not None else [])
+    if isinstance(after, IpfixCols):
+        current.other_config = dict(after.other_config)
+    current.external_ids = dict(after.external_ids)
+
+
 def _write_protocols(rows: _Rows, ch: Change) -> None:
     bridge = rows.bridges[ch.name]
     _verify(bridge, "protocols")
@@ -267,4 +297,6 @@ _WRITERS = {
     "egress": _write_egress,
     "mirror": _write_mirror,
     "protocols": _write_protocols,
+    "sflow": _write_sampling,
+    "ipfix": _write_sampling,
 }

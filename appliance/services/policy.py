@@ -1,5 +1,5 @@
 """Policy verbs: plan, apply (optionally confirm-within), commit, rollback, verify, export,
-and the imperative edits (VIF VLAN, QoS, mirrors) the CLI's ``vif|qos|mirror`` and the
+and the imperative edits (VIF VLAN, QoS, mirrors, a bridge's sFlow and IPFIX) the CLI's ``vif|qos|mirror`` and the
 console's dialogs make.
 
 Modelled on nmstate's netapplier: :func:`apply` with ``confirm_within=N``
@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import sampling
 from ..errors import HvnetError, UsageError
 from ..policy import (
     REMOVE,
@@ -46,6 +47,7 @@ from ..policy import export as exp
 from ..policy.engine import Enforcement
 from ..policy.fields import FieldError
 from ..policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
+from ..policy.model import SamplingRule
 from ..policy.planner import describe_mirror
 from ..policy.state import State
 
@@ -60,6 +62,7 @@ __all__ = [
     "Plan",
     "Policy",
     "PolicyEngine",
+    "SamplingRule",
     "State",
     "VifForm",
     "VifRule",
@@ -482,3 +485,44 @@ def delete_mirror(
     found = find_mirror(engine.snapshot(), name, bridge)
     policy = Policy(source=origin.source, mirrors=[MirrorRule(found, name, remove=True)])
     return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within)
+
+
+# -- imperative: sFlow and IPFIX ---------------------------------------------------------
+
+
+def sampling_rule(bridge: str, kind: str, values: dict[str, Any]) -> SamplingRule:
+    """The rule setting ``bridge``'s sFlow or IPFIX to ``values`` (the policy file's keys).
+
+    Raises :class:`~appliance.sampling.SamplingFieldError` naming every bad
+    field, for the front end to point at its own flags or form fields.
+    """
+    return SamplingRule(bridge, kind, sampling.from_fields(kind, values), (kind,))
+
+
+def set_sampling(
+    engine: PolicyEngine,
+    rule: SamplingRule,
+    *,
+    bridge_field: str = "BRIDGE",
+    dry_run: bool = False,
+    confirm_within: Optional[float] = None,
+) -> ApplyResult:
+    """Apply one bridge's sFlow/IPFIX rule (set, or REMOVE): one transaction, like a policy file.
+
+    A bridge that does not exist is refused by the planner, naming the ones that do.
+    """
+    policy = Policy(sampling=[rule], bridges={rule.bridge: (bridge_field,)})
+    return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within)
+
+
+def clear_sampling(
+    engine: PolicyEngine,
+    bridge: str,
+    kind: str,
+    *,
+    dry_run: bool = False,
+    confirm_within: Optional[float] = None,
+) -> ApplyResult:
+    """Take ``bridge``'s sFlow or IPFIX away (nothing to do when it has none)."""
+    rule = SamplingRule(bridge, kind, REMOVE, (kind,))
+    return set_sampling(engine, rule, dry_run=dry_run, confirm_within=confirm_within)

@@ -106,3 +106,19 @@ async def test_snapshots(lab, size) -> None:
             await assert_snapshot(pilot, app, "edit-vif", extra)
     finally:
         app.backend.close()
+
+
+async def test_host_screen_shows_a_bridges_sflow_and_ipfix(lab) -> None:
+    from tests.conftest import run_hvnet
+
+    res = run_hvnet("sflow", "set", "xenbr0", "--target", "192.0.2.9:6343", "--sampling", "64")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert run_hvnet("ipfix", "set", "xenbr0", "--target", "192.0.2.9:4739", "--cache-max-flows", "0").returncode == 0
+    app = HvnetApp(api.connect(build_host()), start="host")
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            assert await wait_until(pilot, lambda: "sFlow to 192.0.2.9:6343 1-in-64" in screen_text(app), 5.0)
+            assert "IPFIX to 192.0.2.9:4739 1-in-400 no flow cache" in screen_text(app)
+    finally:
+        app.backend.close()
+        lab.switch.vsctl("clear", "bridge", "xenbr0", "sflow", "ipfix")

@@ -617,7 +617,7 @@ def test_unknown_mirror_select_output_and_bridge_keys() -> None:
         (8, "bridges.xenbr0.mirrors.m1.select.ingress"),
         (11, "bridges.xenbr0.mirrors.m1.output.priority"),
     ]
-    assert "allowed: mirrors" in found[0].message
+    assert "allowed: ipfix, mirrors, sflow" in found[0].message
     assert "allow_isolation_exception, filter, output, select, snaplen" in found[1].message
     assert "all, dst, src, vlans" in found[2].message
     assert "port, vlan, gre, erspan, key, idx" in found[3].message
@@ -635,7 +635,7 @@ def test_unknown_mirror_select_output_and_bridge_keys() -> None:
         ("vifs:\n  - mac: '01:00:5e:00:00:01'\n", 2, "vifs[0].mac", "multicast"),
         ("vifs:\n  - mac: 'not-a-mac'\n", 2, "vifs[0].mac", "six hex pairs"),
         ("bridges: [xenbr0]\n", 1, "bridges", "mapping of bridge name"),
-        ("bridges:\n  xenbr0: [m]\n", 2, "bridges.xenbr0", "mapping with key: mirrors"),
+        ("bridges:\n  xenbr0: [m]\n", 2, "bridges.xenbr0", "mapping with keys: ipfix, mirrors, sflow"),
         ("bridges:\n  xenbr0:\n    mirrors: [m]\n", 3, "bridges.xenbr0.mirrors", "mapping of mirror name"),
         ("bridges:\n  xenbr0:\n    mirrors:\n      m: [1]\n", 4, "bridges.xenbr0.mirrors.m", "mapping"),
     ],

@@ -1,4 +1,4 @@
-"""Host screen: the switch (OVS version, datapaths, bridges), CPU and memory, the agent, the audit tail.
+"""Host screen: the switch (OVS version, datapaths, bridges and their sFlow/IPFIX), CPU, memory, agent, audit.
 
 Sampled about once a second in a worker (psutil deltas give the CPU
 shares); the bridges part also follows OVSDB changes as they are pushed.
@@ -52,11 +52,14 @@ def render_sample(s: HostSample, width: int) -> dict[str, str]:
         f"datapaths supported: {', '.join(h.datapath_types) or '-'}; in use: "
         f"{', '.join(h.bridge_datapath_types) or '-'}",
     ]
-    bridges = [
-        f"{b.name:<12} {b.datapath_type or 'system':<8} {b.ports:>4} ports  {len(b.mirrors)} mirror(s)  "
-        f"fail-mode {b.fail_mode or 'standalone'}"
-        for b in inv.bridges
-    ] or ["no bridges"]
+    bridges = []
+    for b in inv.bridges:
+        bridges.append(
+            f"{b.name:<12} {b.datapath_type or 'system':<8} {b.ports:>4} ports  {len(b.mirrors)} mirror(s)  "
+            f"fail-mode {b.fail_mode or 'standalone'}"
+        )
+        bridges += [f"  {line}" for line in b.sampling_text()]  # sFlow, IPFIX
+    bridges = bridges or ["no bridges"]
     per_line = max(1, (width - 4) // 29)
     cpu = cpu_lines(s.cpu_per_core, per_line)
     if s.vswitchd_pid is None:
