@@ -43,9 +43,9 @@ def cmd_capture_stop(args: argparse.Namespace) -> int:
     view = captures.inspect(record, live=False)
     if args.json:
         render.print_json(_view_json(view))
-        return EXIT_OK
-    print(f"capture {record.name}: {view.state} ({view.reason or '-'})")
-    _print_stats(view)
+    else:
+        print(f"capture {record.name}: {view.state} ({view.reason or '-'})")
+        _print_stats(view)
     return EXIT_OK if view.state != "dead" else EXIT_FAILED
 
 
