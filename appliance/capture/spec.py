@@ -153,11 +153,14 @@ def tcpdump_argv(tcpdump: str, spec: CaptureSpec, directory: Path) -> list[str]:
 
 
 def pcap_files(directory: Path, spec: CaptureSpec) -> list[Path]:
-    """The capture's files as they are now, oldest first (by modification time, then name)."""
+    """The capture's files as they are now, oldest first (by modification time, then number: 2 before 10)."""
     stem = spec.name
     found = [
         p
         for p in directory.iterdir()
         if p.is_file() and not p.is_symlink() and p.name.startswith(stem) and PCAP_SUFFIX in p.name
     ]
-    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+    return sorted(
+        found,
+        key=lambda p: (p.stat().st_mtime_ns, [int(t) if t.isdigit() else t for t in re.split(r"([0-9]+)", p.name)]),
+    )

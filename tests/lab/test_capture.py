@@ -80,6 +80,7 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     on_port = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "vif2")
     in_guest = hv(pcaps, "capture", "start", "--guest", "VM2", "--name", "vm2-icmp", "--filter", "icmp")
     limited = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "five", "--count", "5")
+    assert limited["spec"]["limits"]["count"] == 5
     assert on_port["state"] == in_guest["state"] == "running"
     ping(lab, 50)
     live = {c["spec"]["name"]: c for c in hv(pcaps, "capture", "list")["captures"]}
