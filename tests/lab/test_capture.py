@@ -4,7 +4,8 @@ counters, rotation, limits, a capture killed behind hvnet's back, refusals that 
 Completeness slack: the port's counters are read just before tcpdump starts
 and just after it stops, so the few frames the port carries in those margins
 are offered and not captured (the ratio errs low).  ARP and the guests' own
-frames are on both sides (no filter): they add no slack.  The lab is quiet
+IPv6 frames (neighbour solicitations, listener reports, router solicitations
+of interfaces just up) are on both sides (no filter): they add no slack.  The lab is quiet
 between tests, so the ratio is 1 or a hair below it; 0.95 leaves room for a
 neighbour solicitation or two.
 """
@@ -89,7 +90,6 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
 
     table = run_hvnet("capture", "list", env=pcaps)
     assert table.returncode == 0 and "pkt/s" in table.stdout, table.stdout + table.stderr
-    print(table.stdout)
 
     port = hv(pcaps, "capture", "stop", "vif2")
     assert port["state"] == "stopped" and port["tcpdump"]["dropped_by_kernel"] == 0
@@ -105,7 +105,6 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     assert five["completeness"]["ratio"] is None and "limit of 5" in five["completeness"]["reason"]
     text = run_hvnet("capture", "show", "vif2", env=pcaps)
     assert text.returncode == 0 and f"complete  {comp['ratio']:.1%}" in text.stdout, text.stdout + text.stderr
-    print(text.stdout)
     meta = json.loads((Path(port["directory"]) / "capture.json").read_text())
     assert meta["counters_before"]["tx_packets"] is not None and meta["stopped"] > meta["started"]
 
@@ -131,6 +130,19 @@ def test_a_capture_killed_behind_hvnets_back_is_dead(lab: Lab, pcaps: dict[str, 
     assert "killed behind hvnet's back" in views[0]["reason"]
     stopped = hv(pcaps, "capture", "stop", "victim", code=1)
     assert stopped["state"] == "dead"
+
+    # tcpdump alone killed: its supervisor sees it and says so
+    rec = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "victim2")
+    res = run_hvnet("capture", "delete", "victim2", env=pcaps)
+    assert res.returncode == 2 and "is running" in res.stderr, res.stderr
+    os.kill(rec["tcpdump_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while (view := hv(pcaps, "capture", "show", "victim2"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert view["state"] == "dead" and "killed by SIGKILL, not by hvnet" in view["reason"], view
+    assert view["completeness"]["ratio"] is None and "no packet counts" in view["completeness"]["reason"]
+    assert run_hvnet("capture", "delete", "victim2", env=pcaps).returncode == 0
+    assert not Path(rec["directory"]).exists()
 
 
 def test_bad_input_starts_nothing(lab: Lab, pcaps: dict[str, str], tmp_path: Path) -> None:
