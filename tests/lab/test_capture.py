@@ -109,9 +109,17 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     assert meta["counters_before"]["tx_packets"] is not None and meta["stopped"] > meta["started"]
 
 
-def test_rotation_by_size(lab: Lab, pcaps: dict[str, str]) -> None:
+def test_rotation_by_size_and_by_time_with_a_duration(lab: Lab, pcaps: dict[str, str]) -> None:
     rec = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "rot", "--rotate-mb", "1")
-    ping(lab, 1200, "-s", "1400", "-i", "0.002")  # about 3.5 MB both ways
+    timed = hv(pcaps, "capture", "start", "--guest", "VM2", "--name", "timed", "--rotate-seconds", "1",
+               "--duration", "2", "--snaplen", "64")  # fmt: skip
+    ping(lab, 1200, "-s", "1400", "-i", "0.002")  # about 3.5 MB both ways, over 2.4 s at least
+    deadline = time.monotonic() + 10
+    while (timed := hv(pcaps, "capture", "show", "timed"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert timed["state"] == "finished" and "duration of 2 s" in timed["reason"], timed
+    assert len(timed["files"]) >= 2 and all(f.startswith("timed-") for f in timed["files"]), timed["files"]
+    assert timed["bytes"] <= timed["packets"] * (64 + 16) + 24 * len(timed["files"])  # the snaplen held
     rec = hv(pcaps, "capture", "stop", "rot")
     files = sorted(Path(rec["directory"]).glob("rot.pcap*"))
     assert len(files) >= 3, files
