@@ -1,22 +1,30 @@
-"""``hvnet capture``: packet captures on the switch's ports or inside lab guests (start, stop, list, show, delete)."""
+"""``hvnet capture``: packet captures on the switch's ports or inside lab guests (start, stop, list, show, delete).
+
+Its commands import the services when they run: every hvnet command builds the parser, and
+``status``, ``plan`` and the agent load no more than they need.
+"""
 
 from __future__ import annotations
 
 import argparse
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import render
-from .capture.completeness import Completeness
 from .capture.spec import Limits
 from .cli_common import lazy
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 from .frontdoor import host_of
-from .services import captures
+
+if TYPE_CHECKING:  # the services (and tcpdump's parsers) load when a capture verb runs, not with every hvnet
+    from .capture.completeness import Completeness
+    from .services.captures import CaptureView
 
 
 def cmd_capture_start(args: argparse.Namespace) -> int:
+    from .services import captures
+
     guest = None
     if args.guest is not None:
         from .lab import Lab
@@ -39,6 +47,8 @@ def cmd_capture_start(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_stop(args: argparse.Namespace) -> int:
+    from .services import captures
+
     record = captures.stop(host_of(args), args.name)
     view = captures.inspect(record, live=False)
     if args.json:
@@ -50,6 +60,8 @@ def cmd_capture_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_list(args: argparse.Namespace) -> int:
+    from .services import captures
+
     views = captures.list_captures(host_of(args))
     if args.json:
         render.print_json({"directory": str(host_of(args).paths.pcap_dir), "captures": [_view_json(v) for v in views]})
@@ -60,6 +72,8 @@ def cmd_capture_list(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_show(args: argparse.Namespace) -> int:
+    from .services import captures
+
     view = captures.show(host_of(args), args.name)
     if args.json:
         render.print_json(_view_json(view))
@@ -81,6 +95,8 @@ def cmd_capture_show(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_delete(args: argparse.Namespace) -> int:
+    from .services import captures
+
     print(f"removed {captures.delete(host_of(args), args.name)}")
     return EXIT_OK
 
@@ -88,6 +104,7 @@ def cmd_capture_delete(args: argparse.Namespace) -> int:
 def cmd_capture_supervise(args: argparse.Namespace) -> int:
     """The detached process of one capture (started by 'capture start', never by hand)."""
     from .capture.supervise import supervise
+    from .services import captures
 
     host = host_of(args)
     directory = Path(args.directory)
@@ -99,12 +116,14 @@ def cmd_capture_supervise(args: argparse.Namespace) -> int:
 # -- rendering -----------------------------------------------------------------------
 
 
-def _completeness(view: captures.CaptureView) -> Completeness | None:
+def _completeness(view: CaptureView) -> Completeness | None:
+    from .capture.completeness import Completeness
+
     data = view.record.completeness
     return Completeness(**data) if data else None
 
 
-def _row(v: captures.CaptureView) -> list[str]:
+def _row(v: CaptureView) -> list[str]:
     spec = v.record.spec
     comp = _completeness(v)
     complete = "-" if comp is None else ("unknown" if comp.ratio is None else f"{comp.ratio:.1%}")
@@ -116,7 +135,7 @@ def _row(v: captures.CaptureView) -> list[str]:
     ]  # fmt: skip
 
 
-def _print_stats(view: captures.CaptureView) -> None:
+def _print_stats(view: CaptureView) -> None:
     rec = view.record
     rate = view.rate_pps
     print(
@@ -135,7 +154,7 @@ def _print_stats(view: captures.CaptureView) -> None:
         print(f"  complete  {comp.describe()}")
 
 
-def _view_json(v: captures.CaptureView) -> dict[str, Any]:
+def _view_json(v: CaptureView) -> dict[str, Any]:
     return {**v.record.to_json(), "state": v.state, "reason": v.reason, "packets": v.packets, "dropped": v.dropped,
             "seconds": v.seconds, "bytes": v.bytes, "rate_pps": v.rate_pps}  # fmt: skip
 
