@@ -80,8 +80,8 @@ def icmp_requests(pcap_dir: Path) -> int:
 def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, pcaps: dict[str, str]) -> None:
     on_port = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "vif2")
     in_guest = hv(pcaps, "capture", "start", "--guest", "VM2", "--name", "vm2-icmp", "--filter", "icmp")
-    limited = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "five", "--count", "5")
-    assert limited["spec"]["limits"]["count"] == 5
+    limited = run_hvnet("capture", "start", "--port", VM2_VIF, "--name", "five", "--count", "5", env=pcaps)
+    assert limited.returncode == 0 and "capture five started on port vif2.0" in limited.stdout, limited.stderr
     assert on_port["state"] == in_guest["state"] == "running"
     ping(lab, 50)
     live = {c["spec"]["name"]: c for c in hv(pcaps, "capture", "list")["captures"]}
@@ -103,6 +103,9 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     assert guest["completeness"]["ratio"] is None and "filter" in guest["completeness"]["reason"]
     five = hv(pcaps, "capture", "show", "five")
     assert five["completeness"]["ratio"] is None and "limit of 5" in five["completeness"]["reason"]
+    text = run_hvnet("capture", "stop", "five", env=pcaps)  # already ended: its final figures
+    assert text.returncode == 0 and "capture five: finished" in text.stdout, text.stdout + text.stderr
+    assert "complete  unknown: the capture stopped at its limit of 5 packets" in text.stdout, text.stdout
     text = run_hvnet("capture", "show", "vif2", env=pcaps)
     assert text.returncode == 0 and f"complete  {comp['ratio']:.1%}" in text.stdout, text.stdout + text.stderr
     meta = json.loads((Path(port["directory"]) / "capture.json").read_text())
