@@ -174,3 +174,20 @@ def test_bad_input_starts_nothing(lab: Lab, pcaps: dict[str, str], tmp_path: Pat
     base = Path(pcaps["HVNET_PCAP_DIR"])
     assert not base.exists() or not any(base.iterdir())
     assert not (tmp_path / "escape").exists()
+
+
+def test_capture_on_a_mirrors_output_port(lab: Lab, pcaps: dict[str, str]) -> None:
+    """What VM1 sends, mirrored to VM3's VIF, captured there: every copy the switch sent is in the pcap."""
+    res = run_hvnet("mirror", "add", "capmirror", "--bridge", "xenbr0", "--src", "vif1.0", "--output-port", "vif3.0",
+                    "--allow-isolation-exception")  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    try:
+        hv(pcaps, "capture", "start", "--port", "vif3.0", "--name", "mon")
+        ping(lab, 50)
+        rec = hv(pcaps, "capture", "stop", "mon")
+    finally:
+        res = run_hvnet("mirror", "del", "capmirror")
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert icmp_requests(Path(rec["directory"])) == 50
+    comp = rec["completeness"]
+    assert comp["ratio"] is not None and 0.95 <= comp["ratio"] <= 1.0, comp
