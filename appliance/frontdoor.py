@@ -7,7 +7,8 @@ variables read here:
 
 * ``HVNET_DB``, ``HVNET_SSL_KEY|CERT|CA`` -- the OVSDB target (after ``--db``);
 * ``HVNET_LAB_DIR`` -- where a running lab is looked for (its record, not its code);
-* ``HVNET_STATE_DIR``, ``HVNET_AUDIT_LOG``, ``HVNET_RUNS_DIR``, ``HVNET_CAPTURES_DIR`` -- data paths;
+* ``HVNET_STATE_DIR``, ``HVNET_AUDIT_LOG``, ``HVNET_RUNS_DIR``, ``HVNET_CAPTURES_DIR``,
+  ``HVNET_PCAP_DIR`` -- data paths;
 * ``HVNET_LIBVIRT_URI``, ``LIBVIRT_DEFAULT_URI``, ``HVNET_XAPI_*`` -- VM name sources;
 * ``HVNET_HOST`` -- a remote hypervisor over SSH (after ``--host``), with
   ``HVNET_SSH_CONFIG``, ``HVNET_SSH_KNOWN_HOSTS``, ``HVNET_SSH_IDENTITY`` and
@@ -50,6 +51,7 @@ def data_paths(environ: Mapping[str, str], lab_run_dir: Path | None = None) -> D
         "audit_log": environ.get("HVNET_AUDIT_LOG"),
         "runs_dir": environ.get("HVNET_RUNS_DIR"),
         "captures_dir": environ.get("HVNET_CAPTURES_DIR"),
+        "pcap_dir": environ.get("HVNET_PCAP_DIR"),
     }
     return replace(paths, **{k: Path(v) for k, v in overrides.items() if v})
 

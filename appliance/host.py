@@ -43,6 +43,7 @@ class DataPaths:
     audit_log: Path = DEFAULT_AUDIT_LOG
     runs_dir: Path = DEFAULT_WORK_DIR / "runs"  # suite runs
     captures_dir: Path = DEFAULT_WORK_DIR / "isolation"  # isolation checks' pcaps
+    pcap_dir: Path = DEFAULT_WORK_DIR / "captures"  # 'hvnet capture': one directory per capture
     cache_dir: Path = DEFAULT_CACHE_DIR  # answers kept per boot (is tc policing enforced here?)
 
     @classmethod

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import HvnetError
 
-_HINT = "remove it, or point hvnet elsewhere ($HVNET_RUNS_DIR, $HVNET_CAPTURES_DIR)"
+_HINT = "remove it, or point hvnet elsewhere ($HVNET_RUNS_DIR, $HVNET_CAPTURES_DIR, $HVNET_PCAP_DIR)"
 
 
 class UnsafeDirectory(HvnetError):

@@ -561,21 +561,20 @@ class Lab:
 
     def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
         """``names`` as endpoints for the engine (suites, isolation checks): the lab is their GuestSource."""
-        gexec = tuple(gexec_argv("", [])[:-2])  # the program that reaches a VM's channel
-        out = {}
-        for name, rec in self.require_guests(topology, names).items():
-            channel = rec.get("channel")
-            out[name] = GuestEndpoint(
-                name=name,
-                kind=rec.get("kind", "netns"),
-                ip=rec["ip"],
-                mac=rec["mac"],
-                vif=rec.get("vif") or "",
-                netns=rec.get("namespace") or None,
-                channel=channel,
-                gexec=gexec if channel else (),
+        return {name: _endpoint(name, rec) for name, rec in self.require_guests(topology, names).items()}
+
+    def endpoint(self, name: str) -> GuestEndpoint:
+        """The lab guest ``name`` as it is now (captures inside it), or a UsageError naming the guests there are."""
+        guests = {g["name"]: g for g in self.status()["guests"]}
+        if name not in guests:
+            raise UsageError(
+                f"the lab has no guest {name!r}", hint="guests: " + (", ".join(guests) or "none (hvnet lab up)")
             )
-        return out
+        rec = guests[name]
+        if not (rec.get("namespace_present") and rec.get("vif_present")):
+            raise UsageError(f"guest {name} is recorded but its namespace, domain or VIF is gone",
+                             hint="hvnet lab down && hvnet lab up")  # fmt: skip
+        return _endpoint(name, rec)
 
     # -- guests ----------------------------------------------------------------
 
@@ -608,3 +607,18 @@ class Lab:
                 raise CommandFailed(list(argv), res.returncode, res.stderr or res.stdout)
             return res
         return proc.run(proc.in_netns(self.ns_of(guest), argv), timeout=timeout, check=check)
+
+
+def _endpoint(name: str, rec: dict[str, Any]) -> GuestEndpoint:
+    """A guest's lab record as the engine sees it."""
+    channel = rec.get("channel")
+    return GuestEndpoint(
+        name=name,
+        kind=rec.get("kind", "netns"),
+        ip=rec["ip"],
+        mac=rec["mac"],
+        vif=rec.get("vif") or "",
+        netns=rec.get("namespace") or None,
+        channel=channel,
+        gexec=tuple(gexec_argv("", [])[:-2]) if channel else (),  # the program that reaches a VM's channel
+    )

@@ -1,0 +1,155 @@
+"""The process that runs one capture: ``hvnet capture _supervise DIR``, detached.
+
+It outlives the command that started it (its own session, like the
+--no-commit watcher) and is the one that knows when the capture ended, so
+the record is right however it ends -- ``hvnet capture stop`` (SIGTERM to
+this process), the duration passing, tcpdump's own packet limit or ring of
+files, or tcpdump dying.  In order: the port's counters, tcpdump started and
+listening ("listening on" in its log), waiting, tcpdump stopped with SIGINT
+(it then prints its counts), the port's counters again, the record with its
+completeness.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..counters import Counters, read_kernel_many
+from ..host import Host
+from ..isolation.pcap import parse_tcpdump_counts
+from . import record as rec_mod
+from .completeness import completeness
+from .record import CaptureRecord
+from .spec import pcap_files
+
+LISTEN_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
+
+
+def read_port_counters(host: Host, port: str) -> Counters | None:
+    """The kernel's counters of the switch port ``port`` on the hypervisor, None when it has none."""
+    return read_kernel_many(host.runner, [port]).get(port)
+
+
+def _counters_json(c: Counters | None) -> dict[str, Any] | None:
+    return None if c is None else {**c.as_dict(), "source": c.source}
+
+
+def _counters_of(data: dict[str, Any] | None) -> Counters | None:
+    if data is None:
+        return None
+    return Counters.from_mapping({k: v for k, v in data.items() if k != "source" and v is not None},
+                                 data.get("source", "kernel"))  # fmt: skip
+
+
+def supervise(host: Host, directory: Path) -> int:
+    """Run the capture recorded in ``directory`` to its end; 0 unless tcpdump failed to start."""
+    record = rec_mod.load(directory)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    runner = host.runner if record.spec.kind == "port" else host.local_runner
+    record.supervisor_pid = os.getpid()
+    record.counters_before = _counters_json(read_port_counters(host, record.spec.port))
+    fd = os.open(directory / rec_mod.LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as log:
+        proc = runner.popen(record.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+    record.tcpdump_pid = proc.pid
+    rec_mod.save(record)
+    problem = _wait_listening(proc, directory, stop)
+    if problem is not None:
+        _end(proc)
+        record.state, record.reason, record.stopped = "failed", problem, time.time()
+        rec_mod.save(record)
+        return 1
+    record.state, record.started = "running", time.time()
+    rec_mod.save(record)
+    ended_by = _wait_end(proc, record, stop)
+    finish(host, record, proc.returncode if ended_by is None else _end(proc), ended_by)
+    return 0
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], directory: Path, stop: threading.Event) -> str | None:
+    """None once tcpdump says it listens; else what went wrong (its own message when it gave one)."""
+    deadline = time.monotonic() + LISTEN_TIMEOUT_S
+    while time.monotonic() < deadline and not stop.is_set():
+        text = rec_mod.read_log(directory)
+        if "listening on" in text:
+            return None
+        if proc.poll() is not None:
+            lines = [line for line in text.strip().splitlines() if line.strip()]
+            return f"tcpdump did not start (exit {proc.returncode}): {lines[-1] if lines else 'no output'}"
+        time.sleep(0.02)
+    return (
+        "stopped before tcpdump listened" if stop.is_set() else f"tcpdump not listening within {LISTEN_TIMEOUT_S:g} s"
+    )
+
+
+def _wait_end(proc: subprocess.Popen[bytes], record: CaptureRecord, stop: threading.Event) -> str | None:
+    """Wait for the capture's end: "stop", "duration", or None when tcpdump ended by itself."""
+    duration = record.spec.limits.duration
+    deadline = None if duration is None else (record.started or time.time()) + duration
+    while proc.poll() is None:
+        if stop.is_set():
+            return "stop"
+        if deadline is not None and time.time() >= deadline:
+            return "duration"
+        stop.wait(POLL_S)
+    return None
+
+
+def _end(proc: subprocess.Popen[bytes]) -> int:
+    """SIGINT tcpdump (it prints its counts and closes its file), SIGKILL it if it lingers; its status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _why(record: CaptureRecord, status: int | None, ended_by: str | None) -> tuple[str, str]:
+    if ended_by == "stop":
+        return "stopped", "stopped by 'hvnet capture stop'"
+    if ended_by == "duration":
+        return "finished", f"its duration of {record.spec.limits.duration:g} s passed"
+    if ended_by == "gone":
+        return "dead", "its supervising process was gone; tcpdump was stopped by 'hvnet capture stop'"
+    if status == 0:
+        if record.spec.limits.count is not None:
+            return "finished", f"tcpdump stopped at its limit of {record.spec.limits.count} packets"
+        return "finished", "tcpdump ended by itself (its ring of files was full)"
+    if status is not None and status < 0:
+        name = signal.Signals(-status).name if -status in signal.valid_signals() else str(-status)
+        return "dead", f"tcpdump was killed by {name}, not by hvnet"
+    lines = [line for line in rec_mod.read_log(record.path).strip().splitlines() if line.strip()]
+    return "dead", f"tcpdump exited with status {status}: {lines[-1] if lines else 'no output'}"
+
+
+def finish(host: Host, record: CaptureRecord, status: int | None, ended_by: str | None) -> None:
+    """Read the counters after the capture, tcpdump's counts, the completeness; save the final record."""
+    after = read_port_counters(host, record.spec.port)
+    record.stopped = time.time()
+    record.counters_after = _counters_json(after)
+    counts = parse_tcpdump_counts(rec_mod.final_counts_text(rec_mod.read_log(record.path)))
+    record.tcpdump = None if counts is None else vars(counts).copy()
+    record.completeness = completeness(
+        counts, _counters_of(record.counters_before), after,
+        bpf=record.spec.bpf, count_limit=record.spec.limits.count,
+    ).to_json()  # fmt: skip
+    record.state, record.reason = _why(record, status, ended_by)
+    record.files = [p.name for p in pcap_files(record.path, record.spec)]
+    rec_mod.save(record)
+
+
+def counters_of(data: dict[str, Any] | None) -> Counters | None:
+    """A record's counters (as saved) back as :class:`Counters`."""
+    return _counters_of(data)
