@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from . import __version__, cli_capture, cli_policy_args, cli_suite, render
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
-from .frontdoor import build_host, host_of, hosts_by_name, local_host_of
+from .frontdoor import host_of, lab_switches, local_host_of
 from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
@@ -168,11 +168,12 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
     if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
         lab.require_guests(sc.topology, list(sc.guests))
-    hosts = hosts_by_name(sc.topology.hosts, timeout=args.timeout) if sc.topology.hosts else {}
-    host = hosts[sc.topology.hosts[0]] if hosts else build_host(lab.db, libvirt=args.libvirt)
+    switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
+    host = next(iter(switches.values()))
     result = isolation.run_check(
         host, lab, sc, args.method, Path(args.out) if args.out else None,
-        root_hint="run as root, or use --method trace", timeout=args.timeout, hosts=hosts,
+        root_hint="run as root, or use --method trace", timeout=args.timeout,
+        hosts={n: h for n, h in switches.items() if n is not None},
     )  # fmt: skip
     if args.json:
         render.print_json(report.to_json(result))

@@ -87,7 +87,7 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .frontdoor import build_host, host_of
+    from .frontdoor import host_of, lab_switches
     from .lab import Lab
     from .netperf import report
     from .services import suites
@@ -107,9 +107,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     client_host = s.topology.guest(s.client).host
     if client_host is not None:
         lab.require_guests(s.topology, [s.client])  # the lab that is up must be this one before it is reached
-        host = build_host(ssh_host=client_host, timeout=args.timeout)
-    else:
-        host = build_host(lab.db, libvirt=host_of(args).names.libvirt_uri)
+    (host,) = lab_switches(s.topology, lab.db, hosts=(client_host,) if client_host else None,
+                           libvirt=host_of(args).names.libvirt_uri, timeout=args.timeout).values()  # fmt: skip
     run = suites.SuiteRun(host, lab, s, suites.run_dir(host, s, Path(args.out) if args.out else None),
                           Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
     out_dir = run.out_dir

@@ -25,12 +25,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import labstate
 from .errors import UsageError
 from .host import DataPaths, Host, NameConfig
 from .target import DbTarget, resolve
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 log = logging.getLogger("hvnet.target")
 
@@ -231,3 +234,23 @@ def local_host_of(args: Any) -> Host:
         args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt,
         discover_lab=not args.no_lab, environ=env, timeout=args.timeout,
     )  # fmt: skip
+
+
+def lab_switches(
+    topology: Topology,
+    lab_db: str,
+    *,
+    hosts: tuple[str, ...] | None = None,
+    libvirt: str | None = None,
+    timeout: float = 10.0,
+    reuse: Host | None = None,
+) -> dict[str | None, Host]:
+    """The switches a lab suite or isolation check drives, whatever ``--db`` says: the lab's own
+    (key None; ``reuse`` when it is already that one) or, in a lab of several hypervisors, each of
+    ``hosts`` (default: all of the topology's) reached by name over SSH.  The caller has checked
+    that the lab that is up is ``topology``'s (``Lab.require_guests``)."""
+    if not topology.hosts:
+        if reuse is not None and reuse.remote == lab_db:
+            return {None: reuse}
+        return {None: build_host(lab_db, libvirt=libvirt, timeout=timeout)}
+    return dict(hosts_by_name(hosts or topology.hosts, timeout=timeout))

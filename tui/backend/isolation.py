@@ -50,17 +50,26 @@ def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
     mirrors, undone afterwards), so it drives the lab's own database even when
     the console watches another one -- exactly like the CLI.
     """
-    from appliance.frontdoor import build_host
+    from appliance.frontdoor import lab_switches
     from appliance.lab import Lab
 
     sc = load(path)
     lab = Lab()
-    host = backend.host if backend.remote == lab.db else build_host(lab.db, libvirt=backend.host.names.libvirt_uri)
+    if sc.topology.hosts:  # a lab of several hypervisors: each host's switch (see the CLI's check)
+        lab.require_guests(sc.topology, list(sc.guests))
+    switches = lab_switches(sc.topology, lab.db, libvirt=backend.host.names.libvirt_uri, reuse=backend.host)
+    host = next(iter(switches.values()))
     backend.note(f"isolation check {sc.name} ({', '.join(methods_for(choice))}) started")
-    result = isolation.run_check(
-        host, lab, sc, choice, root_hint="run the console as root, or choose the trace method",
-        conn=backend.conn if host is backend.host else None,
-    )  # fmt: skip
+    try:
+        result = isolation.run_check(
+            host, lab, sc, choice, root_hint="run the console as root, or choose the trace method",
+            conn=backend.conn if host is backend.host else None,
+            hosts={n: h for n, h in switches.items() if n is not None},
+        )  # fmt: skip
+    finally:
+        for h in switches.values():
+            if h is not backend.host:
+                h.close()
     backend.note(f"isolation check {sc.name}: {VERDICT[result.exit_code]} in {result.duration_s:.1f} s")
     return result
 

@@ -92,12 +92,17 @@ def prepare(path: str, overrides: Overrides) -> Suite:
 
 
 def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun:
-    """A run of ``s`` on the lab's switch, in a new run directory (named as the CLI names it)."""
-    from appliance.frontdoor import build_host
+    """A run of ``s`` on the lab's switch (in a lab of several hosts, its client's host's), in a new run
+    directory (named as the CLI names it)."""
+    from appliance.frontdoor import lab_switches
     from appliance.lab import Lab
 
     lab = Lab()
-    lab_host = host if host.remote == lab.db else build_host(lab.db, libvirt=host.names.libvirt_uri)
+    client_host = s.topology.guest(s.client).host
+    if client_host is not None:
+        lab.require_guests(s.topology, [s.client])
+    (lab_host,) = lab_switches(s.topology, lab.db, hosts=(client_host,) if client_host else None,
+                               libvirt=host.names.libvirt_uri, reuse=host).values()  # fmt: skip
     run = SuiteRun(lab_host, lab, s, suites.run_dir(lab_host, s), on_event)
     run.check()
     return run
