@@ -440,7 +440,7 @@ def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]]) -> t
     import signal
 
     from .policy.link import Backoff
-    from .ssh import HostKeyRefused, HostUnreachable
+    from .ssh import AuthRefused, HostUnreachable
 
     log = logging.getLogger("hvnet.agent")
     backoff, attempt = Backoff(), 0
@@ -453,7 +453,7 @@ def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]]) -> t
                 return host, api.connect(host, timeout=args.timeout, columns=columns)
             except (OvsdbUnreachable, HostUnreachable) as exc:
                 remote = getattr(args, "host", None) or os.environ.get("HVNET_HOST")
-                if not remote or isinstance(exc, HostKeyRefused) or "authentication" in exc.message.lower():
+                if not remote or isinstance(exc, AuthRefused):  # a refused host key is no HostUnreachable
                     raise
                 _close_host(args)
                 attempt += 1

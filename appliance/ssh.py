@@ -56,6 +56,10 @@ class HostUnreachable(HvnetError):
     exit_code = EXIT_UNREACHABLE
 
 
+class AuthRefused(HostUnreachable):
+    """The hypervisor's sshd refused hvnet's user or key: retrying will not help, a person must act."""
+
+
 class HostKeyRefused(HvnetError):
     """The hypervisor's host key is unknown or has changed; hvnet never accepts one by itself."""
 
@@ -305,7 +309,7 @@ class SshSession:
                 hint=self._accept_hint(changed),
             )
         if "Permission denied" in text or "Too many authentication failures" in text:
-            return HostUnreachable(
+            return AuthRefused(
                 f"{self.target}: authentication refused ({_last_line(text)})",
                 hint="check the SSH user and key (ssh-agent, -i in the inventory or ~/.ssh/config)",
             )

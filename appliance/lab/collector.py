@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ..errors import LabError
+from ..netperf.launch import stop_tree
 from ..runner import CommandRunner, LocalRunner, in_netns
 
 PROGRAMS = {"sflow": "sfacctd", "ipfix": "nfacctd"}
@@ -151,24 +150,8 @@ class Collector:
     def stop(self, grace: float = 5.0) -> None:
         """SIGINT (pmacct writes what it holds and exits), then end what is left of the processes it started."""
         popen, self.popen = self.popen, None
-        if popen is None:
-            return
-        try:
-            tree = [psutil.Process(popen.pid), *psutil.Process(popen.pid).children(recursive=True)]
-        except psutil.Error:
-            tree = []
-        try:
-            popen.send_signal(signal.SIGINT)
-            popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(timeout=grace)
-        _, alive = psutil.wait_procs(tree, timeout=grace)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        if popen is not None:
+            stop_tree(popen, grace, sig=signal.SIGINT, children_too=False)
 
     def __enter__(self) -> Collector:
         return self.start()

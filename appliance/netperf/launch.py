@@ -113,15 +113,18 @@ class Netserver:
         self.popen = None
 
 
-def stop_tree(popen: subprocess.Popen, grace: float = 2.0) -> None:
-    """SIGTERM a process we started and the children it forked, then SIGKILL what is left."""
+def stop_tree(
+    popen: subprocess.Popen, grace: float = 2.0, *, sig: int = signal.SIGTERM, children_too: bool = True
+) -> None:
+    """``sig`` to a process we started (and to the children it forked, unless ``children_too`` is
+    false: a daemon whose parent tells its workers, as pmacct's core does), then SIGKILL what is left."""
     try:
         children = psutil.Process(popen.pid).children(recursive=True)
     except psutil.Error:
         children = []
-    for p in [popen, *children]:
+    for p in [popen, *children] if children_too else [popen]:
         try:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
         except (ProcessLookupError, psutil.Error):
             pass
     try:
