@@ -38,7 +38,6 @@ from ..target import DbTarget
 from ..topology import Guest, Topology
 from ..vlan import VlanCols
 from . import multihost
-from .multihost import XEN_VIF_HOST_MAC
 from .sshhost import SshHost
 from .switch import Switch
 from .vm import labguests
@@ -48,9 +47,6 @@ DEFAULT_LAB_DIR = labstate.DEFAULT_LAB_DIR
 STATE_FILE = labstate.STATE_FILE
 MARKER = ".hvnet-lab"
 NS_PREFIX = "hvnet-"
-# XenServer gives every VIF's host side XEN_VIF_HOST_MAC; the VM's own MAC is in
-# external_ids:attached-mac.
-__all__ = ["XEN_VIF_HOST_MAC", "Lab", "LabReport", "lab_dir"]
 
 LAB_COLUMNS: dict[str, list[str]] = {
     "Open_vSwitch": ["bridges", "cur_cfg", "next_cfg", "external_ids"],
@@ -284,7 +280,7 @@ class Lab:
             if _ns_exists(ns) and multihost.link_in(host.netns, g.vif):
                 continue
             self._record("namespaces", ns)
-            multihost.make_guest(host, ns, g)
+            multihost.plug_guest(g, ns, host.netns)
             report.actions.append(f"created guest {g.name} on {g.host}: namespace {ns}, VIF {g.vif}")
         for name, h in hosts.items():
             self._configure_switch(h.switch.remote, t, t.guests_on(name), multihost.uplinks(t, name),
@@ -325,25 +321,7 @@ class Lab:
             return False
         self._record("namespaces", ns)
         self._record("interfaces", g.vif)
-        if not _ns_exists(ns):
-            proc.run(["ip", "netns", "add", ns])
-        if _link_exists(g.vif):
-            proc.run(["ip", "link", "del", g.vif])
-        # One command creates both ends, the guest end directly in its namespace.
-        proc.run(["ip", "link", "add", g.vif, "type", "veth", "peer", "name", "eth0", "netns", ns])
-        proc.run(["ip", "link", "set", g.vif, "address", XEN_VIF_HOST_MAC])
-        steps = [
-            ["ip", "-n", ns, "link", "set", "lo", "up"],
-            ["ip", "-n", ns, "link", "set", "eth0", "address", g.mac],
-            ["ip", "-n", ns, "addr", "add", g.ip, "dev", "eth0"],
-            ["ip", "-n", ns, "link", "set", "eth0", "up"],
-            ["ip", "link", "set", g.vif, "up"],
-            # TCP through the userspace datapath hangs with TX checksum offload on.
-            ["ethtool", "-K", g.vif, "tx", "off"],
-            proc.in_netns(ns, ["ethtool", "-K", "eth0", "tx", "off"]),
-        ]
-        for argv in steps:
-            proc.run(argv)
+        multihost.plug_guest(g, ns)
         return True
 
     def _configure(
@@ -497,7 +475,7 @@ class Lab:
                 guests.append(vms[g["name"]])
                 continue
             host = hosts.get(g.get("host") or "")
-            vif_present = multihost.link_in(host.netns, g["vif"]) if host else _link_exists(g["vif"])
+            vif_present = multihost.link_in(host.netns if host else None, g["vif"])
             guests.append({**g, "namespace_present": _ns_exists(g["namespace"]), "vif_present": vif_present})
         if hosts:
             daemons = {f"{n} {d}": h.switch.pid(d) for n, h in hosts.items() for d in ("ovsdb-server", "ovs-vswitchd")}

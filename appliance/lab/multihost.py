@@ -29,6 +29,7 @@ from .sshhost import SshHost
 FIRST_INDEX = 10  # the first lab host's link is 169.254.110.0/30, the next .111.0/30 ...
 INVENTORY_FILE = "hosts.yaml"
 SSH_CONFIG_FILE = "ssh_config"
+# XenServer gives every VIF's host side this MAC; the VM's own MAC is in external_ids:attached-mac.
 XEN_VIF_HOST_MAC = "fe:ff:ff:ff:ff:ff"
 
 
@@ -52,8 +53,10 @@ def uplinks(t: Topology, host: str) -> list[tuple[str, str]]:
     return out
 
 
-def link_in(netns: str, name: str) -> bool:
-    """Whether interface ``name`` exists in namespace ``netns``."""
+def link_in(netns: str | None, name: str) -> bool:
+    """Whether interface ``name`` exists in namespace ``netns`` (None: this machine's own)."""
+    if netns is None:
+        return Path(f"/sys/class/net/{name}").exists()
     return proc.run(["ip", "-n", netns, "link", "show", "dev", name], check=False).returncode == 0
 
 
@@ -70,22 +73,27 @@ def make_link(hosts: dict[str, SshHost], ln: Link) -> bool:
     return True
 
 
-def make_guest(host: SshHost, guest_ns: str, g: Guest) -> None:
-    """The guest's namespace and its veth: ``eth0`` in the guest, the VIF in its host's namespace."""
+def plug_guest(g: Guest, guest_ns: str, host_ns: str | None = None) -> None:
+    """The guest's namespace and its veth: ``eth0`` in the guest, the VIF in its host's namespace
+    (None: this machine's, the one-switch lab's), carrying XenServer's VIF MAC on the host side."""
+    ip_host = ["ip"] if host_ns is None else ["ip", "-n", host_ns]
     if not Path(f"/run/netns/{guest_ns}").exists():
         proc.run(["ip", "netns", "add", guest_ns])
-    if link_in(host.netns, g.vif):
-        proc.run(["ip", "-n", host.netns, "link", "del", g.vif])
-    proc.run(["ip", "link", "add", g.vif, "netns", host.netns, "type", "veth", "peer", "name", "eth0",
-              "netns", guest_ns])  # fmt: skip
+    if link_in(host_ns, g.vif):
+        proc.run([*ip_host, "link", "del", g.vif])
+    # One command creates both ends, each directly in its namespace.
+    where = [] if host_ns is None else ["netns", host_ns]
+    proc.run(["ip", "link", "add", g.vif, *where, "type", "veth", "peer", "name", "eth0", "netns", guest_ns])
+    ethtool_host = ["ethtool", "-K", g.vif, "tx", "off"]
     steps = [
-        ["ip", "-n", host.netns, "link", "set", g.vif, "address", XEN_VIF_HOST_MAC],
+        [*ip_host, "link", "set", g.vif, "address", XEN_VIF_HOST_MAC],
         ["ip", "-n", guest_ns, "link", "set", "lo", "up"],
         ["ip", "-n", guest_ns, "link", "set", "eth0", "address", g.mac],
         ["ip", "-n", guest_ns, "addr", "add", g.ip, "dev", "eth0"],
         ["ip", "-n", guest_ns, "link", "set", "eth0", "up"],
-        ["ip", "-n", host.netns, "link", "set", g.vif, "up"],
-        proc.in_netns(host.netns, ["ethtool", "-K", g.vif, "tx", "off"]),
+        [*ip_host, "link", "set", g.vif, "up"],
+        # TCP through the userspace datapath hangs with TX checksum offload on.
+        ethtool_host if host_ns is None else proc.in_netns(host_ns, ethtool_host),
         proc.in_netns(guest_ns, ["ethtool", "-K", "eth0", "tx", "off"]),
     ]
     for argv in steps:
