@@ -30,6 +30,7 @@ from appliance.lab import Lab
 
 from ..conftest import HVNET, ROOT, run_hvnet
 from .policy_helpers import config, reset, write
+from .remote_helpers import apply_stopped_at, process_state
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 POLICY = """\
@@ -68,13 +69,6 @@ def states(lab: Lab, tmp_path: Path, journal_env: dict[str, str]) -> tuple[dict,
     reset(lab, TAGS)
 
 
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
-    except OSError:
-        return "gone"
-
-
 def _cont(pid: int | None) -> None:
     if pid:
         try:
@@ -84,17 +78,7 @@ def _cont(pid: int | None) -> None:
 
 
 def _apply_stopped_at(f: str, step: str, env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [*HVNET, "apply", f], cwd=ROOT, env={**os.environ, **env, "HVNET_STOP_AT": step},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while _state(proc.pid) != "T":
-        if proc.poll() is not None or time.monotonic() > deadline:
-            out, err = proc.communicate(timeout=5)
-            pytest.fail(f"hvnet never stopped at {step}: exit {proc.returncode}\n{out}\n{err}")
-        time.sleep(0.02)
-    return proc
+    return apply_stopped_at(["apply", f], step, env)
 
 
 def _audit(env: dict[str, str]) -> list[dict]:
@@ -293,7 +277,7 @@ def test_agent_killed_during_a_repair(lab: Lab, states, journal_env, tmp_path: P
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while _state(agent.pid) != "T":
+        while process_state(agent.pid) != "T":
             assert agent.poll() is None and time.monotonic() < deadline, agent.communicate(timeout=5)
             time.sleep(0.02)
     finally:

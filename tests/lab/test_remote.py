@@ -16,25 +16,15 @@ from appliance.lab.sshhost import SshHost
 from appliance.ssh import HostKeyRefused, SshOptions, SshRunner, SshSession, SshTarget
 
 from ..conftest import run_hvnet
+from .remote_helpers import xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
 
 @pytest.fixture(scope="module")
 def hv2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHost]:
-    host = SshHost("hv2", tmp_path_factory.mktemp("hosts"), index=7)
-    host.start()
-    try:
-        cmds = ["--", "add-br", "xenbr0", "--", "set", "bridge", "xenbr0", "datapath_type=netdev"]
-        for i in (1, 2):
-            cmds += ["--", "add-port", "xenbr0", f"vif{i}.0", "--", "set", "interface", f"vif{i}.0", "type=internal",
-                     f"external_ids:attached-mac=02:00:00:00:07:0{i}", f"external_ids:xs-vm-uuid=vm-{i}"]  # fmt: skip
-        subprocess.run(["ovs-vsctl", f"--db={host.switch.remote}", *cmds], check=True, env={**os.environ,
-                       **host.switch.env}, timeout=30)  # fmt: skip
+    with xen_ssh_host("hv2", tmp_path_factory.mktemp("hosts"), 7, vifs=2) as host:
         yield host
-    finally:
-        host.stop()
-    assert not Path(f"/run/netns/{host.netns}").exists()
 
 
 @pytest.fixture

@@ -25,23 +25,15 @@ from appliance.policy.agent import AGENT_LOCK
 
 from ..conftest import HVNET, ROOT
 from .policy_helpers import write
+from .remote_helpers import xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
 
 @pytest.fixture(scope="module")
 def fx2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHost]:
-    host = SshHost("fx2", tmp_path_factory.mktemp("hosts"), index=61)
-    host.start()
-    try:
-        cmds = ["--", "add-br", "xenbr0", "--", "set", "bridge", "xenbr0", "datapath_type=netdev"]
-        cmds += ["--", "add-port", "xenbr0", "vif1.0", "--", "set", "interface", "vif1.0", "type=internal",
-                 "external_ids:attached-mac=02:00:00:00:61:01", "external_ids:xs-vm-uuid=vm-1"]  # fmt: skip
-        host.switch.vsctl(*cmds)
+    with xen_ssh_host("fx2", tmp_path_factory.mktemp("hosts"), 61, vifs=1) as host:
         yield host
-    finally:
-        host.stop()
-    assert not Path(f"/run/netns/{host.netns}").exists()
 
 
 class RemoteAgent:

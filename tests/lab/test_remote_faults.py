@@ -26,8 +26,9 @@ from appliance.errors import CommandFailed
 from appliance.lab.sshhost import SshHost
 from appliance.ssh import HostUnreachable, SshOptions, SshRunner, SshSession, SshTarget
 
-from ..conftest import HVNET, ROOT, run_hvnet
+from ..conftest import run_hvnet
 from .policy_helpers import config, write
+from .remote_helpers import apply_stopped_at, xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
@@ -37,18 +38,8 @@ METER_POLICY = "version: 1\nvifs:\n  - port: vif1.0\n    vlan: {tag: 21}\n    in
 
 @pytest.fixture(scope="module")
 def fx1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHost]:
-    host = SshHost("fx1", tmp_path_factory.mktemp("hosts"), index=60)
-    host.start()
-    try:
-        cmds = ["--", "add-br", "xenbr0", "--", "set", "bridge", "xenbr0", "datapath_type=netdev"]
-        for i in (1, 2):
-            cmds += ["--", "add-port", "xenbr0", f"vif{i}.0", "--", "set", "interface", f"vif{i}.0", "type=internal",
-                     f"external_ids:attached-mac=02:00:00:00:60:0{i}", f"external_ids:xs-vm-uuid=vm-{i}"]  # fmt: skip
-        host.switch.vsctl(*cmds)
+    with xen_ssh_host("fx1", tmp_path_factory.mktemp("hosts"), 60, vifs=2) as host:
         yield host
-    finally:
-        host.stop()
-    assert not Path(f"/run/netns/{host.netns}").exists()
 
 
 @pytest.fixture
@@ -192,23 +183,8 @@ def test_a_remote_program_exiting_255_is_its_own_result(fx1: SshHost) -> None:
             fx1.start_sshd()
 
 
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
-    except OSError:
-        return "gone"
-
-
 def _apply_stopped_at(policy: str, step: str, env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen([*HVNET, "--host", "fx1", "apply", policy], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env, "HVNET_STOP_AT": step})  # fmt: skip
-    deadline = time.monotonic() + 30
-    while _state(proc.pid) != "T":
-        if proc.poll() is not None or time.monotonic() > deadline:
-            out, err = proc.communicate(timeout=5)
-            pytest.fail(f"hvnet never stopped at {step}: exit {proc.returncode}\n{out}\n{err}")
-        time.sleep(0.02)
-    return proc
+    return apply_stopped_at(["--host", "fx1", "apply", policy], step, env)
 
 
 def _audit(env: dict[str, str]) -> list[str]:
