@@ -390,19 +390,24 @@ class Journal:
         held = _read_json(path)
         if held is not None and held.get("reserved") and not _alive(int(held.get("pid", 0))):
             path.unlink(missing_ok=True)  # reserved by an apply that was killed before it was made
+        # Written whole beside it, then linked into place: link() fails when the name exists (one of
+        # two applies wins) and a reader never sees the slot half-written (an empty file is "corrupt").
+        tmp = self.state_dir / f".pending.{os.getpid()}.{owner}.tmp"
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"id": owner, "target": self.remote, "changes": [], "reserved": True, "pid": os.getpid()}, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, path)
         except FileExistsError:
             raise HvnetError(
                 "an earlier --no-commit apply is still pending", hint="hvnet commit, or hvnet rollback"
             ) from None
         except OSError as exc:
             raise JournalError(f"cannot write {path}: {exc.strerror or exc}", hint=_SPACE_HINT) from None
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"id": owner, "target": self.remote, "changes": [], "reserved": True, "pid": os.getpid()}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def release_pending(self, owner: str) -> None:
         self.clear_pending(owner)
