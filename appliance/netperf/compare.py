@@ -142,32 +142,35 @@ def _row(key: str, figure: str, better: str, bv: list[float], nv: list[float], t
     return Row(key, figure, bi, ni, change, c.p_value, verdict, detail)
 
 
-def text(result: Result) -> str:
-    from .. import render
+HEADERS = ("step", "figure", "base", "new", "change", "p", "verdict")
 
-    def iv(i: Optional[stats.Interval]) -> str:
-        if i is None:
-            return "-"
-        return f"{i.mean:,.2f}" + ("" if i.half_width is None else f" ±{i.half_width:,.2f}") + f" (n={i.n})"
 
-    rows = [
+def interval_text(i: Optional[stats.Interval]) -> str:
+    """``mean ±half width (n=N)``; ``-`` for a side that has no result."""
+    if i is None:
+        return "-"
+    return f"{i.mean:,.2f}" + ("" if i.half_width is None else f" ±{i.half_width:,.2f}") + f" (n={i.n})"
+
+
+def table_rows(result: Result) -> list[list[str]]:
+    """One row per compared figure, as the text and HTML reports show it (``HEADERS``)."""
+    return [
         [
             r.key,
             r.figure,
-            iv(r.base),
-            iv(r.new),
+            interval_text(r.base),
+            interval_text(r.new),
             "-" if r.change_pct is None else f"{r.change_pct:+.1f}%",
             "-" if r.p_value is None else f"{r.p_value:.3f}",
             r.verdict.upper() if r.verdict in ("regression", "no result") else r.verdict,
         ]
         for r in result.rows
     ]
-    lines = [*(f"warning: {w}" for w in result.warnings)]
-    lines.append(render.table(["step", "figure", "base", "new", "change", "p", "verdict"], rows))
-    for k in result.only_base:
-        lines.append(f"only in base: {k}")
-    for k in result.only_new:
-        lines.append(f"only in new: {k}")
+
+
+def closing_lines(result: Result) -> list[str]:
+    """Steps only one run has, untestable changes, and the verdict line."""
+    lines = [*(f"only in base: {k}" for k in result.only_base), *(f"only in new: {k}" for k in result.only_new)]
     untestable = sum(1 for r in result.rows if r.verdict == "untestable")
     if untestable:
         lines.append(
@@ -180,4 +183,12 @@ def text(result: Result) -> str:
         if n
         else f"no significant regression beyond {result.threshold_pct:g}%"
     )
-    return "\n".join(lines)
+    return lines
+
+
+def text(result: Result) -> str:
+    from .. import render
+
+    lines = [*(f"warning: {w}" for w in result.warnings)]
+    lines.append(render.table(list(HEADERS), table_rows(result)))
+    return "\n".join(lines + closing_lines(result))

@@ -11,6 +11,7 @@ several cases add each case's change against the first.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import render
@@ -164,36 +165,61 @@ def header(doc: SuiteResult) -> str:
         f"  client {m.client.guest} ({m.client.address}) -> server {srv.guest or ''} "
         f"{srv.address}:{srv.port} ({managed})",
     ]
-    in_vm = [f"{side} {ep.guest}" for side, ep in (("client", m.client), ("server", srv)) if ep.runs_in == "qemu"]
-    if in_vm:
-        # A TCG guest's figures measure the emulator as much as the switch: say so next to them.
-        lines.append(
-            f"  note: {' and '.join(in_vm)} run{'s' if len(in_vm) == 1 else ''} in a QEMU guest: rates include the "
-            "VM's own cost (emulated under TCG unless KVM); netperf CPU is the guest's own accounting, "
-            "netserver CPU in a guest is not sampled"
-        )
-    for w in m.warnings:
-        lines.append(f"  warning: {w}")
+    lines += [f"  {n}" for n in notes(doc)]
     return "\n".join(lines)
 
 
-def text(doc: SuiteResult) -> str:
-    """The whole report: header, then one table per (test, case, message size)."""
-    out = [header(doc)]
+def notes(doc: SuiteResult) -> list[str]:
+    """What a reader must know before trusting the figures: guests in QEMU, the run's warnings."""
+    m = doc.meta
+    out = []
+    in_vm = [f"{side} {ep.guest}" for side, ep in (("client", m.client), ("server", m.server)) if ep.runs_in == "qemu"]
+    if in_vm:
+        # A TCG guest's figures measure the emulator as much as the switch: say so next to them.
+        out.append(
+            f"note: {' and '.join(in_vm)} run{'s' if len(in_vm) == 1 else ''} in a QEMU guest: rates include the "
+            "VM's own cost (emulated under TCG unless KVM); netperf CPU is the guest's own accounting, "
+            "netserver CPU in a guest is not sampled"
+        )
+    out += [f"warning: {w}" for w in m.warnings]
+    return out
+
+
+@dataclass
+class Table:
+    """One group's table as the text and HTML reports show it: every cell already formatted."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)  # lost reasons and netperf's notes, one line each
+    test: str = ""
+    case: str = ""
+
+
+def tables(doc: SuiteResult) -> list[Table]:
+    """One table per (test, case, message size) that has a measured step, in run order."""
+    out = []
     by_group = groups(doc)
     first_case = doc.steps[0].case if doc.steps else None
     for (test, case, size), steps in by_group.items():
         steps = [s for s in steps if s.summary]
         if steps:
-            out += _table(steps, by_group, first_case, test, case, size)
+            out.append(_table(steps, by_group, first_case, test, case, size))
+    return out
+
+
+def text(doc: SuiteResult) -> str:
+    """The whole report: header, then one table per (test, case, message size)."""
+    out = [header(doc)]
+    for t in tables(doc):
+        out += ["", t.title, render.table(t.headers, t.rows), *(f"  {n}" for n in t.notes)]
     if not doc.steps:
         out.append("\nno step was measured")
     return "\n".join(out)
 
 
-def _table(
-    steps: list[StepResult], by_group: Any, first_case: Optional[str], test: str, case: str, size: Any
-) -> list[str]:
+def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], test: str, case: str, size: Any) -> Table:
     """One group's title, table, lost reasons and notes."""
     s0 = steps[0]
     if size == SWEEP:
@@ -203,21 +229,21 @@ def _table(
     else:
         what = f"-r {s0.request_size},{s0.response_size}" if s0.request_size else "default size"
     reps = max(_summary(s).repetitions for s in steps)
-    out = ["", f"{test}: {s0.type} {what}, {s0.duration} s, {reps} repetition(s), case {case}"]
+    title = f"{test}: {s0.type} {what}, {s0.duration} s, {reps} repetition(s), case {case}"
     rows = _rows(s0.type) + _extra_rows(steps, by_group, first_case, test, case, size)
     if size == SWEEP:
         headers = ["message size (bytes)", *[str(s.message_size) for s in steps]]
     else:
         headers = ["concurrent instances", *[str(s.concurrency) for s in steps]]
-    out.append(render.table(headers, [[label, *[fn(s) for s in steps]] for label, fn in rows]))
+    notes = []
     for s in steps:
         at = f"-m {s.message_size}" if size == SWEEP else str(s.concurrency)
         for reason, n in _summary(s).lost_reasons.items():
-            out.append(f"  lost at {at}: {n} x {reason}")
+            notes.append(f"lost at {at}: {n} x {reason}")
         for rep in s.repetitions:
             for note in rep.notes:
-                out.append(f"  note at {at} (rep {rep.repetition}): {note}")
-    return out
+                notes.append(f"note at {at} (rep {rep.repetition}): {note}")
+    return Table(title, headers, [[label, *[fn(s) for s in steps]] for label, fn in rows], notes, test, case)
 
 
 def _extra_rows(
