@@ -159,11 +159,13 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
 def cmd_isolation_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from . import htmlpage
     from .isolation import report
     from .lab import Lab
     from .services import isolation
 
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
+    html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
     lab = Lab()
     # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
     if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
@@ -179,6 +181,28 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
         render.print_json(report.to_json(result))
     else:
         print(report.format_result(result))
+    if html_target is not None:
+        from .isolation import html
+
+        where = ", ".join(n for n in switches if n) or "the lab's switch on this machine"
+        htmlpage.write(html_target, html.page(result, source=f"checked on {where}", scenario=sc))
+        print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
+    return result.exit_code
+
+
+def cmd_isolation_report(args: argparse.Namespace) -> int:
+    """A saved result (``isolation check --json``) printed again, or written as an HTML page."""
+    from . import htmlpage
+    from .isolation import html, report
+    from .services import isolation
+
+    html_target = htmlpage.check_target(args.html) if args.html else None
+    result = isolation.load_result(args.result)
+    if html_target is None:
+        print(report.format_result(result))
+        return result.exit_code
+    htmlpage.write(html_target, html.page(result, source=args.result))
+    print(f"report: {html_target}")
     return result.exit_code
 
 
@@ -301,7 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--method", choices=("traffic", "trace", "both"), default="both", help="default: both")
     ic.add_argument("--json", action="store_true", help="machine-readable output")
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/tmp/hvnet/isolation/...)")
+    ic.add_argument("--html", metavar="FILE", help="also write the matrices and evidence as one self-contained page")
     ic.set_defaults(func=cmd_isolation_check)
+    ir = isub.add_parser("report", help="print a saved result (check --json) again, or write it as HTML")
+    ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
+    ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
+    ir.set_defaults(func=cmd_isolation_report)
 
     cli_policy_args.register(sub)
     cli_suite.register(sub)

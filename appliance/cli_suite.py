@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from . import render
 from .errors import EXIT_FAILED, EXIT_OK
@@ -140,7 +140,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .netperf import report, results
 
+    target = _html_target(args)
     doc = results.load(args.run)
+    if target is not None:
+        from . import htmlpage
+        from .netperf import html
+
+        htmlpage.write(target, html.suite_page(doc, args.run))
+        print(f"report: {target}")
+        return EXIT_OK
     if args.json:
         render.print_json(doc.to_json())
         return EXIT_OK
@@ -158,13 +166,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .netperf import compare as compare_mod
     from .netperf import results
 
+    target = _html_target(args)
     base, new = results.load(args.base), results.load(args.new)
     result = compare_mod.compare(base, new, threshold_pct=args.threshold)
     if args.json:
         render.print_json(result.to_json())
     else:
         print(compare_mod.text(result))
+    if target is not None:
+        from . import htmlpage
+        from .netperf import html
+
+        htmlpage.write(target, html.compare_page(result, base, new, (args.base, args.new)))
+        print(f"report: {target}", file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAILED if result.regressions else EXIT_OK
+
+
+def _html_target(args: argparse.Namespace) -> Optional[Path]:
+    """``--html FILE``, checked writable before anything is read or drawn."""
+    if not getattr(args, "html", None):
+        return None
+    from . import htmlpage
+
+    return htmlpage.check_target(args.html)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -249,7 +273,9 @@ def register(sub: Any) -> None:
     rp = ss.add_parser("report", help="print a run's tables and write its plots (no re-run)")
     rp.add_argument("run", metavar="RUN", help="run directory")
     rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    rp.add_argument("--json", action="store_true", help="print results.json")
+    out = rp.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print results.json")
+    out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")
     rp.set_defaults(func=cmd_report)
 
     c = ss.add_parser("compare", help="compare two runs; exit 1 on a significant regression beyond the threshold")
@@ -257,6 +283,7 @@ def register(sub: Any) -> None:
     c.add_argument("new", metavar="NEW", help="the run to judge")
     c.add_argument("--threshold", type=_threshold, default=5.0, metavar="PCT", help="tolerated change (default 5%%)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with a compare plot")
     c.set_defaults(func=cmd_compare)
 
     ls = ss.add_parser("list", help="shipped suites and past runs")

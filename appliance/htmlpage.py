@@ -33,7 +33,8 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 table { border-collapse: collapse; margin: 6px 0 10px; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #cfd5df; padding: 3px 8px; text-align: right; vertical-align: top; }
 th { background: #eef1f6; } td:first-child, th:first-child { text-align: left; }
-table.meta td, table.meta th { text-align: left; } table.meta th { width: 13em; font-weight: 600; }
+table.meta td, table.meta th, table.text td, table.text th { text-align: left; }
+table.meta th { width: 13em; font-weight: 600; } table.matrix td { text-align: center; min-width: 3em; }
 .bad { background: #fbd9d6; font-weight: 600; } .good { background: #dcf2dc; } .warn { background: #fdf1c7; }
 .unknown { background: #e6e6e6; color: #444; } .self { color: #999; }
 .verdict { font-size: 16px; font-weight: 700; padding: 6px 10px; display: inline-block; border-radius: 4px; }

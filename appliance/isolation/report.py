@@ -47,13 +47,28 @@ def format_result(result: CheckResult) -> str:
         return " / ".join(parts)
 
     lines.append(_table(result, observed))
+    problems = problem_lines(result)
+    if problems:
+        lines += ["", *problems]
+    if result.expected.exceptions:
+        lines += ["", "declared isolation exceptions (mirror copies):", *(f"  {x}" for x in exception_lines(result))]
+    traffic = traffic_line(result)
+    if traffic:
+        lines += ["", traffic]
+    verdict = VERDICT[result.exit_code]
+    lines += ["", f"{verdict} ({result.duration_s:.1f} s)"]
+    return "\n".join(lines)
+
+
+def problem_lines(result: CheckResult) -> list[str]:
+    """Every cell that is not as expected, per method, with its evidence; methods that could not run."""
     problems = []
-    for m in methods:
+    for m in result.methods:
         mr = result.methods[m]
         if mr.error:
             problems.append(f"{m}: could not run: {mr.error}")
             continue
-        for cell, verdict in sorted(verdicts[m].items()):
+        for cell, verdict in sorted(result.verdicts(m).items()):
             listener, sender = cell
             if verdict == "leak":
                 ev = mr.evidence.get(cell)
@@ -70,27 +85,31 @@ def format_result(result: CheckResult) -> str:
                 problems.append(f"{m}: UNEXPECTED BLOCK: {listener} does not hear {sender}")
             elif verdict == "unknown":
                 problems.append(f"{m}: unknown: {listener} hears {sender}? {mr.reasons.get(cell, 'not decided')}")
-    if problems:
-        lines += ["", *problems]
-    if result.expected.exceptions:
-        lines += ["", "declared isolation exceptions (mirror copies):"]
-        for (listener, sender), names in sorted(result.expected.exceptions.items()):
-            lines.append(f"  {listener} receives {sender}'s traffic via mirror {', '.join(names)}")
+    return problems
+
+
+def exception_lines(result: CheckResult) -> list[str]:
+    """The declared isolation exceptions: who receives whose traffic through which mirrors."""
+    return [
+        f"{listener} receives {sender}'s traffic via mirror {', '.join(names)}"
+        for (listener, sender), names in sorted(result.expected.exceptions.items())
+    ]
+
+
+def traffic_line(result: CheckResult) -> str:
+    """What the traffic method sent and where its captures are ("" when it did not run)."""
     t = result.methods.get("traffic")
-    if t and not t.error:
-        closing = (
-            f", {t.stats['closing_controls_sent']} closing controls (waited {t.stats.get('settle_s', 0):.2f} s)"
-            if "closing_controls_sent" in t.stats
-            else ""
-        )
-        lines += [
-            "",
-            f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
-            f"{t.stats.get('controls_sent', 0)} positive controls{closing}; captures in {result.out_dir}",
-        ]
-    verdict = VERDICT[result.exit_code]
-    lines += ["", f"{verdict} ({result.duration_s:.1f} s)"]
-    return "\n".join(lines)
+    if not t or t.error:
+        return ""
+    closing = (
+        f", {t.stats['closing_controls_sent']} closing controls (waited {t.stats.get('settle_s', 0):.2f} s)"
+        if "closing_controls_sent" in t.stats
+        else ""
+    )
+    return (
+        f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
+        f"{t.stats.get('controls_sent', 0)} positive controls{closing}; captures in {result.out_dir}"
+    )
 
 
 def to_json(result: CheckResult) -> dict[str, Any]:

@@ -8,6 +8,7 @@ directory rule are the same from either.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,7 +18,7 @@ from .. import inventory
 from ..errors import UsageError
 from ..guests import GuestSource
 from ..host import Host
-from ..isolation import check, model
+from ..isolation import check, model, report
 from ..isolation import scenario as scenario_mod
 from ..isolation.check import CheckResult
 from ..isolation.scenario import Scenario
@@ -25,12 +26,27 @@ from ..ovsdb import Connection
 
 METHODS = check.METHODS
 
-__all__ = ["METHODS", "CheckResult", "Scenario", "load_scenario", "methods_of", "model", "run_check"]
+__all__ = ["METHODS", "CheckResult", "Scenario", "load_result", "load_scenario", "methods_of", "model", "run_check"]
 
 
 def load_scenario(file: str) -> Scenario:
     """The scenario in ``file``, validated whole (``file:line: field`` errors, exit 2)."""
     return scenario_mod.load(file)
+
+
+def load_result(path: str) -> CheckResult:
+    """A result saved by ``hvnet isolation check --json``, read back to be reported again (exit 2 if not one)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return report.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise UsageError(
+            f"{path}: not a saved isolation result ({type(exc).__name__}: {exc})",
+            hint="save one with: hvnet isolation check SCENARIO --json > FILE",
+        ) from None
 
 
 def methods_of(method: str) -> tuple[str, ...]:
