@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,14 @@ def _x(step: StepResult, x_key: str) -> float:
     return (step.message_size if x_key == "message_size" else step.concurrency) or 0
 
 
-def _series(steps: list[StepResult], x_key: str, figure: str) -> tuple[list[float], list[float], list[float]]:
+def _series(
+    steps: list[StepResult], xpos: Callable[[StepResult], float], figure: str
+) -> tuple[list[float], list[float], list[float]]:
     xs, ys, es = [], [], []
-    for s in sorted(steps, key=lambda st: _x(st, x_key)):
+    for s in sorted(steps, key=xpos):
         v = (s.summary or Summary()).figure(figure)
         if isinstance(v, Figure):
-            xs.append(_x(s, x_key))
+            xs.append(xpos(s))
             ys.append(v.mean)
             es.append(v.ci95 or 0.0)
     return xs, ys, es
@@ -78,9 +80,13 @@ def svgs(doc: SuiteResult) -> list[tuple[str, str]]:
 
 
 def svg_text(fig: Any) -> str:
-    """A figure as an SVG document, with no date in it (the same run gives the same bytes)."""
+    """A figure as an SVG document: text as text (a reader can select and search it; matplotlib
+    escapes it), and no date in it (the same run gives the same bytes)."""
+    import matplotlib
+
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     return buf.getvalue()
 
 
@@ -97,20 +103,30 @@ def figures(doc: SuiteResult, plt: Any) -> Iterator[tuple[str, Any]]:
 def _figure(doc: SuiteResult, test: str, steps: list[StepResult], plt: Any) -> Any:
     sizes = {s.message_size for s in steps}
     conc = {s.concurrency for s in steps}
+    cases = list(dict.fromkeys(s.case for s in steps))
     x_key = "message_size" if len(conc) == 1 and len(sizes) > 1 else "concurrency"
-    x_label = "message size (bytes)" if x_key == "message_size" else "concurrent instances"
+    if len(conc) == 1 and len(sizes) == 1 and len(cases) > 1:
+        x_key = "case"  # a sweep of cases (policing rates, mirror counts) at one point: the cases are the x axis
+    x_label = {"message_size": "message size (bytes)", "case": "case"}.get(x_key, "concurrent instances")
+
+    def xpos(st: StepResult) -> float:
+        return float(cases.index(st.case)) if x_key == "case" else float(_x(st, x_key))
+
     lines: OrderedDict[str, list[StepResult]] = OrderedDict()
     for s in steps:
-        name = s.case if x_key == "message_size" or len(sizes) == 1 else f"{s.case} -m {s.message_size}"
+        if x_key == "case":
+            name = test if None in sizes else f"-m {s.message_size}"
+        else:
+            name = s.case if x_key == "message_size" or len(sizes) == 1 else f"{s.case} -m {s.message_size}"
         lines.setdefault(label(name), []).append(s)
     unit = steps[0].units
     fig, (ax, ax_lost, ax_cpu) = plt.subplots(
         3, 1, figsize=(8, 9), sharex=True, gridspec_kw={"height_ratios": [3, 1, 1.4]}
     )
     for name, ss in lines.items():
-        xs, ys, es = _series(ss, x_key, "sum")
+        xs, ys, es = _series(ss, xpos, "sum")
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=4, label=name)
-        lost = [(_x(st, x_key), _summary(st).lost) for st in ss]
+        lost = [(xpos(st), _summary(st).lost) for st in ss]
         ax_lost.bar(
             [x for x, _ in lost],
             [n for _, n in lost],
@@ -119,8 +135,7 @@ def _figure(doc: SuiteResult, test: str, steps: list[StepResult], plt: Any) -> A
             width=_bar_width([x for x, _ in lost]),
         )
         cpu = [
-            (_x(st, x_key), _summary(st).cpu_host_pct, _summary(st).cpu_vswitchd_pct_of_core)
-            for st in sorted(ss, key=lambda st: _x(st, x_key))
+            (xpos(st), _summary(st).cpu_host_pct, _summary(st).cpu_vswitchd_pct_of_core) for st in sorted(ss, key=xpos)
         ]
         ax_cpu.plot(
             [c[0] for c in cpu if c[1] is not None],
@@ -145,6 +160,9 @@ def _figure(doc: SuiteResult, test: str, steps: list[StepResult], plt: Any) -> A
     ax_lost.grid(True, alpha=0.3)
     ax_cpu.set_ylabel("CPU %")
     ax_cpu.set_xlabel(x_label)
+    if x_key == "case":
+        ax_cpu.set_xticks(range(len(cases)))
+        ax_cpu.set_xticklabels([label(c) for c in cases], rotation=20, ha="right", fontsize="small")
     ax_cpu.grid(True, alpha=0.3)
     ax_cpu.legend(fontsize="x-small")
     fig.tight_layout()
