@@ -146,7 +146,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from . import htmlpage
         from .netperf import html
 
-        htmlpage.write(target, html.suite_page(doc, args.run))
+        htmlpage.write(target, html.suite_page(doc, args.run, plots=not args.no_plots))
         print(f"report: {target}")
         return EXIT_OK
     if args.json:
@@ -272,7 +272,7 @@ def register(sub: Any) -> None:
 
     rp = ss.add_parser("report", help="print a run's tables and write its plots (no re-run)")
     rp.add_argument("run", metavar="RUN", help="run directory")
-    rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    rp.add_argument("--no-plots", action="store_true", help="skip the plots (PNG files, or SVG in --html)")
     out = rp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print results.json")
     out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")

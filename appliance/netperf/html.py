@@ -36,8 +36,9 @@ STATE_CSS = {"complete": "good", "partial": "warn", "failed": "bad", "running": 
 # -- a run -------------------------------------------------------------------------------------------
 
 
-def suite_page(doc: SuiteResult, run: str) -> str:
-    """The whole report of the run saved at ``run`` (its directory or results file, as the operator named it)."""
+def suite_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
+    """The whole report of the run saved at ``run`` (its directory or results file, as the operator named it);
+    ``plots=False`` leaves the plots out (``--no-plots``: a smaller page, drawn without matplotlib)."""
     m = doc.meta
     tables = report.tables(doc)
     sections = [
@@ -46,7 +47,7 @@ def suite_page(doc: SuiteResult, run: str) -> str:
         hp.notes(report.notes(doc) + [f"restore: {p}" for p in m.restore_problems or []]),
         "<h2>Test settings</h2>" + _settings(doc),
         "<h2>Policy per case</h2>" + _policies(doc),
-        "<h2>Results</h2>" + _results(doc, tables),
+        "<h2>Results</h2>" + _results(doc, tables, plots),
     ]
     return hp.page(f"hvnet suite {m.suite.name}: {doc.state}", sections, subtitle=m.suite.description)
 
@@ -216,10 +217,10 @@ def _yaml(value: Any) -> str:
 # -- results and plots -------------------------------------------------------------------------------
 
 
-def _results(doc: SuiteResult, tables: list[report.Table]) -> str:
+def _results(doc: SuiteResult, tables: list[report.Table], with_plots: bool) -> str:
     if not tables:
         return "<p>no step was measured</p>"
-    plots, missing = _suite_plots(doc)
+    plots, missing = _suite_plots(doc) if with_plots else ({}, '<p class="note">plots left out (--no-plots)</p>')
     out = [missing]
     by_test: OrderedDict[str, list[report.Table]] = OrderedDict()
     for t in tables:

@@ -235,6 +235,10 @@ def test_cli_writes_the_reports(tmp_path, capsys) -> None:
     assert main(["suite", "report", str(QUICK), "--html", str(out)]) == 0
     assert capsys.readouterr().out.strip() == f"report: {out}"
     assert out.read_text().startswith("<!DOCTYPE html>") and not (DATA / "netperf" / "plots").exists()
+    assert out.read_text().count("<svg") == 5
+    assert main(["suite", "report", str(QUICK), "--html", str(out), "--no-plots"]) == 0
+    assert "<svg" not in out.read_text() and "plots left out (--no-plots)" in out.read_text()
+    capsys.readouterr()
     cmp = tmp_path / "cmp.html"
     assert main(["suite", "compare", str(QUICK), str(POLICED), "--html", str(cmp)]) == 1  # a regression: exit 1
     assert "REGRESSION" in capsys.readouterr().out and "REGRESSION" in cmp.read_text()
