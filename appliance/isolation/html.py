@@ -12,9 +12,9 @@ from its file (``hvnet isolation check --html``); a saved result
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Any, Optional
 
 from .. import htmlpage as hp
 from ..htmlpage import esc
@@ -129,9 +129,9 @@ def _evidence(result: CheckResult) -> str:
             rows = [
                 [listener, sender, _when(ev.time), ev.src_mac, ev.src_ip, "untagged" if ev.vlan is None else ev.vlan,
                  ev.pcap]
-                for (listener, sender), ev in sorted(mr.evidence.items())
+                for (listener, sender), ev in _sorted(mr.evidence.items())
             ]  # fmt: skip
-            css = [["bad" if result.verdicts(m).get(k) == "leak" else ""] for k in sorted(mr.evidence)]
+            css = [["bad" if result.verdicts(m).get(k) == "leak" else ""] for k, _ in _sorted(mr.evidence.items())]
             out.append(f"<h3>{esc(m)}: first frame heard per cell</h3>")
             out.append(hp.table(["listener", "sender", "time (UTC)", "source MAC", "source IP", "VLAN", "pcap"],
                                 rows, classes=css, css="text"))  # fmt: skip
@@ -139,22 +139,30 @@ def _evidence(result: CheckResult) -> str:
         if isinstance(actions, dict) and actions:
             out.append(f"<h3>{esc(m)}: datapath actions of each sender's broadcast</h3>")
             out.append(
-                hp.table(["sender", "datapath actions"], sorted([k, str(v)] for k, v in actions.items()), css="text")
+                hp.table(["sender", "datapath actions"], [[k, str(v)] for k, v in _sorted(actions.items())], css="text")
             )
         if mr.replies:
-            rows = [[s, r, "yes" if seen else "no"] for (s, r), seen in sorted(mr.replies.items())]
+            rows = [[s, r, "yes" if seen else "no"] for (s, r), seen in _sorted(mr.replies.items())]
             out.append(
                 f"<h3>{esc(m)}: probes answered</h3>" + hp.table(["sender", "replier", "reply seen"], rows, css="text")
             )
         if mr.reasons:
-            rows = [[lst, snd, why] for (lst, snd), why in sorted(mr.reasons.items())]
+            rows = [[lst, snd, why] for (lst, snd), why in _sorted(mr.reasons.items())]
             out.append(
                 f"<h3>{esc(m)}: cells not decided</h3>" + hp.table(["listener", "sender", "why"], rows, css="text")
             )
         pcaps = mr.stats.get("pcaps") if isinstance(mr.stats, dict) else None
         if isinstance(pcaps, dict) and pcaps:
-            out.append(f"<h3>{esc(m)}: captures</h3>" + hp.table(["guest", "pcap"], sorted(pcaps.items()), css="text"))
+            out.append(
+                f"<h3>{esc(m)}: captures</h3>"
+                + hp.table(["guest", "pcap"], [list(kv) for kv in _sorted(pcaps.items())], css="text")
+            )
     return "".join(out) or "<p>none recorded</p>"
+
+
+def _sorted(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """By key as text: a hand-edited result may hold keys that do not compare (None beside a name)."""
+    return sorted(items, key=lambda kv: str(kv[0]))
 
 
 def _when(t: float) -> str:

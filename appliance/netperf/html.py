@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -31,6 +31,7 @@ from .suite import SUITES_DIR
 VERDICT_CSS = {"REGRESSION": "bad", "NO RESULT": "bad", "improvement": "good", "not significant": "warn",
                "untestable": "warn", "new result": "warn"}  # fmt: skip
 STATE_CSS = {"complete": "good", "partial": "warn", "failed": "bad", "running": "warn"}
+VERIFIED = {True: "enforced", False: "NOT ENFORCED", None: "not verified"}
 
 
 # -- a run -------------------------------------------------------------------------------------------
@@ -44,7 +45,7 @@ def suite_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
     sections = [
         _state(doc),
         "<h2>Run</h2>" + hp.meta_table(_run_meta(doc, run)),
-        hp.notes(report.notes(doc) + [f"restore: {p}" for p in m.restore_problems or []]),
+        hp.notes(report.notes(doc) + [f"restore: {p}" for p in _items(m.restore_problems)]),
         "<h2>Test settings</h2>" + _settings(doc),
         "<h2>Policy per case</h2>" + _policies(doc),
         "<h2>Results</h2>" + _results(doc, tables, plots),
@@ -53,7 +54,7 @@ def suite_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
 
 
 def _state(doc: SuiteResult) -> str:
-    text = doc.state + (f" ({doc.partial_reason})" if doc.partial and doc.partial_reason else "")
+    text = f"{doc.state}" + (f" ({doc.partial_reason})" if doc.partial and doc.partial_reason else "")
     err = f'<p class="bad">error: {esc(doc.error)}</p>' if doc.error else ""
     return f'<p><span class="verdict {STATE_CSS.get(doc.state, "warn")}">{esc(text)}</span></p>{err}'
 
@@ -65,12 +66,12 @@ def _run_meta(doc: SuiteResult, run: str) -> list[tuple[str, object]]:
     return [
         ("run", run),
         ("suite", m.suite.name),
-        ("suite file", f"{m.suite.file} (sha256 {m.suite.sha256[:16]})" if m.suite.file else None),
-        ("command", " ".join(m.command) or None),
+        ("suite file", f"{m.suite.file} (sha256 {str(m.suite.sha256)[:16]})" if m.suite.file else None),
+        ("command", _words(m.command) or None),
         ("host", m.host),
         ("kernel", m.kernel),
         ("hvnet", m.hvnet_version),
-        ("Open vSwitch", f"{m.ovs_version or 'unknown'} ({', '.join(m.datapath_types) or 'datapath unknown'})"),
+        ("Open vSwitch", f"{m.ovs_version or 'unknown'} ({_words(m.datapath_types, ', ') or 'datapath unknown'})"),
         ("netperf", m.netperf_version or "unknown"),
         ("client", f"{c.guest} {c.address or ''} on {c.vif or 'an unknown VIF'} ({c.runs_in or 'unknown'})"),
         ("server", f"{s.guest or '(not a lab guest)'} {s.address}:{s.port} "
@@ -89,20 +90,32 @@ def _settings(doc: SuiteResult) -> str:
     rows = []
     for test, steps in by_test.items():
         s0 = steps[0]
-        sizes = sorted({st.message_size for st in steps if st.message_size is not None})
+        sizes = _listed(st.message_size for st in steps if st.message_size is not None)
         conf = s0.confidence
         rows.append([
-            test, s0.type, ", ".join(map(str, sizes)) or "default",
+            test, s0.type, sizes or "default",
             f"{s0.request_size},{s0.response_size}" if s0.request_size else "-",
             f"{s0.duration} s" if s0.duration is not None else "-", f"{s0.warmup} s",
-            ", ".join(map(str, sorted({st.concurrency for st in steps}))),
-            str(max((st.summary.repetitions for st in steps if st.summary), default=0)),
-            ", ".join(dict.fromkeys(st.case for st in steps)),
-            "-" if not conf else ", ".join(f"{k} {v}" for k, v in conf.items()),
+            _listed(st.concurrency for st in steps),
+            str(max((_count(st.summary.repetitions) for st in steps if st.summary), default=0)),
+            ", ".join(dict.fromkeys(str(st.case) for st in steps)),
+            ", ".join(f"{k} {v}" for k, v in conf.items()) if isinstance(conf, dict) and conf else "-",
         ])  # fmt: skip
     headers = ["test", "type", "message size (bytes)", "request,response (bytes)", "length", "warm-up",
                "concurrency", "repetitions measured", "cases", "netperf confidence"]  # fmt: skip
     return hp.table(headers, rows)
+
+
+def _listed(values: Iterable[object]) -> str:
+    """Distinct values in order (numbers by value; a hand-edited file's odd ones after, as text)."""
+    distinct = set(values)
+    numbers = sorted(v for v in distinct if isinstance(v, (int, float)) and not isinstance(v, bool))
+    others = sorted((str(v) for v in distinct if v not in numbers), key=str)
+    return ", ".join([*map(str, numbers), *others])
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
 
 
 # -- the policy per case ---------------------------------------------------------------------------
@@ -111,17 +124,17 @@ def _settings(doc: SuiteResult) -> str:
 def _policies(doc: SuiteResult) -> str:
     written, why = written_policies(doc)
     out = [hp.notes([why])] if why else []
-    setup = doc.meta.setup or {}
+    setup = doc.meta.setup if isinstance(doc.meta.setup, dict) else {}
     rows = []
     if written.get("(setup)") or setup.get("enforcement") or setup.get("policing"):
         rows.append(["(setup, every case)", written.get("(setup)", ""), _policing_text(setup.get("policing")),
-                     "-", _enforcement_text(setup.get("enforcement") or [])])  # fmt: skip
+                     "-", _enforcement_text(setup.get("enforcement"))])  # fmt: skip
     for case, steps in _cases(doc).items():
         s0 = steps[0]
         rows.append([
             case, written.get(case, ""), _policing_text(s0.policing.to_json() if s0.policing else None),
-            "; ".join(f"{mi.name} on {mi.bridge} -> {mi.output_port or '?'} (src {', '.join(mi.src) or '-'}, "
-                      f"dst {', '.join(mi.dst) or '-'})" for mi in s0.mirrors) or "none",
+            "; ".join(f"{mi.name} on {mi.bridge} -> {mi.output_port or '?'} (src {_words(mi.src, ', ') or '-'}, "
+                      f"dst {_words(mi.dst, ', ') or '-'})" for mi in _items(s0.mirrors)) or "none",
             _enforcement_text(s0.enforcement),
         ])  # fmt: skip
     headers = ["case", "policy fragment (suite file)", "policing in force on the client VIF", "mirrors",
@@ -145,23 +158,36 @@ def _cases(doc: SuiteResult) -> OrderedDict[str, list[StepResult]]:
     return out
 
 
-def _policing_text(p: Optional[dict[str, Any]]) -> str:
-    if not p:
+def _policing_text(p: object) -> str:
+    if not isinstance(p, dict) or not p:
         return "none"
-    verdict = {True: "enforced", False: "NOT ENFORCED", None: "not verified"}.get(p.get("verified"), "not verified")
+    v = p.get("verified")
+    verdict = VERIFIED[v] if isinstance(v, (bool, type(None))) else "not verified"
     return f"{p.get('rate_kbps')} kbit/s, burst {p.get('burst_kbit')} kbit, {p.get('mechanism') or '?'}: {verdict}"
 
 
-def _enforcement_text(items: list[dict[str, Any]]) -> str:
-    verdict = {True: "enforced", False: "NOT ENFORCED", None: "not verified"}
-    return (
-        "; ".join(
-            f"{e.get('port')} {e.get('kind')} by {e.get('mechanism')}: {verdict.get(e.get('verified'), 'not verified')}"
-            + (f" ({e['detail']})" if e.get("detail") else "")
-            for e in items
-        )
-        or "-"
-    )
+def _enforcement_text(items: object) -> str:
+    """The policy engine's enforcement reports, one clause each (what enforces a limit, and was it seen)."""
+    clauses = []
+    for e in _items(items):
+        if isinstance(e, dict):
+            seen = (
+                VERIFIED.get(e.get("verified"), "not verified")
+                if isinstance(e.get("verified"), (bool, type(None)))
+                else "not verified"
+            )
+            detail = f" ({e['detail']})" if e.get("detail") else ""
+            clauses.append(f"{e.get('port')} {e.get('kind')} by {e.get('mechanism')}: {seen}{detail}")
+    return "; ".join(clauses) or "-"
+
+
+def _items(value: object) -> list[Any]:
+    """A list from the run's free-form parts; anything else (a hand-edited file) as nothing."""
+    return value if isinstance(value, list) else []
+
+
+def _words(value: object, sep: str = " ") -> str:
+    return sep.join(map(str, value)) if isinstance(value, list) else ("" if value is None else str(value))
 
 
 def written_policies(doc: SuiteResult) -> tuple[dict[str, str], str]:
@@ -185,15 +211,15 @@ def written_policies(doc: SuiteResult) -> tuple[dict[str, str], str]:
             continue
         return _fragments(data), ""
     where = suite.file or suite.name
-    return {}, (f"the suite file {where} is not there unchanged (sha256 {suite.sha256[:16]}): "
+    return {}, (f"the suite file {where} is not there unchanged (sha256 {str(suite.sha256)[:16]}): "
                 "fragments as written are not shown; what was in force is recorded below")  # fmt: skip
 
 
 def _candidates(doc: SuiteResult) -> Iterator[Path]:
     suite = doc.meta.suite
-    if suite.file:
+    if suite.file and isinstance(suite.file, str):
         yield Path(suite.file)
-    if suite.name:
+    if suite.name and isinstance(suite.name, str):
         yield SUITES_DIR / f"{Path(suite.name).name}.yaml"
 
 
@@ -270,8 +296,8 @@ def compare_page(result: compare_mod.Result, base: SuiteResult, new: SuiteResult
 def _side_by_side(base: SuiteResult, new: SuiteResult, names: tuple[str, str]) -> str:
     def facts(doc: SuiteResult, name: str) -> list[str]:
         m = doc.meta
-        return [name, m.suite.name, m.suite.sha256[:16], doc.state, m.host, m.kernel, m.hvnet_version,
-                f"{m.ovs_version or 'unknown'} ({', '.join(m.datapath_types)})", m.netperf_version or "unknown",
+        return [name, m.suite.name, str(m.suite.sha256)[:16], doc.state, m.host, m.kernel, m.hvnet_version,
+                f"{m.ovs_version or 'unknown'} ({_words(m.datapath_types, ', ')})", m.netperf_version or "unknown",
                 m.started or "-", m.finished or "-"]  # fmt: skip
 
     labels = ["run", "suite", "suite sha256", "state", "host", "kernel", "hvnet", "Open vSwitch", "netperf",

@@ -69,6 +69,18 @@ def test_misconfigured_scenario_reports_the_leak_and_restores_the_tag(lab: Lab, 
     assert vsctl(lab, "get", "Port", "vif3.0", "tag") == "2"  # restored afterwards
 
 
+def test_the_check_writes_its_matrices_and_evidence_as_one_html_page(lab: Lab, tmp_path) -> None:
+    page = tmp_path / "report.html"
+    res = run_hvnet("isolation", "check", str(VLAN_TESTS / "misconfigured.yaml"), "--out", str(tmp_path / "pcaps"),
+                    "--html", str(page))  # fmt: skip
+    assert res.returncode == 1 and f"report: {page}" in res.stdout and "LEAK" in res.stdout
+    html = page.read_text()
+    assert "FAIL: isolation differs from expected" in html and html.count("Yes (LEAK)") == 4  # 2 cells x 2 methods
+    assert "<td>VM3</td><td>unchanged</td><td>cleared</td>" in html  # the setting the check applied, shown
+    assert f"<td>{tmp_path / 'pcaps' / 'VM3.pcap'}</td>" in html  # evidence: the capture that heard the leak
+    assert "checked on the lab&#x27;s switch on this machine" in html
+
+
 def test_mirror_exception_is_declared_and_the_mirror_removed(lab: Lab, tmp_path) -> None:
     code, out = check("mirror-exception.yaml", tmp_path)
     assert code == 0, out

@@ -12,11 +12,15 @@ import json
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from appliance import htmlpage
 from appliance.cli import main
+from appliance.errors import HvnetError
 from appliance.isolation import html as iso_html
 from appliance.isolation import report as iso_report
 from appliance.netperf import compare, report, results
@@ -131,9 +135,9 @@ def hostile(doc: SuiteResult) -> SuiteResult:
     m.suite.name = m.suite.description = m.host = m.kernel = m.client.guest = HOSTILE
     m.warnings = [HOSTILE]
     m.policy_snapshot = HOSTILE
-    for st in doc.steps:
-        st.test, st.case = f"t{HOSTILE}", f"c{HOSTILE}"
-        st.repetitions[0].notes = [HOSTILE]
+    for step in doc.steps:
+        step.test, step.case = f"t{HOSTILE}", f"c{HOSTILE}"
+        step.repetitions[0].notes = [HOSTILE]
     return doc
 
 
@@ -275,3 +279,59 @@ def test_html_and_json_together_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["suite", "report", str(QUICK), "--json", "--html", "x.html"])
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+# -- hand-edited or damaged files ---------------------------------------------------------------------
+
+_POLICING = json.loads(POLICING.read_text())
+_ISO = json.loads(ISO_LEAK.read_text())
+
+
+def _places(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document (dict keys and list indices) below the root."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else []
+    out = []
+    for key, value in items:
+        out += [(*at, key), *_places(value, (*at, key))]
+    return out
+
+
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _replaced(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+    out = json.loads(json.dumps(doc))
+    parent = out
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(where=st.sampled_from([p for p in _places(_POLICING) if p[0] not in ("schema", "version")]), value=_JSON)
+def test_any_run_the_text_report_prints_makes_a_page(tmp_path_factory, where: tuple[Any, ...], value: Any) -> None:
+    """A free-form part of results.json (setup, enforcement, confidence...) edited by hand is shown, not a crash."""
+    f = tmp_path_factory.mktemp("run") / results.RESULTS
+    f.write_text(json.dumps(_replaced(_POLICING, where, value)))
+    try:
+        doc = results.load(f)
+        report.text(doc)
+    except (HvnetError, TypeError, ValueError, AttributeError, KeyError):
+        return  # not a run this hvnet reads or prints: not the page's to render
+    assert np_html.suite_page(doc, str(f), plots=False).startswith("<!DOCTYPE html>")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(where=st.sampled_from(_places(_ISO)), value=_JSON)
+def test_any_isolation_result_that_loads_and_prints_makes_a_page(where: tuple[Any, ...], value: Any) -> None:
+    try:
+        result = iso_report.from_json(_replaced(_ISO, where, value))
+        iso_report.format_result(result)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return
+    assert iso_html.page(result).startswith("<!DOCTYPE html>")
