@@ -131,7 +131,7 @@ def _evidence(result: CheckResult) -> str:
                  ev.pcap]
                 for (listener, sender), ev in _sorted(mr.evidence.items())
             ]  # fmt: skip
-            css = [["bad" if result.verdicts(m).get(k) == "leak" else ""] for k, _ in _sorted(mr.evidence.items())]
+            css = [["bad" if result.verdicts(m).get(k) == "leak" else ""] * 7 for k, _ in _sorted(mr.evidence.items())]
             out.append(f"<h3>{esc(m)}: first frame heard per cell</h3>")
             out.append(hp.table(["listener", "sender", "time (UTC)", "source MAC", "source IP", "VLAN", "pcap"],
                                 rows, classes=css, css="text"))  # fmt: skip

@@ -56,7 +56,7 @@ def suite_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
 def _state(doc: SuiteResult) -> str:
     text = f"{doc.state}" + (f" ({doc.partial_reason})" if doc.partial and doc.partial_reason else "")
     err = f'<p class="bad">error: {esc(doc.error)}</p>' if doc.error else ""
-    return f'<p><span class="verdict {STATE_CSS.get(doc.state, "warn")}">{esc(text)}</span></p>{err}'
+    return f'<p><span class="verdict {STATE_CSS.get(str(doc.state), "warn")}">{esc(text)}</span></p>{err}'
 
 
 def _run_meta(doc: SuiteResult, run: str) -> list[tuple[str, object]]:

@@ -63,8 +63,8 @@ def groups(doc: SuiteResult) -> OrderedDict[tuple[str, str, Any], list[StepResul
 def achieved_ratio(step: StepResult) -> Optional[float]:
     """Received Mbit/s over the policed rate (streams only): 1.0 = the limit was reached exactly."""
     pol = step.policing
-    if not pol or step.type not in ("TCP_STREAM", "UDP_STREAM"):
-        return None
+    if not pol or not pol.rate_kbps or step.type not in ("TCP_STREAM", "UDP_STREAM"):
+        return None  # (a rate of 0 in a hand-edited file: nothing to divide by)
     s = _summary(step)
     got = _fig(s, "received_mbps") if step.type == "UDP_STREAM" else _fig(s, "sum")
     return None if got is None else got * 1000.0 / pol.rate_kbps
