@@ -102,6 +102,11 @@ def test_report_regenerates_tables_and_plots(base_run: Path) -> None:
     pngs = sorted((base_run / "plots").glob("*.png"))
     assert [p.stem for p in pngs] == sorted(["tcp-stream", "udp-stream", "tcp-rr", "tcp-crr", "udp-rr"])
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    page = base_run.parent / "quick.html"  # the same run as one page: its tables and a plot per test, inline
+    res = run_hvnet("suite", "report", str(base_run), "--html", str(page))
+    assert res.returncode == 0 and res.stdout.strip() == f"report: {page}", res.stderr
+    html = page.read_text()
+    assert html.count("<svg") == 5 and "avg transaction rate (trans/s)" in html and "netserver started by hvnet" in html
     listed = run_hvnet("suite", "list", "--runs", str(base_run.parent), "--json")
     assert any(r["run"] == str(base_run) for r in json.loads(listed.stdout)["runs"])
 
