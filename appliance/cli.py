@@ -86,7 +86,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         lines.append("no VIFs on this switch" + ("" if all_ports else " (--all shows every port)"))
     notes = []
     for v in vifs:
-        if v.is_vif and v.trunks_all_vlans:
+        if v.carries_every_vlan:
             why = "no tag and no trunks" if v.vlan_mode == "trunk" else f"{v.vlan_mode} with no trunks"
             notes.append(f"warning: {v.port} has {why}: it carries EVERY VLAN")
         if v.error:

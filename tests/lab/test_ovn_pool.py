@@ -91,7 +91,15 @@ def test_the_lab_reports_the_pools_daemons_and_hvnet_reaches_each_chassis(pool: 
     assert all(daemons[k] for k in ("ovn nb", "ovn sb", "ovn northd", "hv3 ovn-controller")), daemons
     res = run_hvnet("--host", "hv3", "status", "--json", env=env)
     assert res.returncode == 0, res.stderr
-    assert [(v["port"], v["vm_name"]) for v in json.loads(res.stdout)["vifs"] if v["is_vif"]] == [("vif3.0", "VM3")]
+    vifs = [v for v in json.loads(res.stdout)["vifs"] if v["is_vif"]]
+    assert [(v["port"], v["vm_name"]) for v in vifs] == [("vif3.0", "VM3")]
+    lsp = ovn.central(pool.run_dir).nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
+                                          "external_ids:hvnet-vm=VM3").strip()  # fmt: skip
+    assert vifs[0]["ovn_port"] == lsp and lsp, (vifs[0]["ovn_port"], lsp)
+    # OVN, not the port's (absent) tag, decides what the VIF reaches: no "carries EVERY VLAN" warning
+    res = run_hvnet("--host", "hv3", "status", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "EVERY VLAN" not in res.stdout and " OVN " in res.stdout, res.stdout
 
 
 def _rows(text: str) -> list[dict]:
