@@ -105,3 +105,22 @@ def test_the_lab_reports_the_pools_daemons_and_hvnet_reaches_each_chassis(pool: 
 def _rows(text: str) -> list[dict]:
     doc = json.loads(text)
     return [dict(zip(doc["headings"], row)) for row in doc["data"]]
+
+
+def test_the_pool_status_names_each_ports_vm_and_chassis(pool: Lab) -> None:
+    res = run_hvnet("--pool", "ovn-pool", "status", "--json", env={"HVNET_LAB_DIR": str(pool.run_dir)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    seen = {p["vm"]: (s["name"], p["chassis"], p["up"]) for s in doc["switches"] for p in s["ports"]}
+    assert seen == {"VM1": ("vlan1", "hv1", True), "VM2": ("vlan1", "hv2", True), "VM3": ("vlan2", "hv3", True)}
+    assert doc["behind"] == [] and doc["notes"] == [] and doc["nb_cfg"] == doc["hv_cfg"]
+
+
+def test_a_pool_whose_nb_is_unreachable_exits_3(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(
+        f"hosts: []\npools:\n  - {{name: gone, nb: 'unix:{tmp_path}/nb.sock', sb: 'unix:{tmp_path}/sb.sock'}}\n"
+    )
+    res = run_hvnet("--pool", "gone", "status", env={"HVNET_INVENTORY": str(inv)})
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "cannot reach OVSDB" in res.stderr and "Traceback" not in res.stderr
