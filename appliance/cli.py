@@ -86,7 +86,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         lines.append("no VIFs on this switch" + ("" if all_ports else " (--all shows every port)"))
     notes = []
     for v in vifs:
-        if v.is_vif and v.trunks_all_vlans:
+        if v.carries_every_vlan:
             why = "no tag and no trunks" if v.vlan_mode == "trunk" else f"{v.vlan_mode} with no trunks"
             notes.append(f"warning: {v.port} has {why}: it carries EVERY VLAN")
         if v.error:
@@ -113,6 +113,10 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if getattr(args, "pool", None):
+        from .cli_pool import cmd_pool_status
+
+        return cmd_pool_status(args)
     if getattr(args, "hosts", None):
         from . import cli_fleet
 
@@ -259,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
         "strict host keys, ~/.ssh/config)",
     )
     p.add_argument(
+        "--pool",
+        metavar="NAME",
+        help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports, chassis",
+    )
+    p.add_argument(
         "--no-lab",
         action="store_true",
         help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "
@@ -359,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
+        return EXIT_USAGE
+    if getattr(args, "pool", None) and args.command != "status":
+        print(f"hvnet: --pool works with 'status' only; '{args.command}' manages one switch (--host, --db)",
+              file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     if args.command in ONE_SHOT:
         # Read the switch once, print, exit: every object made is kept to the end, so the cyclic

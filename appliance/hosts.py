@@ -14,6 +14,15 @@
         xapi_credentials: /etc/hvnet/xapi-pool-a
         policy: policies/pool-a.yaml  # what `hvnet hosts` checks it against (relative: to this file)
 
+An OVN pool is named beside its hosts (``hvnet --pool NAME``)::
+
+    pools:
+      - name: pool-a
+        nb: ssl:192.0.2.5:6641     # the northbound database: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT
+        sb: ssl:192.0.2.5:6642     # the southbound database
+        via: central1              # optional: an inventory host whose unix sockets nb/sb are, over SSH
+        chassis: pool-a            # the inventory hosts (names or a group) that are its chassis
+
 Every problem is reported with ``file:line``, the field and what is allowed,
 before any host is contacted; the YAML is read with hvnet's bounded loader.
 """
@@ -35,6 +44,8 @@ _ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 _KEYS = {"name", "address", "user", "port", "kind", "group", "ovs_rundir", "xapi_url", "xapi_credentials", "policy"}
 _PATH = re.compile(r"^[^\0\n]{1,400}$")
+_POOL_KEYS = {"name", "nb", "sb", "via", "chassis"}
+_DB_REMOTE = re.compile(r"^(unix:/[^\0\n,]{1,300}|(tcp|ssl):[A-Za-z0-9_.:\[\]-]{1,260}:[0-9]{1,5})$")
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,32 @@ class InventoryHost:
 
 
 @dataclass(frozen=True)
+class InventoryPool:
+    """An OVN pool: its central databases and the inventory hosts that are its chassis."""
+
+    name: str
+    nb: str
+    sb: str
+    via: str | None = None  # an inventory host whose unix sockets ``nb`` and ``sb`` are (over SSH)
+    chassis: str | None = None  # names or a group, as --hosts takes them
+
+
+@dataclass(frozen=True)
 class Inventory:
     file: str
     hosts: tuple[InventoryHost, ...]
+    pools: tuple[InventoryPool, ...] = ()
 
     def get(self, name: str) -> InventoryHost | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+    def pool(self, name: str) -> InventoryPool:
+        """The pool called ``name``; an unknown one is a usage error naming the known ones."""
+        found = next((p for p in self.pools if p.name == name), None)
+        if found is None:
+            known = ", ".join(p.name for p in self.pools) or "none"
+            raise UsageError(f"--pool: no pool {name!r} in {self.file}", hint=f"known pools: {known}")
+        return found
 
     def select(self, spec: str) -> list[InventoryHost]:
         """``all``, a group, or names separated by commas; an unknown one is a usage error naming it."""
@@ -88,7 +119,7 @@ def load(path: str | Path) -> Inventory:
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
         raise ConfigError([doc.problem((), "an inventory is a mapping with 'hosts': a list of hosts")])
-    problems: list[Problem] = doc.unknown_keys(data, (), {"hosts"})
+    problems: list[Problem] = doc.unknown_keys(data, (), {"hosts", "pools"})
     hosts: list[InventoryHost] = []
     seen: set[str] = set()
     for i, raw in enumerate(data["hosts"]):
@@ -100,9 +131,47 @@ def load(path: str | Path) -> Inventory:
         host = _host(doc, i, raw, problems)
         if host is not None:
             hosts.append(host)
+    pools = _pools(doc, data.get("pools", []), {h.name for h in hosts} | {h.group for h in hosts if h.group},
+                   problems)  # fmt: skip
     if problems:
         raise ConfigError(problems)
-    return Inventory(doc.file, tuple(hosts))
+    return Inventory(doc.file, tuple(hosts), tuple(pools))
+
+
+def _pools(doc: yamldoc.Document, raw: Any, known: set[str | None], problems: list[Problem]) -> list[InventoryPool]:
+    """The OVN pools, each with its NB and SB remotes and (optionally) the host they are reached through."""
+    if not isinstance(raw, list):
+        problems.append(doc.problem(("pools",), "a list of pools, each a mapping with 'name', 'nb' and 'sb'"))
+        return []
+    pools: list[InventoryPool] = []
+    for i, rp in enumerate(raw):
+        at: yamldoc.PathKey = ("pools", i)
+        if not isinstance(rp, dict):
+            problems.append(doc.problem(at, "each pool is a mapping with 'name', 'nb' and 'sb'"))
+            continue
+        before = len(problems)
+        problems += doc.unknown_keys(rp, at, _POOL_KEYS)
+        name = rp.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            problems.append(doc.problem((*at, "name"), "required: 1-63 letters, digits, '_', '.', '-'"))
+        elif any(p.name == name for p in pools):
+            problems.append(doc.problem((*at, "name"), f"{name!r} is listed twice"))
+        via = rp.get("via")
+        if via is not None and via not in known:
+            problems.append(doc.problem((*at, "via"), f"not a host of this inventory: {via!r}"))
+        for key in ("nb", "sb"):
+            value = rp.get(key)
+            if not isinstance(value, str) or not _DB_REMOTE.match(value):
+                problems.append(doc.problem((*at, key), "required: unix:/PATH, tcp:HOST:PORT or ssl:HOST:PORT"))
+            elif via is not None and not value.startswith("unix:"):
+                problems.append(doc.problem((*at, key), "with 'via': the unix:/PATH of the socket on that host"))
+        chassis = rp.get("chassis")
+        if chassis is not None and (not isinstance(chassis, str) or any(
+                w.strip() not in known for w in chassis.split(","))):  # fmt: skip
+            problems.append(doc.problem((*at, "chassis"), "inventory host names or a group, separated by commas"))
+        if len(problems) == before:
+            pools.append(InventoryPool(str(name), rp["nb"], rp["sb"], via, chassis))
+    return pools
 
 
 def _host(doc: yamldoc.Document, i: int, raw: Any, problems: list[Problem]) -> InventoryHost | None:

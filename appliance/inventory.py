@@ -198,10 +198,21 @@ class Vif:
     # port's MAC as libvirt describes it ("vnet3 virtio on br0").
     vm_state: str | None = None
     vm_interface: str | None = None
+    # On an OVN chassis's integration bridge: the logical port the VIF is bound to (its iface-id).
+    # OVN, not VLAN tags, decides what such a port reaches.
+    ovn_port: str | None = None
+
+    @property
+    def carries_every_vlan(self) -> bool:
+        """A VIF whose port would carry every VLAN: not one OVN switches (it ignores the port's tags)."""
+        return self.is_vif and self.trunks_all_vlans and self.ovn_port is None
 
     def vlan_summary(self) -> str:
         """``access 1``, ``trunk 10,20``, ``native-untagged 10 +20,21``, or
-        ``trunk ALL`` / ``native-untagged 10 +ALL`` for a port carrying every VLAN."""
+        ``trunk ALL`` / ``native-untagged 10 +ALL`` for a port carrying every VLAN;
+        ``OVN`` for a port on an OVN integration bridge (its logical switch decides)."""
+        if self.ovn_port is not None and self.trunks_all_vlans:
+            return "OVN"
         if self.trunks_all_vlans and self.vlan_mode == "trunk":
             return "trunk ALL"
         trunks = "ALL" if self.trunks_all_vlans else ",".join(str(t) for t in self.trunks)
@@ -382,12 +393,15 @@ def _build(conn: Connection) -> Inventory:
     mirrors, touching = _mirrors(tables["Bridge"].rows.values())
     vifs: list[Vif] = []
     xen_groups: dict[tuple[str, int, int], list[Vif]] = {}
+    integration = ovn_bridge(dict(col(conn.root(), "external_ids")))
     for port in tables["Port"].rows.values():
         bridge = port_bridge.get(port.uuid)
         ifaces = list(col(port, "interfaces"))
         if bridge is None or not ifaces:
             continue  # a Port row not (yet) referenced by any bridge, or one without interfaces
         v = _vif(bridge, port, ifaces, touching.get(port.uuid, []))
+        if bridge == integration and v.is_vif:
+            v.ovn_port = v.ids.get("iface-id")
         if v.xen_domid is not None and v.xen_devid is not None:
             xen_groups.setdefault((bridge, v.xen_domid, v.xen_devid), []).append(v)
         vifs.append(v)
@@ -461,6 +475,14 @@ def _egress_max_rate(qos: Any) -> float | None:
         return int(col(qos, "other_config")["max-rate"]) / 1000.0
     except ValueError:
         return None
+
+
+def ovn_bridge(root_ids: Mapping[str, str]) -> str | None:
+    """OVN's integration bridge on a chassis (ovn-controller's ``ovn-bridge``, ``br-int`` by default);
+    None on a host that is not an OVN chassis (no ``ovn-remote``)."""
+    if not root_ids.get("ovn-remote"):
+        return None
+    return root_ids.get("ovn-bridge") or "br-int"
 
 
 def _vif(bridge: str, port: Any, ifaces: list[Any], mirrors: list[dict[str, str]]) -> Vif:

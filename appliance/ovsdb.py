@@ -87,12 +87,13 @@ def _unreachable(target: DbTarget, reason: str) -> OvsdbUnreachable:
     return OvsdbUnreachable(f"cannot reach OVSDB at {target.describe()}: {reason}", hint=hint)
 
 
-def fetch_schema(target: DbTarget, timeout: float) -> dict[str, Any]:
-    """Ask the server for the Open_vSwitch schema (JSON), within ``timeout``."""
-    return request(target, [("get_schema", [DB_NAME])], timeout)[0]
+def fetch_schema(target: DbTarget, timeout: float, db: str = DB_NAME) -> dict[str, Any]:
+    """Ask the server for database ``db``'s schema (JSON; Open_vSwitch unless an OVN database), within
+    ``timeout``."""
+    return request(target, [("get_schema", [db])], timeout, db=db)[0]
 
 
-def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float) -> list[Any]:
+def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float, *, db: str = DB_NAME) -> list[Any]:
     """Send JSON-RPC ``calls`` (method, params) on one new stream, pipelined; their results in order.
 
     For one-shot reads (the schema, a snapshot's selects) where a replica
@@ -103,7 +104,7 @@ def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float
     results = []
     for reply in exchange(target, calls, timeout):
         if reply.get("error") is not None:
-            raise _unreachable(target, f"server has no {DB_NAME} database ({reply['error']})")
+            raise _unreachable(target, f"server has no {db} database ({reply['error']})")
         results.append(reply.get("result"))
     return results
 

@@ -138,17 +138,28 @@ class Snapshot:
 
 
 def take(
-    target: DbTarget, columns: Columns, timeout: float = 5.0, *, schema_json: dict[str, Any] | None = None
+    target: DbTarget,
+    columns: Columns,
+    timeout: float = 5.0,
+    *,
+    schema_json: dict[str, Any] | None = None,
+    db: str = DB_NAME,
 ) -> Snapshot:
     """Read ``columns`` of every row of their tables in one transaction (a consistent view).
 
     ``schema_json``: the server's schema when the caller has it (else it is fetched first).
+    ``db``: the database (an OVN pool's are OVN_Northbound and OVN_Southbound).
     """
-    schema = (schema_json or fetch_schema(target, timeout))["tables"]
+    schema = (schema_json or fetch_schema(target, timeout, db))["tables"]
     present = {t: [c for c in cols if c in schema[t]["columns"]] for t, cols in columns.items() if t in schema}
     ops = [{"op": "select", "table": t, "where": [], "columns": ["_uuid", *cols]} for t, cols in present.items()]
-    (result,) = request(target, [("transact", [DB_NAME, *ops])], timeout)
-    raw = {t: r["rows"] for t, r in zip(present, result)}
+    (result,) = request(target, [("transact", [db, *ops])], timeout, db=db)
+    return build(target, schema, present, {t: r["rows"] for t, r in zip(present, result)})
+
+
+def build(target: DbTarget, schema: dict[str, Any], present: Columns, raw: dict[str, list[Any]]) -> Snapshot:
+    """The snapshot of ``raw`` select results (table -> rows as the server sent them): every reference
+    resolved, every column converted by its type in ``schema`` (the schema's ``tables``)."""
     rows: dict[uuid.UUID, Row] = {}
     tables: dict[str, dict[uuid.UUID, Row]] = {}
     pending: list[tuple[str, list[tuple[Row, dict[str, Any]]]]] = []

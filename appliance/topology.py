@@ -26,10 +26,15 @@ _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
 # A lab host's name: its namespace, its veths' and its trunk links' names are built from it
 _HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,7}$")
 MAX_HOSTS = 16
-_TOP_KEYS = {"name", "description", "hypervisor", "hosts", "bridges", "guests"}
+_TOP_KEYS = {"name", "description", "hypervisor", "hosts", "bridges", "guests", "ovn"}
 _HOST_KEYS = {"name"}
+_OVN_KEYS = {"switches"}
+# A logical switch's name: ovn-nbctl takes it as an argument and the lab names nothing else after it.
+_LSWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+OVN_BRIDGE = "br-int"  # ovn-controller's integration bridge: the only bridge of an OVN pool's hosts
 _BRIDGE_KEYS = {"name", "datapath_type"}
-_GUEST_KEYS = {"name", "kind", "host", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory"}
+_GUEST_KEYS = {"name", "kind", "host", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory",
+               "switch"}  # fmt: skip
 
 # Namespace for the lab's deterministic VM/VIF/network uuids: the same
 # topology always produces the same ids, so re-running 'lab up' is stable.
@@ -65,6 +70,7 @@ class Guest:
     kind: str = "netns"
     memory_mib: int = 256
     host: str | None = None  # the lab hypervisor it runs on, in a topology with ``hosts``
+    lswitch: str | None = None  # the OVN logical switch it joins, in a topology with ``ovn``
 
     @property
     def address(self) -> str:
@@ -109,11 +115,20 @@ class Topology:
     # Lab hypervisors reached over SSH, each with every bridge, joined in this order by trunk links;
     # none: the guests share the lab's one switch.
     hosts: tuple[str, ...] = ()
+    # An OVN pool: the logical switches the guests join (the hosts are chassis joined by Geneve
+    # over an underlay, not by trunks).  Empty: plain OVS.
+    ovn_switches: tuple[str, ...] = ()
+
+    @property
+    def ovn(self) -> bool:
+        return bool(self.ovn_switches)
 
     def links(self) -> list[Link]:
         """The trunk links between hosts: one per bridge and neighbouring pair, ``ethB-PEER`` on each side
         (bridge number B, the host at the other end).  A chain, not a mesh: without spanning tree a loop
-        would flood forever."""
+        would flood forever.  An OVN pool has none: its chassis reach each other through tunnels."""
+        if self.ovn:
+            return []
         return [
             Link(br.name, a, f"eth{bi}-{b}", b, f"eth{bi}-{a}")
             for bi, br in enumerate(self.bridges)
@@ -163,13 +178,50 @@ def from_document(doc: yamldoc.Document) -> Topology:
 
     seen_ifnames: dict[str, yamldoc.PathKey] = {}  # bridges and VIFs share the kernel's interface names
     hosts = _hosts(doc, data.get("hosts"), problems)
-    bridges = _bridges(doc, data.get("bridges"), seen_ifnames, problems)
-    reader = _GuestReader(doc, str(name), hypervisor, bridges, seen_ifnames, problems, hosts)
+    switches = _ovn(doc, data, hosts, problems)
+    raw_bridges = data.get("bridges")
+    if switches and raw_bridges is None:
+        raw_bridges = [{"name": OVN_BRIDGE}]
+    bridges = _bridges(doc, raw_bridges, seen_ifnames, problems)
+    if switches and [b.name for b in bridges] not in ([OVN_BRIDGE], []):
+        bad(("bridges",), f"an OVN pool's hosts have one bridge, {OVN_BRIDGE} (ovn-controller's): drop 'bridges'")
+    reader = _GuestReader(doc, str(name), hypervisor, bridges, seen_ifnames, problems, hosts, switches)
     guests = reader.read_all(data.get("guests", []))
     if problems:
         raise ConfigError(problems)
     return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests),
-                    hosts=tuple(hosts))  # fmt: skip
+                    hosts=tuple(hosts), ovn_switches=tuple(switches))  # fmt: skip
+
+
+def _ovn(doc: yamldoc.Document, data: dict[str, Any], hosts: list[str], problems: list[Problem]) -> list[str]:
+    """The logical switches of an OVN pool (``ovn: {switches: [...]}``), unique; [] without ``ovn``."""
+    raw = data.get("ovn")
+    if raw is None:
+        return []
+    path: yamldoc.PathKey = ("ovn",)
+    if not isinstance(raw, dict):
+        problems.append(doc.problem(path, "a mapping with 'switches': the logical switches guests join"))
+        return []
+    problems += doc.unknown_keys(raw, path, _OVN_KEYS)
+    if not hosts:
+        problems.append(doc.problem(path, "an OVN pool needs 'hosts' (its chassis)"))
+    if data.get("hypervisor", "xenserver") != "libvirt":
+        problems.append(doc.problem(path, "an OVN pool needs 'hypervisor: libvirt' (OVN binds a VIF by its "
+                                    "external_ids:iface-id, which libvirt sets)"))  # fmt: skip
+    switches = raw.get("switches")
+    if not isinstance(switches, list) or not switches:
+        problems.append(doc.problem((*path, "switches"), "required: a non-empty list of logical switch names"))
+        return []
+    names: list[str] = []
+    for i, ls in enumerate(switches):
+        if not isinstance(ls, str) or not _LSWITCH_NAME.match(ls):
+            problems.append(doc.problem((*path, "switches", i), "1-32 characters, a letter first, then letters, "
+                                        "digits, '_', '.' or '-'"))  # fmt: skip
+        elif ls in names:
+            problems.append(doc.problem((*path, "switches", i), f"duplicate logical switch {ls!r}"))
+        else:
+            names.append(ls)
+    return names
 
 
 def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> list[str]:
@@ -247,9 +299,11 @@ class _GuestReader:
         seen_ifnames: dict[str, yamldoc.PathKey],
         problems: list[Problem],
         hosts: list[str] | None = None,
+        switches: list[str] | None = None,
     ) -> None:
         self.doc = doc
         self.hosts = hosts or []
+        self.switches = switches or []
         self.topology = topology
         self.hypervisor = hypervisor
         self.bridges = bridges
@@ -293,6 +347,7 @@ class _GuestReader:
         vif = self.vif(rg, path, kind, domid)
         mac = self.mac(i, rg, path, gname)
         tag, trunks, mode = self.vlan(rg, path)
+        lswitch = self.lswitch(rg, path)
         if len(self.problems) > before:
             return None
         return Guest(
@@ -308,7 +363,24 @@ class _GuestReader:
             kind=kind,
             memory_mib=memory,
             host=host,
+            lswitch=lswitch,
         )
+
+    def lswitch(self, rg: dict[str, Any], path: yamldoc.PathKey) -> str | None:
+        """In an OVN pool, the logical switch the guest joins (required; it replaces VLAN tags)."""
+        ls = rg.get("switch")
+        if not self.switches:
+            if ls is not None:
+                self.bad((*path, "switch"), "only in a topology with 'ovn' (an OVN pool); use 'tag' for a VLAN")
+            return None
+        for key in ("tag", "trunks", "vlan_mode"):
+            if rg.get(key) is not None:
+                self.bad((*path, key), "in an OVN pool a guest joins a logical switch ('switch'), not a VLAN")
+        if ls not in self.switches:
+            allowed = ", ".join(self.switches)
+            self.bad((*path, "switch"), f"required in an OVN pool: one of the logical switches {allowed}")
+            return None
+        return str(ls)
 
     def name(self, i: int, rg: dict[str, Any], path: yamldoc.PathKey) -> str:
         """The guest's name, unique; ``#i`` stands in for a bad one (it derives the MAC)."""

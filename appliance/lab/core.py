@@ -37,7 +37,7 @@ from ..policy.planner import Change
 from ..target import DbTarget
 from ..topology import Guest, Topology
 from ..vlan import VlanCols
-from . import multihost
+from . import multihost, ovn
 from .sshhost import SshHost
 from .switch import Switch
 from .vm import labguests
@@ -106,6 +106,7 @@ def _topology_digest(t: Topology) -> str:
             "guests": [g.__dict__ for g in t.guests],
             "hv": t.hypervisor,
             "hosts": list(t.hosts),
+            "ovn": list(t.ovn_switches),
         },
         sort_keys=True,
         default=list,
@@ -285,8 +286,25 @@ class Lab:
         for name, h in hosts.items():
             self._configure_switch(h.switch.remote, t, t.guests_on(name), multihost.uplinks(t, name),
                                    DataPaths.for_lab(h.dir), report, hostname=name)  # fmt: skip
+        if t.ovn:
+            self._up_ovn(t, hosts, report)
         multihost.write_client_files(self.run_dir, t, hosts)
         report.actions.append(f"wrote the hosts' inventory and ssh_config in {self.run_dir}")
+
+    def _up_ovn(self, t: Topology, hosts: dict[str, SshHost], report: LabReport) -> None:
+        """The pool: central daemons, the underlay, a chassis per host, the logical network, every port bound."""
+        self._record("daemons", "ovn")
+        c = ovn.central(self.run_dir)
+        for started in c.start(hosts):
+            report.actions.append(f"started {started} in {c.dir}")
+        report.actions += ovn.make_underlay(hosts)
+        for i, (name, h) in enumerate(hosts.items(), start=1):
+            if ovn.start_chassis(h, i):
+                report.actions.append(f"started ovn-controller on {name} (chassis {name}, Geneve from "
+                                      f"{ovn.underlay_address(i)})")  # fmt: skip
+        ovn.make_logical_network(c, t)
+        ovn.wait_bound(c, t)
+        report.actions.append(f"bound every guest's port on logical switches {', '.join(t.ovn_switches)}")
 
     def _configure_switch(
         self,
@@ -451,6 +469,11 @@ class Lab:
                 proc.run(["ip", "netns", "del", ns], check=False)
                 report.actions.append(f"deleted namespace {ns}")
         # A host's namespace takes its VIF and trunk ends with it; sshd and OVS go by their pids.
+        for host in self._hosts().values():
+            if (line := ovn.stop_chassis(host)) is not None:
+                report.actions.append(line)
+        if "ovn" in self._recorded("daemons"):
+            report.actions += [f"stopped {d}" for d in ovn.central(self.run_dir).stop()]
         for name, host in reversed(list(self._hosts().items())):
             host.stop()
             report.actions.append(f"stopped host {name} (sshd, OVS) and deleted namespace {host.netns}")
@@ -480,6 +503,10 @@ class Lab:
         if hosts:
             daemons = {f"{n} {d}": h.switch.pid(d) for n, h in hosts.items() for d in ("ovsdb-server", "ovs-vswitchd")}
             daemons.update({f"{n} sshd": h.sshd_pid() for n, h in hosts.items()})
+            if "ovn" in self._recorded("daemons"):
+                c = ovn.central(self.run_dir)
+                daemons.update({f"ovn {d}": c.pid(d) for d in ("nb", "sb", "northd")})
+                daemons.update({f"{n} ovn-controller": ovn.controller_pid(h) for n, h in hosts.items()})
         else:
             daemons = {d: self.switch.pid(d) for d in ("ovsdb-server", "ovs-vswitchd")}
         complete = (

@@ -19,6 +19,7 @@ it with the run directory.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .. import proc
@@ -115,6 +116,10 @@ def write_client_files(run_dir: Path, t: Topology, hosts: dict[str, SshHost]) ->
     for name, h in hosts.items():
         lines += [f"  - name: {name}", f"    kind: {kind}", f"    group: {t.name}",
                   f"    ovs_rundir: {h.switch.run_dir}"]  # fmt: skip
+    if t.ovn:  # the pool its hosts are the chassis of: hvnet --pool NAME
+        central = run_dir / "ovn"
+        lines += ["pools:", f"  - name: {t.name}", f"    nb: {json.dumps(f'unix:{central}/nb.sock')}",
+                  f"    sb: {json.dumps(f'unix:{central}/sb.sock')}", f"    chassis: {t.name}"]  # fmt: skip
     _write(run_dir / INVENTORY_FILE, "\n".join(lines) + "\n")
     _write(run_dir / SSH_CONFIG_FILE, "".join(h.ssh_config.read_text() for h in hosts.values()))
 

@@ -166,3 +166,48 @@ def test_bad_hosts(tmp_path, hosts, guest_extra, message) -> None:
 def test_a_guest_may_not_share_a_hosts_name(tmp_path) -> None:
     text = "hosts: [{name: hv1}]\n" + GOOD.replace("name: A\n", "name: hv1\n")
     assert any("guests[0].name: 'hv1' names a host too" in p for p in problems(tmp_path, text))
+
+
+POOL = """\
+hypervisor: libvirt
+hosts: [{name: hv1}, {name: hv2}]
+ovn:
+  switches: [blue, red]
+guests:
+  - {name: A, host: hv1, switch: blue, ip: 10.0.0.1/24}
+  - {name: B, host: hv2, switch: red, ip: 10.0.0.2/24}
+"""
+
+
+def test_the_ovn_pool_topology_spreads_the_2010_guests_over_three_chassis() -> None:
+    t = topology.load(Path(topology.DEFAULT_TOPOLOGY).parent / "ovn-pool.yaml")
+    assert t.ovn and t.ovn_switches == ("vlan1", "vlan2") and t.hosts == ("hv1", "hv2", "hv3")
+    assert [b.name for b in t.bridges] == ["br-int"]
+    assert [(g.name, g.host, g.lswitch, g.tag) for g in t.guests] == [
+        ("VM1", "hv1", "vlan1", None), ("VM2", "hv2", "vlan1", None), ("VM3", "hv3", "vlan2", None)]  # fmt: skip
+    assert t.links() == []  # the chassis meet through Geneve, not trunks
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("hypervisor: libvirt\n", "", "ovn: an OVN pool needs 'hypervisor: libvirt'"),
+        ("hosts: [{name: hv1}, {name: hv2}]\n", "", "ovn: an OVN pool needs 'hosts'"),
+        ("switches: [blue, red]", "switches: []", "ovn.switches: required: a non-empty list"),
+        ("switches: [blue, red]", "switches: [blue, blue]", "ovn.switches[1]: duplicate logical switch 'blue'"),
+        ("switches: [blue, red]", "switches: [blue, 'r d']", "ovn.switches[1]: 1-32 characters"),
+        ("  switches:", "  subnet: x\n  switches:", "ovn.subnet: unknown key; allowed: switches"),
+        ("switch: red,", "switch: green,", "guests[1].switch: required in an OVN pool: one of the logical switches"),
+        ("switch: red,", "tag: 2,", "guests[1].tag: in an OVN pool a guest joins a logical switch"),
+        ("ovn:\n", "bridges: [{name: br0}]\novn:\n", "bridges: an OVN pool's hosts have one bridge, br-int"),
+    ],
+)
+def test_bad_ovn_pools(tmp_path, old, new, message) -> None:
+    assert old in POOL
+    out = problems(tmp_path, POOL.replace(old, new, 1))
+    assert any(message in p for p in out), out
+
+
+def test_switch_is_only_for_ovn_pools(tmp_path) -> None:
+    text = GOOD.replace("    tag: 1\n", "    switch: blue\n")
+    assert any("guests[0].switch: only in a topology with 'ovn'" in p for p in problems(tmp_path, text))

@@ -1,0 +1,87 @@
+"""``hvnet --pool NAME status``: an OVN pool's logical switches, ports, chassis and QoS, from its NB and SB."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from . import render
+from .errors import EXIT_FAILED, EXIT_OK, UsageError
+from .frontdoor import build_host, inventory_file
+from .hosts import load
+from .ovn.view import PoolView
+from .services import pools
+from .target import SslOptions
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def cmd_pool_status(args: argparse.Namespace) -> int:
+    """The pool's view; exit 1 when a chassis has not caught up with the NB or could not be read."""
+    for flag in ("host", "db", "hosts"):
+        if getattr(args, flag, None):
+            raise UsageError(f"--pool names an OVN pool and --{flag} a switch: give one")
+    path = inventory_file()
+    if not path.exists():
+        raise UsageError(f"--pool: no inventory at {path}", hint="write one with 'pools:', or set $HVNET_INVENTORY")
+    inventory = load(path)
+    entry = inventory.pool(args.pool)
+    view = pools.status(entry, inventory, lambda e: build_host(ssh_host=e.name, timeout=args.timeout),
+                        timeout=args.timeout, ssl=_ssl(args))  # fmt: skip
+    if args.json:
+        render.print_json(view.to_json())
+    else:
+        print(format_pool(view))
+    return EXIT_FAILED if view.behind or view.notes else EXIT_OK
+
+
+def _ssl(args: argparse.Namespace) -> SslOptions | None:
+    key = args.ssl_key or os.environ.get("HVNET_SSL_KEY")
+    cert = args.ssl_cert or os.environ.get("HVNET_SSL_CERT")
+    ca = args.ssl_ca or os.environ.get("HVNET_SSL_CA")
+    return SslOptions(key, cert, ca) if key and cert and ca else None
+
+
+def format_pool(v: PoolView) -> str:
+    """The pool at 80 columns: its databases, its chassis, then each logical switch's ports."""
+    caught_up = "every chassis caught up" if not v.behind else f"NOT acknowledged by {', '.join(v.behind)}"
+    lines = [f"pool {v.name}  NB {v.nb} (schema {v.nb_version or '?'})", f"  SB {v.sb}",
+             f"  nb_cfg {v.nb_cfg}, hv_cfg {v.hv_cfg}: {caught_up}", ""]  # fmt: skip
+    rows = [[c.name, c.hostname, ", ".join(c.encaps) or "-", str(c.ports), _cfg(c.nb_cfg)] for c in v.chassis]
+    lines.append(render.table(["CHASSIS", "HOSTNAME", "ENCAP", "PORTS", "NB_CFG"], rows) if rows else "no chassis")
+    for s in v.switches:
+        lines += ["", f"switch {s.name}: {len(s.ports)} port{'s' if len(s.ports) != 1 else ''}"]
+        mirrored = any(p.mirrors for p in s.ports)  # the column only where a port is mirrored: 80 columns
+        rows = [[p.vm or "-", _short(p.name), p.chassis or "(unbound)", " ".join(p.addresses) or "-",
+                 _up(p.up), _qos(p.qos_max_rate_bps)] + ([",".join(p.mirrors) or "-"] if mirrored else [])
+                for p in sorted(s.ports, key=lambda p: (p.vm is None, p.vm or "", p.name))]  # fmt: skip
+        if rows:
+            heads = ["VM", "PORT", "CHASSIS", "ADDRESSES", "UP", "QOS"] + (["MIRRORS"] if mirrored else [])
+            lines.append(render.table(heads, rows))
+        for q in s.qos:
+            limit = f"rate {q.rate_kbps} kbit/s burst {q.burst_kbit} kbit" if q.rate_kbps else ""
+            mark = f"dscp {q.dscp}" if q.dscp is not None else ""
+            match = _UUID.sub(lambda m: _short(m.group(0)), q.match)
+            lines.append(f"  qos {q.direction}/{q.priority} {match!r} {limit} {mark}".rstrip())
+    for m in v.mirrors:
+        lines.append(f"mirror {m.name}: {m.type} to {m.sink} (index {m.index}, {m.filter})")
+    lines += [f"note: {n}" for n in v.notes]
+    return "\n".join(lines)
+
+
+def _short(name: str) -> str:
+    """A port named by a uuid (as libvirt and OpenStack name them) by its first 8 digits; --json has it all."""
+    return name[:8] + "…" if len(name) == 36 and name.count("-") == 4 else name
+
+
+def _cfg(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
+def _up(up: bool | None) -> str:
+    return "-" if up is None else ("yes" if up else "NO")
+
+
+def _qos(bps: int | None) -> str:
+    return "-" if bps is None else render.kbps(bps / 1000)

@@ -1,0 +1,1 @@
+"""OVN pools: what the northbound and southbound databases say about a pool's logical network."""

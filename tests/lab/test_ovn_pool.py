@@ -1,0 +1,126 @@
+"""A lab OVN pool (vlan-tests/topologies/ovn-pool.yaml): central NB/SB and ovn-northd here, a chassis
+(ovn-controller) in each of three lab hosts, the 2010 study's VLANs as two logical switches, Geneve
+between the chassis; 'lab down' stops every daemon it started and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.lab import Lab, ovn
+
+from ..conftest import ROOT, lab_up, run_hvnet
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-northd")),
+    reason="openssh-server, ovn-central and ovn-host (make setup installs them)",
+)
+
+TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "ovn-pool.yaml"
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    run_dir = tmp_path_factory.mktemp("ovn-pool") / "run"
+    with lab_up(TOPOLOGY, run_dir) as lab:
+        daemons = lab.status()["daemons"]
+        pids = [pid for name, pid in daemons.items() if "ovn" in name]
+        yield lab
+    assert len(pids) == 6 and all(pid is not None for pid in pids), daemons
+    assert all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in pids), pids
+    assert not run_dir.exists()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def _ping(guest: str, address: str) -> int:
+    """Replies to five pings (the first may go while the chassis installs the flow)."""
+    out = subprocess.run(["ip", "netns", "exec", f"hvnet-{guest}", "ping", "-c", "5", "-i", "0.2", "-W", "1",
+                          address], capture_output=True, text=True, check=False).stdout  # fmt: skip
+    for line in out.splitlines():
+        if "received" in line:
+            return int(line.split(",")[1].split()[0])
+    raise AssertionError(out)
+
+
+def test_guests_on_one_logical_switch_meet_across_chassis_and_no_one_else(pool: Lab) -> None:
+    assert _ping("VM1", "192.168.0.151") >= 3  # VM1 on hv1 to VM2 on hv2, both on vlan1
+    assert _ping("VM2", "192.168.0.150") >= 3
+    assert _ping("VM1", "192.168.0.152") == 0  # VM3 on hv3 is alone on vlan2
+    assert _ping("VM3", "192.168.0.151") == 0
+
+
+def test_each_port_is_bound_to_its_hosts_chassis_and_the_chassis_are_tunnelled(pool: Lab) -> None:
+    c = ovn.central(pool.run_dir)
+    chassis = {r["name"]: r for r in _rows(c.sbctl("--format=json", "list", "Chassis"))}
+    assert sorted(chassis) == ["hv1", "hv2", "hv3"]
+    bindings = {r["logical_port"]: r["chassis"][1] for r in _rows(c.sbctl("--format=json", "list", "Port_Binding"))}
+    by_uuid = {r["_uuid"][1]: name for name, r in chassis.items()}
+    t = pool.state
+    want = {g["vm_uuid"]: g["host"] for g in t["guests"]}
+    names = {r["name"]: r["external_ids"] for r in _rows(c.nbctl("--format=json", "list", "Logical_Switch_Port"))}
+    assert len(names) == 3
+    for lsp, ids in names.items():
+        vm = dict(ids[1])["hvnet-vm"]
+        host = next(g["host"] for g in t["guests"] if g["name"] == vm)
+        assert by_uuid[bindings[lsp]] == host, (lsp, vm)
+    assert len(want) == 3
+    for name, h in pool._hosts().items():
+        tunnels = h.switch.vsctl("--bare", "--columns=options", "find", "Interface", "type=geneve").split("\n")
+        remotes = sorted(o.split("remote_ip=")[1].split(",")[0].strip('"}') for o in tunnels if "remote_ip" in o)
+        others = [ovn.underlay_address(i) for i, n in enumerate(pool._hosts(), start=1) if n != name]
+        assert remotes == others, (name, tunnels)
+
+
+def test_the_lab_reports_the_pools_daemons_and_hvnet_reaches_each_chassis(pool: Lab) -> None:
+    env = {"HVNET_LAB_DIR": str(pool.run_dir)}
+    res = run_hvnet("lab", "status", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    daemons = json.loads(res.stdout)["daemons"]
+    assert all(daemons[k] for k in ("ovn nb", "ovn sb", "ovn northd", "hv3 ovn-controller")), daemons
+    res = run_hvnet("--host", "hv3", "status", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    vifs = [v for v in json.loads(res.stdout)["vifs"] if v["is_vif"]]
+    assert [(v["port"], v["vm_name"]) for v in vifs] == [("vif3.0", "VM3")]
+    lsp = ovn.central(pool.run_dir).nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
+                                          "external_ids:hvnet-vm=VM3").strip()  # fmt: skip
+    assert vifs[0]["ovn_port"] == lsp and lsp, (vifs[0]["ovn_port"], lsp)
+    # OVN, not the port's (absent) tag, decides what the VIF reaches: no "carries EVERY VLAN" warning
+    res = run_hvnet("--host", "hv3", "status", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "EVERY VLAN" not in res.stdout and " OVN " in res.stdout, res.stdout
+
+
+def _rows(text: str) -> list[dict]:
+    doc = json.loads(text)
+    return [dict(zip(doc["headings"], row)) for row in doc["data"]]
+
+
+def test_the_pool_status_names_each_ports_vm_and_chassis(pool: Lab) -> None:
+    res = run_hvnet("--pool", "ovn-pool", "status", "--json", env={"HVNET_LAB_DIR": str(pool.run_dir)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    seen = {p["vm"]: (s["name"], p["chassis"], p["up"]) for s in doc["switches"] for p in s["ports"]}
+    assert seen == {"VM1": ("vlan1", "hv1", True), "VM2": ("vlan1", "hv2", True), "VM3": ("vlan2", "hv3", True)}
+    assert doc["behind"] == [] and doc["notes"] == [] and doc["nb_cfg"] == doc["hv_cfg"]
+
+
+def test_a_pool_whose_nb_is_unreachable_exits_3(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(
+        f"hosts: []\npools:\n  - {{name: gone, nb: 'unix:{tmp_path}/nb.sock', sb: 'unix:{tmp_path}/sb.sock'}}\n"
+    )
+    res = run_hvnet("--pool", "gone", "status", env={"HVNET_INVENTORY": str(inv)})
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "cannot reach OVSDB" in res.stderr and "Traceback" not in res.stderr
