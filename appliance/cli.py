@@ -227,7 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"hvnet {__version__}")
-    p.add_argument("--db", metavar="TARGET", help="OVSDB target: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")
+    p.add_argument(
+        "--db", metavar="TARGET",
+        help="OVSDB target: unix:PATH, tcp:HOST[:PORT] or ssl:HOST[:PORT] (port 6640 by default; [IPv6]:PORT), "
+        "or a cluster's servers separated by commas, tried in order",
+    )  # fmt: skip
     p.add_argument(
         "--host",
         metavar="[USER@]NAME[:PORT]",
@@ -240,9 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "
         "(the hvnet-agent service runs with it)",
     )
-    p.add_argument("--ssl-key", metavar="FILE", help="private key for ssl: targets ($HVNET_SSL_KEY)")
-    p.add_argument("--ssl-cert", metavar="FILE", help="certificate for ssl: targets ($HVNET_SSL_CERT)")
-    p.add_argument("--ssl-ca", metavar="FILE", help="CA certificate for ssl: targets ($HVNET_SSL_CA)")
+    # OVS's own spellings too (ovs-vsctl -p/--private-key, -c/--certificate, -C/--ca-cert): one dest each.
+    p.add_argument("--ssl-key", "-p", "--private-key", dest="ssl_key", metavar="FILE",
+                   help="private key for ssl: targets ($HVNET_SSL_KEY)")  # fmt: skip
+    p.add_argument("--ssl-cert", "-c", "--certificate", dest="ssl_cert", metavar="FILE",
+                   help="certificate for ssl: targets ($HVNET_SSL_CERT)")  # fmt: skip
+    p.add_argument("--ssl-ca", "-C", "--ca-cert", dest="ssl_ca", metavar="FILE",
+                   help="CA certificate for ssl: targets ($HVNET_SSL_CA)")  # fmt: skip
     p.add_argument(
         "--libvirt",
         metavar="URI",
