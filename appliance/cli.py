@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import __version__, cli_capture, cli_policy_args, cli_suite, render
+from . import __version__, cli_capture, cli_completion, cli_policy_args, cli_suite, render
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
 from .frontdoor import host_of, lab_switches, local_host_of
@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the screen to open first (default: vifs)",
     )  # fmt: skip
     t.set_defaults(func=cmd_tui)
+    cli_completion.register(sub, build_parser)
     return p
 
 

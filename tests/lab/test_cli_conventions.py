@@ -1,4 +1,4 @@
-"""ovs-vsctl's conventions on the 2010 study's lab: --may-exist/--if-exists, and targets the IDL takes.
+"""CLI conventions on the 2010 study's lab: --may-exist/--if-exists, targets the IDL takes, completion of names.
 
 ovs-vsctl is the witness: "nothing changed" is every column the policy
 engine may touch, read before and after, and equal.
@@ -10,12 +10,14 @@ import json
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from appliance.lab import Lab
 
 from ..conftest import run_hvnet
+from ..unit.test_completion import bash_complete, generate, hvnet_on_path
 from .policy_helpers import config, reset, vsctl
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
@@ -125,3 +127,21 @@ def test_tcp_without_a_port_is_6640(lab: Lab) -> None:
     inv = json.loads(res.stdout)
     assert inv["host"]["db_target"] == "tcp:127.0.0.1:6640"
     assert {v["port"] for v in inv["vifs"]} == set(TAGS)
+
+
+def test_bash_completes_the_switch_names(lab: Lab, tmp_path: Path) -> None:
+    """Bridges, ports and mirrors as ``hvnet _complete`` reads them from the lab's switch, through real bash."""
+    script = tmp_path / "hvnet.bash"
+    script.write_text(generate("bash"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    hvnet_on_path(bin_dir)
+
+    def offers(*words: str) -> list[str]:
+        return bash_complete(script, bin_dir, ["hvnet", *words], {}, tmp_path)
+
+    assert offers("mirror", "add", "m", "--bridge", "") == ["xenbr0"]
+    assert offers("vif", "set", "vif") == ["vif1.0", "vif2.0", "vif3.0"]
+    assert offers("mirror", "del", "") == []
+    assert hv(*ADD).returncode == 0
+    assert offers("mirror", "del", "") == ["span1"]
