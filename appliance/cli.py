@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--db", metavar="TARGET",
         help="OVSDB target: unix:PATH, tcp:HOST[:PORT] or ssl:HOST[:PORT] (port 6640 by default; [IPv6]:PORT), "
-        "or a cluster's servers separated by commas, tried in order",
+        "or a cluster's servers separated by commas, tried in order ($HVNET_DB)",
     )  # fmt: skip
     p.add_argument(
         "--host",
