@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import __version__, cli_capture, cli_policy_args, cli_suite, render
+from . import __version__, cli_capture, cli_completion, cli_policy_args, cli_suite, render
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
 from .frontdoor import host_of, lab_switches, local_host_of
@@ -255,7 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"hvnet {__version__}")
-    p.add_argument("--db", metavar="TARGET", help="OVSDB target: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")
+    p.add_argument(
+        "--db", metavar="TARGET",
+        help="OVSDB target: unix:PATH, tcp:HOST[:PORT] or ssl:HOST[:PORT] (port 6640 by default; [IPv6]:PORT), "
+        "or a cluster's servers separated by commas, tried in order ($HVNET_DB)",
+    )  # fmt: skip
     p.add_argument(
         "--host",
         metavar="[USER@]NAME[:PORT]",
@@ -273,9 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "
         "(the hvnet-agent service runs with it)",
     )
-    p.add_argument("--ssl-key", metavar="FILE", help="private key for ssl: targets ($HVNET_SSL_KEY)")
-    p.add_argument("--ssl-cert", metavar="FILE", help="certificate for ssl: targets ($HVNET_SSL_CERT)")
-    p.add_argument("--ssl-ca", metavar="FILE", help="CA certificate for ssl: targets ($HVNET_SSL_CA)")
+    # OVS's own spellings too (ovs-vsctl -p/--private-key, -c/--certificate, -C/--ca-cert): one dest each.
+    p.add_argument("--ssl-key", "-p", "--private-key", dest="ssl_key", metavar="FILE",
+                   help="private key for ssl: targets ($HVNET_SSL_KEY)")  # fmt: skip
+    p.add_argument("--ssl-cert", "-c", "--certificate", dest="ssl_cert", metavar="FILE",
+                   help="certificate for ssl: targets ($HVNET_SSL_CERT)")  # fmt: skip
+    p.add_argument("--ssl-ca", "-C", "--ca-cert", dest="ssl_ca", metavar="FILE",
+                   help="CA certificate for ssl: targets ($HVNET_SSL_CA)")  # fmt: skip
     p.add_argument(
         "--libvirt",
         metavar="URI",
@@ -351,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the screen to open first (default: vifs)",
     )  # fmt: skip
     t.set_defaults(func=cmd_tui)
+    cli_completion.register(sub, build_parser)
     return p
 
 

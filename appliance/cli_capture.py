@@ -97,7 +97,8 @@ def cmd_capture_show(args: argparse.Namespace) -> int:
 def cmd_capture_delete(args: argparse.Namespace) -> int:
     from .services import captures
 
-    print(f"removed {captures.delete(host_of(args), args.name)}")
+    removed = captures.delete(host_of(args), args.name, if_exists=args.if_exists)
+    print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
     return EXIT_OK
 
 
@@ -196,6 +197,8 @@ def register(sub: Any) -> None:
         v.add_argument("name", metavar="NAME")
         if verb != "delete":
             v.add_argument("--json", action="store_true", help="as JSON")
+        else:
+            v.add_argument("--if-exists", action="store_true", help="no capture of that name is success")
         v.set_defaults(func=lazy("cli_capture", func))
 
     ls = cs.add_parser("list", help="every capture: state, packets so far, rate, drops, completeness")

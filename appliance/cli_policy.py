@@ -372,12 +372,14 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
             flag = "--output-" + exc.field.split(".")[-1] if exc.field.startswith("output") else "--" + exc.field
         raise _cli_problem(flag, str(exc)) from None
     with _engine(args) as eng:
-        return _finish(args, svc.add_mirror(eng, rule, dry_run=args.dry_run))
+        return _finish(args, svc.add_mirror(eng, rule, dry_run=args.dry_run, may_exist=args.may_exist))
 
 
 def cmd_mirror_del(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        return _finish(args, svc.delete_mirror(eng, args.name, args.bridge, dry_run=args.dry_run))
+        return _finish(
+            args, svc.delete_mirror(eng, args.name, args.bridge, dry_run=args.dry_run, if_exists=args.if_exists)
+        )
 
 
 def cmd_mirror_list(args: argparse.Namespace) -> int:

@@ -141,11 +141,16 @@ def register(sub: Any) -> None:
     ma.add_argument(
         "--allow-isolation-exception", action="store_true", help="allow a VM's interface as the output port"
     )
+    ma.add_argument(
+        "--may-exist", action="store_true",
+        help="a mirror of that name with these settings is success, nothing changed (as ovs-vsctl --may-exist)",
+    )  # fmt: skip
     common(ma)
     ma.set_defaults(func=lazy("cli_policy", "cmd_mirror_add"))
     md = msub.add_parser("del", help="delete a mirror (and the tunnel port hvnet made for it)")
     md.add_argument("name", metavar="NAME")
     md.add_argument("--bridge", metavar="BR")
+    md.add_argument("--if-exists", action="store_true", help="no such mirror is success, nothing changed")
     common(md)
     md.set_defaults(func=lazy("cli_policy", "cmd_mirror_del"))
     ml = msub.add_parser("list", help="list mirrors with their statistics")

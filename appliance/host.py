@@ -96,7 +96,7 @@ class Host:
         # --no-commit watcher) and a guest's argv (GuestEndpoint.argv: ip netns exec, a VM channel's client).
         self.local_runner: CommandRunner = self.runner if isinstance(self.runner, LocalRunner) else LocalRunner()
         self.names = names or NameConfig()
-        if ovs_rundir is None and target.remote.startswith("unix:"):
+        if ovs_rundir is None and len(target.remotes) == 1 and target.remote.startswith("unix:"):
             ovs_rundir = Path(target.remote[5:]).parent  # ovs-vswitchd's sockets sit beside the database's
         self.ovs_rundir = ovs_rundir
         self._sources: list[NameSource] | None = None

@@ -112,13 +112,8 @@ def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float
 def exchange(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float) -> list[dict[str, Any]]:
     """The whole JSON-RPC replies (``result`` or ``error``) to ``calls``, in order, on one new stream."""
     _configure_ssl(target)
+    stream = _open_stream(target, timeout)
     deadline = time.monotonic() + timeout
-    err, stream = ovs.stream.Stream.open(target.remote)
-    if err:
-        raise _unreachable(target, os.strerror(err))
-    err, stream = ovs.stream.Stream.open_block((err, stream), int(timeout * 1000))
-    if err:
-        raise _unreachable(target, os.strerror(err) if err > 0 else "connection failed")
     try:
         ids = list(range(1, len(calls) + 1))
         out = "".join(json.dumps({"method": m, "params": p, "id": i}) for i, (m, p) in zip(ids, calls))
@@ -127,6 +122,25 @@ def exchange(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: floa
     finally:
         stream.close()
     return [replies[i] for i in ids]
+
+
+def _open_stream(target: DbTarget, timeout: float) -> Any:
+    """A stream to the first of the target's servers that answers, each tried in order within ``timeout``.
+
+    A clustered database's remotes (``tcp:a:6640,tcp:b:6640``) are tried as
+    the IDL tries them, in the order given; a dead one costs its connect
+    attempt, not the whole call.  None answering: every one's reason.
+    """
+    reasons = []
+    for remote in target.remotes:
+        err, stream = ovs.stream.Stream.open(remote)
+        if not err:
+            err, stream = ovs.stream.Stream.open_block((err, stream), int(timeout * 1000))
+        if not err:
+            return stream
+        reason = os.strerror(err) if err > 0 else "connection failed"
+        reasons.append(reason if len(target.remotes) == 1 else f"{remote}: {reason}")
+    raise _unreachable(target, "; ".join(reasons))
 
 
 def lock_held(target: DbTarget, name: str, timeout: float) -> bool | None:

@@ -9,7 +9,9 @@ Resolution order, first match wins:
    system OVS whatever else runs on the machine);
 4. the system default ``unix:/var/run/openvswitch/db.sock``.
 
-A ``tcp:`` target is accepted but carries a warning (see
+A target is one server or a clustered database's several, separated by
+commas, each in a form the OVS IDL accepts (:data:`TARGET_FORMS`).  A ``tcp:``
+target is accepted but carries a warning (see
 :meth:`DbTarget.insecure_warning`): it is neither encrypted nor authenticated.
 
 The chosen target is reported together with *why* it was chosen, so that an
@@ -27,9 +29,16 @@ from .errors import UsageError
 
 SYSTEM_DB = "unix:/var/run/openvswitch/db.sock"
 
-_TARGET_RE = re.compile(
-    r"^(?:unix:(?P<path>/.+)"
-    r"|(?P<proto>tcp|ssl):(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.\-]+):(?P<port>[0-9]{1,5}))$"
+DEFAULT_PORT = 6640  # OVSDB's IANA port: what ovs-vsctl and the IDL's C side assume for tcp:HOST and ssl:HOST
+
+# One remote of a target: unix:PATH, or tcp:/ssl: HOST (a name, IPv4, or [IPv6]) with an optional port.
+_REMOTE_RE = re.compile(
+    r"^(?:unix:(?P<path>[^,]+)"
+    r"|(?P<proto>tcp|ssl):(?P<host>\[[0-9a-fA-F:.]+(?:%[A-Za-z0-9_.\-]+)?\]|[A-Za-z0-9.\-]+)(?::(?P<port>[0-9]{1,5}))?)$"
+)
+TARGET_FORMS = (
+    "unix:PATH, tcp:HOST[:PORT] or ssl:HOST[:PORT] (port 6640 by default, an IPv6 address in brackets: "
+    "tcp:[fd00::1]:6640), or several of them separated by commas (a clustered database's servers)"
 )
 
 
@@ -56,26 +65,52 @@ class DbTarget:
     def describe(self) -> str:
         return f"{self.where or self.remote} (from {self.source})"
 
+    @property
+    def remotes(self) -> list[str]:
+        """The servers this target names: one, or a clustered database's several (``a,b,c``)."""
+        return remotes_of(self.remote)
+
     def insecure_warning(self) -> str | None:
-        """What to tell the operator about a ``tcp:`` target (None for unix: and ssl:)."""
-        if not self.remote.startswith("tcp:"):
+        """What to tell the operator about a target with a ``tcp:`` server (None for unix: and ssl:)."""
+        if not any(r.startswith("tcp:") for r in self.remotes):
             return None
+        safe = ",".join("ssl:" + r[4:] if r.startswith("tcp:") else r for r in self.remotes)
         return (
             f"warning: {self.remote} (from {self.source}) is plain TCP: OVSDB traffic is neither encrypted nor "
             f"authenticated, so anyone who can reach that port can read and change this switch; "
-            f"use ssl:{self.remote[4:]} with --ssl-key, --ssl-cert and --ssl-ca"
+            f"use {safe} with --ssl-key, --ssl-cert and --ssl-ca (-p, -c, -C)"
         )
 
 
 def validate_remote(remote: str, source: str) -> str:
-    """Check that ``remote`` is a ``unix:``, ``tcp:`` or ``ssl:`` target."""
-    m = _TARGET_RE.match(remote)
-    if not m or (m.group("port") and not 0 < int(m.group("port")) < 65536):
-        raise UsageError(
-            f"{source}: invalid OVSDB target {remote!r}",
-            hint="use unix:/path/to/db.sock, tcp:HOST:PORT or ssl:HOST:PORT",
-        )
-    return remote
+    """``remote`` in the one spelling hvnet uses for it, or a usage error naming ``source``.
+
+    Every form the OVS IDL accepts is taken: ``tcp:HOST`` and ``ssl:HOST``
+    get OVSDB's port 6640 (Python's stream layer, unlike ovs-vsctl, has no
+    default), a relative ``unix:`` path becomes absolute (a child hvnet or a
+    journal record must name the same socket), and ``a,b,c`` is a cluster's
+    servers, each checked.  One spelling per database also keeps the journal,
+    which matches records by target, from seeing ``tcp:h`` and ``tcp:h:6640``
+    as two switches.
+    """
+    parts = remote.split(",")
+    out = []
+    for part in parts:
+        m = _REMOTE_RE.match(part)
+        port = m.group("port") if m else None
+        if not m or (port is not None and not 0 < int(port) < 65536):
+            where = f" (in {remote!r})" if len(parts) > 1 else ""
+            raise UsageError(f"{source}: invalid OVSDB target {part!r}{where}", hint=f"use {TARGET_FORMS}")
+        if m.group("path") is not None:
+            out.append("unix:" + os.path.abspath(m.group("path")))
+        else:
+            out.append(f"{m.group('proto')}:{m.group('host')}:{int(port) if port else DEFAULT_PORT}")
+    return ",".join(out)
+
+
+def remotes_of(remote: str) -> list[str]:
+    """The servers of a (validated) target, in the order given: one, or a cluster's several."""
+    return remote.split(",")
 
 
 def resolve(
@@ -102,7 +137,7 @@ def resolve(
     else:
         remote, source = SYSTEM_DB, "system default"
     ssl = None
-    if remote.startswith("ssl:"):
+    if any(r.startswith("ssl:") for r in remotes_of(remote)):
         key = ssl_key or env.get("HVNET_SSL_KEY")
         cert = ssl_cert or env.get("HVNET_SSL_CERT")
         ca = ssl_ca or env.get("HVNET_SSL_CA")
@@ -110,7 +145,7 @@ def resolve(
         if missing:
             raise UsageError(
                 f"ssl target {remote} needs {', '.join(missing)}",
-                hint="pass the options or set HVNET_SSL_KEY, HVNET_SSL_CERT and HVNET_SSL_CA",
+                hint="pass the options (or OVS's -p, -c, -C) or set HVNET_SSL_KEY, HVNET_SSL_CERT and HVNET_SSL_CA",
             )
         for label, path in (("--ssl-key", key), ("--ssl-cert", cert), ("--ssl-ca", ca)):
             if not os.path.isfile(str(path)):

@@ -191,8 +191,14 @@ def stop(host: Host, name: str) -> CaptureRecord:
     return record
 
 
-def delete(host: Host, name: str) -> Path:
-    """Remove an ended capture's directory (a live one must be stopped first); the directory removed."""
+def delete(host: Host, name: str, *, if_exists: bool = False) -> Path | None:
+    """Remove an ended capture's directory (a live one must be stopped first); the directory removed.
+
+    ``if_exists`` (as ovs-vsctl's): no capture of that name is None, not an error -- a clean-up
+    script need not list first.  A live one is refused all the same: it is there.
+    """
+    if if_exists and not (captures_dir(host) / check_name(name) / rec_mod.META_FILE).is_file():
+        return None
     directory = _find(host, name)
     view = inspect(rec_mod.load(directory), live=False)
     if view.state in rec_mod.LIVE_STATES:

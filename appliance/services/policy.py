@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import sampling
-from ..errors import HvnetError, UsageError
+from ..errors import ConflictError, HvnetError, UsageError
 from ..policy import (
     REMOVE,
     ApplyResult,
@@ -455,21 +455,47 @@ def add_mirror(
     *,
     dry_run: bool = False,
     confirm_within: Optional[float] = None,
+    may_exist: bool = False,
 ) -> ApplyResult:
     """Add the mirror ``rule`` (from :func:`intents.mirror_rule`); an existing name is refused.
 
     Refused before the transaction (a clear error without a commit attempt)
     and again inside it, against the state the commit is built on: of two
     adds of one name at once, the second re-plans and is refused.
+
+    ``may_exist`` (ovs-vsctl's ``--may-exist``): a mirror of that name with
+    these very settings is success with nothing changed, so a script can say
+    "this mirror exists" and run twice; one with other settings is still
+    refused, naming the differences -- silently keeping the old settings would
+    report success for a mirror that is not the one asked for.
     """
 
     def still_free(state: State) -> None:
         taken = mirror_taken(state.mirrors, rule.bridge, rule.name)
+        if taken and may_exist:  # it was free a moment ago: someone else's add won the race
+            raise ConflictError(f"{taken}: added by a concurrent change; nothing was changed",
+                                hint="run the command again to compare its settings")  # fmt: skip
         if taken:
             raise UsageError(taken, hint=origin.delete_hint)
 
+    if may_exist and mirror_taken(engine.snapshot().mirrors, rule.bridge, rule.name):
+        return _existing_mirror(engine, rule, origin)
     policy = _add_policy(engine, rule, origin)
     return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within, guard=still_free)
+
+
+def _existing_mirror(engine: PolicyEngine, rule: MirrorRule, origin: Origin) -> ApplyResult:
+    """``--may-exist`` on a mirror that exists: nothing to do when it is as asked, refused when it differs."""
+    policy = Policy(source=origin.source, mirrors=[rule], bridges={rule.bridge: (origin.bridge_field,)})
+    plan = engine.plan(policy)
+    if plan.changes:
+        differs = "; ".join(f"{c.kind} is {c.describe(c.before)}, not {c.describe(c.after)}" for c in plan.changes)
+        raise UsageError(
+            f"mirror {rule.name} already exists on {rule.bridge} with other settings ({differs}); nothing was changed",
+            hint=f"--may-exist keeps an identical mirror; to replace this one, {origin.delete_hint}",
+        )
+    note = f"mirror {rule.name} already exists on {rule.bridge} with these settings (may exist): nothing changed"
+    return ApplyResult(Plan(warnings=[*plan.warnings, note]), "unchanged")
 
 
 def delete_mirror(
@@ -480,9 +506,17 @@ def delete_mirror(
     *,
     dry_run: bool = False,
     confirm_within: Optional[float] = None,
+    if_exists: bool = False,
 ) -> ApplyResult:
-    """Delete the mirror ``name`` (and the tunnel port hvnet made for it); refused when there is none."""
-    found = find_mirror(engine.snapshot(), name, bridge)
+    """Delete the mirror ``name`` (and the tunnel port hvnet made for it); refused when there is none.
+
+    ``if_exists`` (ovs-vsctl's ``--if-exists``): no such mirror is success with nothing changed.
+    """
+    state = engine.snapshot()
+    if if_exists and not any(n == name and (not bridge or br == bridge) for br, n in state.mirrors):
+        where = f" on {bridge}" if bridge else ""
+        return ApplyResult(Plan(warnings=[f"no mirror named {name}{where} (if exists): nothing deleted"]), "unchanged")
+    found = find_mirror(state, name, bridge)
     policy = Policy(source=origin.source, mirrors=[MirrorRule(found, name, remove=True)])
     return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within)
 

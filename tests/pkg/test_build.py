@@ -58,6 +58,10 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
         "/usr/lib/tmpfiles.d/hvnet.conf",
         "/etc/hvnet/policy.yaml",
         "/etc/logrotate.d/hvnet",
+        "/usr/share/bash-completion/completions/hvnet",
+        "/usr/share/zsh/site-functions/_hvnet",
+        "/usr/share/man/man1/hvnet.1.gz",
+        f"{PREFIX}/vendor/shtab/__init__.py",
         "/var/log/hvnet",
         "/var/lib/hvnet",
         "/var/cache/hvnet",
@@ -155,6 +159,11 @@ def test_installed_hvnet_runs_with_its_vendored_libraries(installed_root: Path) 
     res = run([str(installed_root / "usr" / "bin" / "hvnet"), "--version"])
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "hvnet 0.1.0"
+    # the completion the package installed is the one the installed hvnet generates (vendored shtab)
+    res = run([str(installed_root / "usr" / "bin" / "hvnet"), "completion", "bash"])
+    assert res.returncode == 0, res.stderr
+    shipped = installed_root / "usr" / "share" / "bash-completion" / "completions" / "hvnet"
+    assert res.stdout == shipped.read_text() and "_shtab_hvnet_mirror_add_option_strings" in res.stdout
     # bytecode lands in the root's /var/cache/hvnet, never beside the packaged files
     assert (installed_root / "var" / "cache" / "hvnet" / "pycache").is_dir()
     assert not list(prefix.rglob("__pycache__"))

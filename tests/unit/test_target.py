@@ -28,10 +28,63 @@ def test_env_then_system_default(tmp_path) -> None:
     assert (t.remote, t.source) == (target.SYSTEM_DB, "system default")
 
 
-@pytest.mark.parametrize("bad", ["db.sock", "unix:", "tcp:host", "tcp:host:99999", "http://x", "ssl:a b:1"])
+@pytest.mark.parametrize(
+    "bad",
+    ["db.sock", "unix:", "tcp:", "tcp:host:99999", "tcp:host:0", "http://x", "ssl:a b:1", "tcp:::1:6640",
+     "tcp:a:6640,", ",tcp:a", "tcp:a:6640,b:6640", "ptcp:6640"],
+)  # fmt: skip
 def test_invalid_targets(bad) -> None:
-    with pytest.raises(UsageError, match="invalid OVSDB target"):
+    with pytest.raises(UsageError, match="invalid OVSDB target") as err:
         target.resolve(bad, environ={})
+    assert "tcp:HOST[:PORT]" in str(err.value.hint) and "separated by commas" in str(err.value.hint)
+
+
+@pytest.mark.parametrize(
+    ("given", "canonical"),
+    [
+        ("tcp:127.0.0.1", "tcp:127.0.0.1:6640"),
+        ("ssl:ovs.example.net", "ssl:ovs.example.net:6640"),
+        ("tcp:[::1]", "tcp:[::1]:6640"),
+        ("tcp:[fd00::1]:16640", "tcp:[fd00::1]:16640"),
+        ("tcp:[fe80::1%eth0]:6640", "tcp:[fe80::1%eth0]:6640"),
+        ("unix:/run/openvswitch/db.sock", "unix:/run/openvswitch/db.sock"),
+        ("tcp:a:6641,tcp:b,unix:/x.sock", "tcp:a:6641,tcp:b:6640,unix:/x.sock"),
+    ],
+)
+def test_every_form_the_idl_takes_is_accepted_in_one_spelling(given: str, canonical: str) -> None:
+    """Python's stream layer has no default port (``tcp:h`` would fail there): hvnet fills in 6640."""
+    assert target.validate_remote(given, "--db") == canonical
+    assert target.DbTarget(canonical, "--db").remotes == canonical.split(",")
+
+
+def test_a_relative_unix_path_is_made_absolute(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert target.resolve("unix:run/db.sock", environ={}).remote == f"unix:{tmp_path}/run/db.sock"
+
+
+def test_a_bad_cluster_member_is_named() -> None:
+    with pytest.raises(UsageError) as err:
+        target.resolve(None, environ={"HVNET_DB": "tcp:a:6640,tcp:b:70000"})
+    assert err.value.message == "HVNET_DB: invalid OVSDB target 'tcp:b:70000' (in 'tcp:a:6640,tcp:b:70000')"
+
+
+def test_a_cluster_with_an_ssl_member_needs_the_ssl_files() -> None:
+    with pytest.raises(UsageError, match="needs --ssl-key, --ssl-cert, --ssl-ca"):
+        target.resolve("tcp:a,ssl:b", environ={})
+
+
+def test_ovs_ssl_flag_names_are_accepted(tmp_path: Path) -> None:
+    """ovs-vsctl's -p/-c/-C and --private-key/--certificate/--ca-cert set what --ssl-key/-cert/-ca set."""
+    for n in ("k", "c", "ca"):
+        (tmp_path / n).write_text("x")
+    k, c, ca = (str(tmp_path / n) for n in ("k", "c", "ca"))
+    parser = cli.build_parser()
+    for argv in (["--ssl-key", k, "--ssl-cert", c, "--ssl-ca", ca], ["-p", k, "-c", c, "-C", ca],
+                 [f"--private-key={k}", f"--certificate={c}", f"--ca-cert={ca}"]):  # fmt: skip
+        args = parser.parse_args(["--db", "ssl:[::1]", *argv, "status"])
+        host = frontdoor.host_of(args)
+        assert host.target.remote == "ssl:[::1]:6640"
+        assert host.target.ssl == target.SslOptions(private_key=k, certificate=c, ca_cert=ca)
 
 
 def test_ssl_needs_key_cert_ca(tmp_path) -> None:
@@ -135,3 +188,9 @@ def test_tcp_from_the_environment_is_warned_about_on_stderr(tmp_path: Path) -> N
 def test_unix_and_ssl_targets_carry_no_warning() -> None:
     for remote in ("unix:/run/db.sock", "ssl:192.0.2.1:6640"):
         assert target.DbTarget(remote, "--db").insecure_warning() is None
+
+
+def test_a_cluster_with_a_tcp_member_is_warned_about() -> None:
+    warning = target.DbTarget("ssl:a:6640,tcp:b:6640", "--db").insecure_warning()
+    assert warning is not None and "use ssl:a:6640,ssl:b:6640 with" in warning
+    assert target.DbTarget("ssl:a:6640,unix:/x", "--db").insecure_warning() is None
