@@ -112,6 +112,9 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     return "\n".join(lines)
 
 
+POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if getattr(args, "pool", None):
         from .cli_pool import cmd_pool_status
@@ -269,7 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pool",
         metavar="NAME",
-        help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports, chassis",
+        help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports and chassis; "
+        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB",
+    )
+    p.add_argument(
+        "--pool-wait",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="with --pool apply: wait up to S seconds for every chassis to acknowledge (default 30)",
     )
     p.add_argument(
         "--no-lab",
@@ -378,9 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
-    if getattr(args, "pool", None) and args.command != "status":
-        print(f"hvnet: --pool works with 'status' only; '{args.command}' manages one switch (--host, --db)",
-              file=sys.stderr)  # fmt: skip
+    if getattr(args, "pool", None) and args.command not in POOL_VERBS:
+        print(f"hvnet: --pool works with {', '.join(POOL_VERBS)}; '{args.command}' manages one switch "
+              "(--host, --db)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     if args.command in ONE_SHOT:
         # Read the switch once, print, exit: every object made is kept to the end, so the cyclic

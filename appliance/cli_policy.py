@@ -96,7 +96,11 @@ def _finish(args: argparse.Namespace, result: ApplyResult) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    policy = load(policy_file(args))  # validated before connecting
+    policy = load(policy_file(args))
+    if getattr(args, "pool", None):
+        from .cli_pool import cmd_pool_policy
+
+        return cmd_pool_policy(args, "plan", policy)  # validated before connecting
     if getattr(args, "hosts", None):
         return _on_hosts(args, "plan", policy)
     plan, code = plan_on(host_of(args), args, policy)
@@ -132,6 +136,10 @@ def plan_text(plan: Plan) -> str:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     policy = load(policy_file(args))
+    if getattr(args, "pool", None):
+        from .cli_pool import cmd_pool_policy
+
+        return cmd_pool_policy(args, "apply", policy)
     if getattr(args, "hosts", None):
         return _on_hosts(args, "apply", policy)
     result, _ = apply_on(host_of(args), args, policy)
@@ -155,6 +163,10 @@ def apply_on(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     policy = load(policy_file(args))
+    if getattr(args, "pool", None):
+        from .cli_pool import cmd_pool_policy
+
+        return cmd_pool_policy(args, "verify", policy)
     if getattr(args, "hosts", None):
         return _on_hosts(args, "verify", policy)
     found, code = verify_on(host_of(args), args, policy)

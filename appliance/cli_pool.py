@@ -9,16 +9,16 @@ import re
 from . import render
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 from .frontdoor import build_host, inventory_file
-from .hosts import load
+from .hosts import Inventory, InventoryPool, load
 from .ovn.view import PoolView
+from .policy.model import Policy
 from .services import pools
 from .target import SslOptions
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def cmd_pool_status(args: argparse.Namespace) -> int:
-    """The pool's view; exit 1 when a chassis has not caught up with the NB or could not be read."""
+def _pool(args: argparse.Namespace) -> tuple[Inventory, InventoryPool]:
     for flag in ("host", "db", "hosts"):
         if getattr(args, flag, None):
             raise UsageError(f"--pool names an OVN pool and --{flag} a switch: give one")
@@ -26,9 +26,17 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"--pool: no inventory at {path}", hint="write one with 'pools:', or set $HVNET_INVENTORY")
     inventory = load(path)
-    entry = inventory.pool(args.pool)
-    view = pools.status(entry, inventory, lambda e: build_host(ssh_host=e.name, timeout=args.timeout),
-                        timeout=args.timeout, ssl=_ssl(args))  # fmt: skip
+    return inventory, inventory.pool(args.pool)
+
+
+def _connect(args: argparse.Namespace) -> pools.Connect:
+    return lambda e: build_host(ssh_host=e.name, timeout=args.timeout)
+
+
+def cmd_pool_status(args: argparse.Namespace) -> int:
+    """The pool's view; exit 1 when a chassis has not caught up with the NB or could not be read."""
+    inventory, entry = _pool(args)
+    view = pools.status(entry, inventory, _connect(args), timeout=args.timeout, ssl=_ssl(args))
     if args.json:
         render.print_json(view.to_json())
     else:
@@ -85,3 +93,59 @@ def _up(up: bool | None) -> str:
 
 def _qos(bps: int | None) -> str:
     return "-" if bps is None else render.kbps(bps / 1000)
+
+
+def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
+    """``plan``, ``apply`` or ``verify`` of a policy file on the pool (QoS rules in its NB)."""
+    inventory, entry = _pool(args)
+    connect, ssl = _connect(args), _ssl(args)
+    if verb == "apply":
+        out = pools.apply_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl,
+                               wait_s=args.pool_wait)  # fmt: skip
+    else:
+        out = pools.plan_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl)
+        if verb == "verify":
+            out.enforced = pools.enforcement(out.view, out.plan.unchanged, inventory, entry, connect, args.timeout)
+    if args.json:
+        render.print_json(outcome_json(out))
+    else:
+        print(format_outcome(out, verb))
+    if verb == "verify" and out.plan.changed:
+        return EXIT_FAILED  # drift: the NB is not what the policy says
+    return out.exit_code
+
+
+def outcome_json(out: pools.PoolOutcome) -> dict[str, object]:
+    return {
+        "pool": out.view.name,
+        "changes": out.plan.lines(),
+        "nb_cfg": out.nb_cfg,
+        "acknowledged_s": round(out.acks.seconds, 3) if out.acks else None,
+        "behind": out.acks.behind if out.acks else [],
+        "enforced": [_enforced_json(e) for e in out.enforced],
+    }
+
+
+def _enforced_json(e: pools.Enforced) -> dict[str, object]:
+    lim = e.limit
+    return {"port": lim.port, "vm": lim.vm, "direction": lim.direction, "rate_kbps": lim.rate_kbps,
+            "burst_kbit": lim.burst_kbit, "chassis": e.chassis, "state": e.state, "detail": e.detail}  # fmt: skip
+
+
+def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
+    lines = [f"pool {out.view.name}: " + (f"{len(out.plan.lines())} change(s)" if out.plan.changed else
+                                            "the NB already matches the policy")]  # fmt: skip
+    lines += [f"  {line}" for line in out.plan.lines()]
+    if verb == "verify" and out.plan.changed:
+        lines.append("drift: the pool's NB differs from the policy (hvnet --pool NAME apply FILE)")
+    if out.nb_cfg is not None and out.acks is not None:
+        if out.acks.complete:
+            lines.append(f"committed in the NB (nb_cfg {out.nb_cfg}); every chassis acknowledged it in "
+                         f"{out.acks.seconds * 1000:.0f} ms")  # fmt: skip
+        else:
+            lines.append(f"committed in the NB (nb_cfg {out.nb_cfg}); NOT acknowledged within "
+                         f"{out.acks.seconds:.0f} s by: {', '.join(out.acks.behind)}")  # fmt: skip
+    for e in out.enforced:
+        mark = {"enforced": "enforced", "missing": "NOT ENFORCED", "unknown": "unknown"}[e.state]
+        lines.append(f"  {mark}: {e.limit.describe()} ({e.detail})")
+    return "\n".join(lines)

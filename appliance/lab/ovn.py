@@ -8,7 +8,8 @@ the host's ``br-int`` flows from the southbound database and reaches the
 other chassis through Geneve tunnels.
 
 The tunnels need an underlay.  Each host gets a ``brphy`` bridge whose
-internal port carries its underlay address (``10.254.0.N``) and whose
+internal port carries its underlay address (``10.254.0.N``, jumbo frames,
+so a guest's 1500-byte frame still fits once encapsulated) and whose
 ports are veth "cables" to its neighbours, a chain like the trunk links of
 a VLAN lab (a chain, so nothing loops).  With the userspace datapath, OVS
 routes tunnel packets only through an address on one of its own bridges,
@@ -42,6 +43,9 @@ NB_PORT = 6641
 SB_PORT = 6642
 UNDERLAY_BRIDGE = "brphy"
 UNDERLAY_NET = "10.254.0"
+# Geneve adds ~58 bytes: an underlay of jumbo frames carries the guests' full 1500-byte frames (at 1500
+# the userspace datapath drops what no longer fits, and TCP between chassis stalls while ping works).
+UNDERLAY_MTU = 9000
 SCHEMAS = {"nb": "/usr/share/ovn/ovn-nb.ovsschema", "sb": "/usr/share/ovn/ovn-sb.ovsschema"}
 CENTRAL_DAEMONS = ("northd", "sb", "nb")  # in the order they are stopped
 BIND_TIMEOUT_S = 30.0
@@ -131,13 +135,14 @@ def make_underlay(hosts: dict[str, SshHost]) -> list[str]:
         proc.run(["ip", "link", "add", cable(a, b), "netns", ha.netns, "type", "veth",
                   "peer", "name", cable(b, a), "netns", hb.netns])  # fmt: skip
         for h, end in ((ha, cable(a, b)), (hb, cable(b, a))):
-            proc.run(["ip", "-n", h.netns, "link", "set", end, "up"])
+            proc.run(["ip", "-n", h.netns, "link", "set", end, "mtu", str(UNDERLAY_MTU), "up"])
             proc.run(proc.in_netns(h.netns, ["ethtool", "-K", end, "tx", "off"]))
         done.append(f"cabled {a} {cable(a, b)} -- {b} {cable(b, a)} (the Geneve underlay)")
     for i, (name, h) in enumerate(hosts.items(), start=1):
         ends = [cable(name, other) for other in _neighbours(names, name)]
         h.switch.vsctl("--may-exist", "add-br", UNDERLAY_BRIDGE, "--", "set", "Bridge", UNDERLAY_BRIDGE,
-                       "datapath_type=netdev", *_add_ports(ends))  # fmt: skip
+                       "datapath_type=netdev", "--", "set", "Interface", UNDERLAY_BRIDGE,
+                       f"mtu_request={UNDERLAY_MTU}", *_add_ports(ends))  # fmt: skip
         addr = f"{underlay_address(i)}/24"
         shown = proc.run(["ip", "-n", h.netns, "-o", "addr", "show", "dev", UNDERLAY_BRIDGE]).stdout
         if addr not in shown:

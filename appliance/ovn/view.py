@@ -72,6 +72,7 @@ class QosView:
     burst_kbit: int | None
     dscp: int | None
     external_ids: dict[str, str]
+    uuid: str = ""
 
 
 @dataclass
@@ -80,6 +81,7 @@ class SwitchView:
     ports: list[PortView]
     qos: list[QosView]
     external_ids: dict[str, str]
+    uuid: str = ""
 
 
 @dataclass
@@ -152,7 +154,7 @@ def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_versio
         ports = [_port(p, bound.get(col(p, "name")), chassis_name) for p in col(ls, "ports")]
         ports.sort(key=lambda p: p.name)
         qos = sorted((_qos(q) for q in col(ls, "qos_rules")), key=lambda q: (q.direction, -q.priority, q.match))
-        switches.append(SwitchView(col(ls, "name"), ports, qos, dict(col(ls, "external_ids"))))
+        switches.append(SwitchView(col(ls, "name"), ports, qos, dict(col(ls, "external_ids")), str(ls.uuid)))
     private = {col(r, "name"): r for r in sb_tables["Chassis_Private"].rows.values()}
     chassis = []
     for r in sorted(sb_tables["Chassis"].rows.values(), key=lambda r: col(r, "name")):
@@ -204,4 +206,4 @@ def _qos(q: Any) -> QosView:
     bw = dict(col(q, "bandwidth"))
     action = dict(col(q, "action"))
     return QosView(col(q, "direction"), col(q, "priority"), col(q, "match"), bw.get("rate"), bw.get("burst"),
-                   action.get("dscp"), dict(col(q, "external_ids")))  # fmt: skip
+                   action.get("dscp"), dict(col(q, "external_ids")), str(q.uuid))  # fmt: skip

@@ -184,6 +184,12 @@ class OpenFlow:
     def _ofctl(self, *args: str, stdin: str | None = None) -> str:
         return self.runner.run(["ovs-ofctl", "-O", "OpenFlow13", *args], input_text=stdin, timeout=30).stdout
 
+    def meter_bands(self, bridge: str) -> dict[int, tuple[int, int]]:
+        """Every meter's drop band (rate kbit/s, burst kbit), asked in OpenFlow 1.5: an OVN integration
+        bridge's controller may leave 1.3 off its protocols."""
+        out = self.runner.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-meters", self._switch(bridge)], timeout=30)
+        return parse_meters(out.stdout)
+
     def port_counters(self, bridge: str) -> dict[str, Counters]:
         """Every port's counters as OVS counted them (drops included), by port name."""
         return parse_ofctl_ports(self._ofctl("--names", "dump-ports", self._switch(bridge)))

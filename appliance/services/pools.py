@@ -13,15 +13,23 @@ in the view's notes rather than guessed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import api
-from ..errors import EXIT_OK, UsageError
+from ..errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..host import Host
 from ..hosts import Inventory, InventoryHost, InventoryPool
+from ..ovn import plan as ovn_plan
+from ..ovn import write
+from ..ovn.plan import Limit, PoolPlan
 from ..ovn.read import read_pool
 from ..ovn.view import PoolView
+from ..ovn.write import Acks
+from ..policy.model import Policy
+from ..policy.openflow import OpenFlow
 from ..target import DbTarget, SslOptions
+from ..topology import OVN_BRIDGE
 from . import fleet
 
 Connect = Callable[[InventoryHost], Host]
@@ -86,3 +94,90 @@ def _name_vms(view: PoolView, chassis: list[InventoryHost], connect: Connect, ti
             names.update(outcome.value)
     for _, port in view.ports():
         port.vm = names.get(port.name)
+
+
+# -- policy on a pool: plan, apply, verify ------------------------------------------------------
+
+
+@dataclass
+class Enforced:
+    """Whether the chassis binding a port carries a limit in its OpenFlow: a meter with that band."""
+
+    limit: Limit
+    chassis: str | None
+    state: str  # "enforced" | "missing" | "unknown"
+    detail: str = ""
+
+
+@dataclass
+class PoolOutcome:
+    """A plan, and once applied: the NB configuration number, the chassis' acknowledgements, enforcement."""
+
+    view: PoolView
+    plan: PoolPlan
+    nb_cfg: int | None = None
+    acks: Acks | None = None
+    enforced: list[Enforced] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        bad = (self.acks is not None and not self.acks.complete) or any(e.state != "enforced" for e in self.enforced)
+        return EXIT_FAILED if bad else EXIT_OK
+
+
+def plan_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, policy: Policy, *,
+              timeout: float = 5.0, ssl: SslOptions | None = None) -> PoolOutcome:  # fmt: skip
+    """The NB changes ``policy`` needs on the pool (nothing is changed)."""
+    view = status(pool, inventory, connect, timeout=timeout, ssl=ssl)
+    return PoolOutcome(view, ovn_plan.plan(view, policy))
+
+
+def apply_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, policy: Policy, *,
+               timeout: float = 5.0, wait_s: float = 30.0, ssl: SslOptions | None = None,
+               comment: str = "hvnet apply") -> PoolOutcome:  # fmt: skip
+    """One NB transaction, then every chassis' acknowledgement (within ``wait_s``) and the meters on
+    each chassis that binds a limited port."""
+    out = plan_pool(pool, inventory, connect, policy, timeout=timeout, ssl=ssl)
+    nb, sb, via = targets(pool, inventory, connect, ssl)
+    try:
+        if out.plan.changed:
+            out.nb_cfg = write.commit(nb, out.view, out.plan, f"{comment} (pool {pool.name})", timeout)
+            out.acks = write.wait_acks(nb, sb, out.nb_cfg, wait_s)
+    finally:
+        if via is not None:
+            via.close()
+    out.enforced = enforcement(out.view, out.plan.wanted(), inventory, pool, connect, timeout)
+    return out
+
+
+def enforcement(view: PoolView, limits: list[Limit], inventory: Inventory, pool: InventoryPool,
+                connect: Connect, timeout: float) -> list[Enforced]:  # fmt: skip
+    """Each limit checked on the chassis that binds its port (the chassis' meters, over its Host)."""
+    bound = {p.name: p.chassis for _, p in view.ports()}
+    entries = inventory.select(pool.chassis) if pool.chassis else []
+    by_chassis = {c.name: e for c in view.chassis for e in entries if e.name in (c.name, c.hostname)}
+    wanted = sorted({bound.get(lim.port) for lim in limits} & set(by_chassis), key=str)
+
+    def work(host: Host, _entry: InventoryHost) -> tuple[set[tuple[int, int]], int]:
+        of = OpenFlow.for_host(host)
+        if of is None:
+            raise UsageError(f"{host.label}: its OVS run directory is not known (inventory ovs_rundir)")
+        return set(of.meter_bands(OVN_BRIDGE).values()), EXIT_OK
+
+    outcomes = fleet.run([by_chassis[c] for c in wanted], work, connect, deadline_s=max(30.0, 6 * timeout))
+    bands = {c: o for c, o in zip(wanted, outcomes)}
+    result = []
+    for lim in limits:
+        chassis = bound.get(lim.port)
+        o = bands.get(chassis or "")
+        if chassis is None:
+            result.append(Enforced(lim, None, "unknown", "the port is bound to no chassis"))
+        elif o is None:
+            result.append(Enforced(lim, chassis, "unknown", f"chassis {chassis} is not a host of the inventory"))
+        elif o.value is None:
+            result.append(Enforced(lim, chassis, "unknown", f"{chassis}: {o.error or 'no result'}"))
+        elif (lim.rate_kbps, lim.burst_kbit) in o.value:
+            result.append(Enforced(lim, chassis, "enforced", f"meter on {chassis}'s {OVN_BRIDGE}"))
+        else:
+            result.append(Enforced(lim, chassis, "missing", f"no meter of that band on {chassis}'s {OVN_BRIDGE}"))
+    return result

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +125,95 @@ def test_a_pool_whose_nb_is_unreachable_exits_3(tmp_path: Path) -> None:
     res = run_hvnet("--pool", "gone", "status", env={"HVNET_INVENTORY": str(inv)})
     assert res.returncode == 3, res.stdout + res.stderr
     assert "cannot reach OVSDB" in res.stderr and "Traceback" not in res.stderr
+
+
+POLICY = """\
+version: 1
+vifs:
+  - vm: VM1
+    ingress: {rate: 10000, burst: 1000}
+  - vm: VM2
+    egress: {rate: 20000}
+"""
+
+
+def _stream_mbps(pool: Lab) -> float:
+    """TCP_STREAM from VM1 (hv1) to VM2 (hv2) through Geneve, Mbit/s."""
+    server = subprocess.Popen(["ip", "netns", "exec", "hvnet-VM2", "netserver", "-D", "-p", "12866"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        for _ in range(50):  # until netserver listens
+            ss = subprocess.run(["ip", "netns", "exec", "hvnet-VM2", "ss", "-ltnH", "sport", "=", ":12866"],
+                                capture_output=True, text=True, check=False).stdout  # fmt: skip
+            if ss.strip():
+                break
+            time.sleep(0.1)
+        out = subprocess.run(["ip", "netns", "exec", "hvnet-VM1", "netperf", "-H", "192.168.0.151", "-p", "12866",
+                              "-l", "3", "-t", "TCP_STREAM", "-P", "0"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return float(out.split()[-1])
+
+
+def test_policing_applies_as_qos_rules_acknowledged_and_metered_on_the_binding_chassis(
+    pool: Lab, tmp_path: Path
+) -> None:
+    env = {"HVNET_LAB_DIR": str(pool.run_dir)}
+    before = _stream_mbps(pool)
+    policy = tmp_path / "pool.yaml"
+    policy.write_text(POLICY)
+    res = run_hvnet("--pool", "ovn-pool", "apply", str(policy), "--json", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["behind"] == [] and doc["nb_cfg"] and len(doc["changes"]) == 2
+    assert {(e["vm"], e["chassis"], e["state"]) for e in doc["enforced"]} == {
+        ("VM1", "hv1", "enforced"), ("VM2", "hv2", "enforced")}  # fmt: skip
+    # the meter is real: VM1's stream is held near 10 Mbit/s
+    after = _stream_mbps(pool)
+    assert after < 13.0 < before, (before, after)
+    res = run_hvnet("--pool", "ovn-pool", "verify", str(policy), env=env)
+    assert res.returncode == 0 and "already matches" in res.stdout, res.stdout + res.stderr
+    # no change twice: nothing committed
+    res = run_hvnet("--pool", "ovn-pool", "apply", str(policy), "--json", env=env)
+    assert res.returncode == 0 and json.loads(res.stdout)["nb_cfg"] is None, res.stdout
+
+
+def test_what_a_pool_cannot_take_is_refused_with_file_line_and_nothing_changes(pool: Lab, tmp_path: Path) -> None:
+    env = {"HVNET_LAB_DIR": str(pool.run_dir)}
+    c = ovn.central(pool.run_dir)
+    before = c.nbctl("--bare", "--columns=_uuid", "list", "QoS")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nvifs:\n  - vm: VM1\n    vlan: {tag: 5}\n  - vm: VMX\n    ingress: {rate: 1000}\n")
+    res = run_hvnet("--pool", "ovn-pool", "apply", str(bad), env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "bad.yaml:4: vifs[0].vlan: on an OVN pool a port's network is its logical switch" in res.stderr
+    assert "bad.yaml:5: vifs[1]: vm VMX selects no port of pool ovn-pool" in res.stderr
+    assert c.nbctl("--bare", "--columns=_uuid", "list", "QoS") == before
+
+
+def test_a_chassis_down_while_applying_is_named_and_its_limit_is_not_claimed(pool: Lab, tmp_path: Path) -> None:
+    env = {"HVNET_LAB_DIR": str(pool.run_dir)}
+    hv2 = pool._hosts()["hv2"]
+    assert ovn.stop_chassis(hv2) is not None
+    try:
+        policy = tmp_path / "pool.yaml"
+        policy.write_text(POLICY.replace("rate: 20000", "rate: 30000"))
+        res = run_hvnet("--pool", "ovn-pool", "--pool-wait", "3", "apply", str(policy), "--json", env=env)
+        assert res.returncode == 1, res.stdout + res.stderr
+        doc = json.loads(res.stdout)
+        assert doc["behind"] == ["hv2"], doc
+        states = {e["vm"]: e["state"] for e in doc["enforced"]}
+        assert states == {"VM1": "enforced", "VM2": "missing"}, doc["enforced"]
+    finally:
+        ovn.start_chassis(hv2, 2)
+    ovn.wait_bound(ovn.central(pool.run_dir), _topology(pool))
+    res = run_hvnet("--pool", "ovn-pool", "verify", str(policy), env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _topology(pool: Lab):
+    from appliance.topology import load
+
+    return load(TOPOLOGY)

@@ -1,0 +1,101 @@
+"""Applying a pool plan: one northbound transaction, then the chassis' acknowledgements.
+
+The transaction inserts, updates and unlinks hvnet's QoS rows (an
+unreferenced QoS row is garbage-collected by the database) and bumps
+``NB_Global.nb_cfg`` in the same commit, which is what ``ovn-nbctl
+--wait=hv`` does: ovn-northd copies it to the southbound database and each
+ovn-controller reports the value once its flows include the change
+(``Chassis_Private.nb_cfg``); ``NB_Global.hv_cfg`` is the smallest of
+those.  So "committed" and "in every chassis's flows" are told apart, and
+a chassis that has not caught up is named rather than assumed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import HvnetError
+from ..ovsdb import request
+from ..policy.model import OWNER, OWNER_KEY
+from ..target import DbTarget
+from .plan import PRIORITY, Limit, PoolPlan
+from .view import NB_DB, SB_DB, PoolView
+
+
+class PoolCommitFailed(HvnetError):
+    """The NB refused the transaction: nothing was changed."""
+
+
+@dataclass
+class Acks:
+    """How far the chassis got with configuration ``nb_cfg`` within the wait."""
+
+    nb_cfg: int
+    seconds: float
+    behind: list[str] = field(default_factory=list)  # chassis that did not acknowledge it in time
+
+    @property
+    def complete(self) -> bool:
+        return not self.behind
+
+
+def _bandwidth(lim: Limit) -> list[Any]:
+    return ["map", [["rate", lim.rate_kbps], ["burst", lim.burst_kbit]]]
+
+
+def _switch(view: PoolView, name: str) -> list[Any]:
+    uuid = next(s.uuid for s in view.switches if s.name == name)
+    return [["_uuid", "==", ["uuid", uuid]]]
+
+
+def operations(view: PoolView, plan: PoolPlan, comment: str) -> list[dict[str, Any]]:
+    """The transaction's operations (pure: tested without a database)."""
+    ops: list[dict[str, Any]] = []
+    for i, lim in enumerate(plan.add):
+        ids = [[OWNER_KEY, OWNER], ["hvnet-port", lim.port], ["hvnet-direction", lim.direction]]
+        ops.append({"op": "insert", "table": "QoS", "uuid-name": f"rule{i}", "row": {
+            "priority": PRIORITY, "direction": lim.direction, "match": lim.match, "bandwidth": _bandwidth(lim),
+            "external_ids": ["map", ids]}})  # fmt: skip
+        ops.append({"op": "mutate", "table": "Logical_Switch", "where": _switch(view, lim.switch),
+                    "mutations": [["qos_rules", "insert", ["set", [["named-uuid", f"rule{i}"]]]]]})  # fmt: skip
+    for uuid, lim in plan.modify:
+        ops.append({"op": "update", "table": "QoS", "where": [["_uuid", "==", ["uuid", uuid]]],
+                    "row": {"bandwidth": _bandwidth(lim)}})  # fmt: skip
+    for uuid, switch, _ in plan.delete:
+        ops.append({"op": "mutate", "table": "Logical_Switch", "where": _switch(view, switch),
+                    "mutations": [["qos_rules", "delete", ["set", [["uuid", uuid]]]]]})  # fmt: skip
+    ops.append({"op": "mutate", "table": "NB_Global", "where": [], "mutations": [["nb_cfg", "+=", 1]]})
+    ops.append({"op": "select", "table": "NB_Global", "where": [], "columns": ["nb_cfg"]})
+    ops.append({"op": "comment", "comment": comment})
+    return ops
+
+
+def commit(nb: DbTarget, view: PoolView, plan: PoolPlan, comment: str, timeout: float = 10.0) -> int:
+    """Run the plan as one NB transaction; the ``nb_cfg`` it asked the chassis to acknowledge."""
+    ops = operations(view, plan, comment)
+    (result,) = request(nb, [("transact", [NB_DB, *ops])], timeout, db=NB_DB)
+    errors = [r for r in result if isinstance(r, dict) and r.get("error")]
+    if errors or len(result) < len(ops) - 1:
+        detail = errors[0] if errors else {"error": "fewer results than operations"}
+        raise PoolCommitFailed(f"the pool's NB refused the transaction, nothing changed: {detail.get('error')}: "
+                               f"{detail.get('details', '')}".rstrip(": "))  # fmt: skip
+    return int(result[-2]["rows"][0]["nb_cfg"])
+
+
+def wait_acks(nb: DbTarget, sb: DbTarget, nb_cfg: int, timeout: float) -> Acks:
+    """Until every chassis has acknowledged ``nb_cfg`` (NB_Global.hv_cfg), or ``timeout``; who is behind."""
+    start = time.monotonic()
+    while True:
+        (res,) = request(nb, [("transact", [NB_DB, {"op": "select", "table": "NB_Global", "where": [],
+                                                    "columns": ["hv_cfg"]}])], 5.0, db=NB_DB)  # fmt: skip
+        if int(res[0]["rows"][0]["hv_cfg"]) >= nb_cfg:
+            return Acks(nb_cfg, time.monotonic() - start)
+        if time.monotonic() - start > timeout:
+            break
+        time.sleep(0.02)
+    (res,) = request(sb, [("transact", [SB_DB, {"op": "select", "table": "Chassis_Private", "where": [],
+                                                "columns": ["name", "nb_cfg"]}])], 5.0, db=SB_DB)  # fmt: skip
+    behind = sorted(r["name"] for r in res[0]["rows"] if int(r["nb_cfg"]) < nb_cfg)
+    return Acks(nb_cfg, time.monotonic() - start, behind or ["(unknown: hv_cfg lags but every chassis reports it)"])
