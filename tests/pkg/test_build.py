@@ -259,16 +259,28 @@ def test_installed_hvnet_runs_under_python39_like_el9(installed_root: Path, tmp_
     exe = python39()
     if exe is None:
         pytest.skip("no python3.9 on this host: the vendored cp39 modules could not be imported here")
-    # the host's OVS library stands in for EL9's python3-openvswitch
+    # the host's OVS library stands in for EL9's python3-openvswitch; EL9's own versions of PyYAML
+    # and psutil (python3-pyyaml 5.4.1, python3-psutil 5.8.0), which the RPM requires, are those
+    # .ci/setup-host installs for python3.9
+    el9_site = Path(os.environ.get("HVNET_EL9_SITE", "/var/cache/hvnet/el9-site"))
+    if not (el9_site / "yaml").is_dir() or not (el9_site / "psutil").is_dir():
+        pytest.fail(f"no PyYAML 5.4.1 and psutil 5.8.0 for python3.9 in {el9_site}: run .ci/setup-host")
     shim = tmp_path / "os-site"
     shim.mkdir()
     (shim / "ovs").symlink_to("/usr/lib/python3/dist-packages/ovs")
+    for entry in el9_site.iterdir():
+        (shim / entry.name).symlink_to(entry)
     prefix = installed_root / PREFIX.lstrip("/")
     code = (
         "import sys; "
         f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; sys.path.append({str(shim)!r}); "
         "import textual, yaml, psutil, XenAPI, numpy, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; "
-        "import tui.app, appliance.cli, appliance.names; assert yaml.__with_libyaml__; "
+        "import tui.app, appliance.cli, appliance.names, appliance.netperf.launch; assert yaml.__with_libyaml__; "
+        "assert (yaml.__version__, psutil.__version__) == ('5.4.1', '5.8.0'); "
+        # YAML the package ships, read by PyYAML 5.4.1 (marks, merge keys, errors as hvnet reports them)
+        "from pathlib import Path; from appliance.policy import load; from appliance.topology import load as topo; "
+        f"assert [load(str(p)) for p in Path({str(prefix / 'app/policies')!r}).glob('*.yaml')]; "
+        f"assert [topo(p) for p in Path({str(prefix / 'app/vlan-tests/topologies')!r}).glob('*.yaml')]; "
         f"fig = plt.figure(); plt.plot([1, 2], [3, 4]); fig.savefig({str(tmp_path / 'plot.png')!r}); "
         "sys.argv = ['hvnet', '--version']; sys.exit(appliance.cli.main())"
     )
