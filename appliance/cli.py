@@ -23,6 +23,7 @@ from .frontdoor import host_of, lab_switches, local_host_of
 from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
+from .systemd import log_handler
 from .topology import DEFAULT_TOPOLOGY
 
 log = logging.getLogger("hvnet")
@@ -382,8 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="hvnet: %(message)s",
-        stream=sys.stderr,
+        handlers=[log_handler("hvnet")],  # "<N>message" when stderr is the journal, else "hvnet: level: message"
     )
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:

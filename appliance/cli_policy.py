@@ -23,6 +23,7 @@ from .policy.engine import change_json
 from .policy.fields import FieldError
 from .services import policy as svc
 from .services import pool
+from .systemd import Notifier, log_handler
 
 WATCHER_PATIENCE_S = 600.0
 
@@ -426,17 +427,19 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     from .policy.agent import Agent
 
+    if args.prepare:
+        return _agent_prepare(args)
     path = args.policy or os.environ.get("HVNET_POLICY") or DEFAULT_POLICY
     load(path)  # refuse to start on an invalid policy, before connecting
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s hvnet-agent %(levelname)s %(message)s"))
     root = logging.getLogger("hvnet")
-    root.handlers[:] = [handler]
+    # the journal's "<N>message" under systemd (journald adds the time), else a timestamp and the level
+    root.handlers[:] = [log_handler("hvnet-agent", timestamps=True)]
     root.propagate = False
     root.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
     columns = {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
-    host, conn = _agent_connect(args, columns)
-    agent = Agent(conn, host, path, tick=args.tick)
+    notifier = Notifier()
+    host, conn = _agent_connect(args, columns, notifier)
+    agent = Agent(conn, host, path, tick=args.tick, notifier=notifier)
     if args.policing:
         agent.engine.force_policing = args.policing
     agent.install_signal_handlers()
@@ -445,7 +448,19 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]]) -> tuple[Host, Any]:
+def _agent_prepare(args: argparse.Namespace) -> int:
+    """What the agent's unit runs first, with the privileges its sandbox then takes away: whether this
+    kernel enforces tc's police action is probed in a throwaway network namespace (which needs
+    CAP_SYS_ADMIN and mounts) and cached for the boot, where the sandboxed agent reads it."""
+    from .policy.openflow import tc_police_works
+
+    host = host_of(args)
+    works = tc_police_works(host.runner, host.paths.cache_dir)
+    print(f"hvnet: tc police {'works' if works else 'does not work'} on this kernel (cached in {host.paths.cache_dir})")
+    return EXIT_OK
+
+
+def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]], notifier: Notifier) -> tuple[Host, Any]:
     """The host and its database.  A remote hypervisor that cannot be reached when the agent starts (it
     is rebooting, its network is down) is tried again with back-off, one log line per attempt, until it
     answers or the agent is stopped; a refused host key, refused authentication or a bad option is not
@@ -473,8 +488,10 @@ def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]]) -> t
                 attempt += 1
                 delay = backoff.failed()
                 log.warning("start: attempt %d: %s; next in %.0f s", attempt, exc.message, delay)
+                notifier.set_status(f"start: attempt {attempt}: {exc.message}"[:400])
                 deadline = time.monotonic() + delay
                 while time.monotonic() < deadline and not stop["now"]:
+                    notifier.pet()
                     time.sleep(0.1)
                 if stop["now"]:
                     raise

@@ -94,6 +94,11 @@ def register(sub: Any) -> None:
     ag.add_argument("--policy", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
     policing(ag)
     ag.add_argument("--tick", type=float, default=2.0, help=argparse.SUPPRESS)
+    ag.add_argument(
+        "--prepare", action="store_true",
+        help="probe what this kernel enforces (tc police) and cache it for the boot, then exit "
+        "(the unit's privileged ExecStartPre: the agent's sandbox cannot make the probe's namespace)",
+    )  # fmt: skip
     ag.set_defaults(func=lazy("cli_policy", "cmd_agent"))
 
     vif = sub.add_parser("vif", help="set a VIF's VLAN (mode, tag, trunks)")

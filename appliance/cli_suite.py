@@ -156,6 +156,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.no_plots:
         from .netperf import plots
 
+        if not plots.available():
+            print(f"hvnet: {plots.MISSING}", file=sys.stderr)
+            return EXIT_OK  # the report itself is printed
         written = plots.write(doc, Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
         for p in written:
             print(f"plot: {p}")

@@ -20,6 +20,15 @@ from .compare import Result, Row
 from .records import Figure, StepResult, SuiteResult, Summary
 
 PLOTS_DIR = "plots"
+# Plotting libraries are a package of their own on an RPM install (about 170 MB hvnet does without).
+MISSING = "plots not drawn: matplotlib is not installed (RPM install: dnf install hvnet-plots; --no-plots skips them)"
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported here (without importing it: that takes a second)."""
+    from importlib.util import find_spec
+
+    return find_spec("matplotlib") is not None
 
 
 def _x(step: StepResult, x_key: str) -> float:

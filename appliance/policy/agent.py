@@ -38,6 +38,7 @@ from ..errors import ConfigError, HvnetError
 from ..host import Host
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
+from ..systemd import Notifier
 from .document import load
 from .engine import PolicyEngine
 from .link import LinkKeeper
@@ -55,7 +56,10 @@ AGENT_LOCK = "hvnet_agent"
 class Agent:
     """Reconciles the switch with a policy file, event-driven."""
 
-    def __init__(self, conn: Connection, host: Host, policy_path: str | Path, *, tick: float = TICK_S) -> None:
+    def __init__(
+        self, conn: Connection, host: Host, policy_path: str | Path, *, tick: float = TICK_S,
+        notifier: Notifier | None = None,
+    ) -> None:  # fmt: skip
         self.conn = conn
         self.policy_path = str(policy_path)
         self.tick = tick
@@ -74,6 +78,8 @@ class Agent:
         self.where = host.label or conn.target.describe()
         self.keeper = LinkKeeper(host.link, self.where) if host.link is not None else None
         self._lock_said = ""  # what was last said about the lock: "", "held", "contended"
+        # systemd (Type=notify): ready once the policy is in force, the watchdog petted from the loop
+        self.notifier = notifier or Notifier()
 
     # -- control ----------------------------------------------------------------
 
@@ -100,10 +106,12 @@ class Agent:
         self.conn.set_lock(AGENT_LOCK)
         self.conn.start()
         log.info("agent started: policy %s, database %s", self.policy_path, self.conn.target.describe())
+        self.notifier.set_status(f"connecting to {self.where}")
         next_tick = 0.0
         try:
             while not self._stop.is_set():
-                timeout = max(0.0, next_tick - time.monotonic())
+                self.notifier.pet()
+                timeout = min(max(0.0, next_tick - time.monotonic()), self.notifier.due())
                 if self.keeper is not None and not self.conn.is_connected:
                     timeout = min(timeout, self.keeper.due())
                 woken = self._wake.wait(timeout)
@@ -122,6 +130,7 @@ class Agent:
                     next_tick = time.monotonic() + self.tick
                 self.reconcile(tick=ticking)
         finally:
+            self.notifier.stopping("stopping")
             self.conn.stop()
             log.info("agent stopped")
 
@@ -129,12 +138,14 @@ class Agent:
         try:
             self.policy = load(self.policy_path)
             log.info("policy reloaded from %s", self.policy_path)
+            self.notifier.set_status(f"policy reloaded from {self.policy_path}")
         except ConfigError as exc:
             log.error("policy reload refused, keeping the previous one: %s", exc)
 
     def reconcile(self, *, tick: bool = False) -> None:
         """One pass: apply what differs; on a tick also meters and orphans."""
         if not self.conn.is_connected:
+            self.notifier.set_status(f"waiting for the database of {self.where}")
             return
         if self.conn.reconnects != self._reconnects:
             self._reconnects = self.conn.reconnects
@@ -159,11 +170,13 @@ class Agent:
             if tick:
                 self._collect_orphans()
             self._last_error = ""
+            self.notifier.set_ready(f"enforcing {self.policy_path} on {self.where} ({self.applied} re-applies)")
         except HvnetError as exc:
             text = str(exc)
             if text != self._last_error:  # say it once, not on every wake-up
                 log.error("could not apply the policy: %s", text)
                 self._last_error = text
+            self.notifier.set_status(f"could not apply the policy: {text}"[:400])
 
     def _holds_lock(self) -> bool:
         """Whether this agent may write: it holds :data:`AGENT_LOCK`.  Each change of that is said once."""
@@ -177,6 +190,9 @@ class Agent:
                 log.warning("another agent holds the OVSDB lock %s on %s: not writing until it lets go",
                             AGENT_LOCK, self.where)  # fmt: skip
                 self._lock_said = "contended"
+            # Standing by is this agent doing its job (it takes over when the other goes): a unit
+            # waiting for the lock is started, not failing its start-up.
+            self.notifier.set_ready(f"standing by: another agent holds the OVSDB lock on {self.where}")
         elif self._lock_said == "held":
             self._lock_said = ""  # lost with the connection: asked for again on reconnect
         return False

@@ -9,6 +9,7 @@ a minute.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import pytest
 
 from ..conftest import ROOT
 
-PACKAGES = ("hvnet", "netperf")
+PACKAGES = ("hvnet", "hvnet-plots", "netperf")
 
 
 def run(argv: list[str], timeout: float = 120, **kw: object) -> subprocess.CompletedProcess:
@@ -44,14 +45,22 @@ def rpms(build_dir: Path) -> dict[str, Path]:
     out = build_dir / "rpms"
     res = run(["make", "-C", str(clone), "rpm", f"RPM_OUT={out}"], timeout=1200)
     assert res.returncode == 0, f"make rpm failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
-    found = {p.name.split("-")[0]: p for p in out.glob("*.rpm")}
+    found = {re.sub(r"-\d.*$", "", p.name): p for p in out.glob("*.rpm")}  # hvnet-plots-0.1.0-2... -> hvnet-plots
     assert set(found) == set(PACKAGES), f"make rpm built {sorted(p.name for p in out.glob('*.rpm'))}"
     return found
 
 
 @pytest.fixture(scope="session")
+def gpg_home(rpms: dict[str, Path], build_dir: Path) -> Path:
+    """The GnuPG home 'make rpm' kept its signing key in (the clone's build/gnupg)."""
+    home = build_dir / "clone" / "build" / "gnupg"
+    assert home.is_dir(), "make rpm made no signing key"
+    return home
+
+
+@pytest.fixture(scope="session")
 def installed_root(rpms: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Both RPMs installed into a scratch root (no dependencies: the OS parts
+    """The RPMs installed into a scratch root (no dependencies: the OS parts
     come from this host; no scriptlets: they would run in a chroot without a shell)."""
     root = tmp_path_factory.mktemp("scratch-root")
     res = run(["rpm", "--root", str(root), "--nodeps", "--noscripts", "-i", *map(str, rpms.values())])

@@ -92,3 +92,37 @@ def test_policies_written_by_the_kickstart_and_the_rpm_load(tmp_path: Path) -> N
     for path in (ks_policy, ROOT / "rpm" / "policy.yaml"):
         policy = load(str(path))
         assert policy.vifs == [] and not policy.bridges, f"{path}: a default policy must change nothing"
+
+
+def test_only_the_named_disks_are_cleared() -> None:
+    text = (ROOT / "kickstart" / "hvnet-kvm-host.ks").read_text(encoding="utf-8")
+    installer = text.split("%packages")[0]
+    assert re.search(r"^ignoredisk --only-use=\S+$", installer, re.M), "clearpart --all would erase every disk"
+    clearpart = re.search(r"^clearpart --all\b", installer, re.M)
+    assert clearpart and installer.index("\nignoredisk --only-use=") < clearpart.start()
+
+
+def test_the_installed_policy_is_kept_and_one_is_written_only_when_none_is(tmp_path: Path) -> None:
+    """The policy block of %post, run with /etc/hvnet moved to a scratch directory."""
+    post = sections((ROOT / "kickstart" / "hvnet-kvm-host.ks").read_text(encoding="utf-8"), "post")[0]
+    m = re.search(r"^if \[ -e /etc/hvnet/policy\.yaml \]; then\n.*?^fi\n", post, re.S | re.M)
+    assert m, "%post writes the policy only when none is installed"
+    etc = tmp_path / "etc-hvnet"
+    etc.mkdir()
+    block = tmp_path / "block.sh"
+    block.write_text(m.group(0).replace("/etc/hvnet", str(etc)))
+    res = run(["bash", "-euo", "pipefail", str(block)])
+    assert res.returncode == 0 and "wrote" in res.stdout, res.stdout + res.stderr
+    assert load(str(etc / "policy.yaml")).vifs == []
+    (etc / "policy.yaml").write_text("version: 1\nvifs: [{port: vif1.0, vlan: {tag: 5}}]\n")  # the operator's
+    res = run(["bash", "-euo", "pipefail", str(block)])
+    assert res.returncode == 0 and "kept the installed" in res.stdout, res.stdout + res.stderr
+    assert "tag: 5" in (etc / "policy.yaml").read_text()
+
+
+def test_hvnet_repository_is_checked_with_the_shipped_key() -> None:
+    post = sections((ROOT / "kickstart" / "hvnet-kvm-host.ks").read_text(encoding="utf-8"), "post")[0]
+    for line in ("gpgcheck=1", "repo_gpgcheck=1", "gpgkey=file://$hvnet_key"):
+        assert f"\n{line}\n" in post, line
+    assert "hvnet_key=/etc/pki/rpm-gpg/RPM-GPG-KEY-hvnet" in post and 'rpm --import "$hvnet_key"' in post
+    assert "%{RSAHEADER:pgpsig}" in post, "the installed packages' signatures are checked"
