@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -460,7 +461,8 @@ class Collector:
         self.scrapes = 0
         self.errors: dict[str, int] = {}
         self._schema: Optional[dict[str, Any]] = None
-        self.name = host.label or ""
+        # the host label: the same whether or not OVSDB answers (an alert on hvnet_up 0 must match its series)
+        self.name = host.label or socket.gethostname()
         self._lock = threading.Lock()  # one collection at a time: two scrapes at once queue, never race
 
     def start(self) -> None:
@@ -497,7 +499,7 @@ class Collector:
             inv = self.read()
         except HvnetError as exc:
             self._error("ovsdb", exc)
-        host = self.name or (inv.host.hostname if inv is not None else "")
+        host = self.name
         out.add("hvnet_up", (host,), 1 if inv is not None else 0)
         if inv is not None:
             add_inventory(out, host, inv)
