@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,7 +21,7 @@ from appliance.lab import Lab
 
 from ..conftest import HVNET, ROOT, run_hvnet
 from .policy_helpers import reset, vsctl
-from .test_policy_agent import wait_until
+from .test_policy_agent import AgentProc, wait_until
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -190,3 +191,30 @@ def test_stopped_ovsdb_gives_up_within_the_timeout(lab: Lab, exporter: Exporter)
     assert value(got, "hvnet_vifs") is None  # nothing read: nothing said
     assert value(got, "hvnet_exporter_scrape_errors_total", stage="ovsdb") == errors_before + 1
     assert value(exporter.scrape(), "hvnet_up") == 1  # back as soon as the server answers
+
+
+def test_agent_health_and_drift(lab: Lab, tmp_path: Path) -> None:
+    """Drift from a policy file, then an agent that takes the lock and makes the switch match it."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("vifs:\n  - vm: VM1\n    vlan: {tag: 5}\n  - vm: VM2\n    vlan: {tag: 6}\n")
+    exp = Exporter("--check-interval", "1", "--scrape-timeout", "1", "--policy", str(policy))
+    agent = None
+    try:
+        before = time.time()
+        assert wait_until(lambda: value(exp.scrape(), "hvnet_policy_check_timestamp_seconds") is not None, 10)
+        got = exp.scrape()
+        assert value(got, "hvnet_policy_drift", policy=str(policy)) == 2  # two tags differ, as verify says
+        assert value(got, "hvnet_agent_running") == 0
+        agent = AgentProc(policy, tmp_path / "agent.log")
+        assert wait_until(lambda: vsctl(lab, "get", "port", "vif2.0", "tag") == "6", 15), agent.text()
+        assert wait_until(lambda: value(exp.scrape(), "hvnet_policy_drift") == 0, 10)
+        got = exp.scrape()
+        assert value(got, "hvnet_agent_running") == 1
+        changed = value(got, "hvnet_agent_last_change_timestamp_seconds")
+        assert changed is not None and before - 1 <= changed <= time.time()
+    finally:
+        if agent is not None:
+            assert agent.stop() == 0, agent.text()
+        err = exp.stop()
+        assert exp.proc.returncode == 0 and "Traceback" not in err, err
+        reset(lab, TAGS)
