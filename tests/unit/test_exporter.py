@@ -10,6 +10,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,41 @@ def test_a_port_in_use_is_a_conflict() -> None:
         res = _hvnet("--listen", f"127.0.0.1:{taken.getsockname()[1]}", "--policy", "none")
     assert res.returncode == EXIT_CONFLICT, res.stderr
     assert "cannot listen on http://127.0.0.1:" in res.stderr and "Traceback" not in res.stderr
+
+
+def _samples(fams: metrics.Families, name: str) -> dict[tuple[str, ...], float]:
+    fam = fams.get(name)
+    return dict(fam.samples) if fam is not None else {}
+
+
+def test_fleet_hosts_answer_on_their_own(tmp_path: Path) -> None:
+    """A host that opens (its switch down), one that cannot be reached, one that hangs: each its own row."""
+    from appliance.errors import HvnetError
+    from appliance.services.metrics_fleet import FleetCollector
+
+    release = threading.Event()
+
+    def opener(name: str, timeout: float) -> Host:
+        if name == "gone":
+            raise HvnetError("cannot reach gone")
+        if name == "hung":
+            release.wait(10)
+        return Host(DbTarget(f"unix:{tmp_path}/{name}.sock", "--db"), paths=DataPaths.for_lab(tmp_path), label=name)
+
+    fleet = FleetCollector({"down": None, "gone": None, "hung": None}, opener, timeout=0.2)
+    try:
+        start = time.monotonic()
+        first = fleet.collect()
+        assert time.monotonic() - start < fleet.deadline + 0.5
+        assert _samples(first, "hvnet_up") == {("down",): 0.0, ("gone",): 0.0, ("hung",): 0.0}
+        errors = _samples(first, "hvnet_exporter_scrape_errors_total")
+        assert errors[("down", "ovsdb")] == 1 and errors[("gone", "connect")] == 1 and errors[("hung", "busy")] == 1
+        release.set()
+        time.sleep(0.5)  # the hung host finished after the scrape gave up: its late figures are not exported
+        second = fleet.collect()
+        # its late collection (the first) was dropped; these figures are a second one, made for this scrape
+        assert _samples(second, "hvnet_exporter_scrapes_total")[("hung",)] == 2
+        assert _samples(second, "hvnet_exporter_scrape_errors_total")[("hung", "fleet-busy")] == 1
+    finally:
+        release.set()
+        fleet.stop()
