@@ -264,7 +264,7 @@ def thread_cpu(stats: Iterable[str], clock_ticks: int) -> dict[str, tuple[float,
 _TASK_STATS = 'for t in /proc/"$1"/task/*/stat; do cat "$t" 2>/dev/null; echo; done'
 
 
-def vswitchd_threads(host: Host) -> Optional[dict[str, tuple[float, float]]]:
+def vswitchd_threads(host: Host, timeout: float = 10.0) -> Optional[dict[str, tuple[float, float]]]:
     """ovs-vswitchd's CPU per thread name on the switch's host; None when its pid is not known there."""
     if host.ovs_rundir is None:
         return None
@@ -286,7 +286,7 @@ def vswitchd_threads(host: Host) -> Optional[dict[str, tuple[float, float]]]:
             except OSError:
                 continue  # the thread ended meanwhile
         return thread_cpu(texts, ticks) or None
-    res = host.runner.run(["sh", "-c", _TASK_STATS, "sh", str(pid)], check=False, timeout=10)
+    res = host.runner.run(["sh", "-c", _TASK_STATS, "sh", str(pid)], check=False, timeout=timeout)
     return thread_cpu(res.stdout.splitlines(), ticks) or None
 
 
@@ -506,18 +506,26 @@ class Collector:
             add_checks(out, host, inv, self.checks.latest(), self.policy)
             self._agent(out, host)
         self._audit(out, host)
+        if inv is not None or self.host.runner.local:  # a remote host whose read failed: its link likely did
+            self._threads(out, host)
+        self._finish(out, host, started)
+        return out
+
+    def _threads(self, out: Families, host: str) -> None:
         try:
-            for name, (user, system) in sorted((vswitchd_threads(self.host) or {}).items()):
+            for name, (user, system) in sorted((vswitchd_threads(self.host, self.timeout) or {}).items()):
                 out.add("hvnet_ovs_vswitchd_cpu_seconds_total", (host, name, "user"), user)
                 out.add("hvnet_ovs_vswitchd_cpu_seconds_total", (host, name, "system"), system)
         except (HvnetError, OSError) as exc:
             self._error("vswitchd", exc)
+
+    def _finish(self, out: Families, host: str, started: float) -> None:
+        """The exporter's own figures, last: the duration covers everything before them."""
         out.add("hvnet_exporter_scrapes_total", (host,), self.scrapes)
         errors = {**self.errors, **{f"checks-{k}": n for k, n in self.checks.latest().errors.items()}}
         for stage, n in sorted(errors.items()):
             out.add("hvnet_exporter_scrape_errors_total", (host, stage), n)
         out.add("hvnet_exporter_scrape_duration_seconds", (host,), time.monotonic() - started)
-        return out
 
     def _agent(self, out: Families, host: str) -> None:
         from ..policy.agent import AGENT_LOCK
