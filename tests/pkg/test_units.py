@@ -48,6 +48,18 @@ def test_agent_unit_is_sandboxed(installed_root: Path, tmp_path: Path) -> None:
     assert res.returncode == 0 and float(score.group(1)) <= 2.5, res.stdout[-3000:]
 
 
+def test_exporter_unit_verifies_and_is_hardened(installed_root: Path, tmp_path: Path) -> None:
+    unit = (installed_root / "usr/lib/systemd/system/hvnet-exporter.service").read_text()
+    assert "ExecStart=/usr/bin/hvnet --no-lab exporter" in unit and "HVNET_EXPORTER_LISTEN=127.0.0.1:" in unit
+    assert "RestartPreventExitStatus=2" in unit and "ProtectSystem=strict" in unit
+    copy = tmp_path / "hvnet-exporter.service"
+    copy.write_text(unit.replace("/usr/bin/hvnet", str(installed_root / "usr/bin/hvnet")))
+    res = run(["systemd-analyze", "verify", "--man=no", str(copy)])
+    assert res.returncode == 0 and not (res.stdout + res.stderr).strip(), res.stdout + res.stderr
+    res = run(["systemd-analyze", "security", "--offline=yes", "--threshold=60", str(copy)])
+    assert res.returncode == 0, res.stdout + res.stderr  # exposure 5.4 when written; 6.0 fails
+
+
 def test_tmpfiles_create_the_directories(installed_root: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
