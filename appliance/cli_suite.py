@@ -225,7 +225,7 @@ def register(sub: Any) -> None:
     r = ss.add_parser("run", help="run a suite (a file, or a shipped suite's name) and save a run directory")
     r.add_argument("file", metavar="SUITE", help="suite YAML, or the name of a shipped suite (e.g. quick)")
     r.add_argument(
-        "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/tmp/hvnet/runs, then SUITE-TIME)"
+        "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/lib/hvnet/runs, then SUITE-TIME)"
     )
     r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
     r.add_argument(
