@@ -57,6 +57,7 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
         "/usr/lib/systemd/system/hvnet-agent.service",
         "/usr/lib/tmpfiles.d/hvnet.conf",
         "/etc/hvnet/policy.yaml",
+        "/etc/hvnet/hvnet.conf",
         "/etc/logrotate.d/hvnet",
         "/var/log/hvnet",
         "/var/lib/hvnet",
@@ -77,7 +78,8 @@ def test_hvnet_config_files_and_modes(rpms: dict[str, Path]) -> None:
     assert info["/etc/hvnet/policy.yaml"][1] == "cn", "policy.yaml must be %config(noreplace)"
     assert info["/etc/logrotate.d/hvnet"][1] == "cn"
     assert info["/var/log/hvnet"][0] == "drwxr-x---"
-    assert info["/var/lib/hvnet"][0] == "drwxr-x---"
+    assert info["/etc/hvnet/hvnet.conf"][:2] == ["-rw-r--r--", "cn"], "hvnet.conf must be %config(noreplace)"
+    assert info["/var/lib/hvnet"][0] == "drwx------"
     assert info["/usr/bin/hvnet"][0] == "-rwxr-xr-x"
 
 

@@ -37,7 +37,8 @@ def test_tmpfiles_create_the_directories(installed_root: Path, tmp_path: Path) -
     res = run(["systemd-tmpfiles", f"--root={root}", "--create", str(installed_root / "usr/lib/tmpfiles.d/hvnet.conf")])
     assert res.returncode == 0 and not res.stderr.strip(), res.stderr
     assert oct((root / "var/log/hvnet").stat().st_mode & 0o777) == "0o750"
-    assert (root / "var/lib/hvnet").is_dir() and (root / "var/cache/hvnet").is_dir()
+    assert oct((root / "var/lib/hvnet").stat().st_mode & 0o777) == "0o700"  # runs and pcaps: root's alone
+    assert (root / "var/cache/hvnet").is_dir()
 
 
 def test_logrotate_configuration_parses(installed_root: Path, tmp_path: Path) -> None:
