@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import render
+from . import cli_suite_runs, render
 from .errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("suite", help="netperf suites: run, report, compare, list")
+    p = sub.add_parser("suite", help="netperf suites: run, report, compare, list, prune")
     ss = p.add_subparsers(dest="suite_command", metavar="COMMAND", required=True)
 
     r = ss.add_parser("run", help="run a suite (a file, or a shipped suite's name) and save a run directory")
@@ -267,6 +267,8 @@ def register(sub: Any) -> None:
     v = ss.add_parser("validate", help="check a suite file and print what it would run; runs nothing")
     v.add_argument("file", metavar="SUITE")
     v.set_defaults(func=cmd_validate)
+
+    cli_suite_runs.register(ss)  # prune, pin, unpin
 
 
 def _threshold(text: str) -> float:
