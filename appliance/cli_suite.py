@@ -197,7 +197,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             render.table(
                 ["run", "suite", "started", "state", "steps", "lost"],
                 [
-                    [r["run"], r["suite"], r["started"] or "-", r["state"], str(r["steps"]), str(r["lost"])]
+                    [
+                        r["run"],
+                        r["suite"],
+                        r["started"] or "-",
+                        r["state"] + (", pinned" if r.get("pinned") else ""),
+                        str(r["steps"]),
+                        str(r["lost"]),
+                    ]
                     for r in runs
                 ],
             )

@@ -263,11 +263,11 @@ def effective_settings(args: Any) -> list[config.Resolved]:
     env = config.environ()
     flags = {flag: getattr(args, attr, None) for flag, attr in GLOBAL_FLAGS.items()}
     rows = {r.setting.name: r for r in config.effective(flags, env)}
-    if args.db or args.host or args.no_lab or rows["target.db"].value or rows["target.host"].value:
+    if args.db or args.host or rows["target.db"].value or rows["target.host"].value:
         return list(rows.values())
     run_dir = labstate.lab_dir(env)
-    lab_hosts = labstate.running_lab_hosts(run_dir)
-    lab_db = None if lab_hosts is not None else labstate.running_lab_db(run_dir)
+    lab_hosts = None if args.no_lab else labstate.running_lab_hosts(run_dir)
+    lab_db = None if args.no_lab or lab_hosts is not None else labstate.running_lab_db(run_dir)
     if lab_hosts is None and lab_db is None:
         rows["target.db"] = replace(rows["target.db"], value=SYSTEM_DB)  # the system's OVS: the last resort
         return list(rows.values())

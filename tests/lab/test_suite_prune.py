@@ -45,4 +45,20 @@ def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp
     assert res.stdout.splitlines()[0] == f"{runs}: removed 1 run(s), keeping 2"
     assert sorted(runs.iterdir()) == sorted([baseline, newest])
     listed = json.loads(run_hvnet("suite", "list", "--json", env=env).stdout)["runs"]
-    assert [r["run"] for r in listed] == [str(newest), str(baseline)]
+    assert [(r["run"], r["pinned"]) for r in listed] == [(str(newest), False), (str(baseline), True)]
+
+
+def test_config_show_names_the_running_lab(lab: Lab, tmp_path: Path) -> None:
+    conf = tmp_path / "hvnet.conf"
+    conf.write_text("[data]\nstate_dir = /srv/hvnet/state\nruns_dir = /srv/hvnet/runs\n")
+    res = run_hvnet("config", "show", "--json", env={"HVNET_CONFIG": str(conf), "HVNET_DB": "", "HVNET_STATE_DIR": ""})
+    assert res.returncode == 0, res.stderr
+    got = {s["name"]: (s["value"], s["source"]) for s in json.loads(res.stdout)["settings"]}
+    where = f"running lab {lab.run_dir}"
+    assert got["target.db"] == (f"unix:{lab.run_dir.resolve() / 'db.sock'}", where)
+    assert got["data.state_dir"] == (str(lab.run_dir.resolve()), f"{where} (its own)")  # not the file's
+    assert got["data.runs_dir"] == ("/srv/hvnet/runs", f"{conf}:3")
+    res = run_hvnet("--no-lab", "config", "show", "--json", env={"HVNET_CONFIG": str(conf), "HVNET_DB": ""})
+    got = {s["name"]: (s["value"], s["source"]) for s in json.loads(res.stdout)["settings"]}
+    assert got["target.db"] == ("unix:/var/run/openvswitch/db.sock", "default")
+    assert got["data.state_dir"] == ("/srv/hvnet/state", f"{conf}:2")

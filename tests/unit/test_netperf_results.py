@@ -442,6 +442,7 @@ def test_list_runs(tmp_path) -> None:
         "state": "complete",
         "steps": 3,
         "lost": 3,
+        "pinned": False,
     }
     assert runs[0]["suite"] == "regression" and runs[0]["steps"] == 1
 
