@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -324,6 +325,7 @@ def load(environ: Mapping[str, str] | None = None) -> ConfigFile:
         return ConfigFile(None, {})
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    _check_owner(path, st)
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     cached = _cache.get(key)
     if cached is None:
@@ -333,6 +335,17 @@ def load(environ: Mapping[str, str] | None = None) -> ConfigFile:
             raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
         cached = _cache[key] = parse(text, path)
     return cached
+
+
+def _check_owner(path: Path, st: os.stat_result) -> None:
+    """Refuse a file another user could have written: it names the ssh configuration, the database and
+    the directories root writes to, so whoever can edit it chooses what hvnet does as root."""
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(
+            f"{path}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: another user could choose "
+            "what hvnet does; refusing to read it",
+            hint=f"chown root {path}; chmod go-w {path}",
+        )
 
 
 # -- the layers ----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import subprocess
 import sys
@@ -120,6 +121,17 @@ def test_a_named_file_must_exist_the_default_may_be_absent(tmp_path: Path, monke
         config.load({"HVNET_CONFIG": str(tmp_path / "missing.conf")})
     monkeypatch.setattr(config, "DEFAULT_FILE", tmp_path / "absent.conf")
     assert config.load({}).values == {} and config.load({}).path is None
+
+
+def test_a_file_others_can_write_is_refused(tmp_path: Path) -> None:
+    p = _file(tmp_path, "[target]\ndb = unix:/a.sock\n")
+    p.chmod(0o666)
+    with pytest.raises(UsageError, match="mode 666: another user could choose what hvnet does"):
+        config.load({"HVNET_CONFIG": str(p)})
+    p.chmod(0o644)
+    os.chown(p, 65534, -1)
+    with pytest.raises(UsageError, match="owned by uid 65534"):
+        config.load({"HVNET_CONFIG": str(p)})
 
 
 def test_an_edited_file_is_read_again(tmp_path: Path) -> None:
