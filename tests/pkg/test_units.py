@@ -22,7 +22,7 @@ def test_agent_unit_verifies(installed_root: Path, tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.fail("systemd-analyze is not installed (Debian: systemd)")
     unit = (installed_root / "usr/lib/systemd/system/hvnet-agent.service").read_text()
-    assert "ExecStart=/usr/bin/hvnet --no-lab agent --policy /etc/hvnet/policy.yaml" in unit
+    assert "ExecStart=/usr/bin/hvnet --no-lab agent\n" in unit  # the policy file: hvnet.conf's [agent] policy
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
     assert "Restart=on-failure" in unit and "After=" in unit and "openvswitch.service" in unit
     copy = tmp_path / "hvnet-agent.service"
