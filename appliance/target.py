@@ -112,8 +112,7 @@ def resolve(
         if missing:
             raise UsageError(
                 f"ssl target {remote} needs {', '.join(missing)}",
-                hint="pass the options, set HVNET_SSL_KEY, HVNET_SSL_CERT and HVNET_SSL_CA, "
-                "or ssl_key, ssl_cert and ssl_ca in hvnet.conf's [target]",
+                hint="pass the options or set HVNET_SSL_KEY, HVNET_SSL_CERT and HVNET_SSL_CA",
             )
         for label, path in (
             ("--ssl-key" if ssl_key else _where(env, "HVNET_SSL_KEY"), key),
