@@ -57,8 +57,8 @@ def _target(text: str) -> str:
 
     try:
         return validate_remote(text, "db")
-    except UsageError:
-        raise ValueError("an OVSDB target: unix:/path/to/db.sock, tcp:HOST:PORT or ssl:HOST:PORT") from None
+    except UsageError as exc:  # what --db takes, as the target module says it
+        raise ValueError(exc.hint or "an OVSDB target") from None
 
 
 def _ssh_host(text: str) -> str:
