@@ -16,10 +16,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import __version__, cli_capture, cli_completion, cli_exporter, cli_policy_args, cli_suite, render
+from . import __version__, cli_capture, cli_completion, cli_config, cli_exporter, cli_policy_args, cli_suite, render
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
-from .frontdoor import host_of, lab_switches, local_host_of
+from .frontdoor import configured_host, host_of, lab_switches, local_host_of
 from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
@@ -222,7 +222,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     # The schema is fetched (an unreachable switch is reported here); the replica is built after the first paint.
     conn = inventory.connect(host_of(args), timeout=args.timeout, sync=False)
-    name = getattr(args, "host", None) or os.environ.get("HVNET_HOST")  # as the operator called it (an inventory name)
+    name = getattr(args, "host", None) or configured_host(args.db)  # as the operator called it (an inventory name)
     return run_tui(conn, host_of(args), start=args.screen, timeout=args.timeout, name=name,
                    local=lambda: local_host_of(args))  # fmt: skip
 
@@ -253,8 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hvnet",
         description="Host networking for XenServer and KVM hypervisors: see and manage what Open vSwitch "
         "does for your VMs.",
-        epilog="OVSDB target, first match wins: --db, $HVNET_DB, a running hvnet lab (unless --no-lab), "
-        "unix:/var/run/openvswitch/db.sock. tcp: targets are unencrypted and unauthenticated: prefer ssl:."
+        epilog="OVSDB target, first match wins: --db, $HVNET_DB, [target] db in hvnet.conf, a running hvnet lab "
+        "(unless --no-lab), unix:/var/run/openvswitch/db.sock. tcp: targets are unencrypted and unauthenticated: "
+        "prefer ssl:. Settings: flags, then $HVNET_* variables, then /etc/hvnet/hvnet.conf ($HVNET_CONFIG), then "
+        "defaults ('hvnet config show')."
         "\n\n" + EXIT_CODES_HELP + "\n\n" + HOSTS_EXIT_HELP.replace(": 6", ":\n  6"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -353,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("file", metavar="FILE", help="scenario YAML")
     ic.add_argument("--method", choices=("traffic", "trace", "both"), default="both", help="default: both")
     ic.add_argument("--json", action="store_true", help="machine-readable output")
-    ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/tmp/hvnet/isolation/...)")
+    ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/lib/hvnet/isolation/...)")
     ic.add_argument("--html", metavar="FILE", help="also write the matrices and evidence as one self-contained page")
     ic.set_defaults(func=cmd_isolation_check)
     ir = isub.add_parser("report", help="print a saved result (check --json) again, or write it as HTML")
@@ -365,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_suite.register(sub)
     cli_capture.register(sub)
     cli_exporter.register(sub)
+    cli_config.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.add_argument(

@@ -8,13 +8,13 @@ this module parses, starts it, says where it listens and waits for SIGTERM or SI
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from . import config
 from .cli_common import lazy
 from .errors import EXIT_OK, UsageError
 from .frontdoor import build_host, host_of, inventory_file
@@ -24,12 +24,9 @@ from .host import DEFAULT_POLICY_FILE
 def cmd_exporter(args: argparse.Namespace) -> int:
     from .services import exporter, metrics
 
-    text, origin = exporter.DEFAULT_LISTEN, "the default"
-    if args.listen:
-        text, origin = args.listen, "--listen"
-    elif os.environ.get("HVNET_EXPORTER_LISTEN"):
-        text, origin = os.environ["HVNET_EXPORTER_LISTEN"], "$HVNET_EXPORTER_LISTEN"
-    listen = exporter.parse_listen(text, origin)
+    # --listen, $HVNET_EXPORTER_LISTEN, hvnet.conf's [exporter] listen, 127.0.0.1:9477: in that order
+    chosen = config.resolve("exporter.listen", args.listen, flag_name="--listen")
+    listen = exporter.parse_listen(str(chosen.value or exporter.DEFAULT_LISTEN), chosen.source)
     exporter.require_allowed(listen, args.allow_remote)
     policy = args.policy
     if policy is not None and policy != "none" and not Path(policy).is_file():

@@ -134,9 +134,9 @@ def cmd_lab_image(args: argparse.Namespace) -> int:
     """Build the probe guest image, or find it in the cache; say which, and how long it took."""
     from pathlib import Path
 
-    from .lab.vm.image import DEFAULT_CACHE, build_image
+    from .lab.vm.image import build_image
 
-    image = build_image(Path(args.cache) if args.cache else DEFAULT_CACHE, force=args.force)
+    image = build_image(Path(args.cache) if args.cache else None, force=args.force)
     if args.json:
         render.print_json(image.to_json())
         return EXIT_OK

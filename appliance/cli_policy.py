@@ -8,15 +8,14 @@ one transaction path.  Every command has ``--json``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import api, render
+from . import api, config, render
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, ConflictError, OvsdbUnreachable, Problem, UsageError
-from .frontdoor import host_of
+from .frontdoor import configured_host, host_of
 from .host import Host
 from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, Policy, PolicyEngine, describe, intents, load
 from .policy.engine import change_json
@@ -44,7 +43,8 @@ def _command_line() -> str:
 
 
 def policy_file(args: argparse.Namespace) -> str:
-    return args.file or os.environ.get("HVNET_POLICY") or DEFAULT_POLICY
+    """The policy FILE argument, else ``$HVNET_POLICY``, ``[agent] policy`` in hvnet.conf, the default."""
+    return args.file or config.environ().get("HVNET_POLICY") or DEFAULT_POLICY
 
 
 # -- formatting --------------------------------------------------------------
@@ -429,7 +429,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     if args.prepare:
         return _agent_prepare(args)
-    path = args.policy or os.environ.get("HVNET_POLICY") or DEFAULT_POLICY
+    path = args.policy or config.environ().get("HVNET_POLICY") or DEFAULT_POLICY
+    policing = config.resolve("agent.policing", args.policing, flag_name="--policing").value
     load(path)  # refuse to start on an invalid policy, before connecting
     root = logging.getLogger("hvnet")
     # the journal's "<N>message" under systemd (journald adds the time), else a timestamp and the level
@@ -440,8 +441,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     notifier = Notifier()
     host, conn = _agent_connect(args, columns, notifier)
     agent = Agent(conn, host, path, tick=args.tick, notifier=notifier)
-    if args.policing:
-        agent.engine.force_policing = args.policing
+    if policing:
+        agent.engine.force_policing = policing
     agent.install_signal_handlers()
     agent.run()
     conn.close()
@@ -481,7 +482,7 @@ def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]], noti
                 host = host_of(args)
                 return host, api.connect(host, timeout=args.timeout, columns=columns)
             except (OvsdbUnreachable, HostUnreachable) as exc:
-                remote = getattr(args, "host", None) or os.environ.get("HVNET_HOST")
+                remote = getattr(args, "host", None) or configured_host(args.db)
                 if not remote or isinstance(exc, AuthRefused):  # a refused host key is no HostUnreachable
                     raise
                 _close_host(args)

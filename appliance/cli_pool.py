@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 
-from . import render
+from . import config, render
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 from .frontdoor import build_host, inventory_file
 from .hosts import Inventory, InventoryPool, load
@@ -45,9 +44,10 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
 
 
 def _ssl(args: argparse.Namespace) -> SslOptions | None:
-    key = args.ssl_key or os.environ.get("HVNET_SSL_KEY")
-    cert = args.ssl_cert or os.environ.get("HVNET_SSL_CERT")
-    ca = args.ssl_ca or os.environ.get("HVNET_SSL_CA")
+    env = config.environ()
+    key = args.ssl_key or env.get("HVNET_SSL_KEY")
+    cert = args.ssl_cert or env.get("HVNET_SSL_CERT")
+    ca = args.ssl_ca or env.get("HVNET_SSL_CA")
     return SslOptions(key, cert, ca) if key and cert and ca else None
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from . import render
+from . import cli_suite_runs, render
 from .errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -224,7 +224,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             render.table(
                 ["run", "suite", "started", "state", "steps", "lost"],
                 [
-                    [r["run"], r["suite"], r["started"] or "-", r["state"], str(r["steps"]), str(r["lost"])]
+                    [
+                        r["run"],
+                        r["suite"],
+                        r["started"] or "-",
+                        r["state"] + (", pinned" if r.get("pinned") else ""),
+                        str(r["steps"]),
+                        str(r["lost"]),
+                    ]
                     for r in runs
                 ],
             )
@@ -246,13 +253,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("suite", help="netperf suites: run, report, compare, list")
+    p = sub.add_parser("suite", help="netperf suites: run, report, compare, list, prune")
     ss = p.add_subparsers(dest="suite_command", metavar="COMMAND", required=True)
 
     r = ss.add_parser("run", help="run a suite (a file, or a shipped suite's name) and save a run directory")
     r.add_argument("file", metavar="SUITE", help="suite YAML, or the name of a shipped suite (e.g. quick)")
     r.add_argument(
-        "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/tmp/hvnet/runs, then SUITE-TIME)"
+        "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/lib/hvnet/runs, then SUITE-TIME)"
     )
     r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
     r.add_argument(
@@ -297,6 +304,8 @@ def register(sub: Any) -> None:
     v = ss.add_parser("validate", help="check a suite file and print what it would run; runs nothing")
     v.add_argument("file", metavar="SUITE")
     v.set_defaults(func=cmd_validate)
+
+    cli_suite_runs.register(ss)  # prune, pin, unpin
 
 
 def _threshold(text: str) -> float:

@@ -1,9 +1,11 @@
 """The front door: the one place a :class:`~appliance.host.Host` is built from
-command-line options and the environment.
+command-line options, the environment and the configuration file.
 
 The CLI, the console and the agent call :func:`build_host` once; everything
-below receives the Host and reads no ``HVNET_*`` variable itself.  The
-variables read here:
+below receives the Host and reads no ``HVNET_*`` variable itself.  Each
+variable below has a key in ``hvnet.conf`` (:mod:`appliance.config`): the
+environment given here is :func:`appliance.config.environ`, the process's
+variables over the file's values.  The variables read here:
 
 * ``HVNET_DB``, ``HVNET_SSL_KEY|CERT|CA`` -- the OVSDB target (after ``--db``);
 * ``HVNET_LAB_DIR`` -- where a running lab is looked for (its record, not its code);
@@ -20,17 +22,16 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import labstate
+from . import config, labstate
 from .errors import UsageError
 from .host import DataPaths, Host, NameConfig
-from .target import DbTarget, resolve
+from .target import SYSTEM_DB, DbTarget, resolve
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -46,17 +47,29 @@ NAME_VARIABLES = (
 )
 
 
+DATA_VARIABLES = {
+    "state_dir": "HVNET_STATE_DIR",
+    "audit_log": "HVNET_AUDIT_LOG",
+    "runs_dir": "HVNET_RUNS_DIR",
+    "captures_dir": "HVNET_CAPTURES_DIR",
+    "pcap_dir": "HVNET_PCAP_DIR",
+}
+LAB_OWN = ("state_dir", "audit_log")  # a lab's own, whatever hvnet.conf says (a variable still moves them)
+
+
 def data_paths(environ: Mapping[str, str], lab_run_dir: Path | None = None) -> DataPaths:
-    """Default paths, the lab's own when the target is the lab's, then the variables' overrides."""
+    """Default paths, the lab's own when the target is the lab's, then the settings' overrides.
+
+    The configuration file's ``state_dir`` and ``audit_log`` are a hypervisor's: a lab's rollback
+    records and audit log stay in its run directory, so that ``lab down`` leaves nothing behind."""
     paths = DataPaths() if lab_run_dir is None else DataPaths.for_lab(lab_run_dir)
-    overrides = {
-        "state_dir": environ.get("HVNET_STATE_DIR"),
-        "audit_log": environ.get("HVNET_AUDIT_LOG"),
-        "runs_dir": environ.get("HVNET_RUNS_DIR"),
-        "captures_dir": environ.get("HVNET_CAPTURES_DIR"),
-        "pcap_dir": environ.get("HVNET_PCAP_DIR"),
-    }
-    return replace(paths, **{k: Path(v) for k, v in overrides.items() if v})
+    overrides = {}
+    for field, name in DATA_VARIABLES.items():
+        if lab_run_dir is not None and field in LAB_OWN and config.origin(environ, name) == "file":
+            continue
+        if environ.get(name):
+            overrides[field] = Path(environ[name])
+    return replace(paths, **overrides)
 
 
 def build_host(
@@ -78,8 +91,8 @@ def build_host(
     (``hvnet --no-lab agent`` in its unit) must keep policing the system OVS even while
     someone runs a lab on the same machine.
     """
-    env = os.environ if environ is None else environ
-    remote_host = ssh_host if ssh_host is not None else env.get("HVNET_HOST")
+    env = config.environ() if environ is None else environ
+    remote_host = ssh_host if ssh_host is not None else configured_host(db, env)
     run_dir = labstate.lab_dir(env)
     if remote_host is None and not db and not env.get("HVNET_DB") and discover_lab:
         lab_hosts = labstate.running_lab_hosts(run_dir)
@@ -102,6 +115,18 @@ def build_host(
     )
     paths = data_paths(env, run_dir.resolve() if is_lab else None)
     return Host(target, paths=paths, names=names, stop_at=env.get("HVNET_STOP_AT") or None)
+
+
+def configured_host(db: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """``$HVNET_HOST`` or the file's ``[target] host``, unless something of higher rank names a database:
+    ``--db``, or ``$HVNET_DB`` over a host from the file (flags, then variables, then the file)."""
+    env = config.environ() if env is None else env
+    host = env.get("HVNET_HOST") or None
+    if host is None or db:
+        return None
+    if config.origin(env, "HVNET_HOST") == "file" and config.origin(env, "HVNET_DB") == "env":
+        return None
+    return host
 
 
 def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout: float) -> Host:
@@ -154,8 +179,9 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
 
 
 def inventory_file(env: Mapping[str, str] | None = None) -> Path:
-    """The host inventory: ``$HVNET_INVENTORY``, else a running lab's hosts, else ``/etc/hvnet/hosts.yaml``."""
-    env = os.environ if env is None else env
+    """The host inventory: ``$HVNET_INVENTORY`` (or the file's ``[remote] inventory``), else a running
+    lab's hosts, else ``/etc/hvnet/hosts.yaml``."""
+    env = config.environ() if env is None else env
     from .hosts import DEFAULT_INVENTORY
 
     if env.get("HVNET_INVENTORY"):
@@ -226,10 +252,47 @@ def hosts_by_name(names: tuple[str, ...] | list[str], timeout: float = 10.0) -> 
     return dict(zip(names, built))
 
 
+GLOBAL_FLAGS = {"--db": "db", "--host": "host", "--ssl-key": "ssl_key", "--ssl-cert": "ssl_cert",
+                "--ssl-ca": "ssl_ca", "--libvirt": "libvirt"}  # fmt: skip
+
+
+def effective_settings(args: Any) -> list[config.Resolved]:
+    """Every setting as the global options, the environment and the file make it, and where each came
+    from (``hvnet config show``); what :func:`build_host` would do without a target setting is shown
+    too: a running lab's database or first host, and that lab's own state directory and audit log."""
+    env = config.environ()
+    flags = {flag: getattr(args, attr, None) for flag, attr in GLOBAL_FLAGS.items()}
+    rows = {r.setting.name: r for r in config.effective(flags, env)}
+    if args.db or args.host or rows["target.db"].value or rows["target.host"].value:
+        return list(rows.values())
+    run_dir = labstate.lab_dir(env)
+    lab_hosts = None if args.no_lab else labstate.running_lab_hosts(run_dir)
+    lab_db = None if args.no_lab or lab_hosts is not None else labstate.running_lab_db(run_dir)
+    if lab_hosts is None and lab_db is None:
+        rows["target.db"] = replace(rows["target.db"], value=SYSTEM_DB)  # the system's OVS: the last resort
+        return list(rows.values())
+    where = f"running lab {run_dir}"
+    if lab_hosts is not None:
+        rows["target.host"] = replace(rows["target.host"], value=lab_hosts.names[0], source=where, kind="lab")
+        own = DataPaths.for_lab(lab_hosts.host_dir(lab_hosts.names[0]))
+    else:
+        rows["target.db"] = replace(rows["target.db"], value=lab_db, source=where, kind="lab")
+        own = DataPaths.for_lab(run_dir.resolve())
+    for name, path in (("data.state_dir", own.state_dir), ("data.audit_log", own.audit_log)):
+        if rows[name].kind != "env":
+            rows[name] = replace(rows[name], value=str(path), source=f"{where} (its own)", kind="lab")
+    return list(rows.values())
+
+
+def local_environ() -> Mapping[str, str]:
+    """The settings with no remote host in them (``$HVNET_HOST``, ``[target] host``): this machine's switch."""
+    return config.environ().without("HVNET_HOST")
+
+
 def local_host_of(args: Any) -> Host:
     """This machine's switch as the global options name it, leaving out ``--host``/``$HVNET_HOST``:
     the console's ``local`` entry, to which it can always switch back."""
-    env = {k: v for k, v in os.environ.items() if k != "HVNET_HOST"}
+    env = local_environ()
     return build_host(
         args.db, ssl_key=args.ssl_key, ssl_cert=args.ssl_cert, ssl_ca=args.ssl_ca, libvirt=args.libvirt,
         discover_lab=not args.no_lab, environ=env, timeout=args.timeout,

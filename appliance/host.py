@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 DEFAULT_STATE_DIR = Path("/var/lib/hvnet")
 DEFAULT_POLICY_FILE = "/etc/hvnet/policy.yaml"  # what the agent enforces; policy commands' default file
 DEFAULT_AUDIT_LOG = Path("/var/log/hvnet/audit.jsonl")
-DEFAULT_WORK_DIR = Path("/var/tmp/hvnet")
+DEFAULT_DATA_DIR = DEFAULT_STATE_DIR  # runs and pcaps: kept (tmpfiles ages /var/tmp out), the package's 0700
 DEFAULT_CACHE_DIR = Path("/run/hvnet")
 
 
@@ -41,14 +41,15 @@ class DataPaths:
 
     state_dir: Path = DEFAULT_STATE_DIR  # rollback records, the pending --no-commit apply, the watcher's log
     audit_log: Path = DEFAULT_AUDIT_LOG
-    runs_dir: Path = DEFAULT_WORK_DIR / "runs"  # suite runs
-    captures_dir: Path = DEFAULT_WORK_DIR / "isolation"  # isolation checks' pcaps
-    pcap_dir: Path = DEFAULT_WORK_DIR / "captures"  # 'hvnet capture': one directory per capture
+    runs_dir: Path = DEFAULT_DATA_DIR / "runs"  # suite runs ('hvnet suite prune' removes old ones)
+    captures_dir: Path = DEFAULT_DATA_DIR / "isolation"  # isolation checks' pcaps
+    pcap_dir: Path = DEFAULT_DATA_DIR / "captures"  # 'hvnet capture': one directory per capture
     cache_dir: Path = DEFAULT_CACHE_DIR  # answers kept per boot (is tc policing enforced here?)
 
     @classmethod
     def for_lab(cls, run_dir: Path) -> DataPaths:
-        """A lab keeps its state and audit log in its own run directory, gone with ``lab down``."""
+        """A lab keeps its state and audit log in its own run directory, gone with ``lab down`` (runs and
+        pcaps made on it go where everyone's do: they are results to keep)."""
         return cls(state_dir=run_dir, audit_log=run_dir / "audit.jsonl")
 
 

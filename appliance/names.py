@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import config
+
 if TYPE_CHECKING:
     from .xapi import XapiConfig
 
@@ -391,7 +393,7 @@ def libvirt_uri(choice: str | None = None, env: dict[str, str] | os._Environ[str
     :attr:`LibvirtDomains.retry_s` there, and a console left open sees the
     domains of a libvirtd started after it.
     """
-    env = os.environ if env is None else env
+    env = config.environ() if env is None else env
     uri = choice or env.get("HVNET_LIBVIRT_URI") or env.get("LIBVIRT_DEFAULT_URI") or DEFAULT_URI
     return None if uri.strip().lower() == "none" else uri
 
@@ -412,7 +414,7 @@ def default_sources(
         from .xapi import XapiConfig  # XenAPI and its HTTP stack: loaded only where XAPI is configured
 
         xapi = XapiConfig.from_env(env)
-    env = os.environ if env is None else env
+    env = config.environ() if env is None else env
     sources: list[NameSource] = []
     uri = libvirt_uri(libvirt_choice, env)
     if uri and LibvirtDomains.available():

@@ -1,9 +1,10 @@
-"""Directories for data hvnet writes as root under shared places such as ``/var/tmp``.
+"""Directories for data hvnet writes as root, wherever the operator points them.
 
-``/var/tmp/hvnet`` is the default home of suite runs and isolation captures.
-``/var/tmp`` is writable by every user: one who creates ``/var/tmp/hvnet``
-first (or a symlink of that name) would choose where root writes pcaps and
-results.  So every component of such a path is checked before use: it must
+Suite runs and pcaps live under ``/var/lib/hvnet`` by default, but a setting
+may move them under a shared place such as ``/var/tmp``, writable by every
+user: one who creates the directory first (or a symlink of that name) would
+choose where root writes pcaps and results.  So every component of such a
+path is checked before use: it must
 be owned by root or by this user and writable by no one else, except a
 world-writable directory with the sticky bit (``/tmp``, ``/var/tmp``), whose
 entries only their owners can replace -- and those entries are checked in
@@ -18,7 +19,9 @@ from pathlib import Path
 
 from .errors import HvnetError
 
-_HINT = "remove it, or point hvnet elsewhere ($HVNET_RUNS_DIR, $HVNET_CAPTURES_DIR, $HVNET_PCAP_DIR)"
+_HINT = (
+    "remove it, or point hvnet elsewhere ($HVNET_RUNS_DIR, $HVNET_CAPTURES_DIR, $HVNET_PCAP_DIR or hvnet.conf's [data])"
+)
 
 
 class UnsafeDirectory(HvnetError):

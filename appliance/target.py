@@ -3,7 +3,8 @@
 Resolution order, first match wins:
 
 1. the ``--db`` option;
-2. the ``HVNET_DB`` environment variable;
+2. the ``HVNET_DB`` environment variable, then ``[target] db`` in ``hvnet.conf``
+   (the front door passes both as one mapping, see :mod:`appliance.config`);
 3. a running hvnet lab (its ``db.sock``), unless ``--no-lab`` turned lab
    discovery off (the hvnet-agent unit does: a hypervisor's agent polices the
    system OVS whatever else runs on the machine);
@@ -56,7 +57,7 @@ class DbTarget:
     """A resolved OVSDB remote and the reason it was chosen."""
 
     remote: str
-    source: str  # "--db", "HVNET_DB", "lab", "system default"
+    source: str  # "--db", "HVNET_DB", "/etc/hvnet/hvnet.conf:3", "lab", "system default"
     ssl: SslOptions | None = None
     # What the operator knows the database as, when ``remote`` is only a means to it: a remote
     # host's socket ("/var/run/openvswitch/db.sock on xs01") reached through a forwarded one.
@@ -131,7 +132,8 @@ def resolve(
     if db:
         remote, source = validate_remote(db, "--db"), "--db"
     elif env.get("HVNET_DB"):
-        remote, source = validate_remote(env["HVNET_DB"], "HVNET_DB"), "HVNET_DB"
+        source = _where(env, "HVNET_DB")
+        remote = validate_remote(env["HVNET_DB"], source)
     elif lab_db:
         remote, source = lab_db, "lab"
     else:
@@ -147,8 +149,19 @@ def resolve(
                 f"ssl target {remote} needs {', '.join(missing)}",
                 hint="pass the options (or OVS's -p, -c, -C) or set HVNET_SSL_KEY, HVNET_SSL_CERT and HVNET_SSL_CA",
             )
-        for label, path in (("--ssl-key", key), ("--ssl-cert", cert), ("--ssl-ca", ca)):
+        for label, path in (
+            ("--ssl-key" if ssl_key else _where(env, "HVNET_SSL_KEY"), key),
+            ("--ssl-cert" if ssl_cert else _where(env, "HVNET_SSL_CERT"), cert),
+            ("--ssl-ca" if ssl_ca else _where(env, "HVNET_SSL_CA"), ca),
+        ):
             if not os.path.isfile(str(path)):
                 raise UsageError(f"{label}: no such file: {path}")
         ssl = SslOptions(private_key=str(key), certificate=str(cert), ca_cert=str(ca))
     return DbTarget(remote=remote, source=source, ssl=ssl)
+
+
+def _where(env: Mapping[str, str], name: str) -> str:
+    """What a value of ``env`` is called in messages: the variable, or the configuration file's line
+    (:meth:`appliance.config.Layered.where`; this module is below the configuration and does not import it)."""
+    where = getattr(env, "where", None)
+    return str(where(name)) if callable(where) else name

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import labstate, proc
+from .. import config, labstate, proc
 from ..errors import CommandFailed, HvnetError, LabError, UsageError
 from ..guests import GuestEndpoint
 from ..host import DataPaths
@@ -77,8 +77,8 @@ def _assign(row: Any, column: str, value: Any) -> None:
 
 
 def lab_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The lab's run directory (``$HVNET_LAB_DIR`` or the default)."""
-    return labstate.lab_dir(os.environ if env is None else env)
+    """The lab's run directory (``$HVNET_LAB_DIR``, ``[lab] dir`` or the default)."""
+    return labstate.lab_dir(config.environ() if env is None else env)
 
 
 def _vlan_change(port: Any, g: Guest) -> Change:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import HvnetError, UsageError
 from .records import RepetitionResult, StepResult, SuiteResult
+from .retention import PIN_FILE
 
 SCHEMA = "hvnet.netperf.results"
 SCHEMA_VERSION = 1
@@ -139,6 +140,7 @@ def list_runs(base: Path) -> list[dict[str, Any]]:
                 "state": doc.state,
                 "steps": len(doc.steps),
                 "lost": sum(s.summary.lost for s in doc.steps if s.summary is not None),
+                "pinned": (f.parent / PIN_FILE).is_file(),  # kept from every 'hvnet suite prune'
             }
         )
     out.sort(key=lambda r: r["started"] or "", reverse=True)

@@ -154,7 +154,7 @@ class Runner:
         self.client, self.server_ep, self.address = client, server, address
         self.netperf = client.tool("netperf", pf.netperf)
         self.netserver_path = server.tool("netserver", pf.netserver or "") if server else (pf.netserver or "")
-        make_private(self.out_dir / "raw")  # under /var/tmp by default: no other user may own a part of it
+        make_private(self.out_dir / "raw")  # wherever the runs directory is, no other user may own a part of it
         self.kernel_here = self._same_kernel()
         self.doc = self._new_doc(pf)
         for w in pf.warnings:

@@ -1,7 +1,7 @@
 """Captures: start, stop, list and show packet captures on the switch's ports or in lab guests.
 
 Each capture is a directory of hvnet's captures directory (``$HVNET_PCAP_DIR``,
-default ``/var/tmp/hvnet/captures``) holding its pcaps, tcpdump's log and
+default ``/var/lib/hvnet/captures``) holding its pcaps, tcpdump's log and
 ``capture.json``; a detached process of its own runs it (see
 :mod:`appliance.capture.supervise`).  Everything is checked before anything
 starts -- the name, the limits, the port or guest, the filter (by tcpdump

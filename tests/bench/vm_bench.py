@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from appliance.lab.vm.gexec import gexec_argv  # noqa: E402
-from appliance.lab.vm.image import DEFAULT_CACHE, build_image  # noqa: E402
+from appliance.lab.vm.image import build_image, default_cache_root  # noqa: E402
 from tests.vm import plainqemu  # noqa: E402
 
 BOOTS = 3
@@ -32,8 +32,8 @@ BOOTS = 3
 def bench_boot() -> list[str]:
     if shutil.which("qemu-system-x86_64") is None:
         return ["probe guest boot: not measured (qemu-system-x86_64 is not installed)"]
-    image = build_image(DEFAULT_CACHE)
-    lookup = build_image(DEFAULT_CACHE).seconds
+    image = build_image(default_cache_root())
+    lookup = build_image(default_cache_root()).seconds
     ready, uptime, gexec = [], [], []
     with tempfile.TemporaryDirectory(prefix="hvi-bench-") as tmp:
         for i in range(BOOTS):

@@ -59,6 +59,7 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
         f"{PREFIX}/vendor/prometheus_client/__init__.py",
         "/usr/lib/tmpfiles.d/hvnet.conf",
         "/etc/hvnet/policy.yaml",
+        "/etc/hvnet/hvnet.conf",
         "/etc/logrotate.d/hvnet",
         "/usr/share/bash-completion/completions/hvnet",
         "/usr/share/zsh/site-functions/_hvnet",
@@ -91,7 +92,8 @@ def test_hvnet_config_files_and_modes(rpms: dict[str, Path]) -> None:
     assert info["/etc/hvnet/policy.yaml"][1] == "cn", "policy.yaml must be %config(noreplace)"
     assert info["/etc/logrotate.d/hvnet"][1] == "cn"
     assert info["/var/log/hvnet"][0] == "drwxr-x---"
-    assert info["/var/lib/hvnet"][0] == "drwxr-x---"
+    assert info["/etc/hvnet/hvnet.conf"][:2] == ["-rw-r--r--", "cn"], "hvnet.conf must be %config(noreplace)"
+    assert info["/var/lib/hvnet"][0] == "drwx------"
     assert info["/usr/bin/hvnet"][0] == "-rwxr-xr-x"
 
 

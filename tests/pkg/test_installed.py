@@ -71,6 +71,18 @@ def test_installed_hvnet_sees_the_lab(lab: Lab, installed_root: Path) -> None:
     assert vifs["vif1.0"]["vm_name"] == "VM1" and vifs["vif1.0"]["tag"] == 1
 
 
+def test_installed_configuration_file_changes_no_default(installed_root: Path) -> None:
+    conf = installed_root / "etc" / "hvnet" / "hvnet.conf"
+    res = run([str(installed_root / "usr" / "bin" / "hvnet"), "--no-lab", "config", "show", "--json"],
+              env={**os.environ, "HVNET_CONFIG": str(conf)}, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["file"] == str(conf) and doc["file_present"]
+    got = {s["name"]: s for s in doc["settings"]}
+    assert {s["from"] for s in got.values()} <= {"default", "env"}  # every line of the shipped file is a comment
+    assert got["data.runs_dir"]["value"] == "/var/lib/hvnet/runs" or got["data.runs_dir"]["from"] == "env"
+
+
 def test_shipped_and_kickstart_policies_plan_nothing(lab: Lab, installed_root: Path, tmp_path: Path) -> None:
     ks = (ROOT / "kickstart" / "hvnet-kvm-host.ks").read_text(encoding="utf-8")
     m = re.search(r"cat >/etc/hvnet/policy\.yaml <<'EOF'\n(.*?)\nEOF\n", ks, re.S)

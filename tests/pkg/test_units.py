@@ -23,7 +23,7 @@ def test_agent_unit_verifies(installed_root: Path, tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.fail("systemd-analyze is not installed (Debian: systemd)")
     unit = (installed_root / "usr/lib/systemd/system/hvnet-agent.service").read_text()
-    assert "ExecStart=/usr/bin/hvnet --no-lab agent --policy /etc/hvnet/policy.yaml" in unit
+    assert "ExecStart=/usr/bin/hvnet --no-lab agent\n" in unit  # the policy file: hvnet.conf's [agent] policy
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
     assert "Restart=on-failure" in unit and "After=" in unit and "openvswitch.service" in unit
     assert "Type=notify" in unit and "WatchdogSec=" in unit
@@ -66,7 +66,8 @@ def test_tmpfiles_create_the_directories(installed_root: Path, tmp_path: Path) -
     res = run(["systemd-tmpfiles", f"--root={root}", "--create", str(installed_root / "usr/lib/tmpfiles.d/hvnet.conf")])
     assert res.returncode == 0 and not res.stderr.strip(), res.stderr
     assert oct((root / "var/log/hvnet").stat().st_mode & 0o777) == "0o750"
-    assert (root / "var/lib/hvnet").is_dir() and (root / "var/cache/hvnet").is_dir()
+    assert oct((root / "var/lib/hvnet").stat().st_mode & 0o777) == "0o700"  # runs and pcaps: root's alone
+    assert (root / "var/cache/hvnet").is_dir()
 
 
 def test_logrotate_configuration_parses(installed_root: Path, tmp_path: Path) -> None:

@@ -442,6 +442,7 @@ def test_list_runs(tmp_path) -> None:
         "state": "complete",
         "steps": 3,
         "lost": 3,
+        "pinned": False,
     }
     assert runs[0]["suite"] == "regression" and runs[0]["steps"] == 1
 
@@ -451,7 +452,7 @@ def test_runs_dir_follows_the_environment(tmp_path) -> None:
     from appliance.host import DataPaths
 
     assert data_paths({"HVNET_RUNS_DIR": str(tmp_path)}).runs_dir == tmp_path
-    assert data_paths({}).runs_dir == DataPaths().runs_dir == Path("/var/tmp/hvnet/runs")
+    assert data_paths({}).runs_dir == DataPaths().runs_dir == Path("/var/lib/hvnet/runs")
 
 
 # -- report -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 
 from appliance.lab.vm import channel
 from appliance.lab.vm.gexec import gexec_argv
-from appliance.lab.vm.image import DEFAULT_CACHE, build_image
+from appliance.lab.vm.image import build_image, default_cache_root
 from appliance.lab.vm.protocol import EXIT_LOST
 from tests.vm import plainqemu
 
@@ -66,7 +66,7 @@ def image():
         pytest.skip("qemu-system-x86_64 is not installed (package qemu-system-x86; .ci/setup-host installs it)")
     if os.geteuid() != 0:
         pytest.fail("probe guest tests need root (tap, bridge, namespace)")
-    return build_image(DEFAULT_CACHE)
+    return build_image(default_cache_root())
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def client(guest: plainqemu.PlainGuest) -> Iterator[channel.GuestClient]:
 
 
 def test_image_is_cached_and_small(image) -> None:
-    again = build_image(DEFAULT_CACHE)
+    again = build_image(default_cache_root())
     assert not again.built and again.digest == image.digest and again.seconds < 10
     assert again.manifest["modules"][-2:] == ["virtio_net", "virtio_console"]
     print(f"\nprobe image {image.digest[:12]}: kernel {image.kernel.stat().st_size / 1e6:.1f} MB, "

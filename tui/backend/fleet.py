@@ -10,14 +10,13 @@ connect timeout).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import HvnetError
-from appliance.frontdoor import build_host, inventory_file
+from appliance.frontdoor import build_host, inventory_file, local_environ
 from appliance.host import Host
 from appliance.hosts import InventoryHost, load
 from appliance.ovsdb import Connection
@@ -30,7 +29,7 @@ LocalFactory = Callable[[], Host]
 
 def default_local() -> Host:
     """This machine's switch (its lab when one runs), whatever ``$HVNET_HOST`` says."""
-    return build_host(environ={k: v for k, v in os.environ.items() if k != "HVNET_HOST"})
+    return build_host(environ=local_environ())
 
 
 def open_remote(name: str, timeout: float) -> Host:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import proc
+from ... import config, proc
 from ..switch import stop_pid
 from .protocol import PORT_NAME, LineDecoder, encode
 
@@ -103,7 +103,7 @@ def probe_kvm(kernel: Path, initrd: Path, timeout: float = KVM_BOOT_TIMEOUT_S) -
 
 def detect(kernel: Path, initrd: Path) -> Accel:
     """The accelerator lab guests use, probing once per host boot."""
-    forced = os.environ.get("HVNET_VM_ACCEL", "").lower()
+    forced = (config.env_only("HVNET_VM_ACCEL") or "").lower()
     if forced in ("kvm", "tcg"):
         return Accel("kvm" if forced == "kvm" else "qemu", f"HVNET_VM_ACCEL={forced}")
     qemu = proc.which("qemu-system-x86_64")

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ... import proc
+from ... import config, proc
 from ...errors import HvnetError
 from .protocol import PORT_NAME
 
 BUILDER_VERSION = "2"
-DEFAULT_CACHE = Path(os.environ.get("HVNET_IMAGE_CACHE", "/var/cache/hvnet/image"))
+DEFAULT_CACHE = Path("/var/cache/hvnet/image")  # built in; default_cache_root() is the one in use
 KERNEL_METAPACKAGE = "linux-image-cloud-amd64"
 # insmod order: each module after the ones it depends on (there is no modprobe in the guest).
 NET_MODULES = (
@@ -543,10 +543,15 @@ def _cached(final: Path, digest: str, start: float) -> ProbeImage | None:
     )
 
 
-def build_image(cache_root: Path = DEFAULT_CACHE, force: bool = False) -> ProbeImage:
+def default_cache_root() -> Path:
+    """The image cache: ``$HVNET_IMAGE_CACHE``, ``[lab] image_cache`` in hvnet.conf, else :data:`DEFAULT_CACHE`."""
+    return Path(config.resolve("lab.image_cache").value or DEFAULT_CACHE)
+
+
+def build_image(cache_root: Path | None = None, force: bool = False) -> ProbeImage:
     """The probe image for the current inputs: found in the cache, or built (``force``: always built)."""
     start = time.monotonic()
-    cache_root = Path(cache_root)
+    cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
     inputs = collect_inputs(cache_root)
     digest = compute_digest({k: v for k, v in inputs.items() if not k.startswith("_")})
     final = cache_root / digest
