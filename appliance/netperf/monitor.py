@@ -33,6 +33,7 @@ from typing import Any, Optional
 from .. import sampling
 from ..policy import Policy
 from ..policy.model import REMOVE, SamplingRule
+from . import stats
 
 MONITOR_KEYS = {
     "sflow": ("kind", "bridge", *sampling.SFLOW_KEYS[1:]),
@@ -226,3 +227,72 @@ def reception(
     interval = wilson(received, packets)
     out["ratio_ci95"] = None if interval is None or not expected else [round(x * rate, 4) for x in interval]
     return out
+
+
+# -- across a step's repetitions --------------------------------------------------------------------------
+
+
+def _ci(xs: list[float]) -> Optional[dict[str, Any]]:
+    interval = stats.ci(xs)
+    if interval is None:
+        return None
+    hw = interval.half_width
+    return {"mean": round(interval.mean, 3), "ci95": None if hw is None else round(hw, 3), "n": interval.n}
+
+
+def thread_summary(reps: list[Any]) -> Optional[dict[str, Any]]:
+    """ovs-vswitchd's CPU per thread group across repetitions: {group: {mean, ci95, n}} (% of a core)."""
+    groups = sorted({g for r in reps for g in (r.cpu.get("vswitchd_threads_pct") or {})})
+    if not groups:
+        return None
+    out = {}
+    for g in groups:
+        xs = [r.cpu["vswitchd_threads_pct"].get(g, 0.0) for r in reps if r.cpu.get("vswitchd_threads_pct")]
+        out[g] = _ci(xs)
+    return out
+
+
+def combine(records: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """Several repetitions' (or phases') collector records as one: rates as mean ± 95% CI, received ÷ expected
+    from the summed counts with Wilson's interval, socket drops summed."""
+    records = [r for r in records if r]
+    if not records:
+        return None
+    rate = records[0]["sampling"]
+    received = sum(r["received"] for r in records)
+    sampled = [r.get("sampled_packets") for r in records]
+    out: dict[str, Any] = {
+        "kind": records[0]["kind"],
+        "sampling": rate,
+        "received": received,
+        "received_per_s": _ci([r["received_per_s"] for r in records if r.get("received_per_s") is not None]),
+        "accounted_bytes_per_s": _ci(
+            [r["accounted_bytes_per_s"] for r in records if r.get("accounted_bytes_per_s") is not None]
+        ),
+    }
+    drops = [r.get("socket_drops") for r in records]
+    out["socket_drops"] = None if any(d is None for d in drops) else sum(drops)  # type: ignore[misc]
+    if any(s is None for s in sampled):
+        out.update(expected=None, ratio=None, ratio_ci95=None)
+        return out
+    packets = sum(sampled)  # type: ignore[arg-type]
+    expected = packets / rate
+    out["expected"] = round(expected, 1)
+    out["ratio"] = round(received / expected, 4) if expected else None
+    interval = wilson(received, packets)
+    out["ratio_ci95"] = None if interval is None or not expected else [round(x * rate, 4) for x in interval]
+    return out
+
+
+def ratio_verdict(c: Optional[dict[str, Any]]) -> str:
+    """Received ÷ expected in words: within chance of 1, or what it says (a drop, or more than expected)."""
+    if not c or c.get("ratio") is None or not c.get("ratio_ci95"):
+        return "not measured (no port counters)"
+    lo, hi = c["ratio_ci95"]
+    if lo <= 1.0 <= hi:
+        return "as expected"
+    if hi < 1.0:
+        drops = c.get("socket_drops")
+        why = f"{drops} datagram(s) dropped at the collector's socket" if drops else "lost before the collector"
+        return f"FEWER than expected: {why}"
+    return "MORE than expected"

@@ -265,7 +265,7 @@ class MirrorInfo(Record):
 class StepResult(Record):
     """One step (test x case x message size x concurrency) and its repetitions so far."""
 
-    OPTIONAL = frozenset({"summary", "interrupted_repetitions", "monitor", "phases"})
+    OPTIONAL = frozenset({"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector"})
     NESTED = {
         "policing": _optional(Policing),
         "mirrors": _list_of(MirrorInfo),
@@ -295,6 +295,8 @@ class StepResult(Record):
     interrupted_repetitions: Optional[list[int]] = None
     monitor: Optional[Json] = None  # the case's sFlow/IPFIX and its collector
     phases: Optional[list[Json]] = None  # the case's phases as planned
+    vswitchd_threads: Optional[Json] = None  # {thread group: {mean, ci95, n}}, % of a core, across repetitions
+    collector: Optional[Json] = None  # the collector's figures across repetitions (see .monitor.combine)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

@@ -41,6 +41,7 @@ from ..policy.openflow import OpenFlow
 from ..safedirs import make_private
 from . import aggregate, monitoring, omni, results
 from .launch import Batch, Endpoint, Netserver, strip_start
+from .monitor import combine, thread_summary
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
 from .records import (
     Aggregate,
@@ -433,6 +434,8 @@ class Runner:
                 break
             rec.repetitions.append(r)
             rec.summary = aggregate.summary(rec.repetitions)
+            rec.vswitchd_threads = thread_summary(rec.repetitions)
+            rec.collector = combine([x.collector for x in rec.repetitions if x.collector]) if rec.monitor else None
             self._save()
             self._done_s += t.max_seconds() + t.warmup
             self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r.aggregate)
