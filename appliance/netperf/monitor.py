@@ -82,6 +82,23 @@ class Monitor:
         return {"kind": self.kind, "bridge": self.bridge, **dict(self.settings), "variant": self.variant}
 
 
+SETTLE_S = 1.6  # pmacct writes what it received every second: wait this long for the last of it
+IPFIX_SETTLE_MAX_S = 10.0
+
+
+def settle_seconds(monitors: list[Monitor]) -> float:
+    """How long after traffic stops a repetition waits for the last samples to reach the collector's file:
+    an IPFIX cache holds a flow up to its active timeout (OVS's default 60 s; at most 10 s are waited)."""
+    if not monitors:
+        return 0.0
+    waits = [SETTLE_S]
+    for m in monitors:
+        if m.kind == "ipfix" and m.cached:
+            timeout = m.get("cache_active_timeout")
+            waits.append(SETTLE_S + min(IPFIX_SETTLE_MAX_S, 60 if timeout is None else timeout))
+    return max(waits)
+
+
 @dataclass(frozen=True)
 class Phase:
     """From ``at`` seconds into each repetition, this monitoring (None: none)."""

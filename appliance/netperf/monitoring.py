@@ -29,9 +29,7 @@ from ..policy import Change, PolicyEngine
 from . import monitor as mon
 from .suite import Case
 
-SETTLE_S = 1.6  # pmacct writes what it received every second: wait this long for the last of it
 TICK_S = 0.5
-IPFIX_SETTLE_MAX_S = 10.0
 
 
 def socket_drops(port: int, table: str = "/proc/net/udp") -> Optional[int]:
@@ -151,13 +149,8 @@ class CaseMonitoring:
         return {kind: socket_drops(c.port) for kind, c in self.collectors.items()}
 
     def settle_s(self) -> float:
-        """How long after traffic stops the last samples reach the collector's file: an IPFIX cache holds a
-        flow up to its active timeout."""
-        m = self.current
-        if m is not None and m.kind == "ipfix" and m.cached:
-            timeout = m.get("cache_active_timeout")
-            return SETTLE_S + min(IPFIX_SETTLE_MAX_S, 60 if timeout is None else timeout)
-        return SETTLE_S
+        """How long after traffic stops the last samples reach the collector's file (see monitor.settle_seconds)."""
+        return mon.settle_seconds([self.current] if self.current is not None else [])
 
     def close(self) -> list[str]:
         """Undo every change (newest first) and stop every collector; returns what could not be undone."""

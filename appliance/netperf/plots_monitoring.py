@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import StepResult, SuiteResult
-from .report_monitoring import collector, monitoring_series, threads
+from .report_monitoring import collector, cpu_per_gbit, monitoring_series, threads
 
 
 def write(plt: Any, doc: SuiteResult, out_dir: Path) -> list[Path]:
@@ -64,7 +64,7 @@ def _cost(plt: Any, doc: SuiteResult, test: str, steps: list[StepResult], out_di
     base, series = monitoring_series(doc, test)
     if not series:
         return None
-    fig, (ax, ax_cpu, ax_col) = plt.subplots(3, 1, figsize=(8, 10), sharex=True)
+    fig, (ax, ax_cpu, ax_gbit, ax_col) = plt.subplots(4, 1, figsize=(8, 12), sharex=True)
     for label, ss in series.items():
         xs = [int((s.monitor or {}).get("sampling") or 400) for s in ss]
         ys = [s.summary.mean_of("sum") if s.summary else None for s in ss]
@@ -72,11 +72,25 @@ def _cost(plt: Any, doc: SuiteResult, test: str, steps: list[StepResult], out_di
         es = [getattr(f, "ci95", None) or 0.0 for f in fig_sum]
         ax.errorbar(xs, [y or 0 for y in ys], yerr=es, marker="o", capsize=3, label=label)
         cpu = [s.summary.cpu_vswitchd_pct_of_core if s.summary else None for s in ss]
-        ax_cpu.plot(xs, [c or 0 for c in cpu], marker="^", label=label)
+        ax_cpu.plot(xs, [c or 0 for c in cpu], marker="^", label=f"{label}: all threads")
+        for g in sorted({g for s in ss for g in threads(s)}):
+            ys = [(threads(s).get(g) or {}).get("mean") or 0.0 for s in ss]
+            if g != "ovs" and max(ys) >= 0.5:  # the main thread is most of "all threads" with the userspace datapath
+                ax_cpu.plot(xs, ys, linestyle=":", marker=".", label=f"{label}: {g}")
+        per = [cpu_per_gbit(s) or {} for s in ss]
+        ax_gbit.errorbar(xs, [p.get("mean") or 0 for p in per], yerr=[p.get("ci95") or 0 for p in per],
+                         marker="D", capsize=3, label=label)  # fmt: skip
         rate = [((collector(s) or {}).get("received_per_s") or {}).get("mean") for s in ss]
-        ax_col.plot(xs, [r or 0 for r in rate], marker="s", label=label)
+        shown = [(x, r) for x, r in zip(xs, rate) if r]  # log scale: a rate not measured is left out
+        ax_col.plot([x for x, _ in shown], [r for _, r in shown], marker="s", label=label)
     if base is not None and base.summary:
-        for a, v in ((ax, base.summary.mean_of("sum")), (ax_cpu, base.summary.cpu_vswitchd_pct_of_core)):
+        base_gbit = (cpu_per_gbit(base) or {}).get("mean")
+        lines = (
+            (ax, base.summary.mean_of("sum")),
+            (ax_cpu, base.summary.cpu_vswitchd_pct_of_core),
+            (ax_gbit, base_gbit),
+        )
+        for a, v in lines:
             if v is not None:
                 a.axhline(v, linestyle="--", color="grey", label="no monitoring")
     ax.set_xscale("log", base=2)
@@ -84,10 +98,11 @@ def _cost(plt: Any, doc: SuiteResult, test: str, steps: list[StepResult], out_di
     ax.set_title(f"{doc.meta.suite.name} / {test}: the cost of sFlow and IPFIX")
     ax.set_ylabel(f"throughput ({steps[0].units})")
     ax_cpu.set_ylabel("ovs-vswitchd (% of a core)")
+    ax_gbit.set_ylabel("ovs-vswitchd per Gbit/s\n(% of a core)")
     ax_col.set_ylabel("collector samples/s")
-    ax_col.set_yscale("symlog")
+    ax_col.set_yscale("log")
     ax_col.set_xlabel("sampling: 1 in N packets")
-    for a in (ax, ax_cpu, ax_col):
+    for a in (ax, ax_cpu, ax_gbit, ax_col):
         a.grid(True, alpha=0.3)
         a.legend(fontsize="x-small")
     fig.tight_layout()

@@ -14,6 +14,7 @@ from collections import Counter, OrderedDict
 from typing import Any, Callable, Optional
 
 from .. import render
+from . import stats
 from .monitor import combine, ratio_verdict, thread_summary
 from .records import Figure, StepResult, SuiteResult
 
@@ -129,9 +130,10 @@ def _cost_table(test: str, label: str, base: Optional[StepResult], steps: list[S
         ("throughput ÷ off", ratio),
         ("ovs-vswitchd (% of a core)", lambda st: _fmt(st.summary.cpu_vswitchd_pct_of_core if st.summary else None)),
         *thread_rows(cols),
+        ("ovs-vswitchd per Gbit/s (% of a core)", lambda st: _pm(cpu_per_gbit(st))),
         ("host CPU (%)", lambda st: _fmt(st.summary.cpu_host_pct if st.summary else None)),
         ("collector: samples/s", col("received_per_s")),
-        ("collector: accounted kB/s", lambda st: "-" if st is base else _kb(collector(st))),
+        ("collector: traffic accounted (kB/s)", lambda st: "-" if st is base else _kb(collector(st))),
         ("received ÷ expected [95%]", lambda st: "-" if st is base else _ratio(st)),
         ("collector socket drops", lambda st: "-" if st is base else _drops(collector(st))),
         ("lost (of started)", lambda st: f"{st.summary.lost}/{st.summary.instances}" if st.summary else "-"),
@@ -142,6 +144,18 @@ def _cost_table(test: str, label: str, base: Optional[StepResult], steps: list[S
         if verdict != "as expected":
             out.append(f"  received ÷ expected at 1-in-{(s.monitor or {}).get('sampling')}: {verdict}")
     return out
+
+
+def cpu_per_gbit(step: StepResult) -> Optional[dict[str, Any]]:
+    """ovs-vswitchd's CPU per Gbit/s carried, per repetition, mean ± 95% CI: its cost with the traffic's
+    own variation taken out (on a shared machine a step's throughput moves, and the CPU with it)."""
+    xs = []
+    for r in step.repetitions:
+        cpu, rate = r.cpu.get("vswitchd_pct_of_core"), r.aggregate.sum
+        if cpu is not None and rate and step.units == "Mbit/s":
+            xs.append(cpu / (rate / 1000.0))
+    interval = stats.ci(xs)
+    return None if interval is None else {"mean": interval.mean, "ci95": interval.half_width, "n": interval.n}
 
 
 def _kb(c: Optional[dict[str, Any]]) -> str:

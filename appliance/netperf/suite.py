@@ -27,7 +27,7 @@ from ..policy import Policy
 from ..policy.document import from_document as policy_from_document
 from ..topology import DEFAULT_TOPOLOGY, Topology
 from ..topology import load as load_topology
-from .monitor import Monitor, Phase, parse_monitor, parse_phases
+from .monitor import Monitor, Phase, parse_monitor, parse_phases, settle_seconds
 
 SUITES_DIR = Path(__file__).resolve().parent.parent.parent / "netperf-suites"
 
@@ -195,7 +195,10 @@ class Suite:
 
     def estimated_seconds(self) -> float:
         """Lower bound of the run's length (test time plus warm-ups), for the ETA."""
-        return sum((s.test.warmup + s.test.max_seconds()) * s.test.repetitions for s in self.steps())
+        return sum(
+            (s.test.warmup + s.test.max_seconds() + settle_seconds(s.case.monitors())) * s.test.repetitions
+            for s in self.steps()
+        )
 
     def with_overrides(
         self,
