@@ -193,9 +193,14 @@ class Ticker:
         self.series.append((0.0, self.cm.counts()))
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _loop(self) -> None:
         pending = list(self.phases[1:])  # the first phase is in force when the repetition starts

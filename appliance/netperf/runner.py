@@ -208,8 +208,14 @@ class Runner:
         matches no VIF fails the run before the first case, not after the earlier cases ran."""
         fragments = [("setup", self.suite.setup)] + [(f"case {c.name}", c.policy) for c in self.suite.cases]
         failures = []
-        if any(c.monitors() for c in self.suite.cases) and not hasattr(self.guests, "start_collector"):
-            failures.append("cases that monitor (monitor:, phases:) need the lab's sFlow/IPFIX collectors")
+        if any(c.monitors() for c in self.suite.cases):
+            if not hasattr(self.guests, "start_collector"):
+                failures.append("cases that monitor (monitor:, phases:) need the lab's sFlow/IPFIX collectors")
+            elif self.host.label is not None:
+                failures.append(
+                    f"cases that monitor run on the built-in lab's switch, not on {self.host.label}: the "
+                    "collector listens on this machine's loopback, where only that ovs-vswitchd can send"
+                )
         for label, policy in fragments:
             if policy is None:
                 continue
@@ -646,7 +652,7 @@ class _Watch:
             self.ticker.start(self.t0)
 
     def stop(self) -> None:
-        if self.ticker is not None and self.ticker._thread.is_alive():
+        if self.ticker is not None and self.ticker.running:
             self.ticker.stop()
 
     def finish(self, rec: RepetitionResult, after: dict[str, Any], sampler: Any, stdouts: list[str]) -> None:
