@@ -128,7 +128,7 @@ def _cost_table(test: str, label: str, base: Optional[StepResult], steps: list[S
     rows: list[Row] = [
         (f"throughput ({steps[0].units})", tput),
         ("throughput ÷ off", ratio),
-        ("ovs-vswitchd (% of a core)", lambda st: _fmt(st.summary.cpu_vswitchd_pct_of_core if st.summary else None)),
+        ("ovs-vswitchd (% of a core)", lambda st: _pm(_rep_ci(st, "vswitchd_pct_of_core"))),
         *thread_rows(cols),
         ("ovs-vswitchd per Gbit/s (% of a core)", lambda st: _pm(cpu_per_gbit(st))),
         ("host CPU (%)", lambda st: _fmt(st.summary.cpu_host_pct if st.summary else None)),
@@ -144,6 +144,12 @@ def _cost_table(test: str, label: str, base: Optional[StepResult], steps: list[S
         if verdict != "as expected":
             out.append(f"  received ÷ expected at 1-in-{(s.monitor or {}).get('sampling')}: {verdict}")
     return out
+
+
+def _rep_ci(step: StepResult, key: str) -> Optional[dict[str, Any]]:
+    """A CPU figure across the step's repetitions, mean ± 95% CI."""
+    interval = stats.ci([r.cpu[key] for r in step.repetitions if r.cpu.get(key) is not None])
+    return None if interval is None else {"mean": interval.mean, "ci95": interval.half_width}
 
 
 def cpu_per_gbit(step: StepResult) -> Optional[dict[str, Any]]:
