@@ -16,6 +16,8 @@ omni output, aggregate.  A lost instance is recorded with its reason and the
 step goes on.  A policy fragment (the suite's ``setup``, then each case's)
 is applied with the policy engine -- one transaction, verified, meters
 where tc cannot police -- and undone afterwards even when the run fails.
+A case that monitors (sFlow/IPFIX to the lab's collector, phases changed
+during a repetition) is run through :mod:`.monitoring`.
 """
 
 from __future__ import annotations
