@@ -93,6 +93,7 @@ class CaseMonitoring:
         self.tallies: dict[str, _Tally] = {}
         self.applied: list[list[Change]] = []
         self.current: Optional[mon.Monitor] = None
+        self.known = False  # whether the bridge is known to sample as ``current`` (not before the first set)
         self.lock = threading.Lock()
 
     def start(self) -> None:
@@ -127,7 +128,7 @@ class CaseMonitoring:
             for kind in sorted(self.collectors):
                 want = monitor if monitor is not None and monitor.kind == kind else None
                 have = self.current if self.current is not None and self.current.kind == kind else None
-                if want == have:
+                if want == have and self.known:
                     continue
                 policy = mon.policy((kind, self.bridge), want, self.target(kind) if want else None)
                 result = self.engine.apply(policy, record=False)
@@ -137,7 +138,7 @@ class CaseMonitoring:
                 if not result.ok:
                     raise HvnetError(f"case {self.case.name}: {kind} not set: {'; '.join(result.problems)}")
                 ack = {"status": result.status, "changes": ack["changes"] + len(changes)}
-            self.current = monitor
+            self.current, self.known = monitor, True
             ack["took_s"] = round(time.monotonic() - t0, 3)
             return ack
 
