@@ -11,6 +11,7 @@ hands the engine a :class:`GuestSource`; the engine never imports the lab.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -56,4 +57,25 @@ class GuestSource(Protocol):
 
     def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
         """``names`` resolved, or a :class:`~appliance.errors.UsageError` that says how to bring them up."""
+        ...
+
+
+class FlowCollector(Protocol):
+    """An sFlow or IPFIX collector someone started for hvnet (the lab's pmacct, see appliance.lab.collector)."""
+
+    kind: str
+    port: int
+    out: Path  # the JSON lines it writes: ``packets`` and ``bytes`` per record
+
+    @property
+    def target(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+class CollectorSource(Protocol):
+    """Starts collectors beside the switch (hvnet's lab does): a monitored suite case needs one."""
+
+    def start_collector(self, kind: str, run_dir: Path) -> FlowCollector:
+        """A collector of ``kind`` (sflow or ipfix) listening where ovs-vswitchd can send; LabError if not."""
         ...

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -40,6 +41,13 @@ class Received:
     records: int = 0
     packets: int = 0
     bytes: int = 0
+
+
+def free_udp_port() -> int:
+    """A UDP port free on the loopback now (the kernel's pick), for a collector to listen on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def config_text(kind: str, address: str, port: int, out: Path, pidfile: Path, log: Path) -> str:

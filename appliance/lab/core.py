@@ -38,6 +38,7 @@ from ..target import DbTarget
 from ..topology import Guest, Topology
 from ..vlan import VlanCols
 from . import multihost, ovn
+from .collector import Collector, free_udp_port
 from .sshhost import SshHost
 from .switch import Switch
 from .vm import labguests
@@ -567,6 +568,11 @@ class Lab:
     def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
         """``names`` as endpoints for the engine (suites, isolation checks): the lab is their GuestSource."""
         return {name: _endpoint(name, rec) for name, rec in self.require_guests(topology, names).items()}
+
+    def start_collector(self, kind: str, run_dir: Path) -> Collector:
+        """A pmacct collector of ``kind`` on this machine's loopback, started and listening (suite cases that
+        monitor): ovs-vswitchd sends there, not through the bridge it measures. The caller stops it."""
+        return Collector(kind, "127.0.0.1", free_udp_port(), run_dir).start()
 
     def endpoint(self, name: str) -> GuestEndpoint:
         """The lab guest ``name`` as it is now (captures inside it), or a UsageError naming the guests there are."""

@@ -65,9 +65,16 @@ def argv(
     message_size: Optional[int],
     seconds: int,
     confidence: bool = True,
+    interim_s: Optional[float] = None,
 ) -> list[str]:
-    """One instance's command line (an argument list: values never pass through a shell)."""
+    """One instance's command line (an argument list: values never pass through a shell).
+
+    ``interim_s``: netperf's demo mode (``-D``), an interim result about every that many seconds
+    (``NETPERF_INTERIM_RESULT[i]`` lines, see :func:`parse_interim`): a time series within one run.
+    """
     out = [netperf, "-H", address, "-p", str(port), "-t", test.type, "-l", str(seconds), "-P", "0"]
+    if interim_s:
+        out += ["-D", f"{interim_s:g}"]
     if test.is_rr:
         out.append("-j")  # keep latency statistics: MEAN/P50/P90/P99_LATENCY
     if confidence and test.confidence:
@@ -198,3 +205,47 @@ def parse(
             "achieved_width_pct": _num(fields, "THROUGHPUT_CONFID") or 0,
         }
     return inst
+
+
+_INTERIM = re.compile(r"^NETPERF_(INTERIM_RESULT|UNITS|INTERVAL|ENDING)\[(\d+)\]=(.*)$")
+
+
+def parse_interim(stdout: str) -> list[tuple[float, float, float]]:
+    """Demo mode's interim results: (ending, as Unix time; interval, s; rate) in netperf's order.
+
+    An interim result cut short (the instance was stopped while printing it) is left out."""
+    parts: dict[int, dict[str, str]] = {}
+    for line in stdout.splitlines():
+        m = _INTERIM.match(line.strip())
+        if m:
+            parts.setdefault(int(m.group(2)), {})[m.group(1)] = m.group(3).strip()
+    out = []
+    for i in sorted(parts):
+        p = parts[i]
+        try:
+            out.append((float(p["ENDING"]), float(p["INTERVAL"]), float(p["INTERIM_RESULT"])))
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
+def interim_series(
+    instances: list[list[tuple[float, float, float]]], start: float, seconds: int, bin_s: float = 1.0
+) -> list[Optional[float]]:
+    """The instances' interim rates summed in ``bin_s`` bins from ``start`` (Unix time) for ``seconds``.
+
+    Each interim result covers (ending - interval, ending]; its rate counts in each bin in proportion to the
+    overlap, so the sum is the step's rate over time.  A bin no interim result covers is None (not measured).
+    """
+    n = max(1, round(seconds / bin_s))
+    volume = [0.0] * n
+    covered = [0.0] * n
+    for series in instances:
+        for ending, interval, rate in series:
+            lo, hi = ending - interval - start, ending - start
+            for b in range(max(0, int(lo // bin_s)), min(n, int(hi // bin_s) + 1)):
+                overlap = min(hi, (b + 1) * bin_s) - max(lo, b * bin_s)
+                if overlap > 0:
+                    volume[b] += rate * overlap
+                    covered[b] += overlap
+    return [round(v / bin_s, 3) if c > 0 else None for v, c in zip(volume, covered)]

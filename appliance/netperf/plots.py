@@ -75,6 +75,9 @@ def write(doc: SuiteResult, run_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=90)
         plt.close(fig)
         written.append(path)
+    from . import plots_monitoring
+
+    written += plots_monitoring.write(plt, doc, out_dir)
     return written
 
 

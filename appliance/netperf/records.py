@@ -134,6 +134,7 @@ class RepetitionResult(Record):
     """One measured repetition of a step: its instances, figures, CPU and the switch's counters."""
 
     NESTED = {"aggregate": lambda v: Aggregate.from_json(v)}
+    OPTIONAL = frozenset({"collector", "phases", "throughput_series"})
 
     repetition: int = 0
     started: Optional[str] = None
@@ -147,6 +148,10 @@ class RepetitionResult(Record):
     raw: str = ""
     argv: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # monitored cases (sFlow/IPFIX to the lab's collector): what it received against what was expected
+    collector: Optional[Json] = None
+    phases: Optional[list[Json]] = None  # phased cases: each phase's figures (see .monitoring)
+    throughput_series: Optional[list[Optional[float]]] = None  # netperf's interim results summed, 1 s bins
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -260,7 +265,7 @@ class MirrorInfo(Record):
 class StepResult(Record):
     """One step (test x case x message size x concurrency) and its repetitions so far."""
 
-    OPTIONAL = frozenset({"summary", "interrupted_repetitions"})
+    OPTIONAL = frozenset({"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector"})
     NESTED = {
         "policing": _optional(Policing),
         "mirrors": _list_of(MirrorInfo),
@@ -288,6 +293,10 @@ class StepResult(Record):
     repetitions: list[RepetitionResult] = field(default_factory=list)
     summary: Optional[Summary] = None
     interrupted_repetitions: Optional[list[int]] = None
+    monitor: Optional[Json] = None  # the case's sFlow/IPFIX and its collector
+    phases: Optional[list[Json]] = None  # the case's phases as planned
+    vswitchd_threads: Optional[Json] = None  # {thread group: {mean, ci95, n}}, % of a core, across repetitions
+    collector: Optional[Json] = None  # the collector's figures across repetitions (see .monitor.combine)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

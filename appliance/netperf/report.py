@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import render
+from . import report_monitoring
 from .records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]
@@ -216,6 +217,7 @@ def text(doc: SuiteResult) -> str:
         out += ["", t.title, render.table(t.headers, t.rows), *(f"  {n}" for n in t.notes)]
     if not doc.steps:
         out.append("\nno step was measured")
+    out += report_monitoring.monitoring_cost(doc) + report_monitoring.phases(doc)
     return "\n".join(out)
 
 
@@ -230,7 +232,11 @@ def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], te
         what = f"-r {s0.request_size},{s0.response_size}" if s0.request_size else "default size"
     reps = max(_summary(s).repetitions for s in steps)
     title = f"{test}: {s0.type} {what}, {s0.duration} s, {reps} repetition(s), case {case}"
-    rows = _rows(s0.type) + _extra_rows(steps, by_group, first_case, test, case, size)
+    rows = (
+        _rows(s0.type)
+        + report_monitoring.thread_rows(steps)
+        + _extra_rows(steps, by_group, first_case, test, case, size)
+    )
     if size == SWEEP:
         headers = ["message size (bytes)", *[str(s.message_size) for s in steps]]
     else:

@@ -16,6 +16,8 @@ omni output, aggregate.  A lost instance is recorded with its reason and the
 step goes on.  A policy fragment (the suite's ``setup``, then each case's)
 is applied with the policy engine -- one transaction, verified, meters
 where tc cannot police -- and undone afterwards even when the run fails.
+A case that monitors (sFlow/IPFIX to the lab's collector, phases changed
+during a repetition) is run through :mod:`.monitoring`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
 from ..safedirs import make_private
-from . import aggregate, omni, results
+from . import aggregate, monitoring, omni, results
 from .launch import Batch, Endpoint, Netserver, strip_start
+from .monitor import combine, thread_summary
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
 from .records import (
     Aggregate,
@@ -54,7 +57,7 @@ from .records import (
     SuiteInfo,
     SuiteResult,
 )
-from .sampler import CpuSampler, interval_for
+from .sampler import CpuSampler, interval_for, thread_series
 from .suite import Case, Step, Suite
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,7 @@ class _CaseState:
     enforcement: list[dict[str, Any]] = field(default_factory=list)
     policing: Optional[Policing] = None
     mirrors: list[MirrorInfo] = field(default_factory=list)
+    monitoring: Optional[monitoring.CaseMonitoring] = None  # the case's sFlow/IPFIX and collectors
 
 
 class Runner:
@@ -206,6 +210,14 @@ class Runner:
         matches no VIF fails the run before the first case, not after the earlier cases ran."""
         fragments = [("setup", self.suite.setup)] + [(f"case {c.name}", c.policy) for c in self.suite.cases]
         failures = []
+        if any(c.monitors() for c in self.suite.cases):
+            if not hasattr(self.guests, "start_collector"):
+                failures.append("cases that monitor (monitor:, phases:) need the lab's sFlow/IPFIX collectors")
+            elif self.host.label is not None:
+                failures.append(
+                    f"cases that monitor run on the built-in lab's switch, not on {self.host.label}: the "
+                    "collector listens on this machine's loopback, where only that ovs-vswitchd can send"
+                )
         for label, policy in fragments:
             if policy is None:
                 continue
@@ -366,6 +378,14 @@ class Runner:
     def _run_case(self, case: Case, setup: _CaseState) -> None:
         cs = self._apply(case.policy, f"case {case.name}") if case.policy is not None else _CaseState()
         try:
+            if case.monitors():
+                bridge = next((m.bridge for m in case.monitors() if m.bridge), None) or self._client_port()[0]
+                if bridge is None:
+                    raise HvnetError(f"case {case.name}: the client's VIF is on no bridge: nothing to monitor")
+                source: Any = self.guests  # the lab starts collectors (checked at preflight)
+                cs.monitoring = monitoring.CaseMonitoring(case, bridge, self.engine, self.out_dir, source)
+                cs.monitoring.start()
+                self._emit("info", f"case {case.name}: collectors at {', '.join(cs.monitoring.targets())}")
             for step in self.steps:
                 if step.case is not case:
                     continue
@@ -373,8 +393,13 @@ class Runner:
                     break
                 self._run_step(step, cs, setup)
         finally:
-            if cs.changes:
-                self._restore(cs.changes, f"case {case.name}")
+            try:
+                for problem in cs.monitoring.close() if cs.monitoring else []:
+                    self.doc.meta.restore_problems = [*(self.doc.meta.restore_problems or []), problem]
+                    self._warn(problem)
+            finally:
+                if cs.changes:
+                    self._restore(cs.changes, f"case {case.name}")
 
     def _run_step(self, step: Step, cs: _CaseState, setup: _CaseState) -> None:
         t = step.test
@@ -397,6 +422,9 @@ class Runner:
             mirrors=cs.mirrors,
             enforcement=cs.enforcement,
         )
+        if cs.monitoring is not None:
+            rec.monitor = cs.monitoring.describe()
+            rec.phases = [p.to_json() for p in step.case.phases] or None
         self.doc.steps.append(rec)
         self._emit("step", f"{step.key}: {step.concurrency} x {t.type} for {t.duration} s", step=step)
         for rep in range(1, t.repetitions + 1):
@@ -414,6 +442,8 @@ class Runner:
                 break
             rec.repetitions.append(r)
             rec.summary = aggregate.summary(rec.repetitions)
+            rec.vswitchd_threads = thread_summary(rec.repetitions)
+            rec.collector = combine([x.collector for x in rec.repetitions if x.collector]) if rec.monitor else None
             self._save()
             self._done_s += t.max_seconds() + t.warmup
             self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r.aggregate)
@@ -433,6 +463,7 @@ class Runner:
                 message_size=step.message_size,
                 seconds=seconds,
                 confidence=not warmup,
+                interim_s=1.0 if step.case.phases and not warmup else None,
             )
             for _ in range(step.concurrency)
         ]
@@ -445,7 +476,10 @@ class Runner:
         before = self._port_counters(bridge) if not warmup else {}
         drops_before = self._meter_drops(bridge, ofport) if metered else None
         sampler: Optional[CpuSampler] = None
+        watch = _Watch(cs.monitoring, step, before, lambda: self._port_counters(bridge)) if not warmup else None
         try:
+            if watch is not None:
+                watch.begin()
             batch.spawn()
             sampler = CpuSampler(
                 interval_for(seconds),
@@ -458,11 +492,15 @@ class Runner:
                 sampler.start()
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")
             batch.release()
+            if watch is not None:
+                watch.released()
             batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping)
         except BaseException:
             batch.kill()
             if sampler is not None and not warmup:
                 sampler.stop()
+            if watch is not None:
+                watch.stop()
             raise
         cpu = sampler.stop() if not warmup else {}
         if not self.kernel_here:  # this machine's cores are not the host's: not the host's figures
@@ -470,6 +508,8 @@ class Runner:
         if warmup:
             return None
         after = self._port_counters(bridge)
+        if watch is not None:
+            watch.stop()
         drops_after = self._meter_drops(bridge, ofport) if metered else None
         instances = []
         for i in range(step.concurrency):
@@ -503,7 +543,7 @@ class Runner:
             notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
         if self.netserver is not None and not self.netserver.alive():
             notes.append(f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})")
-        return RepetitionResult(
+        result = RepetitionResult(
             repetition=rep,
             started=started,
             start_spread_ms=_r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(step.concurrency)])),
@@ -517,6 +557,10 @@ class Runner:
             argv=argvs[0],
             notes=notes,
         )
+        if watch is not None:
+            stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(step.concurrency)]
+            watch.finish(result, after, sampler, stdouts)
+        return result
 
     def _notes(self, step: Step, agg: Aggregate) -> list[str]:
         notes = []
@@ -577,3 +621,68 @@ def _progress_line(step: Step, rep: int, r: RepetitionResult) -> str:
     a = r.aggregate
     total = "-" if a.sum is None else f"{a.sum:.2f} {step.test.metric}"
     return f"{step.key} rep {rep}: sum {total}, lost {a.lost}/{a.instances}, spread {r.start_spread_ms} ms"
+
+
+class _Watch:
+    """A monitored repetition: collector readings and phases around the batch (nothing when not monitored)."""
+
+    def __init__(
+        self,
+        cm: Optional[monitoring.CaseMonitoring],
+        step: Step,
+        before: dict[str, Any],
+        port_counters: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.cm, self.step, self.before, self.port_counters = cm, step, before, port_counters
+        self.ticker: Optional[monitoring.Ticker] = None
+        self.first_ack: Optional[dict[str, Any]] = None
+
+    def begin(self) -> None:
+        if self.cm is None:
+            return
+        if self.step.case.phases:  # each repetition starts in the first phase
+            self.first_ack = self.cm.set(self.step.case.phases[0].monitor)
+        self.counts = self.cm.counts()
+        self.drops = self.cm.drops()
+        self.ticker = monitoring.Ticker(
+            self.cm, self.step.case.phases, self.port_counters, float(self.step.test.duration)
+        )
+
+    def released(self) -> None:
+        self.t0, self.wall0 = time.monotonic(), time.time()
+        if self.ticker is not None:
+            self.ticker.start(self.t0)
+
+    def stop(self) -> None:
+        if self.ticker is not None and self.ticker.running:
+            self.ticker.stop()
+
+    def finish(self, rec: RepetitionResult, after: dict[str, Any], sampler: Any, stdouts: list[str]) -> None:
+        """The repetition's collector figures (after the collector wrote the last samples) and its phases."""
+        cm, ticker = self.cm, self.ticker
+        if cm is None or ticker is None:
+            return
+        time.sleep(cm.settle_s())
+        final, drops = cm.counts(), cm.drops()
+        ticker.series.append((round(time.monotonic() - self.t0, 3), final))
+        seconds = float(self.step.test.duration)
+        counters = monitoring.deltas(self.before, after)
+        m = cm.case.monitor
+        if m is not None:
+            got = (final[m.kind][0] - self.counts[m.kind][0], final[m.kind][1] - self.counts[m.kind][1])
+            d0, d1 = self.drops.get(m.kind), drops.get(m.kind)
+            rec.collector = monitoring.collector_record(
+                m, cm.target(m.kind), got, counters, seconds,
+                None if d0 is None or d1 is None else d1 - d0, monitoring.rates(ticker.series, m.kind),
+            )  # fmt: skip
+        if cm.case.phases:
+            series = [omni.parse_interim(out) for out in stdouts]
+            rec.throughput_series = omni.interim_series(series, self.wall0, self.step.test.duration)
+            threads = [(a - self.t0, b - self.t0, g) for a, b, g in thread_series(sampler)] if sampler else []
+            rec.phases = monitoring.phase_records(
+                cm, ticker, self.before, after, final, threads, rec.throughput_series, seconds
+            )
+            if ticker.error:
+                rec.notes.append(f"a phase was not applied: {ticker.error}")
+        if sampler is not None:
+            rec.cpu["vswitchd_threads_series"] = [[round(b - self.t0, 2), g] for a, b, g in thread_series(sampler)]

@@ -186,3 +186,19 @@ class CpuSampler:
         if self._server_last:
             out["netserver_pct_of_core"] = round(100.0 * server_s / wall, 1)
         return out
+
+
+def thread_series(sampler: CpuSampler) -> list[tuple[float, float, dict[str, float]]]:
+    """ovs-vswitchd's CPU per thread group over time: (start, end as monotonic s, {group: % of a core}) per
+    sampling interval -- what the summary averages, kept so a report can show it move (phases, bursts)."""
+    out = []
+    for a, b in zip(sampler.snaps, sampler.snaps[1:]):
+        wall = b.t - a.t
+        if wall <= 0 or not b.vswitchd:
+            continue
+        groups: dict[str, float] = {}
+        for tid, cpu in b.vswitchd.items():
+            group = sampler._names.get(tid, "?")
+            groups[group] = groups.get(group, 0.0) + cpu - a.vswitchd.get(tid, 0.0)
+        out.append((a.t, b.t, {g: round(100.0 * s / wall, 1) for g, s in sorted(groups.items())}))
+    return out

@@ -27,6 +27,7 @@ from ..policy import Policy
 from ..policy.document import from_document as policy_from_document
 from ..topology import DEFAULT_TOPOLOGY, Topology
 from ..topology import load as load_topology
+from .monitor import Monitor, Phase, parse_monitor, parse_phases, settle_seconds
 
 SUITES_DIR = Path(__file__).resolve().parent.parent.parent / "netperf-suites"
 
@@ -61,7 +62,7 @@ _ENDPOINT_KEYS = {"client", "server"}
 _SERVER_KEYS = {"address", "port"}
 _DEFAULT_KEYS = {"duration", "repetitions", "warmup", "concurrency"}
 _SETUP_KEYS = {"policy"}
-_CASE_KEYS = {"name", "description", "policy"}
+_CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration"}
 _TEST_KEYS = {
     "name",
     "type",
@@ -113,6 +114,13 @@ class Case:
     name: str
     description: str = ""
     policy: Optional[Policy] = None
+    monitor: Optional[Monitor] = None  # sFlow/IPFIX for the case's steps, to the lab's collector
+    phases: tuple[Phase, ...] = ()  # or monitoring changed at set times within each repetition
+    duration: Optional[int] = None  # seconds per instance for this case's steps (a phased case's long run)
+
+    def monitors(self) -> list[Monitor]:
+        """Every monitoring the case uses (a collector of each kind is started for it)."""
+        return [m for m in [self.monitor, *(p.monitor for p in self.phases)] if m is not None]
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,8 @@ class Suite:
         out: list[Step] = []
         for case in self.cases:
             for test in self.tests:
+                if case.duration is not None:
+                    test = dataclasses.replace(test, duration=case.duration)
                 for size in test.message_sizes:
                     for n in test.concurrency:
                         out.append(Step(len(out), test, case, size, n))
@@ -185,7 +195,10 @@ class Suite:
 
     def estimated_seconds(self) -> float:
         """Lower bound of the run's length (test time plus warm-ups), for the ETA."""
-        return sum((s.test.warmup + s.test.max_seconds()) * s.test.repetitions for s in self.steps())
+        return sum(
+            (s.test.warmup + s.test.max_seconds() + settle_seconds(s.case.monitors())) * s.test.repetitions
+            for s in self.steps()
+        )
 
     def with_overrides(
         self,
@@ -363,8 +376,10 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         defaults = {}
     ck.problems += doc.unknown_keys(defaults, ("defaults",), _DEFAULT_KEYS)
     setup_policy = _setup(ck, data.get("setup"))
-    cases = _cases(ck, data.get("cases"))
+    bridges = {b.name for b in topology.bridges} if topology is not None else set()
+    cases = _cases(ck, data.get("cases"), bridges)
     tests = _tests(ck, data.get("tests"), defaults)
+    _check_phases(ck, cases, tests)
     n_steps = len(cases) * sum(len(t.message_sizes) * len(t.concurrency) for t in tests)
     if n_steps > MAX_STEPS:
         ck.bad(("tests",), f"{n_steps} steps (cases x message sizes x concurrency); at most {MAX_STEPS}")
@@ -445,7 +460,7 @@ def _endpoints(ck: _Checker, value: Any, port_value: Any, guests: set[str]) -> t
     return client, server
 
 
-def _cases(ck: _Checker, value: Any) -> list[Case]:
+def _cases(ck: _Checker, value: Any, bridges: set[str]) -> list[Case]:
     if value is None:
         return [Case("default")]
     if not isinstance(value, list) or not value:
@@ -464,8 +479,48 @@ def _cases(ck: _Checker, value: Any) -> list[Case]:
             continue
         if any(c.name == name for c in out):
             ck.bad((*path, "name"), f"duplicate case name {name!r}")
-        out.append(Case(name, str(raw.get("description", "")), ck.policy(raw.get("policy"), (*path, "policy"))))
+        monitor, phases = _monitoring(ck, raw, path, bridges)
+        policy = ck.policy(raw.get("policy"), (*path, "policy"))
+        duration = None
+        if "duration" in raw:
+            duration = ck.integer(raw["duration"], (*path, "duration"), 1, MAX_DURATION_S, "duration (seconds)")
+        out.append(Case(name, str(raw.get("description", "")), policy, monitor, phases, duration))
     return out or [Case("default")]
+
+
+def _monitoring(
+    ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, bridges: set[str]
+) -> tuple[Optional[Monitor], tuple[Phase, ...]]:
+    """A case's ``monitor:`` or ``phases:`` (one or the other), and no sFlow/IPFIX of its own in ``policy:``."""
+    if "monitor" in raw and "phases" in raw:
+        ck.bad((*path, "phases"), "give monitor (for the whole case) or phases (changed during it), not both")
+        return None, ()
+    if "monitor" in raw or "phases" in raw:
+        pol = raw.get("policy")
+        for br, settings in (pol.get("bridges") or {}).items() if isinstance(pol, dict) else []:
+            for kind in ("sflow", "ipfix"):
+                if isinstance(settings, dict) and kind in settings:
+                    ck.bad((*path, "policy", "bridges", br, kind), f"the case's monitor sets {kind}; not both")
+    monitor = None
+    if "monitor" in raw:
+        _, monitor = parse_monitor(raw["monitor"], ck.bad, (*path, "monitor"), bridges)
+    phases = parse_phases(raw["phases"], ck.bad, (*path, "phases"), bridges) if "phases" in raw else ()
+    return monitor, phases
+
+
+def _check_phases(ck: _Checker, cases: list[Case], tests: list[Test]) -> None:
+    """Every phase must start within every test's run (a phase after the end would never be measured)."""
+    for i, case in enumerate(cases):
+        if not case.phases:
+            continue
+        last = case.phases[-1].at
+        for t in tests:
+            seconds = case.duration or t.duration
+            if seconds <= last:
+                ck.bad(("cases", i, "phases"), f"the last phase starts at {last} s; test {t.name} runs {seconds} s "
+                       "(give the case a duration)")  # fmt: skip
+            if t.confidence is not None:
+                ck.bad(("cases", i, "phases"), f"test {t.name} iterates for confidence: phases need one run")
 
 
 def _tests(ck: _Checker, value: Any, defaults: dict[str, Any]) -> list[Test]:
