@@ -32,7 +32,7 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _GLYPHS = re.compile(r"[▁▂▃▄▅▆▇█▏▎▍▌▋▊▉■▪▮░━╸╺⣀-⣿]+")
 _SPACES = re.compile(r"  +")
 _TARGET = re.compile(r"(hvnet — ).*")
-_SOCKET = re.compile(r"unix:\S+?\.sock|/tmp/\S+")
+_SOCKET = re.compile(r"unix:\S+?\.sock|(?:/var/lib/hvnet|/var/tmp|/tmp)/\S+")
 _PREFIX = re.compile(r"# ?[kMGTPKi]*(?=bit/s|B\b|pkt|pps)")
 
 
