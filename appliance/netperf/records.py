@@ -260,7 +260,7 @@ class MirrorInfo(Record):
 class StepResult(Record):
     """One step (test x case x message size x concurrency) and its repetitions so far."""
 
-    OPTIONAL = frozenset({"summary", "interrupted_repetitions"})
+    OPTIONAL = frozenset({"summary", "interrupted_repetitions", "verdict"})
     NESTED = {
         "policing": _optional(Policing),
         "mirrors": _list_of(MirrorInfo),
@@ -287,6 +287,7 @@ class StepResult(Record):
     enforcement: list[Json] = field(default_factory=list)  # the policy engine's enforcement reports
     repetitions: list[RepetitionResult] = field(default_factory=list)
     summary: Optional[Summary] = None
+    verdict: Optional[Json] = None  # the bottleneck and its evidence (see .verdict), once a repetition finished
     interrupted_repetitions: Optional[list[int]] = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()

@@ -39,7 +39,7 @@ from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
 from ..safedirs import make_private
-from . import aggregate, omni, results
+from . import aggregate, omni, results, verdict
 from .launch import Batch, Endpoint, Netserver, strip_start
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
 from .records import (
@@ -75,6 +75,7 @@ class Event:
     aggregate: Optional[Aggregate] = None
     elapsed_s: float = 0.0
     eta_s: Optional[float] = None
+    verdict: Optional[str] = None  # a repetition's step: its bottleneck so far (see .verdict)
 
 
 @dataclass
@@ -414,9 +415,13 @@ class Runner:
                 break
             rec.repetitions.append(r)
             rec.summary = aggregate.summary(rec.repetitions)
+            found = verdict.of_step(rec, facts=self.doc.meta.preflight["facts"], client_vif=self.client.vif)
+            rec.verdict = found.to_json() if found else None
             self._save()
             self._done_s += t.max_seconds() + t.warmup
-            self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r.aggregate)
+            line = _with_verdict(_progress_line(step, rep, r), found)
+            self._emit("repetition", line, step=step, repetition=rep, aggregate=r.aggregate,
+                       verdict=found.verdict if found else None)  # fmt: skip
 
     def _batch(
         self, step: Step, rep: int, cs: _CaseState, setup: _CaseState, *, warmup: bool
@@ -522,7 +527,13 @@ class Runner:
         notes = []
         ports = self.doc.meta.preflight["facts"].get("ephemeral_ports", {}).get("count")
         limit = crr_ceiling(ports, step.test.duration) * step.test.duration if ports else None
-        if step.test.type == "TCP_CRR" and limit and (agg.transactions or 0) >= CRR_EXHAUSTION_FRACTION * limit:
+        done = agg.transactions or 0
+        # beyond the ceiling, ports came back before TIME_WAIT ended: the ceiling did not bind
+        if (
+            step.test.type == "TCP_CRR"
+            and limit
+            and CRR_EXHAUSTION_FRACTION * limit <= done <= verdict.CRR_BEYOND_CEILING * limit
+        ):
             notes.append(
                 f"{agg.transactions} connections in {step.test.duration} s against {ports} ephemeral ports "
                 f"(at most ~{limit:.0f} with TIME_WAIT): "
@@ -577,3 +588,7 @@ def _progress_line(step: Step, rep: int, r: RepetitionResult) -> str:
     a = r.aggregate
     total = "-" if a.sum is None else f"{a.sum:.2f} {step.test.metric}"
     return f"{step.key} rep {rep}: sum {total}, lost {a.lost}/{a.instances}, spread {r.start_spread_ms} ms"
+
+
+def _with_verdict(line: str, found: Optional[verdict.Verdict]) -> str:
+    return line if found is None else f"{line}, bottleneck {found.verdict}"
