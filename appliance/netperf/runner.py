@@ -463,7 +463,7 @@ class Runner:
                 sampler.start()
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")
             batch.release()
-            batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping)
+            batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping, quiet_s=seconds)
         except BaseException:
             batch.kill()
             if sampler is not None and not warmup:
