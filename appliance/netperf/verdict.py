@@ -83,7 +83,6 @@ class _Seen:
     netperf: Optional[float]
     netserver: Optional[float]
     slots: int  # how many cores the instances could use at most: min(instances, cores)
-    sent_mbps: Optional[float]  # what the clients sent (UDP) or achieved (TCP)
     received_mbps: Optional[float]
     delivered_mbps: Optional[float]  # what the switch sent out of ports other than the client's
     switched_pkts: int
@@ -126,7 +125,6 @@ def _seen(step: StepResult, rep: RepetitionResult, client_vif: Optional[str]) ->
         netperf=cpu.get("netperf_pct_of_core"),
         netserver=cpu.get("netserver_pct_of_core"),
         slots=max(1, min(step.concurrency or 1, len(cores) or 1)),
-        sent_mbps=agg.sent_mbps if udp else agg.sum,
         received_mbps=agg.received_mbps if udp else agg.sum,
         delivered_mbps=delivered if client_vif else None,
         switched_pkts=switched,
