@@ -136,6 +136,10 @@ def _pct(x: Optional[float]) -> str:
     return "not measured" if x is None else f"{x:.0f}%"
 
 
+def _netserver_cpu(s: _Seen) -> str:
+    return "netserver's CPU not measured" if s.netserver is None else f"netserver at {s.netserver:.0f}% of a core"
+
+
 def _cores(s: _Seen) -> str:
     return "/".join(f"{c:.0f}" for c in s.cores) + "%"
 
@@ -283,7 +287,7 @@ def _lost(rep: RepetitionResult, verdict: str, s: _Seen) -> Optional[dict[str, A
         return {
             "instances": agg.lost,
             "verdict": "unknown",
-            "evidence": [f"{unanswered} instance(s) found no netserver answering; netserver at {_pct(s.netserver)}"],
+            "evidence": [f"{unanswered} instance(s) found no netserver answering; {_netserver_cpu(s)}"],
         }
     said = "; ".join(f"{n} x {r}" for r, n in reasons.items())
     return {
@@ -316,7 +320,7 @@ def _lost_total(each: list[Verdict]) -> Optional[dict[str, Any]]:
     if not losts:
         return None
     top, _ = Counter(lost["verdict"] for lost in losts).most_common(1)[0]
-    evidence = [e for lost in losts for e in lost["evidence"]]
+    evidence = list(dict.fromkeys(e for lost in losts for e in lost["evidence"]))  # each said once
     return {"instances": sum(lost["instances"] for lost in losts), "verdict": top, "evidence": evidence}
 
 
