@@ -41,6 +41,8 @@ _LAUNCHER = (
     "os.execv(sys.argv[3],sys.argv[3:])"
 )
 START_MARK = "hvnet-start "
+QUIET_POLL_S = 0.5  # while the instances measure: hvnet's process stays out of their way
+REAP_POLL_S = 0.05  # after the test length: reap promptly
 GUEST_CPU_MARK = "hvnet-guest-cpu "  # appliance.lab.vm.gexec's last stderr line: the guest process's CPU seconds
 
 
@@ -236,14 +238,20 @@ class Batch:
             os.close(self._go_w)
             self._go_w = None
 
-    def wait(self, deadline_s: float, should_stop: Callable[[], bool]) -> None:
+    def wait(self, deadline_s: float, should_stop: Callable[[], bool], quiet_s: float = 0.0) -> None:
         """Reap every instance (rusage included); stop the ones still running at the deadline or on request.
 
         Each PID is waited for by number (``wait4(pid, WNOHANG)``), never
         ``wait(-1)``: other threads' subprocesses must keep their exit status.
+        For the first ``quiet_s`` seconds (the test length) hvnet looks only
+        every half second: on a small host every wake-up of hvnet's process
+        can move netperf, netserver or the switch to another core, which
+        changes a request/response rate; an instance that ends early is
+        reaped a little later, its rusage kept by the kernel meanwhile.
         """
         pending = dict(enumerate(self.popens))
-        end = time.monotonic() + deadline_s
+        start = time.monotonic()
+        end = start + deadline_s
         stopped: Optional[float] = None  # seconds after which instances were stopped
         killed = False
         while pending:
@@ -270,7 +278,7 @@ class Batch:
                 for p in pending.values():
                     _signal(p, signal.SIGKILL)
                 killed = True
-            time.sleep(0.05)
+            time.sleep(QUIET_POLL_S if now < start + quiet_s and stopped is None else REAP_POLL_S)
         self.finished_ns = time.monotonic_ns()
         for i in range(len(self.popens)):
             stamp = read_start(self.err_path(i))

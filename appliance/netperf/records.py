@@ -265,7 +265,9 @@ class MirrorInfo(Record):
 class StepResult(Record):
     """One step (test x case x message size x concurrency) and its repetitions so far."""
 
-    OPTIONAL = frozenset({"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector"})
+    OPTIONAL = frozenset(
+        {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict"}
+    )
     NESTED = {
         "policing": _optional(Policing),
         "mirrors": _list_of(MirrorInfo),
@@ -292,6 +294,7 @@ class StepResult(Record):
     enforcement: list[Json] = field(default_factory=list)  # the policy engine's enforcement reports
     repetitions: list[RepetitionResult] = field(default_factory=list)
     summary: Optional[Summary] = None
+    verdict: Optional[Json] = None  # the bottleneck and its evidence (see .verdict), once a repetition finished
     interrupted_repetitions: Optional[list[int]] = None
     monitor: Optional[Json] = None  # the case's sFlow/IPFIX and its collector
     phases: Optional[list[Json]] = None  # the case's phases as planned

@@ -10,12 +10,13 @@ several cases add each case's change against the first.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import render
-from . import report_monitoring
+from . import report_monitoring, verdict
 from .records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]
@@ -200,6 +201,7 @@ class Table:
 
 def tables(doc: SuiteResult) -> list[Table]:
     """One table per (test, case, message size) that has a measured step, in run order."""
+    doc = with_verdicts(doc)
     out = []
     by_group = groups(doc)
     first_case = doc.steps[0].case if doc.steps else None
@@ -236,6 +238,7 @@ def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], te
         _rows(s0.type)
         + report_monitoring.thread_rows(steps)
         + _extra_rows(steps, by_group, first_case, test, case, size)
+        + observer_rows()
     )
     if size == SWEEP:
         headers = ["message size (bytes)", *[str(s.message_size) for s in steps]]
@@ -249,7 +252,42 @@ def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], te
         for rep in s.repetitions:
             for note in rep.notes:
                 notes.append(f"note at {at} (rep {rep.repetition}): {note}")
+        notes += verdict_lines(s, at)
     return Table(title, headers, [[label, *[fn(s) for s in steps]] for label, fn in rows], notes, test, case)
+
+
+def with_verdicts(doc: SuiteResult) -> SuiteResult:
+    """The run with every measured step's verdict: the one it recorded, or (an older run) computed now.
+    A copy: the caller's document is not changed."""
+    facts = doc.meta.preflight.get("facts") or {}
+    steps = []
+    for step in doc.steps:
+        found = verdict.stored_or_computed(step, facts, doc.meta.client.vif)
+        steps.append(dataclasses.replace(step, verdict=found.to_json() if found else None))
+    return dataclasses.replace(doc, steps=steps)
+
+
+def _verdict_of(step: StepResult) -> Optional[verdict.Verdict]:
+    return verdict.Verdict.from_json(step.verdict) if step.verdict else None
+
+
+def observer_rows() -> list[Row]:
+    """What the measuring itself cost (hvnet's own process) and where the step's bottleneck was."""
+    return [
+        ("hvnet's own CPU (% of a core)", lambda st: _fmt(_summary(st).cpu_hvnet_pct_of_core, 1)),
+        ("bottleneck (see below)", lambda st: v.verdict if (v := _verdict_of(st)) else "-"),
+    ]
+
+
+def verdict_lines(step: StepResult, at: str) -> list[str]:
+    """The bottleneck's evidence, and whom the lost instances are put down to."""
+    v = _verdict_of(step)
+    if v is None:
+        return []
+    out = [f"bottleneck at {at}: {v.verdict}: {'; '.join(v.evidence) or 'no evidence recorded'}"]
+    if v.lost:
+        out.append(f"lost at {at} attributed to {v.lost['verdict']}: {'; '.join(v.lost['evidence'])}")
+    return out
 
 
 def _extra_rows(

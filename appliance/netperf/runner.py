@@ -41,7 +41,7 @@ from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
 from ..safedirs import make_private
-from . import aggregate, monitoring, omni, results
+from . import aggregate, monitoring, omni, results, verdict
 from .launch import Batch, Endpoint, Netserver, strip_start
 from .monitor import combine, thread_summary
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
@@ -78,6 +78,7 @@ class Event:
     aggregate: Optional[Aggregate] = None
     elapsed_s: float = 0.0
     eta_s: Optional[float] = None
+    verdict: Optional[str] = None  # a repetition's step: its bottleneck so far (see .verdict)
 
 
 @dataclass
@@ -444,9 +445,13 @@ class Runner:
             rec.summary = aggregate.summary(rec.repetitions)
             rec.vswitchd_threads = thread_summary(rec.repetitions)
             rec.collector = combine([x.collector for x in rec.repetitions if x.collector]) if rec.monitor else None
+            found = verdict.of_step(rec, facts=self.doc.meta.preflight["facts"], client_vif=self.client.vif)
+            rec.verdict = found.to_json() if found else None
             self._save()
             self._done_s += t.max_seconds() + t.warmup
-            self._emit("repetition", _progress_line(step, rep, r), step=step, repetition=rep, aggregate=r.aggregate)
+            line = _with_verdict(_progress_line(step, rep, r), found)
+            self._emit("repetition", line, step=step, repetition=rep, aggregate=r.aggregate,
+                       verdict=found.verdict if found else None)  # fmt: skip
 
     def _batch(
         self, step: Step, rep: int, cs: _CaseState, setup: _CaseState, *, warmup: bool
@@ -494,7 +499,7 @@ class Runner:
             batch.release()
             if watch is not None:
                 watch.released()
-            batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping)
+            batch.wait((t.max_seconds() if not warmup else seconds) + GRACE_S, lambda: self.stopping, quiet_s=seconds)
         except BaseException:
             batch.kill()
             if sampler is not None and not warmup:
@@ -566,7 +571,13 @@ class Runner:
         notes = []
         ports = self.doc.meta.preflight["facts"].get("ephemeral_ports", {}).get("count")
         limit = crr_ceiling(ports, step.test.duration) * step.test.duration if ports else None
-        if step.test.type == "TCP_CRR" and limit and (agg.transactions or 0) >= CRR_EXHAUSTION_FRACTION * limit:
+        done = agg.transactions or 0
+        # beyond the ceiling, ports came back before TIME_WAIT ended: the ceiling did not bind
+        if (
+            step.test.type == "TCP_CRR"
+            and limit
+            and CRR_EXHAUSTION_FRACTION * limit <= done <= verdict.CRR_BEYOND_CEILING * limit
+        ):
             notes.append(
                 f"{agg.transactions} connections in {step.test.duration} s against {ports} ephemeral ports "
                 f"(at most ~{limit:.0f} with TIME_WAIT): "
@@ -686,3 +697,7 @@ class _Watch:
                 rec.notes.append(f"a phase was not applied: {ticker.error}")
         if sampler is not None:
             rec.cpu["vswitchd_threads_series"] = [[round(b - self.t0, 2), g] for a, b, g in thread_series(sampler)]
+
+
+def _with_verdict(line: str, found: Optional[verdict.Verdict]) -> str:
+    return line if found is None else f"{line}, bottleneck {found.verdict}"

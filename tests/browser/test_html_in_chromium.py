@@ -26,7 +26,7 @@ from appliance.netperf import compare, results
 from appliance.netperf import html as np_html
 
 DATA = Path(__file__).resolve().parent.parent / "unit" / "data"
-WIDTH, HEIGHT = 1200, 2000
+WIDTH, HEIGHT = 1200, 3000  # tall enough for the first plot below a run's metadata and first table
 PLOT_BLUE = (0x1F, 0x77, 0xB4)  # matplotlib's first line colour
 LEAK_RED = (0xFB, 0xD9, 0xD6)  # the page's .bad cell background
 PROBE = """<script>

@@ -20,6 +20,7 @@ from .policy_helpers import vsctl
 
 DATA = Path(__file__).parent / "data"
 TYPES = {"TCP_STREAM", "UDP_STREAM", "TCP_RR", "TCP_CRR", "UDP_RR"}
+VERDICTS = {"policer", "switch", "sender-cpu", "receiver-cpu", "ports", "unknown"}
 
 pytestmark = pytest.mark.lab
 
@@ -85,6 +86,9 @@ def test_quick_runs_end_to_end(lab: Lab, base_run: Path) -> None:
         if step["type"] == "UDP_STREAM":
             assert step["summary"]["sent_mbps"]["mean"] >= step["summary"]["received_mbps"]["mean"] > 0
         assert step["summary"]["sum"]["ci95"] is not None  # three repetitions: an interval
+        # every step names its bottleneck, with evidence; the userspace datapath's thread is the usual one
+        assert step["verdict"]["verdict"] in VERDICTS and step["verdict"]["evidence"], step["verdict"]
+        assert all(r["cpu"]["hvnet_pct_of_core"] < 5 for r in step["repetitions"])  # the observer's own cost
     lines = (base_run / "results.csv").read_text().splitlines()
     assert lines[0].startswith("step,test,type") and len(lines) == 1 + 10 * 3
     # the netserver hvnet started is gone, and no netperf is left behind
@@ -99,8 +103,11 @@ def test_report_regenerates_tables_and_plots(base_run: Path) -> None:
     out = res.stdout
     assert "avg throughput (Mbit/s)" in out and "avg transaction rate (trans/s)" in out
     assert "lost (of started)" in out and "concurrent instances" in out and "ovs-vswitchd (% of a core)" in out
+    assert "hvnet's own CPU (% of a core)" in out and "bottleneck at 1: " in out
     pngs = sorted((base_run / "plots").glob("*.png"))
-    assert [p.stem for p in pngs] == sorted(["tcp-stream", "udp-stream", "tcp-rr", "tcp-crr", "udp-rr"])
+    tests = ["tcp-stream", "udp-stream", "tcp-rr", "tcp-crr", "udp-rr"]
+    # each test's figures and its ovs-vswitchd threads' CPU
+    assert [p.stem for p in pngs] == sorted(tests + [f"{t}-threads" for t in tests])
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     page = base_run.parent / "quick.html"  # the same run as one page: its tables and a plot per test, inline
     res = run_hvnet("suite", "report", str(base_run), "--html", str(page))
@@ -170,6 +177,10 @@ def test_stopping_the_netserver_mid_suite_gives_lost_instances(lab: Lab, tmp_pat
     assert last["lost"] == 2 and all("establish control" in r for r in last["lost_reasons"]), last
     assert any("netserver" in n and "not running" in n for n in reps[-1]["notes"])
     assert "lost at 2:" in stdout and "establish control" in stdout
+    lost = doc["steps"][0]["verdict"]["lost"]  # attributed, with its evidence
+    assert lost["instances"] == sum(r["aggregate"]["lost"] for r in reps), lost  # every repetition's
+    assert lost["verdict"] in VERDICTS and lost["evidence"], lost
+    assert "lost at 2 attributed to " in stdout
     assert not netperf_pids(lab)
 
 

@@ -127,6 +127,10 @@ async def test_run_quick_open_and_compare(lab, tmp_path: Path, monkeypatch) -> N
             assert results.row_count == 10  # 5 tests x concurrency 1 and 4
             totals = [str(results.get_cell(k, "Total")) for k in screen.figures]
             assert all(t != "-" for t in totals), totals
+            bottlenecks = [str(results.get_cell(k, "Bottleneck")) for k in screen.figures]
+            assert all(
+                b in ("policer", "switch", "sender-cpu", "receiver-cpu", "ports", "unknown") for b in bottlenecks
+            )
             assert all(f.done == 3 for f in screen.figures.values())
             assert screen.reps_done == screen.reps_total == 30
 
@@ -147,6 +151,7 @@ async def test_run_quick_open_and_compare(lab, tmp_path: Path, monkeypatch) -> N
             await pilot.press("o")
             report = screen.query_one("#report", Static)
             assert await wait_until(pilot, lambda: "suite quick: complete" in str(report.render()), 5)
+            assert "bottleneck at 1: " in str(report.render())  # the evidence, in the opened run's report
             assert screen.showing == f"past run {run1.name}"
             assert results.row_count == 10
 

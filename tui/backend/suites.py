@@ -127,6 +127,7 @@ class StepFigures:
     lost: int = 0
     instances: int = 0
     latency_us: list[float] = field(default_factory=list)
+    bottleneck: Optional[str] = None  # the step's verdict so far (policer, switch, ...; see appliance.netperf.verdict)
 
     @property
     def units(self) -> str:
@@ -150,8 +151,9 @@ class StepFigures:
             parts.append(f"m{self.message_size}")
         return "/".join(parts)
 
-    def add(self, agg: Aggregate) -> None:
+    def add(self, agg: Aggregate, bottleneck: Optional[str] = None) -> None:
         self.done += 1
+        self.bottleneck = bottleneck or self.bottleneck
         if agg.sum is not None:
             self.totals.append(float(agg.sum))
         if agg.latency_mean_us is not None:
@@ -177,6 +179,7 @@ class StepFigures:
         )
         for rep in rec.repetitions:
             f.add(rep.aggregate)
+        f.bottleneck = (rec.verdict or {}).get("verdict")
         return f
 
 

@@ -141,7 +141,10 @@ def _num(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:,.1f}"
 
 
-def _row(f: StepFigures) -> tuple[str, ...]:
+RESULT_COLUMNS = ("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs", "Bottleneck")
+
+
+def _row(f: StepFigures) -> tuple[str | Text, ...]:
     return (
         f.label,
         str(f.concurrency),
@@ -150,6 +153,7 @@ def _row(f: StepFigures) -> tuple[str, ...]:
         f.units,
         f"{f.lost}/{f.instances}",
         _num(f.mean_latency),
+        Text(f.bottleneck or "-"),  # read from a results file: shown literally, never as markup
     )
 
 
@@ -226,7 +230,7 @@ class SuitesScreen(Screen[None]):
 
     def on_mount(self) -> None:
         results = self.query_one("#results", DataTable)
-        for name in ("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs"):
+        for name in RESULT_COLUMNS:
             results.add_column(name, key=name)
         runs = self.query_one("#runs", DataTable)
         for name in ("Base", "Run", "Suite", "State", "Steps", "Lost", "Started"):
@@ -352,9 +356,9 @@ class SuitesScreen(Screen[None]):
             self._status(e.message)
         elif e.kind == "repetition" and e.step is not None:
             f = self.figures.get(e.step.key) or StepFigures.from_step(e.step)
-            f.add(e.aggregate or Aggregate())
+            f.add(e.aggregate or Aggregate(), e.verdict)
             table = self.query_one("#results", DataTable)
-            for column, value in zip(("Test", "Conc", "Reps", "Total", "Units", "Lost", "Lat µs"), _row(f)):
+            for column, value in zip(RESULT_COLUMNS, _row(f)):
                 table.update_cell(f.key, column, value)
             self.reps_done += 1
             self.query_one("#step", ProgressBar).update(progress=f.done)
