@@ -32,7 +32,9 @@ from appliance.topology import load as load_topology  # noqa: E402
 
 HVNET = [sys.executable, "-m", "appliance"]
 ALTERNATIONS = 5
-RR_PAIRS = 12  # TCP_RR: the figure the fidelity target is about
+# TCP_RR: the figure the fidelity target is about.  On two shared cores one run scatters by +-40% (where
+# the scheduler puts netperf, netserver and ovs-vswitchd), so 12 pairs left the median to chance; 30 do not.
+RR_PAIRS = 30
 BOOTSTRAP = 4000
 TARGET = 0.97
 SECONDS = 5
