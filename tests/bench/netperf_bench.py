@@ -33,7 +33,8 @@ from appliance.topology import load as load_topology  # noqa: E402
 HVNET = [sys.executable, "-m", "appliance"]
 ALTERNATIONS = 5
 # TCP_RR: the figure the fidelity target is about.  On two shared cores one run scatters by +-40% (where
-# the scheduler puts netperf, netserver and ovs-vswitchd), so 12 pairs left the median to chance; 30 do not.
+# the scheduler puts netperf, netserver and ovs-vswitchd): 12 pairs left the median to chance, 30 gave an
+# interval of about +-2% here.
 RR_PAIRS = 30
 BOOTSTRAP = 4000
 TARGET = 0.97
