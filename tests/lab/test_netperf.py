@@ -107,7 +107,7 @@ def test_report_regenerates_tables_and_plots(base_run: Path) -> None:
     pngs = sorted((base_run / "plots").glob("*.png"))
     tests = ["tcp-stream", "udp-stream", "tcp-rr", "tcp-crr", "udp-rr"]
     # each test's figures and its ovs-vswitchd threads' CPU
-    assert [p.stem for p in pngs] == sorted(tests + [f"{t}-threads" for t in tests])
+    assert sorted(p.stem for p in pngs) == sorted(tests + [f"{t}-threads" for t in tests])
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     page = base_run.parent / "quick.html"  # the same run as one page: its tables and a plot per test, inline
     res = run_hvnet("suite", "report", str(base_run), "--html", str(page))
