@@ -263,16 +263,11 @@ class OpenFlow:
         self._meter_mods(bridge, [*_mods(ofchannel.OFPMC_MODIFY, todo.modify), *_mods(ofchannel.OFPMC_ADD, todo.add)])
         bundle = _bundle(inst, pipe)
         if bundle is not None:
-            res = self.runner.run(
-                ["ovs-ofctl", "-O", "OpenFlow13", "bundle", self._switch(bridge), "-"],
-                input_text=bundle, check=False, timeout=60,
-            )  # fmt: skip
-            if res.returncode != 0:
+            try:
+                self.apply_bundle(bridge, bundle)
+            except HvnetError:
                 self._undo_meters(bridge, inst, todo)
-                raise HvnetError(
-                    f"the switch refused hvnet's OpenFlow pipeline on {bridge}; the previous flows stay: "
-                    + " ".join(res.stderr.split())[:600]
-                )
+                raise
         gone = [m for _, m in todo.remove]
         self._meter_mods(bridge, [ofchannel.MeterMod(ofchannel.OFPMC_DELETE, m) for m in gone])
         return SyncResult(
@@ -281,6 +276,20 @@ class OpenFlow:
             removed=[ofport for ofport, _ in todo.remove],
             pipeline=bundle is not None,
         )
+
+    def apply_bundle(self, bridge: str, text: str) -> None:
+        """Flow and group mods (``ovs-ofctl bundle`` lines) as one atomic bundle: all applied, or none."""
+        res = self.runner.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "bundle", self._switch(bridge), "-"],
+            input_text=text,
+            check=False,
+            timeout=60,
+        )
+        if res.returncode != 0:
+            raise HvnetError(
+                f"the switch refused hvnet's OpenFlow pipeline on {bridge}; the previous flows stay: "
+                + " ".join(res.stderr.split())[:600]
+            )
 
     def _meter_mods(self, bridge: str, mods: list[ofchannel.MeterMod]) -> None:
         """Meter mods in one OpenFlow session (a forwarded socket on a remote host); refusals raise."""
