@@ -181,3 +181,17 @@ def test_a_bundle_the_switch_refuses_leaves_the_previous_pipeline(lab: Lab, mon:
         of.apply_bundle("xenbr0", bundle + "\n")
     assert (ofctl(lab, "dump-flows", opts=("--no-stats",)), ofctl(lab, "dump-groups")) == before
     assert run_hvnet("verify", f).returncode == 0
+
+
+def test_a_gre_tap_gets_its_tunnel_port_and_takes_it_away(lab: Lab, mon: str, tmp_path: Path) -> None:
+    policy = POLICY.format(method="flows", extra="").replace("{port: mon0}", "{gre: 192.0.2.9, key: 5}")
+    f = write(tmp_path / "p.yaml", policy)
+    assert hv("apply", f)["status"] == "applied"
+    [tunnel] = [p for p in vsctl(lab, "list-ports", "xenbr0").split() if p.startswith("tap")]
+    assert vsctl(lab, "get", "interface", tunnel, "type") == "gre"
+    assert vsctl(lab, "get", "interface", tunnel, "options:key") == '"5"'
+    ofport = vsctl(lab, "get", "interface", tunnel, "ofport")
+    assert f"actions=output:{ofport},goto_table:60" in ofctl(lab, "dump-flows", opts=("--no-stats",))
+    assert run_hvnet("verify", f).returncode == 0
+    assert hv("tap", "del", "icmp12")["status"] == "applied"
+    assert tunnel not in vsctl(lab, "list-ports", "xenbr0").split()
