@@ -16,7 +16,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import __version__, cli_capture, cli_completion, cli_config, cli_exporter, cli_policy_args, cli_suite, render
+from . import (
+    __version__,
+    cli_capture,
+    cli_completion,
+    cli_config,
+    cli_exporter,
+    cli_policy_args,
+    cli_suite,
+    cli_tap,
+    render,
+)
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
 from .frontdoor import configured_host, host_of, lab_switches, local_host_of
@@ -368,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_capture.register(sub)
     cli_exporter.register(sub)
     cli_config.register(sub)
+    cli_tap.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.add_argument(

@@ -42,7 +42,7 @@ from ..systemd import Notifier
 from .document import load
 from .engine import PolicyEngine
 from .link import LinkKeeper
-from .model import TUNNEL_MIRROR_KEY, Policy, is_owned
+from .model import TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, Policy, is_owned
 
 log = logging.getLogger("hvnet.agent")
 
@@ -243,9 +243,11 @@ class Agent:
                 if not (selects or col(m, "select_vlan")) or not outputs:
                     out[("Mirror", str(m.uuid))] = (br, m)
         for br in tables["Bridge"].rows.values():
+            # a TAP's tunnel port is owned "tap:NAME" and used while the bridge records that TAP
+            taps = {f"tap:{k[len(TAP_KEY_PREFIX) :]}" for k in col(br, "external_ids") if k.startswith(TAP_KEY_PREFIX)}
             for p in col(br, "ports"):
                 ids = dict(col(p, "external_ids"))
-                if is_owned(ids) and ids.get(TUNNEL_MIRROR_KEY) not in mirror_names:
+                if is_owned(ids) and ids.get(TUNNEL_MIRROR_KEY) not in mirror_names | taps:
                     out[("Port", str(p.uuid))] = (br, p)
         return out
 

@@ -38,7 +38,7 @@ _VIF_KEYS = {*Selector.KINDS, "optional", "vlan", "ingress", "egress"}
 _VLAN_KEYS = {"mode", "tag", "trunks"}
 _INGRESS_KEYS = {"rate", "burst", "mechanism"}
 _EGRESS_KEYS = {"rate", "burst"}
-_BRIDGE_KEYS = {"mirrors", *SAMPLING_KINDS}
+_BRIDGE_KEYS = {"mirrors", "taps", *SAMPLING_KINDS}
 _MIRROR_KEYS = {"select", "output", "snaplen", "filter", "allow_isolation_exception"}
 _SELECT_KEYS = {"all", "src", "dst", "vlans"}
 _REMOVE_WORDS = ("remove", "absent")
@@ -126,10 +126,11 @@ def _bridges(bridges: Any, policy: Policy, problems: _Problems) -> None:
         if settings is None:
             continue
         if not isinstance(settings, dict):
-            problems.bad(path, "must be a mapping with keys: ipfix, mirrors, sflow")
+            problems.bad(path, "must be a mapping with keys: ipfix, mirrors, sflow, taps")
             continue
         problems.unknown_keys(settings, path, _BRIDGE_KEYS)
         _mirrors(problems.doc, br, settings.get("mirrors") or {}, path, policy, problems.bad)
+        _taps(br, settings.get("taps") or {}, path, policy, problems.bad)
         for kind in SAMPLING_KINDS:
             if kind in settings:
                 rule = _sampling(br, kind, settings[kind], (*path, kind), problems.bad)
@@ -153,6 +154,40 @@ def _mirrors(doc: yamldoc.Document, br: str, mirrors: Any, path: yamldoc.PathKey
             (*path, "mirrors"),
             f"{active} mirrors on bridge {br}; OVS allows at most {MAX_MIRRORS_PER_BRIDGE} per bridge",
         )
+
+
+def _taps(br: str, taps: Any, path: yamldoc.PathKey, policy: Policy, bad: Any) -> None:
+    """One bridge's TAPs (:mod:`.taps`): each a mapping, or 'remove'."""
+    from .taps import MAX_TAPS_PER_BRIDGE, TapRule, max_taps_message, rule_from_fields
+
+    if not isinstance(taps, dict):
+        bad((*path, "taps"), "must be a mapping of TAP name to its definition (or 'remove')")
+        return
+    active = 0
+    for name, spec in taps.items():
+        tpath = (*path, "taps", name)
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > 64
+            or not name.replace("-", "").replace("_", "").isalnum()
+        ):
+            bad(tpath, "TAP names are 1..64 letters, digits, '-' or '_'")
+            continue
+        if _is_remove(spec):
+            policy.taps.append(TapRule(br, name, remove=True, path=tpath))
+            continue
+        if not isinstance(spec, dict):
+            bad(tpath, "a TAP is a mapping (match, vifs, direction, output, method) or 'remove'")
+            continue
+        rule, problems = rule_from_fields(br, name, spec, tpath)
+        for field, message in problems:
+            bad((*tpath, *field.split(".")), message)
+        if not problems:
+            policy.taps.append(rule)
+            active += 1
+    if active > MAX_TAPS_PER_BRIDGE:
+        bad((*path, "taps"), max_taps_message(br, active))
 
 
 def _sampling(br: str, kind: str, spec: Any, path: yamldoc.PathKey, bad: Any) -> SamplingRule | None:

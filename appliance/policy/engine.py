@@ -365,7 +365,7 @@ class PolicyEngine:
             result.status = "rolled back"
             result.problems.append(f"meter installation failed ({exc.message}); the OVSDB changes were undone")
             return result
-        if not plan.changes and not any(v["added"] or v["modified"] or v["removed_ofports"]
+        if not plan.changes and not any(v["added"] or v["modified"] or v["removed_ofports"] or v["pipeline"]
                                         for v in result.openflow.values()):  # fmt: skip
             if self.audit_unchanged:
                 self._audit(plan.changes, "unchanged")
@@ -510,10 +510,10 @@ class PolicyEngine:
         for br in state.bridges:
             want = openflow.wanted(state, br)
             if not self.of.available(br):
-                if want:
+                if want or state.bridges[br].taps:
                     return True
                 continue
-            if openflow.diff(self.of.read(br), want).changed:
+            if self.of.drifted(br, want, state):
                 return True
         return False
 
@@ -529,14 +529,19 @@ class PolicyEngine:
                 continue
             want = openflow.wanted(state, br)
             if not self.of.available(br):
-                if want:
+                if want or state.bridges[br].taps:
                     raise HvnetError(
-                        f"cannot install meters on {br}: no OpenFlow management socket in {self.of.rundir}",
+                        f"cannot install meters or TAPs on {br}: no OpenFlow management socket in {self.of.rundir}",
                         hint="is ovs-vswitchd running on this host?",
                     )
                 continue
-            res = self.of.sync(br, want)
-            out[br] = {"added": res.added, "modified": res.modified, "removed_ofports": res.removed}
+            res = self.of.sync(br, want, state)
+            out[br] = {
+                "added": res.added,
+                "modified": res.modified,
+                "removed_ofports": res.removed,
+                "pipeline": res.pipeline,
+            }
         return out
 
     # -- verification --------------------------------------------------------------
@@ -687,7 +692,7 @@ def inverse(changes: list[Change]) -> list[Change]:
 
 
 def _touches_meters(c: Change) -> bool:
-    if c.kind == "protocols":
+    if c.kind in ("protocols", "tap"):
         return True
     if c.kind != "ingress":
         return False
@@ -710,6 +715,9 @@ def current_value(state: State, c: Change) -> Any:
     if c.kind in ("sflow", "ipfix"):
         b = state.bridges.get(c.bridge)
         return getattr(b, c.kind) if b is not None else _GONE
+    if c.kind == "tap":
+        b = state.bridges.get(c.bridge)
+        return b.taps.get(c.name) if b is not None else _GONE
     raise ValueError(c.kind)
 
 

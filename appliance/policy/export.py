@@ -58,6 +58,8 @@ def to_policy(state: State, *, by: str = "mac") -> dict[str, Any]:
         if spec is not None:
             bridges.setdefault(br, {}).setdefault("mirrors", {})[name] = spec
     for br, b in sorted(state.bridges.items()):
+        for name, tap in sorted(b.taps.items()):
+            bridges.setdefault(br, {}).setdefault("taps", {})[name] = _tap(tap, state)
         for kind in ("sflow", "ipfix"):
             value = getattr(b, kind)
             if value is not None:
@@ -104,6 +106,30 @@ def _mirror(m: MirrorCols, state: State) -> dict[str, Any] | None:
         spec["snaplen"] = m.snaplen
     if m.filter:
         spec["filter"] = m.filter
+    return spec
+
+
+def _tap(tap: Any, state: State) -> dict[str, Any]:
+    """A TAP's record as the policy file writes it (VIFs by port name, as recorded)."""
+    spec: dict[str, Any] = {}
+    if tap.match.items():
+        spec["match"] = dict(tap.match.items())
+    spec["vifs"] = [f"port:{n}" for n in tap.vifs]
+    spec["direction"] = tap.direction
+    spec["method"] = tap.method
+    if tap.tunnel is not None:
+        opts = dict(tap.tunnel.options)
+        out: dict[str, Any] = {tap.tunnel.type: opts.get("remote_ip")}
+        if "key" in opts:
+            out["key"] = int(opts["key"])
+        if tap.tunnel.type == "erspan" and opts.get("erspan_idx", "1") != "1":
+            out["idx"] = int(opts["erspan_idx"])
+        spec["output"] = out
+    else:
+        spec["output"] = {"port": tap.output_port}
+        target = state.ports.get(tap.output_port)
+        if target is not None and target.is_vif:
+            spec["allow_isolation_exception"] = True
     return spec
 
 

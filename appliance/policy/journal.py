@@ -101,6 +101,8 @@ def value_to_json(kind: str, value: Any) -> Any:
         return None
     if kind == "protocols":
         return list(value)
+    if kind == "tap":
+        return value.to_json()
     return asdict(value)
 
 
@@ -142,6 +144,10 @@ def value_from_json(kind: str, data: Any) -> Any:
         )
     if kind == "protocols":
         return tuple(data)
+    if kind == "tap":
+        from .taps import TapCols
+
+        return TapCols.from_text(json.dumps(data))
     if kind == "sflow":
         return SflowCols(**{**data, "targets": tuple(data["targets"]), "external_ids": _pairs(data["external_ids"])})
     if kind == "ipfix":

@@ -22,9 +22,15 @@ OWNER = "hvnet"
 POLICE_RATE_KEY = "hvnet-police-rate-kbps"
 POLICE_BURST_KEY = "hvnet-police-burst-kbit"
 TUNNEL_MIRROR_KEY = "hvnet-mirror"
+# Bridge external_ids holding a TAP's record (the flows are derived from it, as meters are).
+TAP_KEY_PREFIX = "hvnet-tap-"
 
 MIN_BURST_KBIT = 12  # one 1500-byte frame
 MAX_MIRRORS_PER_BRIDGE = 32
+MAX_TAPS_PER_BRIDGE = 32  # one OpenFlow table each (see :mod:`.pipeline`)
+TAP_DIRECTIONS = ("in", "out", "both")
+TAP_METHODS = ("flows", "group")
+TAP_MATCH_KEYS = ("src_mac", "dst_mac", "src_ip", "dst_ip", "vlan", "protocol", "src_port", "dst_port")
 MECHANISMS = ("auto", "tc", "meter")
 
 
@@ -119,6 +125,15 @@ class VifRule:
 
 
 @dataclass(frozen=True)
+class TunnelCols:
+    """A tunnel port hvnet creates as a mirror's remote output."""
+
+    name: str
+    type: str  # gre | erspan
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class MirrorOutput:
     """Where a mirror's copies go: a port, an RSPAN VLAN, or a GRE/ERSPAN collector."""
 
@@ -155,6 +170,43 @@ class MirrorRule:
     path: tuple[Any, ...] = ()
 
 
+@dataclass(frozen=True)
+class TapMatch:
+    """What a TAP copies, field by field (None: any); IPs are an address or a network prefix."""
+
+    src_mac: str | None = None
+    dst_mac: str | None = None
+    src_ip: str | None = None
+    dst_ip: str | None = None
+    vlan: int | None = None
+    protocol: str | None = None  # tcp | udp | icmp | icmp6 | a number 0..255
+    src_port: int | None = None
+    dst_port: int | None = None
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        """The fields that are set, in the documented order."""
+        return tuple((k, getattr(self, k)) for k in TAP_MATCH_KEYS if getattr(self, k) is not None)
+
+    def describe(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.items()) or "everything"
+
+
+@dataclass
+class TapRule:
+    """One TAP on one bridge (``bridges.<br>.taps.<name>``): a flow match copied from some VIFs."""
+
+    bridge: str
+    name: str
+    remove: bool = False
+    match: TapMatch = field(default_factory=TapMatch)
+    vifs: tuple[Selector, ...] = ()
+    direction: str = "both"
+    output: MirrorOutput | None = None
+    method: str = "flows"
+    allow_isolation_exception: bool = False
+    path: tuple[Any, ...] = ()
+
+
 @dataclass
 class SamplingRule:
     """``bridges.<br>.sflow`` or ``.ipfix``: the row wanted (:mod:`appliance.sampling`) or REMOVE."""
@@ -173,6 +225,7 @@ class Policy:
     vifs: list[VifRule] = field(default_factory=list)
     mirrors: list[MirrorRule] = field(default_factory=list)
     sampling: list[SamplingRule] = field(default_factory=list)
+    taps: list[TapRule] = field(default_factory=list)
     bridges: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # named bridges -> path
     policing: str = "auto"
     lines: dict[tuple[Any, ...], int] = field(default_factory=dict)

@@ -15,6 +15,7 @@ it.  Nothing else on the bridge is touched.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -26,6 +27,7 @@ from ..counters import Counters, parse_ofctl_ports
 from ..errors import HvnetError
 from ..host import daemon_ctl, daemon_pid
 from ..runner import CommandRunner, LocalRunner
+from . import ofchannel, pipeline
 
 if TYPE_CHECKING:
     from ..host import Host
@@ -33,6 +35,7 @@ from .state import State
 
 COOKIE = 0x68766E6574  # "hvnet"
 PRIORITY = 100
+log = logging.getLogger("hvnet.policy")
 # ovs-ofctl prints ASCII numbers of at most 20 digits (64 bits).  \d would also match other
 # scripts' digits and unbounded runs, and int() refuses numbers of more than 4,300 digits.
 _N = r"([0-9]{1,20})\b"
@@ -59,6 +62,10 @@ class Installed:
     meters: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (rate kbit/s, burst kbit)
     foreign_flows: list[str] = field(default_factory=list)
     band_drops: dict[int, int] = field(default_factory=dict)  # id -> packets dropped by the band
+    pipeline: set[pipeline.Flow] = field(default_factory=set)  # every flow with hvnet's cookie
+    groups: dict[int, str] = field(default_factory=dict)  # hvnet's groups as dump-groups prints them
+    default_flow: bool = False  # the switch's own priority=0 actions=NORMAL flow in table 0
+    tap_counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # TAP table -> (packets, bytes)
 
 
 @dataclass
@@ -66,10 +73,11 @@ class SyncResult:
     added: list[str] = field(default_factory=list)
     modified: list[str] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
+    pipeline: bool = False  # hvnet's flows and groups were replaced (one bundle)
 
     @property
     def changed(self) -> bool:
-        return bool(self.added or self.modified or self.removed)
+        return bool(self.added or self.modified or self.removed or self.pipeline)
 
 
 def wanted(state: State, bridge: str) -> dict[int, Wanted]:
@@ -167,6 +175,7 @@ class OpenFlow:
     def __init__(self, rundir: str | Path, runner: CommandRunner | None = None) -> None:
         self.rundir = Path(rundir)
         self.runner: CommandRunner = runner or LocalRunner()
+        self._forwarded: set[str] = set()  # bridges whose management socket is forwarded over SSH
 
     @staticmethod
     def for_host(host: Host) -> OpenFlow | None:
@@ -213,42 +222,207 @@ class OpenFlow:
         return True
 
     def read(self, bridge: str, *, stats: bool = False) -> Installed:
+        """hvnet's flows, groups and meters on ``bridge`` (three ovs-ofctl runs; four with meter stats)."""
         sw = self._switch(bridge)
-        flows, foreign = parse_flows(self._ofctl("--no-names", "--no-stats", "dump-flows", sw))
+        flows_text = self._ofctl("--no-names", "dump-flows", sw)
+        flows, foreign = parse_flows(flows_text)
         inst = Installed(flows=flows, meters=parse_meters(self._ofctl("dump-meters", sw)), foreign_flows=foreign)
+        inst.pipeline, inst.default_flow = parse_pipeline(flows_text)
+        inst.tap_counts = parse_tap_counts(flows_text)
+        inst.groups = parse_groups(self._ofctl("dump-groups", sw))
         if stats:
             inst.band_drops = parse_meter_stats(self._ofctl("meter-stats", sw))
         return inst
 
-    def sync(self, bridge: str, want: dict[int, Wanted]) -> SyncResult:
-        """Make hvnet's meters and flows on ``bridge`` exactly ``want``."""
-        sw = self._switch(bridge)
+    def drifted(self, bridge: str, want: dict[int, Wanted], state: State | None = None) -> bool:
+        """Whether the meters, flows or groups on ``bridge`` differ from what ``want`` and the TAPs ask."""
         inst = self.read(bridge)
-        if want and inst.foreign_flows:
+        todo = diff(inst, want)
+        if todo.changed:
+            return True
+        pipe = pipeline.build(state or State(), bridge, _meter_ids(inst, todo, want))
+        return _bundle(inst, pipe) is not None
+
+    def sync(self, bridge: str, want: dict[int, Wanted], state: State | None = None) -> SyncResult:
+        """Make hvnet's meters, flows and groups on ``bridge`` exactly ``want`` and the TAPs in ``state``.
+
+        Meters cannot be bundled (OpenFlow bundles carry flow and group mods,
+        and ovs-ofctl 3.1 takes one meter per run), so the order is what makes
+        the change safe: new and changed meters first -- a new meter is used
+        by no flow until the swap; then every flow and group of hvnet's
+        replaced in one bundle (OpenFlow 1.4's, which OVS also speaks in 1.3) (all or nothing: a packet sees the
+        old pipeline or the new one); then the meters no flow uses any more
+        are deleted.  A bundle the switch refuses leaves the old flows in
+        place, and the meters just added are taken away again.
+        """
+        inst = self.read(bridge)
+        pipe_state = state or State()
+        has_taps = bool(pipe_state.bridges.get(bridge) and pipe_state.bridges[bridge].taps)
+        if (want or has_taps) and inst.foreign_flows:
             raise HvnetError(
                 f"bridge {bridge} has OpenFlow flows not made by hvnet ({len(inst.foreign_flows)}, e.g. "
-                f"{inst.foreign_flows[0]!r}); meter policing would bypass them",
-                hint="use mechanism: tc for this bridge's VIFs, or remove the flows",
+                f"{inst.foreign_flows[0]!r}); meter policing and TAPs would bypass them",
+                hint="use mechanism: tc for this bridge's VIFs and mirrors instead of TAPs, or remove the flows",
             )
         todo = diff(inst, want)
-        for ofport, meter in todo.remove:
-            self._ofctl("del-meters", sw, f"meter={meter}")  # deleting a meter deletes its flows
-            self._ofctl("--strict", "del-flows", sw, f"cookie={COOKIE:#x}/-1,priority={PRIORITY},in_port={ofport}")
-        for meter, w in todo.modify:
-            self._ofctl("mod-meter", sw, f"meter={meter},{_meter_spec(w)}")
-        for meter, w in todo.add:
-            self._ofctl("add-meter", sw, f"meter={meter},{_meter_spec(w)}")
-        if todo.add:
-            flows = [
-                f"cookie={COOKIE:#x},priority={PRIORITY},in_port={w.ofport},actions=meter:{meter},NORMAL"
-                for meter, w in todo.add
-            ]
-            self._ofctl("add-flows", sw, "-", stdin="\n".join(flows) + "\n")
+        pipe = pipeline.build(pipe_state, bridge, _meter_ids(inst, todo, want))
+        self._meter_mods(bridge, [*_mods(ofchannel.OFPMC_MODIFY, todo.modify), *_mods(ofchannel.OFPMC_ADD, todo.add)])
+        bundle = _bundle(inst, pipe)
+        if bundle is not None:
+            try:
+                self.apply_bundle(bridge, bundle)
+            except HvnetError:
+                self._undo_meters(bridge, inst, todo)
+                raise
+        gone = [m for _, m in todo.remove]
+        self._meter_mods(bridge, [ofchannel.MeterMod(ofchannel.OFPMC_DELETE, m) for m in gone])
         return SyncResult(
             added=[w.port for _, w in todo.add],
             modified=[w.port for _, w in todo.modify],
             removed=[ofport for ofport, _ in todo.remove],
+            pipeline=bundle is not None,
         )
+
+    def apply_bundle(self, bridge: str, text: str) -> None:
+        """Flow and group mods (``ovs-ofctl bundle`` lines) as one atomic bundle: all applied, or none."""
+        res = self.runner.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "bundle", self._switch(bridge), "-"],
+            input_text=text,
+            check=False,
+            timeout=60,
+        )
+        if res.returncode != 0:
+            raise HvnetError(
+                f"the switch refused hvnet's OpenFlow pipeline on {bridge}; the previous flows stay: "
+                + " ".join(res.stderr.split())[:600]
+            )
+
+    def _meter_mods(self, bridge: str, mods: list[ofchannel.MeterMod]) -> None:
+        """Meter mods in one OpenFlow session (a forwarded socket on a remote host); refusals raise."""
+        if not mods:
+            return
+        failed = ofchannel.Channel(self._socket_path(bridge)).meter_mods(mods)
+        if failed:
+            mod, why = next(iter(failed.items()))
+            raise HvnetError(
+                f"the switch refused {len(failed)} of {len(mods)} meter changes on {bridge} "
+                f"(meter {mod.meter_id}: {why})"
+            )
+
+    def _undo_meters(self, bridge: str, inst: Installed, todo: MeterDiff) -> None:
+        """After a refused bundle: the meters added taken away, the modified ones put back (best effort)."""
+        undo = [ofchannel.MeterMod(ofchannel.OFPMC_DELETE, m) for m, _ in todo.add]
+        for meter, _ in todo.modify:
+            rate, burst = inst.meters.get(meter, (0, 0))
+            undo.append(ofchannel.MeterMod(ofchannel.OFPMC_MODIFY, meter, rate, burst))
+        try:
+            self._meter_mods(bridge, undo)
+        except HvnetError as exc:
+            log.error("could not undo meter changes on %s: %s", bridge, exc)
+
+    def _socket_path(self, bridge: str) -> str:
+        """The bridge's management socket as this process can open it: here, or forwarded over SSH."""
+        remote = str(self.rundir / f"{bridge}.mgmt")
+        if self.runner.local:
+            return remote
+        session = getattr(self.runner, "session", None)
+        if session is None:
+            raise HvnetError(f"no way to reach {remote} on {self.runner}: OpenFlow meters need a local or SSH host")
+        local = session.work_dir / f"of-{bridge}.sock"
+        if bridge not in self._forwarded:
+            session.forward_unix(local, remote)
+            self._forwarded.add(bridge)
+        return str(local)
+
+
+def _mods(command: int, items: list[tuple[int, Wanted]]) -> list[ofchannel.MeterMod]:
+    return [ofchannel.MeterMod(command, meter, w.rate_kbps, w.burst_kbit) for meter, w in items]
+
+
+def _meter_ids(inst: Installed, todo: MeterDiff, want: dict[int, Wanted]) -> dict[int, int]:
+    """ofport -> meter id once ``todo`` is done: the kept ones and the new ones."""
+    out = {ofport: meter for ofport, meter in inst.flows.items() if ofport in want}
+    for meter, w in todo.add:
+        out[w.ofport] = meter
+    return out
+
+
+def _bundle(inst: Installed, pipe: pipeline.Pipeline) -> str | None:
+    """The bundle that turns what is installed into ``pipe``; None when they are already the same.
+
+    hvnet's groups are deleted and re-added (a group id is hvnet's by its
+    range), hvnet's flows deleted by cookie and added; the switch's default
+    NORMAL flow is replaced by hvnet's table-0 catch-all when the pipeline
+    comes, and comes back when it goes.
+    """
+    same_groups = inst.groups == pipe.groups
+    if inst.pipeline == pipe.flows and same_groups and inst.default_flow == pipe.empty:
+        return None
+    lines = [f"group delete group_id={g}" for g in sorted(inst.groups)]
+    lines.append(f"flow delete cookie={COOKIE:#x}/-1")
+    lines += [f"group add {text}" for _, text in sorted(pipe.groups.items())]
+    lines += [
+        f"flow add {f.text(COOKIE)}" for f in sorted(pipe.flows, key=lambda f: (f.table, -f.priority, sorted(f.match)))
+    ]
+    if pipe.empty and not inst.default_flow:
+        lines.append("flow add table=0,priority=0,actions=NORMAL")
+    # (hvnet's own table-0 priority-0 flow, added above, replaces the default one: same match, same priority)
+    return "\n".join(lines) + "\n"
+
+
+def parse_pipeline(text: str) -> tuple[set[pipeline.Flow], bool]:
+    """hvnet's flows as :class:`pipeline.Flow` and whether the switch's default NORMAL flow is there."""
+    flows: set[pipeline.Flow] = set()
+    default = False
+    for line in text.splitlines():
+        try:
+            flow = parse_flow(line)
+        except ValueError:
+            continue
+        if flow is None:
+            continue
+        cookie, table, priority, match, actions = flow
+        if cookie == COOKIE:
+            flows.add(pipeline.Flow(table, priority, frozenset(match), actions))
+        elif table == 0 and priority == 0 and not match and actions == "NORMAL":
+            default = True
+    return flows, default
+
+
+_COUNTS = re.compile(rf"n_packets={_N}, n_bytes={_N}")
+
+
+def parse_tap_counts(text: str) -> dict[int, tuple[int, int]]:
+    """Per TAP table: (packets, bytes) its copy flows matched (the pass-on flow at priority 0 left out)."""
+    out: dict[int, tuple[int, int]] = {}
+    for line in text.splitlines():
+        try:
+            flow = parse_flow(line)
+        except ValueError:
+            continue
+        m = _COUNTS.search(line)
+        if flow is None or m is None or flow[0] != COOKIE or flow[2] == 0:
+            continue
+        if pipeline.TAP_TABLE0 <= flow[1] < pipeline.NORMAL_TABLE:
+            p, b = out.get(flow[1], (0, 0))
+            out[flow[1]] = (p + int(m.group(1)), b + int(m.group(2)))
+    return out
+
+
+_GROUP = re.compile(rf"^\s*group_id={_N},(.*)$")
+
+
+def parse_groups(text: str) -> dict[int, str]:
+    """hvnet's groups (ids in its range), each as ``dump-groups`` prints it."""
+    out = {}
+    for line in text.splitlines():
+        m = _GROUP.match(line)
+        if m is None:
+            continue
+        gid = int(m.group(1))
+        if pipeline.GROUP_BASE <= gid < pipeline.GROUP_BASE + 256:
+            out[gid] = line.strip()
+    return out
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from .. import sampling
 from ..errors import ConfigError, Problem
 from ..yamldoc import dotted
+from . import tapplan
 from .model import (
     DEAD,
     MAX_MIRRORS_PER_BRIDGE,
@@ -33,7 +34,7 @@ from .model import (
 )
 from .state import MirrorCols, MirrorState, PoliceCols, PortState, QosCols, QueueCols, State, TunnelCols, VlanCols
 
-KINDS = ("vlan", "ingress", "egress", "mirror", "protocols", "sflow", "ipfix")
+KINDS = ("vlan", "ingress", "egress", "mirror", "protocols", "sflow", "ipfix", "tap")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class Change:
     def target(self) -> str:
         if self.kind == "mirror":
             return f"mirror {self.name} on {self.bridge}"
+        if self.kind == "tap":
+            return f"TAP {self.name} on {self.bridge}"
         if self.kind in ("protocols", *sampling.KINDS):
             return f"bridge {self.name}"
         return f"{self.name}" + (f" ({self.vm})" if self.vm else "")
@@ -82,6 +85,8 @@ def describe(kind: str, value: Any) -> str:
         return describe_mirror(value)
     if kind == "protocols":
         return ",".join(value) if value else "(default)"
+    if kind == "tap":
+        return "absent" if value is None else value.describe()
     if kind in sampling.KINDS:
         mine = value is None or is_owned(value.external_ids)
         return sampling.describe(value, kind) + ("" if mine else ", not hvnet's")
@@ -224,6 +229,9 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
         change = _mirror_change(rule, state, opts, problems, result, counts)
         if change is not None:
             result.changes.append(change)
+    taps = [Change("tap", *c) for c in tapplan.changes(policy.taps, state, opts, problems, result, select)]
+    result.changes += taps
+    protocols_needed |= {c.bridge for c in taps if c.after is not None}
     result.changes += _protocol_changes(protocols_needed, state)
     for srule in policy.sampling:
         change = _sampling_change(srule, state)
@@ -304,7 +312,11 @@ def _vif_changes(
 
 
 def _protocol_changes(protocols_needed: set[str], state: State) -> list[Change]:
-    """OpenFlow13 added to bridges that police with meters but restrict their protocols without it."""
+    """OpenFlow13 added to bridges whose meters or TAPs need it but whose protocols leave it out.
+
+    Meters need OpenFlow 1.3, and so do the bundles hvnet installs its pipeline with (OVS carries
+    OpenFlow 1.4's bundles in 1.3 as the ONF extension).
+    """
     changes = []
     for br in sorted(protocols_needed):
         b = state.bridges[br]

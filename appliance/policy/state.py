@@ -17,7 +17,8 @@ from ..inventory import is_vif_port, port_vlan, vm_uuid_of
 from ..ovsdb import Connection
 from ..ovsdb import column as col
 from ..vlan import VlanCols
-from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, is_owned
+from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, TunnelCols, is_owned
+from .taps import read_bridge as read_taps
 
 # Everything the policy engine reads or writes.
 COLUMNS: dict[str, list[str]] = {
@@ -113,15 +114,6 @@ class QosCols:
 
 
 @dataclass(frozen=True)
-class TunnelCols:
-    """A tunnel port hvnet creates as a mirror's remote output."""
-
-    name: str
-    type: str  # gre | erspan
-    options: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
 class MirrorCols:
     """A Mirror row, with ports by name."""
 
@@ -175,6 +167,7 @@ class BridgeState:
     mirrors: tuple[str, ...]
     sflow: sampling.SflowCols | None = None
     ipfix: sampling.IpfixCols | None = None
+    taps: dict[str, Any] = field(default_factory=dict)  # name -> taps.TapCols, from external_ids
 
 
 @dataclass
@@ -257,6 +250,7 @@ def _bridge_state(br: Any) -> BridgeState:
         mirrors=tuple(sorted(col(m, "name") for m in col(br, "mirrors"))),
         sflow=sampling.read("sflow", br),  # type: ignore[arg-type]
         ipfix=sampling.read("ipfix", br),  # type: ignore[arg-type]
+        taps=read_taps(dict(col(br, "external_ids"))),  # type: ignore[arg-type]
     )
 
 

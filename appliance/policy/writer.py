@@ -18,9 +18,11 @@ from ..errors import ConfigError, Problem
 from ..ovsdb import TxnContext
 from ..ovsdb import column as col
 from ..sampling import IPFIX_KEYS, SFLOW_KEYS, TABLES, IpfixCols, SamplingCols
-from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, is_owned
+from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, is_owned
 from .planner import Change
 from .state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
+from .taps import TapCols
+from .taps import owner as tap_owner
 
 MAX_MIRRORS = 32  # per bridge: ofproto's MAX_MIRRORS (a mirror is a bit in a 32-bit mask)
 
@@ -291,6 +293,26 @@ def _write_protocols(rows: _Rows, ch: Change) -> None:
     bridge.protocols = list(ch.after)
 
 
+def _write_tap(rows: _Rows, ch: Change) -> None:
+    """The Bridge's ``hvnet-tap-NAME`` record set or removed; a tunnel output port made or removed."""
+    bridge = rows.bridges[ch.bridge]
+    bridge.verify("external_ids")
+    before: TapCols | None = ch.before
+    after: TapCols | None = ch.after
+    if before is not None and before.tunnel is not None and (after is None or after.tunnel != before.tunnel):
+        _remove_tunnel(rows, bridge, before.tunnel, tap_owner(ch.name))
+    new_tunnel = after is not None and after.tunnel is not None and (before is None or before.tunnel != after.tunnel)
+    if new_tunnel and (rows.ports.get(after.tunnel.name) is None or (before is not None and before.tunnel is not None)):
+        _insert_tunnel(rows, bridge, after.tunnel, tap_owner(ch.name))
+    ids = dict(col(bridge, "external_ids"))
+    key = TAP_KEY_PREFIX + ch.name
+    if after is None:
+        ids.pop(key, None)
+    else:
+        ids[key] = after.to_text()
+    bridge.external_ids = ids
+
+
 _WRITERS = {
     "vlan": _write_vlan,
     "ingress": _write_ingress,
@@ -299,4 +321,5 @@ _WRITERS = {
     "protocols": _write_protocols,
     "sflow": _write_sampling,
     "ipfix": _write_sampling,
+    "tap": _write_tap,
 }

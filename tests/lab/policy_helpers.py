@@ -62,6 +62,8 @@ def reset(lab: Lab, tags: dict[str, int]) -> None:
     vsctl(lab, *cmds)
     ofctl(lab, "del-meters")
     ofctl(lab, "del-flows", f"cookie={COOKIE:#x}/-1")
+    ofctl(lab, "del-groups")
+    ofctl(lab, "add-flow", "priority=0,actions=NORMAL")  # the switch's default flow, gone while hvnet's pipeline was in
 
 
 def write(path: Path, text: str) -> str:

@@ -236,3 +236,24 @@ def test_rate_is_measured_between_counter_changes() -> None:
     assert meter.update("b/m", 10, now=20.0) is None  # recreated (counter went back): start over
     assert meter.update("b/m", None, now=22.0) is None  # no statistics
     assert rate_text(None) == "-" and rate_text(1500.0) == "1.5 kpkt/s"
+
+
+async def test_a_flow_tap_is_listed_beside_the_mirrors_and_deleted_from_the_screen(clean: Lab) -> None:
+    lab = clean
+    res = run_hvnet("tap", "add", "t1", "--bridge", BRIDGE, "--vif", "vif1.0", "--protocol", "icmp",
+                    "--output-port", "vif3.0", "--allow-isolation-exception")  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    try:
+        async with mirrors_app(size=(160, 30)) as (app, pilot):
+            assert await wait_until(pilot, lambda: row_keys(app) == [f"{BRIDGE}/tap:t1"], 10), screen_text(app)
+            text = screen_text(app)
+            assert "hvnet TAP" in text and "1 TAP" in text and "protocol=icmp" in text, text
+            _table(app).move_cursor(row=0)
+            await pilot.press("d")
+            assert await wait_until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+            assert "Delete TAP t1 on bridge xenbr0?" in screen_text(app)
+            await pilot.press("y")
+            assert await wait_until(pilot, lambda: row_keys(app) == [], 10), screen_text(app)
+        assert "hvnet-tap-t1" not in lab.switch.vsctl("get", "bridge", BRIDGE, "external_ids")
+    finally:
+        run_hvnet("tap", "del", "t1")

@@ -50,10 +50,11 @@ class MirrorRow:
     output: str
     tx_packets: int | None
     tx_bytes: int | None
+    kind: str = "mirror"  # "mirror" | "tap" (a flow TAP: counts are its flows' matches)
 
     @property
     def key(self) -> str:
-        return f"{self.bridge}/{self.name}"
+        return f"{self.bridge}/{self.name}" if self.kind == "mirror" else f"{self.bridge}/tap:{self.name}"
 
     def packets_text(self) -> str:
         return "-" if self.tx_packets is None else f"{render.count(self.tx_packets)} pkt"
@@ -103,7 +104,30 @@ def mirror_rows(state: State) -> list[MirrorRow]:
 
 
 def list_mirrors(backend: Backend) -> list[MirrorRow]:
-    return mirror_rows(backend.snapshot())
+    """The mirrors, then the TAPs (read with their flows' counts only when a bridge has TAPs)."""
+    state = backend.snapshot()
+    rows = mirror_rows(state)
+    if any(b.taps for b in state.bridges.values()):
+        rows += tap_rows(backend)
+    return rows
+
+
+def tap_rows(backend: Backend) -> list[MirrorRow]:
+    """Every flow TAP as a row beside the mirrors (the rows of ``hvnet tap list``)."""
+    from appliance.services import taps
+
+    out = []
+    for r in taps.list_taps(backend.engine):
+        selects, _, output = r.cols.describe().partition(" -> ")
+        out.append(MirrorRow(r.bridge, r.name, "hvnet TAP", selects, output, r.packets, r.bytes, kind="tap"))
+    return out
+
+
+def apply_delete_tap(backend: Backend, bridge: str, name: str) -> ApplyResult:
+    """Delete the TAP (its flows, group and any tunnel port hvnet made for it)."""
+    from appliance.services import taps
+
+    return backend.run_apply(f"tap del {name} on {bridge}", lambda: taps.delete_tap(backend.engine, name, bridge))
 
 
 def choices(backend: Backend) -> Choices:

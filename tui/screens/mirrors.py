@@ -1,4 +1,4 @@
-"""Mirrors screen: every mirror on the switch with its statistics; add and delete.
+"""Mirrors screen: every mirror and flow TAP on the switch with its statistics; add mirrors, delete either.
 
 The table follows OVSDB (the app calls :meth:`MirrorsScreen.db_changed` on
 each replica change) and re-reads about every 2 s for the counters.  OVS
@@ -100,8 +100,13 @@ class MirrorsScreen(Screen[None]):
         }
         table.show(cells)
         self.rows = wanted
-        ours = sum(1 for r in rows if r.owner == "hvnet")
-        line = f"{len(rows)} mirror{'s' if len(rows) != 1 else ''} ({ours} hvnet's)" if rows else "no mirrors"
+        mirrors = [r for r in rows if r.kind == "mirror"]
+        ours = sum(1 for r in mirrors if r.owner == "hvnet")
+        n = len(mirrors)
+        line = f"{n} mirror{'s' if n != 1 else ''} ({ours} hvnet's)" if mirrors else "no mirrors"
+        taps = len(rows) - n
+        if taps:
+            line += f", {taps} TAP{'s' if taps != 1 else ''} (counts: packets their flows matched)"
         self.query_one("#mirrors-line", Static).update(f"{line} · a: add · d: delete · rates need two OVS updates")
 
     def selected_key(self) -> str | None:
@@ -128,25 +133,27 @@ class MirrorsScreen(Screen[None]):
         if row is None:
             self.status("no mirror selected: nothing to delete")
             return
-        owner = "" if row.owner == "hvnet" else "\nIt was not made by hvnet (another tool manages it)."
+        owner = "" if row.owner.startswith("hvnet") else "\nIt was not made by hvnet (another tool manages it)."
+        what = "TAP" if row.kind == "tap" else "mirror"
         body = (
-            f"Delete mirror {row.name} on bridge {row.bridge}?\n"
+            f"Delete {what} {row.name} on bridge {row.bridge}?\n"
             f"It copies {row.selects} -> {row.output}.{owner}\n"
             "This is applied at once, in one transaction."
         )
-        self.app.push_screen(ConfirmDialog("Delete mirror", body, yes="Delete"), lambda yes: self._confirmed(row, yes))
+        self.app.push_screen(ConfirmDialog(f"Delete {what}", body, yes="Delete"), lambda yes: self._confirmed(row, yes))
 
     def _confirmed(self, row: mb.MirrorRow, yes: bool | None) -> None:
         if not yes:
             self.status(f"mirror {row.name} kept")
             return
-        self.status(f"deleting mirror {row.name}...")
-        self.run_delete(row.bridge, row.name)
+        self.status(f"deleting {row.kind} {row.name}...")
+        self.run_delete(row.bridge, row.name, row.kind)
 
     @work(thread=True, exclusive=True, group="mirrors-delete")
-    def run_delete(self, bridge: str, name: str) -> None:
+    def run_delete(self, bridge: str, name: str, kind: str = "mirror") -> None:
+        delete = mb.apply_delete_tap if kind == "tap" else mb.apply_delete
         try:
-            lines = result_lines(mb.apply_delete(self.app.backend, bridge, name))
+            lines = result_lines(delete(self.app.backend, bridge, name))
         except HvnetError as exc:
             lines = refusal_lines(exc)
         self.app.call_from_thread(self._deleted, name, bridge, lines)

@@ -1,0 +1,101 @@
+"""TAPs as imperative intents (``hvnet tap add|del|list``, the console's Mirrors screen): the service layer.
+
+An add is a one-TAP policy, planned and applied like a policy file's TAP
+(same refusals, same transaction, rollback record and audit line); the
+counts in :func:`list_taps` are the switch's own, from the TAP's flows
+(a group TAP's copies are counted by the flow that sends packets to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import HvnetError, UsageError
+from ..policy import ApplyResult, Policy, PolicyEngine, pipeline
+from ..policy import openflow as of
+from ..policy.model import TapRule
+from ..policy.taps import TapCols, rule_from_fields
+from .policy import apply
+
+
+@dataclass
+class TapRow:
+    """One TAP as listed: its record and the packets/bytes its flows matched (None: not measured)."""
+
+    bridge: str
+    name: str
+    cols: TapCols
+    packets: Optional[int]
+    bytes: Optional[int]
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bridge": self.bridge,
+            "name": self.name,
+            **self.cols.to_json(),
+            "config": self.cols.describe(),
+            "packets": self.packets,
+            "bytes": self.bytes,
+            "note": self.note,
+        }
+
+
+def tap_rule(bridge: str, name: str, spec: dict[str, Any]) -> TapRule:
+    """The rule of a TAP given as the policy file's mapping; UsageError naming the first bad field."""
+    rule, problems = rule_from_fields(bridge, name, spec, ("taps", name))
+    if problems:
+        field, message = problems[0]
+        raise UsageError(f"{field}: {message}")
+    return rule
+
+
+def add_tap(engine: PolicyEngine, rule: TapRule, *, dry_run: bool = False) -> ApplyResult:
+    """Add the TAP ``rule``; a name that exists on the bridge is refused (checked again inside the commit)."""
+
+    def still_free(state: Any) -> None:
+        br = state.bridges.get(rule.bridge)
+        if br is not None and rule.name in br.taps:
+            raise UsageError(f"TAP {rule.name} already exists on {rule.bridge}", hint="hvnet tap del it first")
+
+    still_free(engine.snapshot())
+    policy = Policy(source="(command line)", taps=[rule], bridges={rule.bridge: ("--bridge",)})
+    return apply(engine, policy, dry_run=dry_run, guard=still_free)
+
+
+def delete_tap(engine: PolicyEngine, name: str, bridge: Optional[str] = None, *, dry_run: bool = False) -> ApplyResult:
+    """Delete the TAP ``name`` (its flows, group and any tunnel port hvnet made for it)."""
+    state = engine.snapshot()
+    found = [br for br, b in state.bridges.items() if name in b.taps and (not bridge or br == bridge)]
+    if not found:
+        raise UsageError(f"no TAP named {name}" + (f" on {bridge}" if bridge else ""))
+    if len(found) > 1:
+        raise UsageError(f"TAP {name} exists on {', '.join(sorted(found))}", hint="give --bridge")
+    policy = Policy(source="(command line)", taps=[TapRule(found[0], name, remove=True)])
+    return apply(engine, policy, dry_run=dry_run)
+
+
+def list_taps(engine: PolicyEngine) -> list[TapRow]:
+    """Every TAP with its flows' counts (one dump-flows per bridge with TAPs); unknown when unreadable."""
+    state = engine.snapshot()
+    rows: list[TapRow] = []
+    ofl = of.OpenFlow.for_host(engine.host)
+    for br, b in sorted(state.bridges.items()):
+        if not b.taps:
+            continue
+        counts: dict[int, tuple[int, int]] | None = None
+        note = ""
+        if ofl is None or not ofl.available(br):
+            note = "counts not measured: no OpenFlow access to this bridge"
+        else:
+            try:
+                counts = ofl.read(br).tap_counts
+            except HvnetError as exc:
+                note = f"counts not measured: {exc.message}"
+        for i, (name, cols) in enumerate(sorted(b.taps.items())):
+            packets = bytes_ = None
+            if counts is not None:
+                packets, bytes_ = counts.get(pipeline.tap_table(i), (0, 0))
+            rows.append(TapRow(br, name, cols, packets, bytes_, note))
+    return rows
