@@ -152,4 +152,6 @@ def test_inventory_shows_libvirt_domains(tmp_path: Path) -> None:
                 conn.close()
         if daemons is not None:
             libvirtd.release(daemons.started, daemons.linked, tmp_path)
+        if sw.pid("ovs-vswitchd") is not None:  # a netdev bridge's tap outlives ovs-vswitchd otherwise
+            sw.vsctl("--if-exists", "del-br", "brv", check=False)
         sw.stop()
