@@ -94,7 +94,7 @@ def wait_acks(nb: DbTarget, sb: DbTarget, nb_cfg: int, timeout: float) -> Acks:
             return Acks(nb_cfg, time.monotonic() - start)
         if time.monotonic() - start > timeout:
             break
-        time.sleep(0.02)
+        time.sleep(0.005)  # the acknowledgement time is measured to this resolution
     (res,) = request(sb, [("transact", [SB_DB, {"op": "select", "table": "Chassis_Private", "where": [],
                                                 "columns": ["name", "nb_cfg"]}])], 5.0, db=SB_DB)  # fmt: skip
     behind = sorted(r["name"] for r in res[0]["rows"] if int(r["nb_cfg"]) < nb_cfg)

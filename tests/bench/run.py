@@ -498,6 +498,11 @@ def main() -> int:
     for line in bench_netperf():
         print(line)
     print()
+    from ovn_bench import bench_ovn
+
+    for line in bench_ovn():
+        print(line)
+    print()
     from vm_bench import bench_boot, bench_vm_rr
 
     for line in bench_boot():
