@@ -144,6 +144,15 @@ class MirrorOutput:
     erspan_idx: int = 1
     key: int | None = None
 
+    def tunnel_options(self) -> tuple[tuple[str, str], ...]:
+        """A GRE/ERSPAN output's tunnel Interface options, sorted (mirrors and TAPs make the same port)."""
+        options = {"remote_ip": str(self.remote_ip)}
+        if self.key is not None:
+            options["key"] = str(self.key)
+        if self.kind == "erspan":
+            options.update({"erspan_ver": "1", "erspan_idx": str(self.erspan_idx)})
+        return tuple(sorted(options.items()))
+
     def describe(self) -> str:
         if self.kind == "port":
             return f"port {self.port.pattern if self.port else '?'}"

@@ -485,16 +485,11 @@ def _mirror_output(
             "physical switch on the path, or the copies will be learned and dropped"
         )
         return None, out.vlan, None
-    options = {"remote_ip": str(out.remote_ip)}
-    if out.key is not None:
-        options["key"] = str(out.key)
-    if out.kind == "erspan":
-        options.update({"erspan_ver": "1", "erspan_idx": str(out.erspan_idx)})
     name = tunnel_port_name(rule.bridge, rule.name)
     existing = state.ports.get(name)
     if existing is not None and existing.owner_mirror != rule.name:
         problems.add((*rule.path, "output"), f"port {name} exists and is not this mirror's tunnel")
-    return name, None, TunnelCols(name, out.kind, tuple(sorted(options.items())))
+    return name, None, TunnelCols(name, out.kind, out.tunnel_options())
 
 
 def _output_port(

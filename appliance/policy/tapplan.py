@@ -84,16 +84,11 @@ def _output(
     if out.kind == "port":
         port = _output_port(rule, state, vifs, opts, problems, result, select)
         return None if port is None else (port, None)
-    options = {"remote_ip": str(out.remote_ip)}
-    if out.key is not None:
-        options["key"] = str(out.key)
-    if out.kind == "erspan":
-        options.update({"erspan_ver": "1", "erspan_idx": str(out.erspan_idx)})
     name = tunnel_port_name(rule.bridge, rule.name)
     existing = state.ports.get(name)
     if existing is not None and existing.owner_mirror != owner(rule.name):
         problems.add((*rule.path, "output"), f"port {name} exists and is not this TAP's tunnel")
-    return name, TunnelCols(name, out.kind, tuple(sorted(options.items())))
+    return name, TunnelCols(name, out.kind, out.tunnel_options())
 
 
 def _output_port(
