@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +138,16 @@ def fidelity(lab: Lab, tmp: Path, env: dict[str, str], ttype: str, unit: str, pa
 
 def bench_fidelity(pairs: int = RR_PAIRS) -> list[str]:
     """Only the TCP_RR fidelity figure (the focused form of the bench)."""
+    with _bench_lab() as (lab, tmp, env):
+        return [
+            f"netperf fidelity ({SECONDS} s runs, one instance)",
+            *fidelity(lab, tmp, env, "TCP_RR", "trans/s", pairs),
+        ]
+
+
+@contextmanager
+def _bench_lab() -> Iterator[tuple[Lab, Path, dict[str, str]]]:
+    """The bench's two-guest lab and a bare netserver in the server guest; both gone afterwards."""
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-netperf-") as tmp_s:
         tmp = Path(tmp_s)
         (tmp / "topo.yaml").write_text(TOPOLOGY)
@@ -145,10 +157,7 @@ def bench_fidelity(pairs: int = RR_PAIRS) -> list[str]:
         try:
             lab.up(load_topology(tmp / "topo.yaml"))
             server = _bare_server(lab)
-            return [
-                f"netperf fidelity ({SECONDS} s runs, one instance)",
-                *fidelity(lab, tmp, env, "TCP_RR", "trans/s", pairs),
-            ]
+            yield lab, tmp, env
         finally:
             if server is not None:
                 server.terminate()
@@ -165,36 +174,23 @@ def _bare_server(lab: Lab) -> subprocess.Popen:
 
 def bench_netperf() -> list[str]:
     lines = []
-    with tempfile.TemporaryDirectory(prefix="hvnet-bench-netperf-") as tmp_s:
-        tmp = Path(tmp_s)
-        (tmp / "topo.yaml").write_text(TOPOLOGY)
-        lab = Lab(tmp / "lab")
-        env = {**os.environ, "HVNET_LAB_DIR": str(tmp / "lab")}
-        server = None
-        try:
-            lab.up(load_topology(tmp / "topo.yaml"))
-            server = _bare_server(lab)
-            for ttype, unit, pairs in (("TCP_RR", "trans/s", RR_PAIRS), ("TCP_STREAM", "Mbit/s", ALTERNATIONS)):
-                lines += fidelity(lab, tmp, env, ttype, unit, pairs)
-            doc = _via_hvnet(_suite(tmp, "seventy", "TCP_RR", 10, 70), tmp / "seventy", env)
-            rep = doc["steps"][0]["repetitions"][0]
-            own = rep["cpu"]["hvnet_pct_of_core"]
-            spread = rep["start_spread_ms"]
-            spread_pct = spread / 10_000 * 100
-            lines += [
-                "  70 x TCP_RR for 10 s through hvnet suite run "
-                f"(lost {rep['aggregate']['lost']}, total {rep['aggregate']['sum']:.0f} trans/s):",
-                f"    hvnet's own CPU {own:.2f}% of one core (target < 5%: {'MET' if own < 5 else 'NOT MET'}); "
-                f"netperf clients {rep['cpu']['netperf_pct_of_core']:.0f}%, ovs-vswitchd "
-                f"{rep['cpu']['vswitchd_pct_of_core']:.0f}% of a core",
-                f"    start spread {spread:.1f} ms = {spread_pct:.2f}% of the test length "
-                f"(target < 2%: {'MET' if spread_pct < 2 else 'NOT MET'})",
-            ]
-        finally:
-            if server is not None:
-                server.terminate()
-                server.wait(timeout=10)
-            lab.down()
+    with _bench_lab() as (lab, tmp, env):
+        for ttype, unit, pairs in (("TCP_RR", "trans/s", RR_PAIRS), ("TCP_STREAM", "Mbit/s", ALTERNATIONS)):
+            lines += fidelity(lab, tmp, env, ttype, unit, pairs)
+        doc = _via_hvnet(_suite(tmp, "seventy", "TCP_RR", 10, 70), tmp / "seventy", env)
+        rep = doc["steps"][0]["repetitions"][0]
+        own = rep["cpu"]["hvnet_pct_of_core"]
+        spread = rep["start_spread_ms"]
+        spread_pct = spread / 10_000 * 100
+        lines += [
+            "  70 x TCP_RR for 10 s through hvnet suite run "
+            f"(lost {rep['aggregate']['lost']}, total {rep['aggregate']['sum']:.0f} trans/s):",
+            f"    hvnet's own CPU {own:.2f}% of one core (target < 5%: {'MET' if own < 5 else 'NOT MET'}); "
+            f"netperf clients {rep['cpu']['netperf_pct_of_core']:.0f}%, ovs-vswitchd "
+            f"{rep['cpu']['vswitchd_pct_of_core']:.0f}% of a core",
+            f"    start spread {spread:.1f} ms = {spread_pct:.2f}% of the test length "
+            f"(target < 2%: {'MET' if spread_pct < 2 else 'NOT MET'})",
+        ]
     return [f"netperf suites (A/B pairs of {SECONDS} s runs, one instance)", *lines]
 
 
