@@ -167,6 +167,10 @@ class Agent:
                 log.info("meters brought in line: %s", result.openflow)
             for p in result.problems:
                 log.error("%s", p)
+            if self._vswitchd_pid is None:
+                # The first apply is what opens the OpenFlow side: learn ovs-vswitchd's pid now, not
+                # on the next tick, or a restart right after start-up would go unnoticed.
+                self._check_vswitchd()
             if tick:
                 self._collect_orphans()
             self._last_error = ""
