@@ -116,6 +116,10 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         out = m.output_port or (f"VLAN {m.output_vlan}" if m.output_vlan is not None else "?")
         sent = "not reported yet" if m.tx_packets is None else f"{render.count(m.tx_packets)} pkt"
         notes.append(f"mirror {m.name} on {m.bridge} -> {out} (sent {sent})")
+    for t in inv.taps:
+        copied = "-" if t["packets"] is None else f"{render.count(t['packets'])} pkt, {render.si(t['bytes'], 'B')}"
+        notes.append(f"tap {t['name']} on {t['bridge']}: {t['config']} (copied {copied})")
+    notes += sorted({f"note: TAP {t['note']}" for t in inv.taps if t["note"]})
     for b in inv.bridges:
         notes += [f"{b.name}: {line}" for line in b.sampling_text()]
     if notes:
@@ -168,6 +172,9 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
                 hint=f"bridges: {', '.join(b.name for b in inv.bridges) or 'none'}",
             )
         inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
+    from .services.taps import host_taps
+
+    inv.taps = [t.to_json() for t in host_taps(host) if not args.bridge or t.bridge == args.bridge]
     return inv
 
 

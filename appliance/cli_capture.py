@@ -49,8 +49,8 @@ def cmd_capture_start(args: argparse.Namespace) -> int:
 def cmd_capture_stop(args: argparse.Namespace) -> int:
     from .services import captures
 
-    record = captures.stop(host_of(args), args.name)
-    view = captures.inspect(record, live=False)
+    view = captures.stop_view(host_of(args), args.name)
+    record = view.record
     if args.json:
         render.print_json(_view_json(view))
     else:

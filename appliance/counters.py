@@ -179,8 +179,13 @@ def read_kernel_many(runner: CommandRunner, ifnames: list[str]) -> dict[str, Cou
     if not ifnames:
         return {}
     res = runner.run(["sh", "-c", _READ_MANY, "sh", *ifnames], check=False, timeout=30)
+    return parse_kernel_many(res.stdout)
+
+
+def parse_kernel_many(text: str) -> dict[str, Counters]:
+    """Counters from ``grep -r -H "" /sys/class/net/IF/statistics`` output (what :data:`_READ_MANY` prints)."""
     values: dict[str, dict[str, str]] = {}
-    for line in res.stdout.splitlines():
+    for line in text.splitlines():
         path, _, value = line.rpartition(":")
         parts = path.split("/")  # "", sys, class, net, IFNAME, statistics, COUNTER
         if len(parts) == 7 and parts[6] in COUNTER_NAMES and value.isascii() and value.isdigit():

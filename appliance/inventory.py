@@ -307,6 +307,9 @@ class Inventory:
     vifs: list[Vif]
     mirrors: list[MirrorInfo]
     read_at: float
+    # flow TAPs with their flows' counts (TapRow.to_json), filled by the services when asked (hvnet status):
+    # counting needs ovs-ofctl, which a read of OVSDB alone cannot do
+    taps: list[dict[str, Any]] = field(default_factory=list)
 
     def vif_by_port(self, name: str) -> Vif | None:
         return next((v for v in self.vifs if v.port == name or name in v.alias_ports), None)
@@ -317,6 +320,7 @@ class Inventory:
             "bridges": [asdict(b) for b in self.bridges],
             "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
             "mirrors": [asdict(m) for m in self.mirrors],
+            "taps": self.taps,
         }
 
 

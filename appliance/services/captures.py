@@ -3,7 +3,9 @@
 Each capture is a directory of hvnet's captures directory (``$HVNET_PCAP_DIR``,
 default ``/var/lib/hvnet/captures``) holding its pcaps, tcpdump's log and
 ``capture.json``; a detached process of its own runs it (see
-:mod:`appliance.capture.supervise`).  Everything is checked before anything
+:mod:`appliance.capture.supervise`).  On a hypervisor over SSH the directory
+is on that host and a detached shell there runs it (see
+:mod:`.captures_remote`).  Everything is checked before anything
 starts -- the name, the limits, the port or guest, the filter (by tcpdump
 itself) -- so a refused capture leaves nothing behind.
 """
@@ -92,9 +94,6 @@ def start(
     limits: Limits | None = None,
 ) -> CaptureRecord:
     """Check everything, then start a detached capture and return its record once tcpdump listens."""
-    if host.label is not None:
-        raise UsageError(f"captures on a host over SSH ({host.label}) are not supported yet",
-                         hint="run hvnet on that hypervisor")  # fmt: skip
     if (port is None) == (guest is None):
         raise UsageError("give a port (--port) or a lab guest (--guest), one of them")
     limits = check_limits(limits or Limits())
@@ -102,6 +101,9 @@ def start(
     target = port if port is not None else guest.name  # type: ignore[union-attr]
     name = check_name(name) if name is not None else default_name(target, f"{datetime.now():%Y%m%d-%H%M%S}")
     tcpdump = host.runner.which("tcpdump")
+    if guest is not None and not host.runner.local:
+        raise UsageError(f"--guest: the lab's guests are on this machine, not on {host.label}",
+                         hint=f"capture on the guest's VIF there: --port {guest.vif}")  # fmt: skip
     if guest is not None:
         if guest.in_vm:
             raise UsageError(f"captures inside a QEMU guest ({guest.name}) are not supported",
@@ -113,6 +115,10 @@ def start(
         _check_port(host, port)
         spec = CaptureSpec(name, "port", port, port, port, bpf, limits)
     _check_filter(host, tcpdump, bpf)
+    if not host.runner.local:
+        from . import captures_remote
+
+        return captures_remote.start(host, spec, tcpdump)
     base = captures_dir(host)
     directory = base / name
     try:
@@ -165,6 +171,10 @@ def _find(host: Host, name: str) -> Path:
 
 def stop(host: Host, name: str) -> CaptureRecord:
     """Stop a capture and return its final record (with its completeness); one already ended is returned as is."""
+    if not host.runner.local:
+        from . import captures_remote
+
+        return captures_remote.stop(host, name).record
     directory = _find(host, name)
     record = rec_mod.load(directory)
     if record.state in rec_mod.FINAL_STATES:
@@ -191,12 +201,25 @@ def stop(host: Host, name: str) -> CaptureRecord:
     return record
 
 
-def delete(host: Host, name: str, *, if_exists: bool = False) -> Path | None:
+def stop_view(host: Host, name: str) -> CaptureView:
+    """Stop a capture; its final figures (what ``capture stop`` and the console show)."""
+    if not host.runner.local:
+        from . import captures_remote
+
+        return captures_remote.stop(host, name)
+    return inspect(stop(host, name), live=False)
+
+
+def delete(host: Host, name: str, *, if_exists: bool = False) -> Path | str | None:
     """Remove an ended capture's directory (a live one must be stopped first); the directory removed.
 
     ``if_exists`` (as ovs-vsctl's): no capture of that name is None, not an error -- a clean-up
     script need not list first.  A live one is refused all the same: it is there.
     """
+    if not host.runner.local:
+        from . import captures_remote
+
+        return captures_remote.delete(host, name, if_exists=if_exists)
     if if_exists and not (captures_dir(host) / check_name(name) / rec_mod.META_FILE).is_file():
         return None
     directory = _find(host, name)
@@ -263,7 +286,11 @@ def _figures(record: CaptureRecord, state: str, files: list[Path], live: bool) -
 
 
 def list_captures(host: Host, *, live: bool = True) -> list[CaptureView]:
-    """Every capture in hvnet's captures directory, oldest first."""
+    """Every capture in hvnet's captures directory (on the host, for one over SSH), oldest first."""
+    if not host.runner.local:
+        from . import captures_remote
+
+        return captures_remote.list_captures(host, live=live)
     base = captures_dir(host)
     views = []
     for directory in sorted(base.iterdir()):
@@ -278,4 +305,8 @@ def list_captures(host: Host, *, live: bool = True) -> list[CaptureView]:
 
 def show(host: Host, name: str) -> CaptureView:
     """One capture's record and figures."""
+    if not host.runner.local:
+        from . import captures_remote
+
+        return captures_remote.show(host, name)
     return inspect(rec_mod.load(_find(host, name)))

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import HvnetError, UsageError
+from ..host import Host
 from ..policy import ApplyResult, Policy, PolicyEngine, pipeline
 from ..policy import openflow as of
 from ..policy.model import TapRule
-from ..policy.taps import TapCols, rule_from_fields
+from ..policy.taps import TapCols, read_bridge, rule_from_fields
 from .policy import apply
 
 
@@ -79,10 +80,26 @@ def delete_tap(engine: PolicyEngine, name: str, bridge: Optional[str] = None, *,
 def list_taps(engine: PolicyEngine) -> list[TapRow]:
     """Every TAP with its flows' counts (one dump-flows per bridge with TAPs); unknown when unreadable."""
     state = engine.snapshot()
+    return _rows(engine.host, {br: b.taps for br, b in state.bridges.items()})
+
+
+def host_taps(host: Host) -> list[TapRow]:
+    """Every TAP on ``host``'s switch with its counts, for ``hvnet status`` and the console's Host screen.
+
+    Reads only the bridges' TAP records (no policy engine: a status must stay cheap); a switch
+    without TAPs costs this one small OVSDB read and no ovs-ofctl.
+    """
+    with host.connect({"Bridge": ["name", "external_ids"]}) as conn, conn.lock:
+        records = {str(br.name): read_bridge(dict(br.external_ids)) for br in conn.idl.tables["Bridge"].rows.values()}
+    return _rows(host, records)
+
+
+def _rows(host: Host, taps_by_bridge: dict[str, dict[str, TapCols]]) -> list[TapRow]:
+    """Rows for the TAPs given by bridge, counted from each bridge's flows (TAP i is table TAP_TABLE0 + i, by name)."""
     rows: list[TapRow] = []
-    ofl = of.OpenFlow.for_host(engine.host)
-    for br, b in sorted(state.bridges.items()):
-        if not b.taps:
+    ofl = of.OpenFlow.for_host(host)
+    for br, taps in sorted(taps_by_bridge.items()):
+        if not taps:
             continue
         counts: dict[int, tuple[int, int]] | None = None
         note = ""
@@ -93,7 +110,7 @@ def list_taps(engine: PolicyEngine) -> list[TapRow]:
                 counts = ofl.read(br).tap_counts
             except HvnetError as exc:
                 note = f"counts not measured: {exc.message}"
-        for i, (name, cols) in enumerate(sorted(b.taps.items())):
+        for i, (name, cols) in enumerate(sorted(taps.items())):
             packets = bytes_ = None
             if counts is not None:
                 packets, bytes_ = counts.get(pipeline.tap_table(i), (0, 0))

@@ -19,12 +19,14 @@ import psutil
 
 from appliance.runner import CommandRunner
 from appliance.services.inventory import Inventory
+from appliance.services.taps import TapRow, list_taps
 
 from . import Backend
 from .procfs import RemoteProc
 
 AGENT_UNIT = "hvnet-agent.service"
 AGENT_INTERVAL_S = 5.0  # a systemctl run or a walk of every process: not with every one-second sample
+TAPS_INTERVAL_S = 2.0  # a dump-flows per bridge with TAPs: the Mirrors screen's pace, not every sample
 
 
 @dataclass
@@ -44,6 +46,7 @@ class HostSample:
     mem_used: int
     agent: AgentStatus
     audit: list[dict[str, Any]] = field(default_factory=list)
+    taps: list[TapRow] = field(default_factory=list)  # flow TAPs with their flows' counts (None: not measured)
 
 
 def remote_agent_status(name: str) -> AgentStatus:
@@ -82,6 +85,14 @@ class HostSampler:
         self._primed = False
         self._vswitchd: Optional[psutil.Process] = None
         self._agent: Optional[tuple[float, AgentStatus]] = None  # (when asked, status)
+        self._taps: Optional[tuple[float, list[TapRow]]] = None  # (when read, rows)
+
+    def _tap_rows(self) -> list[TapRow]:
+        """The TAPs and their counts, read again every TAPS_INTERVAL_S (an error shows as no rows)."""
+        now = time.monotonic()
+        if self._taps is None or now - self._taps[0] >= TAPS_INTERVAL_S:
+            self._taps = (now, list_taps(self.backend.engine))
+        return self._taps[1]
 
     def _agent_status(self) -> AgentStatus:
         now = time.monotonic()
@@ -131,6 +142,7 @@ class HostSampler:
             mem_used=mem.total - mem.available,
             agent=self._agent_status(),
             audit=self.backend.audit(last=8),
+            taps=self._tap_rows(),
         )
 
     def _remote_sample(self, remote: RemoteProc) -> HostSample:
@@ -147,4 +159,5 @@ class HostSampler:
             mem_used=now.mem_total - now.mem_available,
             agent=self._agent_status(),
             audit=self.backend.audit(last=8),
+            taps=self._tap_rows(),
         )

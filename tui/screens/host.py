@@ -16,7 +16,7 @@ from textual.widgets import Header, Static
 
 from appliance import render
 
-from ..backend.host import HostSample, HostSampler
+from ..backend.host import HostSample, HostSampler, TapRow
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
 
@@ -41,6 +41,12 @@ def audit_line(entry: dict) -> str:
     return f"{when} {entry.get('user', '?')}: {entry.get('command', '?')} → {entry.get('result', '?')}"
 
 
+def tap_line(t: TapRow) -> str:
+    """A flow TAP and what its flows copied ("-": the counts could not be read)."""
+    copied = "-" if t.packets is None else f"{render.count(t.packets)} pkt, {render.si(t.bytes, 'B')}"
+    return f"TAP {t.name}: {t.cols.describe()} · copied {copied}"
+
+
 def render_sample(s: HostSample, width: int) -> dict[str, str]:
     inv = s.inventory
     h = inv.host
@@ -59,6 +65,7 @@ def render_sample(s: HostSample, width: int) -> dict[str, str]:
             f"fail-mode {b.fail_mode or 'standalone'}"
         )
         bridges += [f"  {line}" for line in b.sampling_text()]  # sFlow, IPFIX
+        bridges += [f"  {tap_line(t)}" for t in s.taps if t.bridge == b.name]
     bridges = bridges or ["no bridges"]
     per_line = max(1, (width - 4) // 29)
     cpu = cpu_lines(s.cpu_per_core, per_line)
