@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from ..capture.spec import (
     tcpdump_argv,
 )
 from ..capture.supervise import finish
+from ..capture.view import CaptureView
 from ..counters import read_kernel_many
 from ..errors import HvnetError, UsageError
 from ..guests import GuestEndpoint
@@ -228,25 +228,6 @@ def delete(host: Host, name: str, *, if_exists: bool = False) -> Path | str | No
         raise UsageError(f"capture {name} is {view.state}", hint=f"hvnet capture stop {name}")
     shutil.rmtree(directory)
     return directory
-
-
-@dataclass(frozen=True)
-class CaptureView:
-    """A capture as ``list`` and ``show`` present it: its record and the figures as of now."""
-
-    record: CaptureRecord
-    state: str  # the record's, or "dead" when its processes are gone behind hvnet's back
-    reason: str | None
-    packets: int | None  # captured so far (tcpdump's count, or the pcaps' records)
-    dropped: int | None  # tcpdump's drops so far (None: not known)
-    seconds: float | None  # how long it has run (or ran)
-    bytes: int  # the pcaps' size
-
-    @property
-    def rate_pps(self) -> float | None:
-        if self.packets is None or not self.seconds:
-            return None
-        return self.packets / self.seconds
 
 
 def inspect(record: CaptureRecord, *, live: bool = True) -> CaptureView:

@@ -24,9 +24,9 @@ from ..capture import remote as rc
 from ..capture.record import LIVE_STATES, CaptureRecord
 from ..capture.spec import CaptureSpec, check_name, tcpdump_argv
 from ..capture.supervise import counters_of, read_port_counters
+from ..capture.view import CaptureView
 from ..errors import HvnetError, UsageError
 from ..host import Host
-from .captures import CaptureView
 
 STOP_WAIT_S = 30.0
 
