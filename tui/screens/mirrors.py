@@ -1,4 +1,4 @@
-"""Mirrors screen: every mirror and flow TAP on the switch with its statistics; add mirrors, delete either.
+"""Mirrors screen: every mirror and flow TAP on the switch with its statistics; add either, delete either.
 
 The table follows OVSDB (the app calls :meth:`MirrorsScreen.db_changed` on
 each replica change) and re-reads about every 2 s for the counters.  OVS
@@ -24,6 +24,7 @@ from ..backend import mirrors as mb
 from ..backend.plans import refusal_lines, result_lines
 from ..dialogs.confirm import ConfirmDialog
 from ..dialogs.mirror import MirrorDialog
+from ..dialogs.tap import TapDialog
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
 from ..widgets.keyed_table import KeyedTable
@@ -40,8 +41,10 @@ class MirrorsScreen(Screen[None]):
     CSS_PATH = "mirrors.tcss"
     BINDINGS = [
         Binding("a", "add", "Add mirror"),
-        Binding("d", "delete", "Delete mirror"),
-        Binding("r", "refresh", "Refresh"),
+        Binding("t", "add_tap", "Add TAP"),
+        Binding("c", "captures", "Captures"),
+        Binding("d", "delete", "Delete"),  # a mirror or a TAP
+        Binding("r", "refresh", "Refresh", show=False),  # the table re-reads every 2 s anyway
     ]
 
     def __init__(self) -> None:
@@ -107,7 +110,7 @@ class MirrorsScreen(Screen[None]):
         taps = len(rows) - n
         if taps:
             line += f", {taps} TAP{'s' if taps != 1 else ''} (counts: packets their flows matched)"
-        self.query_one("#mirrors-line", Static).update(f"{line} · a: add · d: delete · rates need two OVS updates")
+        self.query_one("#mirrors-line", Static).update(f"{line} · rates need two OVS updates")  # keys: the footer
 
     def selected_key(self) -> str | None:
         return self.query_one("#mirrors", MirrorTable).selected_key
@@ -119,6 +122,14 @@ class MirrorsScreen(Screen[None]):
 
     def action_add(self) -> None:
         self.app.push_screen(MirrorDialog(), self._added)
+
+    def action_captures(self) -> None:
+        from .captures import CapturesScreen  # loaded when first opened, as the screens are
+
+        self.app.push_screen(CapturesScreen())
+
+    def action_add_tap(self) -> None:
+        self.app.push_screen(TapDialog(), self._added)
 
     def _added(self, summary: str | None) -> None:
         if summary:

@@ -1,0 +1,257 @@
+"""Add a flow TAP: the form, its plan, then one confirmed apply.
+
+The fields are ``hvnet tap add``'s flags (a policy file's ``taps.NAME``) and go
+through the same service code (:mod:`tui.backend.taps`): a refusal is the
+CLI's text, shown literally (never read as markup), and nothing is applied.
+Nothing is written until the operator has seen the plan and pressed Apply; a
+form edited after its plan must be planned again.  Engine calls run in
+thread workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from appliance.errors import HvnetError
+
+from ..backend import taps as tb
+from ..backend.plans import plan_lines, refusal_lines, result_lines
+from ..widgets.footer import Footer
+
+PLACEHOLDERS = {
+    "src_mac": "src MAC",
+    "dst_mac": "dst MAC",
+    "src_ip": "src IP or prefix",
+    "dst_ip": "dst IP or prefix",
+    "vlan": "VLAN 0..4094",
+    "protocol": "tcp, udp, icmp, icmp6, 0..255",
+    "src_port": "src L4 port",
+    "dst_port": "dst L4 port",
+}
+# Toggle glyphs differ only by colour: the label says the state in words (NO_COLOR).
+ALLOW_LABEL = "allow isolation exception (a VM receives the copies): {}"
+OUTPUT_HINTS = {"port": "output port, e.g. vif3.0", "gre": "collector IP", "erspan": "collector IP"}
+
+
+class TapDialog(ModalScreen[str | None]):
+    """Dismisses with a one-line summary of what was applied, or None when cancelled."""
+
+    CSS_PATH = "tap.tcss"
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("f5", "plan", "Plan"),
+        Binding("ctrl+s", "apply", "Apply"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bridges: list[str] | None = None
+        self.planned: Any = None  # the TapRule whose plan is shown (Apply confirms it)
+        self.generation = 0  # bumped on every edit: a plan for an older form is stale
+        self.busy = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static("Add flow TAP", id="dialog-title")
+            with VerticalScroll(id="form"):
+                yield from self._row("Bridge", Select([], prompt="choose a bridge", id="bridge", compact=True))
+                yield from self._row("Name", Input(placeholder="TAP name", id="name", compact=True))
+                vifs = Input(placeholder="vif1.0 vm:VM2 ... (selectors)", id="vifs", compact=True)
+                yield from self._row("VIFs", vifs)
+                directions = [(text, key) for key, text in tb.DIRECTIONS.items()]
+                yield from self._row(
+                    "Direction", Select(directions, value="both", allow_blank=False, id="direction", compact=True)
+                )
+                for a, b in zip(tb.MATCH_FIELDS[::2], tb.MATCH_FIELDS[1::2]):
+                    with Horizontal(classes="row"):
+                        yield Label("Match" if a == "src_mac" else "", classes="label")
+                        for key in (a, b):
+                            yield Input(placeholder=PLACEHOLDERS[key], id=key.replace("_", "-"), compact=True)
+                kinds = [(text, key) for key, text in tb.OUTPUT_KINDS.items()]
+                with Horizontal(classes="row"):
+                    yield Label("Output", classes="label")
+                    yield Select(kinds, value="port", allow_blank=False, id="output-kind", compact=True)
+                    yield Input(placeholder=OUTPUT_HINTS["port"], id="output-value", compact=True)
+                yield from self._row(
+                    "Tunnel key", Input(placeholder="GRE/ERSPAN key (optional)", id="key", compact=True, disabled=True)
+                )
+                methods = [(text, key) for key, text in tb.METHODS.items()]
+                yield from self._row(
+                    "Method", Select(methods, value="flows", allow_blank=False, id="method", compact=True)
+                )
+                with Horizontal(classes="row"):
+                    yield Label("", classes="label")
+                    yield Checkbox(ALLOW_LABEL.format("no"), id="allow", compact=True)
+            yield VerticalScroll(Static("", id="plan-text", markup=False), id="plan")
+            with Horizontal(id="buttons"):
+                yield Button("Plan (F5)", id="plan-button", compact=True)
+                yield Button("Apply (^S)", id="apply-button", variant="primary", compact=True, disabled=True)
+                yield Button("Cancel (Esc)", id="cancel-button", compact=True)
+            yield Footer()
+
+    def _row(self, label: str, widget: Any) -> ComposeResult:
+        with Horizontal(classes="row"):
+            yield Label(label, classes="label")
+            yield widget
+
+    # -- loading -----------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self._say(["loading bridges..."])
+        self.load_bridges()
+
+    @work(thread=True, exclusive=True, group="tap-bridges")
+    def load_bridges(self) -> None:
+        try:
+            found = tb.bridges(self.app.backend)
+        except HvnetError as exc:
+            self.app.call_from_thread(self._say, refusal_lines(exc))
+            return
+        self.app.call_from_thread(self._loaded, found)
+
+    def _loaded(self, found: list[str]) -> None:
+        self.bridges = found
+        bridge = self.query_one("#bridge", Select)
+        bridge.set_options([(b, b) for b in found])
+        if found:
+            bridge.value = found[0]
+        self._say(["fill in the form, then Plan (F5) to see what would change"])
+        self.query_one("#name", Input).focus()
+
+    # -- the form ----------------------------------------------------------------
+
+    def _value(self, selector: str, default: str) -> str:
+        value = self.query_one(selector, Select).value
+        return value if isinstance(value, str) else default
+
+    def form(self) -> tb.TapForm:
+        return tb.TapForm(
+            bridge=self._value("#bridge", ""),
+            name=self.query_one("#name", Input).value,
+            vifs=self.query_one("#vifs", Input).value,
+            direction=self._value("#direction", "both"),
+            match={k: self.query_one(f"#{k.replace('_', '-')}", Input).value for k in tb.MATCH_FIELDS},
+            output_kind=self._value("#output-kind", "port"),
+            output_value=self.query_one("#output-value", Input).value,
+            key=self.query_one("#key", Input).value,
+            method=self._value("#method", "flows"),
+            allow_isolation_exception=self.query_one("#allow", Checkbox).value,
+        )
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
+    def _edited(self, event: Any) -> None:
+        """Any edit forgets a plan shown for the previous form."""
+        widget_id = getattr(getattr(event, "control", None), "id", None)
+        if widget_id == "allow":
+            allow = self.query_one("#allow", Checkbox)
+            allow.label = ALLOW_LABEL.format("yes" if allow.value else "no")
+        if widget_id == "output-kind":
+            kind = self._value("#output-kind", "port")
+            self.query_one("#output-value", Input).placeholder = OUTPUT_HINTS.get(kind, "")
+            self.query_one("#key", Input).disabled = kind == "port"
+        self.generation += 1
+        if self.planned is not None:
+            self.planned = None
+            self._say(["the form changed: Plan (F5) again before applying"])
+        self._buttons()
+
+    def _buttons(self) -> None:
+        self.query_one("#plan-button", Button).disabled = self.busy
+        self.query_one("#apply-button", Button).disabled = self.planned is None or self.busy
+
+    def _say(self, lines: list[str]) -> None:
+        self.query_one("#plan-text", Static).update("\n".join(lines))
+
+    def message_text(self) -> str:
+        """The plan or refusal shown (what tests and screen readers read)."""
+        return str(self.query_one("#plan-text", Static).render())
+
+    # -- plan, then apply ----------------------------------------------------------
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_plan()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        {"plan-button": self.action_plan, "apply-button": self.action_apply, "cancel-button": self.action_cancel}[
+            event.button.id or "cancel-button"
+        ]()
+
+    def action_plan(self) -> None:
+        if self.busy or self.bridges is None:
+            return
+        try:
+            rule = tb.form_rule(self.form())
+        except HvnetError as exc:  # the service's words, as the CLI prints them
+            self._say(refusal_lines(exc))
+            return
+        self.busy = True
+        self._buttons()
+        self._say(["planning..."])
+        self.run_plan(rule, self.generation)
+
+    @work(thread=True, exclusive=True, group="tap-plan")
+    def run_plan(self, rule: Any, generation: int) -> None:
+        try:
+            plan = tb.plan_add(self.app.backend, rule)
+        except HvnetError as exc:
+            self.app.call_from_thread(self._planned, None, generation, refusal_lines(exc))
+            return
+        lines = ["Plan (nothing is applied until you confirm):", *plan_lines(plan, by_target=True)]
+        if plan.changes:
+            lines.append("Apply (^S) to make this change in one transaction; Esc to cancel")
+        self.app.call_from_thread(self._planned, rule if plan.changes else None, generation, lines)
+
+    def _planned(self, rule: Any, generation: int, lines: list[str]) -> None:
+        self.busy = False
+        if generation != self.generation:  # edited while planning: that plan is for another form
+            self._say(["the form changed: Plan (F5) again before applying"])
+        else:
+            self.planned = rule
+            self._say(lines)
+        self._buttons()
+
+    def action_apply(self) -> None:
+        if self.planned is None or self.busy:
+            if self.planned is None:
+                self._say(["Plan (F5) first: nothing is applied before you have seen the plan"])
+            return
+        self.busy = True
+        self._buttons()
+        self._say(["applying..."])
+        self.run_apply(self.planned)
+
+    @work(thread=True, exclusive=True, group="tap-apply")
+    def run_apply(self, rule: Any) -> None:
+        try:
+            result = tb.apply_add(self.app.backend, rule)
+        except HvnetError as exc:
+            self.app.call_from_thread(self._applied, None, refusal_lines(exc))
+            return
+        lines = result_lines(result)
+        summary = f"TAP {rule.name} on {rule.bridge}: {lines[0]}" if result.ok else None
+        self.app.call_from_thread(self._applied, summary, lines)
+
+    def _applied(self, summary: str | None, lines: list[str]) -> None:
+        self.busy = False
+        self.planned = None
+        if summary is not None:
+            self.dismiss(summary)
+            return
+        self._say(lines)
+        self._buttons()
+
+    def action_cancel(self) -> None:
+        if not self.busy:  # an apply in flight finishes (it is one transaction) before the dialog closes
+            self.dismiss(None)
