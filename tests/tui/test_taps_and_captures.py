@@ -123,6 +123,8 @@ async def test_add_tap_refused_then_applied_and_counted(lab: Lab) -> None:
             keys = lambda: [k.value for k in app.screen.query_one("#mirrors").rows]  # noqa: E731
             assert await wait_until(pilot, lambda: f"{BRIDGE}/tap:t2" in keys(), 5), screen_text(app)
             assert "TAP t2 on xenbr0: ✓ applied" in screen_text(app)
+            await pilot.press("1")  # the Host screen lists it under its bridge with what it copied
+            assert await wait_until(pilot, lambda: "TAP t2: protocol=icmp" in screen_text(app), 10), screen_text(app)
 
         await asyncio.to_thread(ping, lab, 5)
         # the switch credits datapath hits to its OpenFlow flows when it revalidates them (about every 0.5 s)
