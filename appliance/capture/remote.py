@@ -75,15 +75,18 @@ done
 echo timeout
 """
 
-# $1 the capture's directory: SIGTERM its tcpdump (if it is still that capture's), wait up to 20 s for the end.
+# $1 the capture's directory: SIGTERM its tcpdump (if it is still that capture's), wait up to 20 s for the
+# wrapper to record the end (not at all when the wrapper is gone: killed behind hvnet's back).
 STOP = r"""d=$1
-tp=$(cat "$d/tcpdump.pid" 2>/dev/null)
+tp=$(cat "$d/tcpdump.pid" 2>/dev/null); wp=$(cat "$d/wrapper.pid" 2>/dev/null)
 if [ -n "$tp" ] && kill -0 "$tp" 2>/dev/null && grep -qF -- "$d/" "/proc/$tp/cmdline" 2>/dev/null; then
   [ -e "$d/ended-by" ] || echo stop >"$d/ended-by"
   kill -TERM "$tp"
 fi
 i=0
-while [ ! -e "$d/status" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+while [ ! -e "$d/status" ] && [ $i -lt 200 ] && { [ -n "$wp" ] && kill -0 "$wp" 2>/dev/null; }; do
+  sleep 0.1; i=$((i+1))
+done
 """
 
 # $1 hvnet's captures directory, $2 1 to ask running tcpdumps for counts, $3 the section marker, then

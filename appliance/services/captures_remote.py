@@ -21,12 +21,13 @@ import time
 from pathlib import PurePosixPath
 
 from ..capture import remote as rc
-from ..capture.record import LIVE_STATES, CaptureRecord
+from ..capture.record import LIVE_STATES, CaptureRecord, final_counts_text
 from ..capture.spec import CaptureSpec, check_name, tcpdump_argv
 from ..capture.supervise import counters_of, read_port_counters
 from ..capture.view import CaptureView
 from ..errors import HvnetError, UsageError
 from ..host import Host
+from ..isolation.pcap import parse_tcpdump_counts
 
 STOP_WAIT_S = 30.0
 
@@ -118,8 +119,10 @@ def _view(host: Host, probe: rc.Probe) -> CaptureView:
         record = rc.finished(record, probe, counters_of(record.counters_before), time.time())
         save(host, record)
         state, reason = record.state, record.reason
-    elif state in LIVE_STATES and not probe.tcpdump_alive and not probe.wrapper_alive:
-        state, reason = "dead", f"its processes on {host.label} are gone (killed, or the host restarted?)"
+    elif state in LIVE_STATES and not probe.wrapper_alive:
+        state, reason = "dead", f"its shell on {host.label} is gone (killed, or the host restarted?)"
+        if probe.tcpdump_alive:
+            reason += f"; tcpdump still runs there: 'hvnet --host {host.label} capture stop {record.name}' ends it"
     if record.tcpdump is not None:
         t = record.tcpdump
         packets, dropped = t.get("captured"), t.get("dropped_by_kernel", 0) + t.get("dropped_by_interface", 0)
@@ -137,8 +140,8 @@ def list_captures(host: Host, *, live: bool = True) -> list[CaptureView]:
     return sorted(views, key=lambda v: v.record.created)
 
 
-def show(host: Host, name: str, *, live: bool = True) -> CaptureView:
-    probe = _probe(host, [name], live=live).get(name)
+def show(host: Host, name: str) -> CaptureView:
+    probe = _probe(host, [name], live=True).get(name)
     if probe is None or probe.record is None:
         raise UsageError(f"no capture named {name!r} on {host.label}", hint=f"hvnet --host {host.label} capture list")
     return _view(host, probe)
@@ -146,14 +149,38 @@ def show(host: Host, name: str, *, live: bool = True) -> CaptureView:
 
 def stop(host: Host, name: str) -> CaptureView:
     """Stop the capture (SIGTERM to its tcpdump on the host), wait for its end, complete its record."""
-    view = show(host, name, live=False)
-    if view.state not in LIVE_STATES:
-        return view
-    _sh(host, rc.STOP, view.record.directory, timeout=STOP_WAIT_S)
-    view = show(host, name, live=False)
+    probe = _one(host, name)
+    record = probe.record
+    assert record is not None
+    if record.state not in LIVE_STATES or probe.ended:
+        return _view(host, probe)
+    _sh(host, rc.STOP, record.directory, timeout=STOP_WAIT_S)
+    probe = _one(host, name)
+    if not probe.ended and not probe.tcpdump_alive:
+        _record_dead(host, probe)  # its wrapper was gone: what tcpdump printed as it stopped, and its files
+    view = _view(host, probe)
     if view.state in LIVE_STATES:
-        raise HvnetError(f"capture {name} on {host.label} did not stop within 20 s", hint=view.record.directory)
+        raise HvnetError(f"capture {name} on {host.label} did not stop within 20 s", hint=record.directory)
     return view
+
+
+def _one(host: Host, name: str) -> rc.Probe:
+    probe = _probe(host, [name], live=False).get(name)
+    if probe is None or probe.record is None:
+        raise UsageError(f"no capture named {name!r} on {host.label}", hint=f"hvnet --host {host.label} capture list")
+    return probe
+
+
+def _record_dead(host: Host, probe: rc.Probe) -> None:
+    """Record a capture whose wrapper on the host was killed: tcpdump's counts if it printed them, no completeness."""
+    record = probe.record
+    assert record is not None
+    counts = parse_tcpdump_counts(final_counts_text(probe.log))
+    record.tcpdump = None if counts is None else vars(counts).copy()
+    record.state, record.stopped = "dead", time.time()
+    record.reason = f"its shell on {host.label} was gone (killed behind hvnet's back, or the host restarted)"
+    record.files = [n for n, _ in probe.files]
+    save(host, record)
 
 
 def delete(host: Host, name: str, *, if_exists: bool = False) -> str | None:

@@ -147,3 +147,16 @@ def test_remote_refusals_start_nothing(tc1: SshHost, env: dict[str, str]) -> Non
     assert view["state"] == "finished" and "limit of 5 packets" in view["reason"], view
     res = run_hvnet("--host", "tc1", "capture", "delete", "r3", env=env)
     assert res.returncode == 0 and not (pcaps / "r3").exists(), res.stdout + res.stderr
+
+
+def test_a_capture_whose_shell_was_killed_is_dead_and_stop_ends_its_tcpdump(tc1: SshHost, env: dict[str, str]) -> None:
+    rec = hv(env, "start", "--port", "vif2.0", "--name", "k1", "--filter", "icmp")
+    os.kill(rec["supervisor_pid"], signal.SIGKILL)  # the shell on the host (the lab's host shares this pid space)
+    ping(3)
+    view = {c["spec"]["name"]: c for c in hv(env, "list")["captures"]}["k1"]
+    assert view["state"] == "dead" and "tcpdump still runs there" in view["reason"], view
+    res = run_hvnet("--host", "tc1", "capture", "stop", "k1", "--json", env=env)
+    assert res.returncode == 1, res.stdout + res.stderr  # it had died: said, and its tcpdump ended
+    done = json.loads(res.stdout)
+    assert done["state"] == "dead" and done["tcpdump"]["captured"] == 6 and done["files"] == ["k1.pcap"], done
+    assert _processes_naming(Path(env["HVNET_PCAP_DIR"])) == []
