@@ -185,16 +185,21 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
     lab = Lab()
-    # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
-    if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
-        lab.require_guests(sc.topology, list(sc.guests))
-    switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
-    host = next(iter(switches.values()))
-    result = isolation.run_check(
-        host, lab, sc, args.method, Path(args.out) if args.out else None,
-        root_hint="run as root, or use --method trace", timeout=args.timeout,
-        hosts={n: h for n, h in switches.items() if n is not None},
-    )  # fmt: skip
+    if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
+        from .cli_pool import check_pool_scenario
+
+        result = check_pool_scenario(args, sc, lab)
+        switches: dict = {f"pool {args.pool or sc.topology.name}": None}
+    else:
+        # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
+        if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
+            lab.require_guests(sc.topology, list(sc.guests))
+        switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
+        result = isolation.run_check(
+            next(iter(switches.values())), lab, sc, args.method, Path(args.out) if args.out else None,
+            root_hint="run as root, or use --method trace", timeout=args.timeout,
+            hosts={n: h for n, h in switches.items() if n is not None},
+        )  # fmt: skip
     if args.json:
         render.print_json(report.to_json(result))
     else:
