@@ -123,7 +123,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     return "\n".join(lines)
 
 
-POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool
+POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool (and isolation check)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -409,7 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
-    if getattr(args, "pool", None) and args.command not in POOL_VERBS:
+    pool_check = args.command == "isolation" and getattr(args, "isolation_command", None) == "check"
+    if getattr(args, "pool", None) and args.command not in POOL_VERBS and not pool_check:
         print(f"hvnet: --pool works with {', '.join(POOL_VERBS)}; '{args.command}' manages one switch "
               "(--host, --db)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE

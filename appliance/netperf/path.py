@@ -45,7 +45,8 @@ def tunnels(conn: Connection) -> tuple[dict[str, str], dict[str, tuple[str, str]
         ids = dict(col(ovs, "external_ids")) if ovs is not None else {}
         out: dict[str, tuple[str, str]] = {}
         for port in conn.idl.tables["Port"].rows.values():
-            peer = dict(col(port, "external_ids")).get("ovn-chassis-id")
+            # "hv2", or "hv2@REMOTE_IP%LOCAL_IP" since OVN 22.09 (a chassis may have several encaps)
+            peer = dict(col(port, "external_ids")).get("ovn-chassis-id", "").split("@")[0]
             for iface in col(port, "interfaces"):
                 if peer and col(iface, "type") in TUNNEL_TYPES:
                     out[peer] = (col(iface, "type"), dict(col(iface, "options")).get("remote_ip", ""))

@@ -38,6 +38,7 @@ from ..ovn.view import PoolView, PortView
 from ..runner import CommandRunner, LocalRunner
 from ..target import DbTarget, SslOptions
 from ..topology import Topology
+from . import pool_tunnels as tunnels
 from . import pools
 
 
@@ -274,7 +275,10 @@ def _traffic(
         found, captures = check.prepare(first, source, sc, ("traffic",), out_dir, root_hint=root_hint)
         views, vif_of = _sites(sc, ports, found, hosts, stack, timeout)
         assert captures is not None  # prepare names a directory for the traffic method
-        return check.run_traffic(views, found, sc, vif_of, captures), captures
+        unresolved = tunnels.warm(hosts, ports, found, view, check.unused_address([p.ip for p in ports.values()]))
+        res = check.run_traffic(views, found, sc, vif_of, captures)
+        tunnels.doubt(res, ports, view, unresolved)
+        return res, captures
 
 
 def _sites(
@@ -330,7 +334,8 @@ def ovn_trace(runner: CommandRunner, sb: DbTarget, timeout: float) -> Trace:
              f"--ca-cert={ssl.ca_cert}"] if ssl else []  # fmt: skip
 
     def run(switch: str, expr: str) -> str:
-        argv = [exe, f"--db={sb.remote}", *creds, switch, expr]
+        # full port names: by default ovn-trace shortens uuid-like names to their first digits
+        argv = [exe, f"--db={sb.remote}", "--no-friendly-names", *creds, switch, expr]
         try:
             res = runner.run(argv, check=False, timeout=timeout + 10)
         except CommandFailed:

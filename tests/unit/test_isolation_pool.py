@@ -3,6 +3,7 @@ in a real pool's NB/SB snapshots (captured from the lab's ovn-pool), the expecta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from appliance import snapshot
 from appliance.errors import ConfigError, UsageError
-from appliance.isolation import model
+from appliance.isolation import model, ovntrace
 from appliance.isolation import scenario as scenario_mod
 from appliance.ovn.view import PoolView, build
 from appliance.services import isolation_pool
@@ -92,3 +93,80 @@ def test_derive_on_a_pool_is_logical_switch_membership(tmp_path: Path) -> None:
     exp = isolation_pool.expected(sc, isolation_pool.resolve(sc, view()))
     assert exp.cells == scenario_mod.load(SCENARIO).matrix
     assert all(v in (model.YES, model.NO) for v in exp.cells.values())
+
+
+# -- ovn-trace, read (outputs captured from the lab's pool: VM1 8cf87d, VM2 6bcabc on vlan1, VM3 91194d on vlan2) --
+
+
+def _trace(name: str) -> str:
+    return (DATA / f"ovn-trace-{name}.txt").read_text()
+
+
+def test_a_broadcast_flooded_on_a_logical_switch_is_delivered_to_the_other_ports_only() -> None:
+    t = ovntrace.parse(_trace("VM1-broadcast"))
+    assert (t.datapath, t.inport, t.delivered, t.skipped) == ("vlan1", "8cf87d", ["6bcabc"], ["8cf87d"])
+    assert t.fate("6bcabc").delivered and not t.fate("91194d").delivered and not t.fate("91194d").dropped
+    assert t.ingress_drop is None and t.egress_drops == {}
+    assert t.flow.startswith("arp,reg14=0x1,") and "arp_tpa=192.168.0.254" in t.flow
+    assert t.summary() == "vlan1: from 8cf87d: delivered to 6bcabc"
+
+
+def test_a_guest_alone_on_its_switch_reaches_no_port() -> None:
+    t = ovntrace.parse(_trace("VM3-broadcast"))
+    assert (t.datapath, t.inport, t.delivered, t.skipped) == ("vlan2", "91194d", [], ["91194d"])
+    assert t.summary() == "vlan2: from 91194d: delivered to no port"
+
+
+def test_drops_name_the_stage_and_the_flow_that_matched() -> None:
+    acl = ovntrace.parse(_trace("acl-drop"))
+    assert acl.ingress_drop == 'at ls_in_acl (match: inport == "8cf87d" && arp)' and acl.delivered == []
+    sec = ovntrace.parse(_trace("port-security-drop"))
+    assert sec.ingress_drop == "at ls_in_apply_port_sec (match: reg0[15] == 1)"
+    assert sec.summary() == "vlan1: from 8cf87d: dropped at ls_in_apply_port_sec (match: reg0[15] == 1)"
+
+
+def test_an_arp_for_a_known_address_is_answered_by_ovn_and_never_reaches_the_peer() -> None:
+    t = ovntrace.parse(_trace("arp-responder"))
+    assert t.delivered == ["8cf87d"]  # back to the asker, from the ls_in_arp_rsp stage: why probes ask for no one
+
+
+def test_what_is_not_a_trace_is_refused() -> None:
+    for text in (_trace("unknown-datapath"), "", "ovn-trace: unix:/x.sock: database connection failed\n"):
+        with pytest.raises(ValueError, match="no ingress pipeline"):
+            ovntrace.parse(text)
+
+
+def _ports(view_: PoolView) -> dict[str, isolation_pool.PoolPort]:
+    """The lab's ports under the short names ovn-trace printed in these captures (its 'friendly' names)."""
+    sc = scenario_mod.load(SCENARIO)
+    ports = isolation_pool.resolve(sc, view_)
+    return {g: dataclasses.replace(p, port=p.port[:6]) for g, p in ports.items()}
+
+
+def test_the_trace_method_gives_the_studys_matrix_and_says_why_for_each_pair() -> None:
+    sc = scenario_mod.load(SCENARIO)
+    calls: list[tuple[str, str]] = []
+    outputs = {p.port: _trace(f"{g}-broadcast") for g, p in _ports(view()).items()}
+    res = isolation_pool.trace_method(sc, _ports(view()), "192.168.0.254",
+                                      lambda sw, expr: (calls.append((sw, expr)), outputs[expr.split('"')[1]])[1])  # fmt: skip
+    assert res.cells == sc.matrix and res.reasons == {}
+    assert [c[0] for c in calls] == ["vlan1", "vlan1", "vlan2"]
+    assert "arp.tpa == 192.168.0.254" in calls[0][1] and "arp.op == 1" in calls[0][1]
+    why = res.stats["logical"]
+    assert why["VM1"]["VM2"] == "delivered to VM2's port 6bcabc on vlan1"
+    assert why["VM1"]["VM3"] == "VM3's port is on vlan2, VM1's broadcast stays on vlan1 (delivered to VM2 only)"
+    assert why["VM3"]["VM1"] == "VM1's port is on vlan1, VM3's broadcast stays on vlan2 (delivered to no one)"
+
+
+def test_a_drop_is_a_reasoned_no_and_an_unreadable_trace_leaves_its_cells_unknown() -> None:
+    sc = scenario_mod.load(SCENARIO)
+    ports = _ports(view())
+    outputs = {"VM1": _trace("acl-drop"), "VM2": _trace("VM2-broadcast"), "VM3": 'unknown datapath "vlan2"\n'}
+    by_port = {p.port: g for g, p in ports.items()}
+    res = isolation_pool.trace_method(sc, ports, "192.168.0.254", lambda sw, expr: outputs[by_port[expr.split('"')[1]]])
+    assert res.cells[("VM2", "VM1")] == model.NO
+    assert res.stats["logical"]["VM1"]["VM2"] == 'dropped at ls_in_acl (match: inport == "8cf87d" && arp)'
+    assert res.cells[("VM1", "VM2")] == model.YES
+    # VM3's own trace could not be read: no "No" about it stands, and its broadcast's cells are unknown
+    assert res.cells[("VM3", "VM1")] == res.cells[("VM1", "VM3")] == model.UNKNOWN
+    assert "ovn-trace of VM3's broadcast could not be read" in res.reasons[("VM3", "VM1")]
