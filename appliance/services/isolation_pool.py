@@ -275,7 +275,8 @@ def _traffic(
         found, captures = check.prepare(first, source, sc, ("traffic",), out_dir, root_hint=root_hint)
         views, vif_of = _sites(sc, ports, found, hosts, stack, timeout)
         assert captures is not None  # prepare names a directory for the traffic method
-        unresolved = tunnels.warm(hosts, ports, found, view, check.unused_address([p.ip for p in ports.values()]))
+        unused = check.unused_address([sc.topology.guest(g).ip for g in sc.guests])
+        unresolved = tunnels.warm(hosts, ports, found, view, unused)
         res = check.run_traffic(views, found, sc, vif_of, captures)
         tunnels.doubt(res, ports, view, unresolved)
         return res, captures

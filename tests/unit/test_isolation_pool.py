@@ -14,7 +14,7 @@ from appliance.errors import ConfigError, UsageError
 from appliance.isolation import model, ovntrace
 from appliance.isolation import scenario as scenario_mod
 from appliance.ovn.view import PoolView, build
-from appliance.services import isolation_pool
+from appliance.services import isolation_pool, pool_tunnels
 from appliance.target import DbTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,3 +170,20 @@ def test_a_drop_is_a_reasoned_no_and_an_unreadable_trace_leaves_its_cells_unknow
     # VM3's own trace could not be read: no "No" about it stands, and its broadcast's cells are unknown
     assert res.cells[("VM3", "VM1")] == res.cells[("VM1", "VM3")] == model.UNKNOWN
     assert "ovn-trace of VM3's broadcast could not be read" in res.reasons[("VM3", "VM1")]
+
+
+def test_the_tunnels_a_check_needs_are_those_between_chassis_sharing_a_logical_switch() -> None:
+    sc = scenario_mod.load(SCENARIO)
+    ports = isolation_pool.resolve(sc, view())
+    assert pool_tunnels.needed(ports, view()) == {"hv1": {"10.254.0.2"}, "hv2": {"10.254.0.1"}}
+
+
+def test_a_no_across_a_tunnel_that_never_resolved_is_unknown() -> None:
+    sc = scenario_mod.load(SCENARIO)
+    ports = isolation_pool.resolve(sc, view())
+    res = model.MethodResult("traffic", cells={("VM1", "VM2"): model.NO, ("VM2", "VM1"): model.YES,
+                                               ("VM3", "VM1"): model.NO})  # fmt: skip
+    pool_tunnels.doubt(res, ports, view(), {"hv2": {"10.254.0.1"}})
+    assert res.cells == {("VM1", "VM2"): model.UNKNOWN, ("VM2", "VM1"): model.YES, ("VM3", "VM1"): model.NO}
+    assert "chassis hv2 never resolved the underlay address of hv1" in res.reasons[("VM1", "VM2")]
+    assert res.stats["tunnels_unresolved"] == {"hv2": ["10.254.0.1"]}
