@@ -291,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool",
         metavar="NAME",
         help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports and chassis; "
-        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB",
+        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB; isolation check FILE checks a pool "
+        "scenario on it",
     )
     p.add_argument(
         "--pool-wait",
@@ -411,8 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     pool_check = args.command == "isolation" and getattr(args, "isolation_command", None) == "check"
     if getattr(args, "pool", None) and args.command not in POOL_VERBS and not pool_check:
-        print(f"hvnet: --pool works with {', '.join(POOL_VERBS)}; '{args.command}' manages one switch "
-              "(--host, --db)", file=sys.stderr)  # fmt: skip
+        print(f"hvnet: --pool works with {', '.join(POOL_VERBS)} and isolation check; '{args.command}' manages "
+              "one switch (--host, --db)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     if args.command in ONE_SHOT:
         # Read the switch once, print, exit: every object made is kept to the end, so the cyclic

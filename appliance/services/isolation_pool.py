@@ -190,10 +190,10 @@ def run_pool_check(
     """``sc`` on the pool ``entry``: the traffic method across its chassis, the trace method with ovn-trace.
 
     Nothing is set up for the run (a pool scenario has no VLAN settings or
-    mirrors): the check reads the pool as it is.  The NB and SB are read
-    first (exit 3 when either cannot be reached), then every guest must have
-    a port (exit 2 naming the guests it lacks), then ovn-trace must be here
-    (exit 4), all before a probe is sent.
+    mirrors): the check reads the pool as it is.  ovn-trace must be here for
+    the trace method (exit 4), the NB and SB must answer (exit 3) and every
+    guest must have a port (exit 2 naming the guests it lacks), all before a
+    probe is sent.
     """
     started = time.monotonic()
     local = LocalRunner()
