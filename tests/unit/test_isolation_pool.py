@@ -187,3 +187,29 @@ def test_a_no_across_a_tunnel_that_never_resolved_is_unknown() -> None:
     assert res.cells == {("VM1", "VM2"): model.UNKNOWN, ("VM2", "VM1"): model.YES, ("VM3", "VM1"): model.NO}
     assert "chassis hv2 never resolved the underlay address of hv1" in res.reasons[("VM1", "VM2")]
     assert res.stats["tunnels_unresolved"] == {"hv2": ["10.254.0.1"]}
+
+
+def test_the_underlay_neighbours_a_chassis_knows_are_read_from_tnl_neigh_show() -> None:
+    text = (DATA / "ovs-appctl-tnl-neigh-show.txt").read_text()  # hv1's, after a check
+    assert pool_tunnels.neighbours(text) == {"10.254.0.2"}
+    assert pool_tunnels.neighbours("IP   MAC   Bridge\n=====\n") == set()
+
+
+def test_the_report_puts_each_logical_verdict_beside_the_traffic_methods_and_flags_disagreement() -> None:
+    from appliance.isolation import html, report
+    from appliance.isolation.check import CheckResult
+
+    sc = scenario_mod.load(SCENARIO)
+    ports = _ports(view())
+    outputs = {p.port: _trace(f"{g}-broadcast") for g, p in ports.items()}
+    trace = isolation_pool.trace_method(sc, ports, "192.168.0.254", lambda sw, expr: outputs[expr.split('"')[1]])
+    traffic = model.MethodResult("traffic", cells=dict(sc.matrix or {}))
+    traffic.cells[("VM1", "VM2")] = model.NO  # as a dropped first frame once made it read
+    result = CheckResult("ovn-pool", sc.guests, isolation_pool.expected(sc, ports), {"traffic": traffic, "trace": trace},
+                         None)  # fmt: skip
+    text = report.format_result(result)
+    assert "  VM2 -> VM1: delivered to VM1's port 8cf87d on vlan1 [traffic: No]" in text
+    assert "METHODS DISAGREE: does VM1 hear VM2? traffic: No, trace: Yes" in text
+    assert result.exit_code == 1
+    page = html.page(result, source="test")
+    assert "logical verdict per pair" in page and "delivered to VM1&#x27;s port 8cf87d on vlan1" in page
