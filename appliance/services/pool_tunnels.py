@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import CommandFailed
 from ..guests import GuestEndpoint
@@ -24,8 +24,19 @@ from ..isolation import model, traffic
 from ..isolation.model import MethodResult
 from ..ovn.view import PoolView
 
-if TYPE_CHECKING:  # only for the annotations: the ports are the isolation service's
-    from .isolation_pool import PoolPort
+
+class PoolPort(Protocol):
+    """What the tunnels need of a guest's port (:class:`~appliance.services.isolation_pool.PoolPort`)."""
+
+    @property
+    def switch(self) -> str: ...
+
+    @property
+    def chassis(self) -> str | None: ...
+
+    @property
+    def ip(self) -> str: ...
+
 
 WAIT_S = 3.0
 POLL_S = 0.05
