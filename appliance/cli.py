@@ -127,7 +127,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     return "\n".join(lines)
 
 
-POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool
+POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool (and isolation check)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -192,16 +192,21 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
     lab = Lab()
-    # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
-    if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
-        lab.require_guests(sc.topology, list(sc.guests))
-    switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
-    host = next(iter(switches.values()))
-    result = isolation.run_check(
-        host, lab, sc, args.method, Path(args.out) if args.out else None,
-        root_hint="run as root, or use --method trace", timeout=args.timeout,
-        hosts={n: h for n, h in switches.items() if n is not None},
-    )  # fmt: skip
+    if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
+        from .cli_pool import check_pool_scenario
+
+        result = check_pool_scenario(args, sc, lab)
+        switches: dict = {f"pool {args.pool or sc.topology.name}": None}
+    else:
+        # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
+        if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
+            lab.require_guests(sc.topology, list(sc.guests))
+        switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
+        result = isolation.run_check(
+            next(iter(switches.values())), lab, sc, args.method, Path(args.out) if args.out else None,
+            root_hint="run as root, or use --method trace", timeout=args.timeout,
+            hosts={n: h for n, h in switches.items() if n is not None},
+        )  # fmt: skip
     if args.json:
         render.print_json(report.to_json(result))
     else:
@@ -293,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool",
         metavar="NAME",
         help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports and chassis; "
-        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB",
+        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB; isolation check FILE checks a pool "
+        "scenario on it",
     )
     p.add_argument(
         "--pool-wait",
@@ -411,9 +417,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
-    if getattr(args, "pool", None) and args.command not in POOL_VERBS:
-        print(f"hvnet: --pool works with {', '.join(POOL_VERBS)}; '{args.command}' manages one switch "
-              "(--host, --db)", file=sys.stderr)  # fmt: skip
+    pool_check = args.command == "isolation" and getattr(args, "isolation_command", None) == "check"
+    if getattr(args, "pool", None) and args.command not in POOL_VERBS and not pool_check:
+        print(f"hvnet: --pool works with {', '.join(POOL_VERBS)} and isolation check; '{args.command}' manages "
+              "one switch (--host, --db)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     if args.command in ONE_SHOT:
         # Read the switch once, print, exit: every object made is kept to the end, so the cyclic

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 from . import config, render
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 from .frontdoor import build_host, inventory_file
+from .guests import GuestSource
 from .hosts import Inventory, InventoryPool, load
 from .ovn.view import PoolView
 from .policy.model import Policy
-from .services import pools
+from .services import isolation, isolation_pool, pools
+from .services.isolation import CheckResult, Scenario
 from .target import SslOptions
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -149,3 +152,27 @@ def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
         mark = {"enforced": "enforced", "missing": "NOT ENFORCED", "unknown": "unknown"}[e.state]
         lines.append(f"  {mark}: {e.limit.describe()} ({e.detail})")
     return "\n".join(lines)
+
+
+def check_pool_scenario(args: argparse.Namespace, sc: Scenario, guests: GuestSource) -> CheckResult:
+    """``hvnet [--pool NAME] isolation check FILE`` on an OVN pool: ``--pool``'s, else the lab's (the lab
+    names its pool after its topology)."""
+    if not sc.topology.ovn:
+        raise UsageError(f"--pool {args.pool}: scenario {sc.name}'s topology {sc.topology.file} is not an OVN pool",
+                         hint="a pool scenario's topology has 'ovn: {switches: [...]}'")  # fmt: skip
+    if args.pool:
+        inventory, entry = _pool(args)
+    else:
+        path = inventory_file()
+        if not path.exists():
+            raise UsageError(
+                f"scenario {sc.name} runs on an OVN pool and no inventory names one ({path})",
+                hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}, or give --pool",
+            )
+        inventory = load(path)
+        entry = inventory.pool(sc.topology.name)
+    return isolation_pool.run_pool_check(
+        sc, guests, entry, inventory, _connect(args), isolation.methods_of(args.method),
+        Path(args.out) if args.out else None, root_hint="run as root, or use --method trace",
+        timeout=args.timeout, ssl=_ssl(args),
+    )  # fmt: skip

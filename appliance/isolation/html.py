@@ -141,6 +141,12 @@ def _evidence(result: CheckResult) -> str:
             out.append(
                 hp.table(["sender", "datapath actions"], [[k, str(v)] for k, v in _sorted(actions.items())], css="text")
             )
+        logical = mr.stats.get("logical") if isinstance(mr.stats, dict) else None
+        if isinstance(logical, dict) and logical:  # an OVN pool: ovn-trace's verdict for each pair
+            rows = [[snd, lst, str(why)] for snd, row in _sorted(logical.items()) if isinstance(row, dict)
+                    for lst, why in _sorted(row.items())]  # fmt: skip
+            out.append(f"<h3>{esc(m)}: ovn-trace's logical verdict per pair</h3>")
+            out.append(hp.table(["sender", "listener", "logical verdict"], rows, css="text"))
         if mr.replies:
             rows = [[s, r, "yes" if seen else "no"] for (s, r), seen in _sorted(mr.replies.items())]
             out.append(

@@ -52,6 +52,12 @@ def format_result(result: CheckResult) -> str:
         lines += ["", *problems]
     if result.expected.exceptions:
         lines += ["", "declared isolation exceptions (mirror copies):", *(f"  {x}" for x in exception_lines(result))]
+    logical = logical_lines(result)
+    if logical:
+        lines += ["", *logical]
+    disagree = disagreement_lines(result)
+    if disagree:
+        lines += ["", *disagree]
     traffic = traffic_line(result)
     if traffic:
         lines += ["", traffic]
@@ -78,7 +84,9 @@ def problem_lines(result: CheckResult) -> list[str]:
                     if ev
                     else ""
                 )
-                if m == "trace":
+                if m == "trace" and mr.stats.get("engine") == "ovn-trace":
+                    where = f": ovn-trace: {mr.stats['logical'][sender][listener]}"
+                elif m == "trace":
                     where = f": datapath actions for {sender}'s broadcast: {mr.stats['datapath_actions'][sender]}"
                 problems.append(f"{m}: LEAK: {listener} hears {sender}{where}")
             elif verdict == "blocked":
@@ -86,6 +94,36 @@ def problem_lines(result: CheckResult) -> list[str]:
             elif verdict == "unknown":
                 problems.append(f"{m}: unknown: {listener} hears {sender}? {mr.reasons.get(cell, 'not decided')}")
     return problems
+
+
+def logical_lines(result: CheckResult) -> list[str]:
+    """On an OVN pool, ovn-trace's verdict for each pair beside what the traffic method observed."""
+    t = result.methods.get("trace")
+    if t is None or t.error or t.stats.get("engine") != "ovn-trace":
+        return []
+    traffic = result.methods.get("traffic")
+    lines = ["logical verdicts (ovn-trace against the pool's SB; [traffic method's observation]):"]
+    for sender, row in t.stats.get("logical", {}).items():
+        for listener, why in row.items():
+            seen = ""
+            if traffic is not None and not traffic.error:
+                seen = f" [traffic: {WORD[traffic.cells.get((listener, sender), model.UNKNOWN)].rstrip('*')}]"
+            lines.append(f"  {sender} -> {listener}: {why}{seen}")
+    return lines
+
+
+def disagreement_lines(result: CheckResult) -> list[str]:
+    """Cells the two methods both decided, differently: one of them is wrong about the switch."""
+    t, f = result.methods.get("trace"), result.methods.get("traffic")
+    if t is None or f is None or t.error or f.error:
+        return []
+    out = []
+    for cell in sorted(result.expected.cells):
+        a, b = f.cells.get(cell, model.UNKNOWN), t.cells.get(cell, model.UNKNOWN)
+        if model.UNKNOWN not in (a, b) and a != b:
+            listener, sender = cell
+            out.append(f"METHODS DISAGREE: does {listener} hear {sender}? traffic: {WORD[a]}, trace: {WORD[b]}")
+    return out
 
 
 def exception_lines(result: CheckResult) -> list[str]:

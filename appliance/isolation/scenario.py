@@ -57,6 +57,7 @@ class Scenario:
     mirrors: list[MirrorDef] = field(default_factory=list)
     probes_per_target: int = 1
     matrix: dict[tuple[str, str], str] | None = None  # None: derive
+    guest_lines: dict[str, int] = field(default_factory=dict)  # where each guest is named, for later errors
 
     @property
     def derive(self) -> bool:
@@ -115,6 +116,13 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         problems.bad(("guests",), "a guest is listed twice")
     vlans = _vlans(data.get("vlans", {}), known, problems)
     mirrors = _mirrors(data.get("mirrors", []), known, problems)
+    if topology.ovn:
+        # A pool's switching is OVN's logical network: the scenario checks it as the NB has it.
+        for key in ("vlans", "mirrors"):
+            if data.get(key):
+                problems.bad((key,), f"on an OVN pool ({topology.file}) a port's network is its logical switch: "
+                                     f"no {key} for the run; allowed: name, description, topology, guests, "
+                                     "probes_per_target, expect")  # fmt: skip
     probes = data.get("probes_per_target", 1)
     if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 100:
         problems.bad(("probes_per_target",), "must be an integer 1..100")
@@ -133,7 +141,15 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         mirrors=mirrors,
         probes_per_target=probes,
         matrix=matrix,
+        guest_lines=_guest_lines(doc, data, guests),
     )
+
+
+def _guest_lines(doc: yamldoc.Document, data: dict[str, Any], guests: list[str]) -> dict[str, int]:
+    """The line naming each guest (its topology's line when the scenario lists none)."""
+    if "guests" not in data:
+        return {}
+    return {g: line for i, g in enumerate(guests) for line in [doc.line(("guests", i))] if line is not None}
 
 
 def _topology(doc: yamldoc.Document, topo_ref: Any, problems: list[Problem]) -> Topology:

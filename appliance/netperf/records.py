@@ -345,7 +345,7 @@ class ServerInfo(Record):
 class Meta(Record):
     """Where and with what a run measured: versions, endpoints, the policy in force, timestamps."""
 
-    OPTIONAL = frozenset({"setup", "policy_snapshot", "restore_problems", "finished"})
+    OPTIONAL = frozenset({"setup", "policy_snapshot", "restore_problems", "finished", "path"})
     NESTED = {
         "suite": lambda v: SuiteInfo.from_json(v),
         "client": lambda v: ClientInfo.from_json(v),
@@ -369,6 +369,7 @@ class Meta(Record):
     policy_snapshot: Optional[str] = None
     restore_problems: Optional[list[str]] = None
     finished: Optional[str] = None
+    path: Optional[Json] = None  # across an OVN pool: chassis, tunnel, MTUs (appliance.netperf.path)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import render
-from . import report_monitoring, verdict
+from . import path, report_monitoring, verdict
 from .records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]
@@ -167,6 +167,8 @@ def header(doc: SuiteResult) -> str:
         f"  client {m.client.guest} ({m.client.address}) -> server {srv.guest or ''} "
         f"{srv.address}:{srv.port} ({managed})",
     ]
+    if m.path is not None:
+        lines.append(f"  {path.describe(m.path, m.client.guest or 'client', srv.guest or srv.address)}")
     lines += [f"  {n}" for n in notes(doc)]
     return "\n".join(lines)
 

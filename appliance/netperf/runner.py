@@ -41,7 +41,7 @@ from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
 from ..safedirs import make_private
-from . import aggregate, monitoring, omni, results, verdict
+from . import aggregate, monitoring, omni, path, results, verdict
 from .launch import Batch, Endpoint, Netserver, strip_start
 from .monitor import combine, thread_summary
 from .preflight import Preflight, PreflightFailed, check, crr_ceiling
@@ -253,6 +253,10 @@ class Runner:
             preflight={"warnings": pf.warnings, "facts": pf.facts},
             started=_now(),
         )
+        if s.topology.ovn:  # between chassis: which ones, the tunnel and the MTUs in play
+            server_chassis = s.topology.guest(s.server.guest).host if s.server.guest else None
+            meta.path = path.pool_path(self.conn, self.host.runner, self.host.local_runner, self.client,
+                                       self.server_ep, server_chassis)  # fmt: skip
         return SuiteResult(results.SCHEMA, results.SCHEMA_VERSION, "running", True, meta)
 
     def _same_kernel(self) -> bool:

@@ -378,6 +378,8 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     setup_policy = _setup(ck, data.get("setup"))
     bridges = {b.name for b in topology.bridges} if topology is not None else set()
     cases = _cases(ck, data.get("cases"), bridges)
+    if topology is not None and topology.ovn:
+        _refuse_pool_policy(ck, data, topology)
     tests = _tests(ck, data.get("tests"), defaults)
     _check_phases(ck, cases, tests)
     n_steps = len(cases) * sum(len(t.message_sizes) * len(t.concurrency) for t in tests)
@@ -390,6 +392,16 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     return Suite(
         name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests
     )
+
+
+def _refuse_pool_policy(ck: _Checker, data: dict[str, Any], topology: Topology) -> None:
+    """A suite applies its setup and cases to the client's host switch; on an OVN pool that is br-int,
+    which ovn-controller owns: limits there belong in the pool's NB (``hvnet --pool NAME apply``)."""
+    for key in ("setup", "cases"):
+        if data.get(key):
+            ck.bad((key,), f"on an OVN pool ({topology.file}) a suite applies no policy (br-int is "
+                           f"ovn-controller's); apply the pool's limits first: hvnet --pool {topology.name} "
+                           "apply FILE")  # fmt: skip
 
 
 def _setup(ck: _Checker, setup: Any) -> Optional[Policy]:

@@ -78,6 +78,9 @@ def run_check(
     each host's switch, its frames traced and captured across the trunks.
     """
     methods = methods_of(method)
+    if sc.topology.ovn:  # its switching is the pool's logical network, not a host's VLANs
+        raise UsageError(f"scenario {sc.name} runs on an OVN pool ({sc.topology.file})",
+                         hint=f"check it with: hvnet isolation check {sc.file}")  # fmt: skip
     found, captures = check.prepare(host, guests, sc, methods, out_dir, root_hint=root_hint)
     if sc.topology.hosts:
         return _check_hosts(hosts or {}, found, sc, methods, captures, timeout)
