@@ -123,7 +123,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     return "\n".join(lines)
 
 
-POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool
+POOL_VERBS = ("status", "plan", "apply", "verify", "export", "rollback")  # what --pool NAME runs on an OVN pool
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool",
         metavar="NAME",
         help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports and chassis; "
-        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB",
+        "plan/apply/verify FILE set its ports' limits (QoS rules), logical switches (vlan) and mirrors in its NB; "
+        "export and rollback as on a host",
     )
     p.add_argument(
         "--pool-wait",

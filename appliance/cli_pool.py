@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
+from pathlib import Path
 
-from . import config, render
+from . import config, labstate, render
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
-from .frontdoor import build_host, inventory_file
+from .frontdoor import build_host, data_paths, inventory_file
 from .hosts import Inventory, InventoryPool, load
 from .ovn.view import PoolView
+from .policy.journal import Journal
 from .policy.model import Policy
-from .services import pools
+from .services import pool_history, pool_mirrors, pools
 from .target import SslOptions
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -95,17 +98,34 @@ def _qos(bps: int | None) -> str:
     return "-" if bps is None else render.kbps(bps / 1000)
 
 
+def _journal(inventory: Inventory, entry: InventoryPool) -> Journal:
+    """The pool's records and audit lines: the lab's own when the pool is the running lab's (its inventory
+    is in the lab's directory, so 'lab down' takes them away), else this machine's state directory."""
+    env = config.environ()
+    run_dir = labstate.lab_dir(env).resolve()
+    is_lab = Path(inventory.file).resolve().parent == run_dir
+    return pool_history.pool_journal(entry.name, data_paths(env, run_dir if is_lab else None))
+
+
+def _command_line() -> str:
+    return " ".join(["hvnet", *sys.argv[1:]])
+
+
 def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
-    """``plan``, ``apply`` or ``verify`` of a policy file on the pool (QoS rules in its NB)."""
+    """``plan``, ``apply`` or ``verify`` of a policy file on the pool (its NB: QoS rules, logical switch
+    membership, Mirror rows)."""
     inventory, entry = _pool(args)
     connect, ssl = _connect(args), _ssl(args)
     if verb == "apply":
         out = pools.apply_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl,
-                               wait_s=args.pool_wait)  # fmt: skip
+                               wait_s=args.pool_wait, journal=_journal(inventory, entry),
+                               comment=_command_line())  # fmt: skip
     else:
         out = pools.plan_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl)
         if verb == "verify":
             out.enforced = pools.enforcement(out.view, out.plan.unchanged, inventory, entry, connect, args.timeout)
+            out.mirrored = pool_mirrors.check(out.view, out.plan.mirrors_unchanged, inventory, entry,
+                                                     connect, args.timeout)  # fmt: skip
     if args.json:
         render.print_json(outcome_json(out))
     else:
@@ -115,14 +135,43 @@ def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
     return out.exit_code
 
 
+def cmd_pool_rollback(args: argparse.Namespace) -> int:
+    """Undo the last apply on the pool (its record): one NB transaction, acknowledged, audited."""
+    inventory, entry = _pool(args)
+    out = pools.rollback_pool(entry, inventory, _connect(args), _journal(inventory, entry), timeout=args.timeout,
+                              wait_s=args.pool_wait, ssl=_ssl(args), comment=_command_line())  # fmt: skip
+    if args.json:
+        render.print_json(outcome_json(out))
+    else:
+        print(format_outcome(out, "rollback"))
+    return out.exit_code
+
+
+def cmd_pool_export(args: argparse.Namespace) -> int:
+    """The pool's intent as a policy file (one that plans no change on the pool)."""
+    inventory, entry = _pool(args)
+    out = pools.export_pool(entry, inventory, _connect(args), by=args.by, timeout=args.timeout, ssl=_ssl(args))
+    if args.json:
+        render.print_json(out.document)
+    elif args.out:
+        Path(args.out).write_text(out.yaml, encoding="utf-8")
+        print(f"wrote {args.out} ({out.vifs} VIF rules, {out.mirrors} mirrors)")
+    else:
+        sys.stdout.write(out.yaml)
+    return EXIT_OK
+
+
 def outcome_json(out: pools.PoolOutcome) -> dict[str, object]:
     return {
         "pool": out.view.name,
         "changes": out.plan.lines(),
+        "moves": [{"port": m.port, "vm": m.vm, "from": m.src, "to": m.dst, "vlan": m.vlan} for m in out.plan.moves],
         "nb_cfg": out.nb_cfg,
         "acknowledged_s": round(out.acks.seconds, 3) if out.acks else None,
         "behind": out.acks.behind if out.acks else [],
         "enforced": [_enforced_json(e) for e in out.enforced],
+        "mirrored": [vars(m) for m in out.mirrored],
+        **({"undone": out.undone} if out.undone else {}),
     }
 
 
@@ -133,8 +182,12 @@ def _enforced_json(e: pools.Enforced) -> dict[str, object]:
 
 
 def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
-    lines = [f"pool {out.view.name}: " + (f"{len(out.plan.lines())} change(s)" if out.plan.changed else
-                                            "the NB already matches the policy")]  # fmt: skip
+    if verb == "rollback":
+        head = (f"undoing {out.undone}: {len(out.plan.lines())} change(s)" if out.plan.changed else
+                f"{out.undone}: the pool already has the values it replaced; nothing to undo")  # fmt: skip
+    else:
+        head = f"{len(out.plan.lines())} change(s)" if out.plan.changed else "the NB already matches the policy"
+    lines = [f"pool {out.view.name}: {head}"]
     lines += [f"  {line}" for line in out.plan.lines()]
     if verb == "verify" and out.plan.changed:
         lines.append("drift: the pool's NB differs from the policy (hvnet --pool NAME apply FILE)")
@@ -148,4 +201,7 @@ def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
     for e in out.enforced:
         mark = {"enforced": "enforced", "missing": "NOT ENFORCED", "unknown": "unknown"}[e.state]
         lines.append(f"  {mark}: {e.limit.describe()} ({e.detail})")
+    for m in out.mirrored:
+        mark = {"present": "mirrored", "missing": "NOT MIRRORED", "unknown": "unknown"}[m.state]
+        lines.append(f"  {mark}: {m.vm or m.port} by {m.row} ({m.detail})")
     return "\n".join(lines)

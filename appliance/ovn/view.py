@@ -17,6 +17,7 @@ from typing import Any
 from ..ovsdb import column as col
 
 NB_DB = "OVN_Northbound"
+VLAN_KEY = "hvnet-vlan"  # Logical_Switch external_ids: the VLAN an overlay-only logical switch stands for
 SB_DB = "OVN_Southbound"
 
 NB_COLUMNS: dict[str, list[str]] = {
@@ -61,6 +62,12 @@ class PortView:
     mirrors: list[str]
     vm: str | None = None  # from the chassis that binds it (external_ids:iface-id), when it was asked
     external_ids: dict[str, str] = field(default_factory=dict)
+    uuid: str = ""
+
+    @property
+    def is_vif(self) -> bool:
+        """A VM's port (type ""), not a localnet, router or other port OVN itself plugs."""
+        return not self.type
 
 
 @dataclass
@@ -83,6 +90,17 @@ class SwitchView:
     external_ids: dict[str, str]
     uuid: str = ""
 
+    @property
+    def vlan(self) -> int | None:
+        """The VLAN this logical switch stands for: its localnet port's ``tag`` (OVN's own way of putting
+        a logical switch on a physical VLAN), else ``external_ids:hvnet-vlan`` (an overlay-only switch
+        standing for a VLAN, as the lab's ``vlan1``/``vlan2``); None when it says neither."""
+        for p in self.ports:
+            if p.type == "localnet" and p.tag is not None:
+                return int(p.tag)
+        value = self.external_ids.get(VLAN_KEY, "")
+        return int(value) if value.isdigit() else None
+
 
 @dataclass
 class MirrorView:
@@ -91,6 +109,8 @@ class MirrorView:
     filter: str
     sink: str
     index: int
+    external_ids: dict[str, str] = field(default_factory=dict)
+    uuid: str = ""
 
 
 @dataclass
@@ -117,6 +137,8 @@ class PoolView:
     chassis: list[ChassisView]
     # Chassis-side reads that could not be made (a chassis unreachable): named, never guessed
     notes: list[str] = field(default_factory=list)
+    # The mirror types the NB's schema allows (OVN 23.03: gre, erspan; "local" came later)
+    mirror_types: list[str] = field(default_factory=list)
 
     @property
     def behind(self) -> list[str]:
@@ -165,8 +187,8 @@ def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_versio
         chassis.append(ChassisView(cname, col(r, "hostname"), sorted(encaps), cfg, n))
     glob = next(iter(nb_rows["NB_Global"].rows.values()), None)
     mirror_rows = sorted(nb_rows["Mirror"].rows.values(), key=lambda m: col(m, "name")) if "Mirror" in nb_rows else []
-    mirrors = [MirrorView(col(m, "name"), col(m, "type"), col(m, "filter"), col(m, "sink"), col(m, "index"))
-               for m in mirror_rows]  # fmt: skip
+    mirrors = [MirrorView(col(m, "name"), col(m, "type"), col(m, "filter"), col(m, "sink"), col(m, "index"),
+                          dict(col(m, "external_ids")), str(m.uuid)) for m in mirror_rows]  # fmt: skip
     return PoolView(
         name=name, nb=nb_remote, sb=sb_remote, nb_version=nb_version,
         nb_cfg=col(glob, "nb_cfg") if glob else 0, hv_cfg=col(glob, "hv_cfg") if glob else 0,
@@ -191,6 +213,7 @@ def _port(p: Any, binding: Any, chassis_name: dict[Any, str]) -> PortView:
         enabled=enabled is not False,
         mirrors=sorted(col(m, "name") for m in col(p, "mirror_rules")) if _has(p, "mirror_rules") else [],
         external_ids=dict(col(p, "external_ids")),
+        uuid=str(p.uuid),
     )
 
 
