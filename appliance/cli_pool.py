@@ -62,7 +62,8 @@ def format_pool(v: PoolView) -> str:
     rows = [[c.name, c.hostname, ", ".join(c.encaps) or "-", str(c.ports), _cfg(c.nb_cfg)] for c in v.chassis]
     lines.append(render.table(["CHASSIS", "HOSTNAME", "ENCAP", "PORTS", "NB_CFG"], rows) if rows else "no chassis")
     for s in v.switches:
-        lines += ["", f"switch {s.name}: {len(s.ports)} port{'s' if len(s.ports) != 1 else ''}"]
+        vlan = f" (VLAN {s.vlan})" if s.vlan is not None else ""
+        lines += ["", f"switch {s.name}{vlan}: {len(s.ports)} port{'s' if len(s.ports) != 1 else ''}"]
         mirrored = any(p.mirrors for p in s.ports)  # the column only where a port is mirrored: 80 columns
         rows = [[p.vm or "-", _short(p.name), p.chassis or "(unbound)", " ".join(p.addresses) or "-",
                  _up(p.up), _qos(p.qos_max_rate_bps)] + ([",".join(p.mirrors) or "-"] if mirrored else [])

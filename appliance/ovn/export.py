@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from .. import validate
 from ..policy.model import OWNER, OWNER_KEY
 from ..topology import OVN_BRIDGE
 from .model import DIRECTION_WORD, MIRROR_NAME_KEY
@@ -32,21 +33,24 @@ def _mac(p: PortView) -> str | None:
     return None
 
 
-def _selector(p: PortView, by: str, macs: dict[str, int]) -> str:
+def _selector(p: PortView, by: str, macs: dict[str, int], vms: dict[str, int]) -> str:
+    """A selector that picks ``p`` alone: by MAC, VM or port name as ``by`` prefers, falling back to the
+    others (a policy's ``port`` takes interface-like names, and OVN names ports by UUIDs)."""
     mac = _mac(p)
-    if by == "mac" and mac and macs.get(mac) == 1:
-        return f"mac:{mac}"
-    return f"port:{p.name}"
+    by_mac = f"mac:{mac}" if mac and macs.get(mac) == 1 else None
+    by_vm = f"vm:{p.vm}" if p.vm and vms.get(p.vm) == 1 and not any(c in p.vm for c in "*?[") else None
+    try:
+        by_port: str | None = f"port:{validate.ifname(p.name)}"
+    except ValueError:
+        by_port = None
+    order = (by_mac, by_vm, by_port) if by == "mac" else (by_port, by_vm, by_mac)
+    return next((s for s in order if s), f"port:{p.name[:-1]}[{p.name[-1]}]")  # an exact glob: the last resort
 
 
 def to_policy(view: PoolView, *, by: str = "mac") -> dict[str, Any]:
     """The policy document (plain data) describing the pool's NB."""
     vifs = [(s, p) for s in view.switches for p in s.ports if p.is_vif]
-    macs: dict[str, int] = {}
-    for _, p in vifs:
-        mac = _mac(p)
-        if mac:
-            macs[mac] = macs.get(mac, 0) + 1
+    macs, vms = _counts(view)
     per_vlan: dict[int, int] = {}
     for s in view.switches:
         if s.vlan is not None:
@@ -65,20 +69,35 @@ def to_policy(view: PoolView, *, by: str = "mac") -> dict[str, Any]:
             rule["vlan"] = {"tag": s.vlan}
         rule.update(limits.get(p.name, {}))
         if rule:
-            kind, _, pattern = _selector(p, by, macs).partition(":")
+            kind, _, pattern = _selector(p, by, macs, vms).partition(":")
             rules.append({kind: pattern, **rule})
     doc: dict[str, Any] = {"version": 1, "vifs": rules}
-    mirrors = _mirrors(view, by, macs)
+    mirrors = _mirrors(view, by, macs, vms)
     if mirrors:
         doc["bridges"] = {OVN_BRIDGE: {"mirrors": mirrors}}
     return doc
 
 
-def _mirrors(view: PoolView, by: str, macs: dict[str, int]) -> dict[str, Any]:
+def _counts(view: PoolView) -> tuple[dict[str, int], dict[str, int]]:
+    """How many VM ports have each MAC and each VM name (a selector must pick one port)."""
+    macs: dict[str, int] = {}
+    vms: dict[str, int] = {}
+    for _, p in view.ports():
+        if not p.is_vif:
+            continue
+        mac = _mac(p)
+        if mac:
+            macs[mac] = macs.get(mac, 0) + 1
+        if p.vm:
+            vms[p.vm] = vms.get(p.vm, 0) + 1
+    return macs, vms
+
+
+def _mirrors(view: PoolView, by: str, macs: dict[str, int], vms: dict[str, int]) -> dict[str, Any]:
     attached: dict[str, list[str]] = {}
     for _, p in view.ports():
         for m in p.mirrors:
-            attached.setdefault(m, []).append(_selector(p, by, macs))
+            attached.setdefault(m, []).append(_selector(p, by, macs, vms))
     out: dict[str, Any] = {}
     for m in view.mirrors:
         name = m.external_ids.get(MIRROR_NAME_KEY)

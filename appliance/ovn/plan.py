@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import HvnetError
 from ..policy.model import OWNER, OWNER_KEY, Policy
 from .intent import burst, desired
 from .model import MIRROR_NAME_KEY, Desired, Limit, Move, OvnMirror
@@ -98,6 +99,10 @@ def diff(view: PoolView, want: Desired) -> PoolPlan:
     where = {p.name: sw for sw, p in view.ports()}
     vms = {p.name: p.vm for _, p in view.ports()}
     vlans = {s.name: s.vlan for s in view.switches}
+    gone = sorted({dst for dst in want.switches.values() if dst not in vlans})
+    if gone:  # a rollback to a logical switch deleted since: OVN would need a new one, hvnet makes none
+        raise HvnetError(f"logical switch {', '.join(gone)} is no longer in pool {view.name}: nothing changed",
+                         hint="create it in OVN again, or move the ports by hand")  # fmt: skip
     for port, dst in sorted(want.switches.items()):
         if port in where and where[port] != dst:
             out.moves.append(Move(port, vms.get(port), where[port], dst, vlans.get(dst)))

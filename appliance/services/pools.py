@@ -12,6 +12,7 @@ in the view's notes rather than guessed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -126,6 +127,7 @@ class PoolOutcome:
     enforced: list[Enforced] = field(default_factory=list)
     mirrored: list[mirror_checks.Mirrored] = field(default_factory=list)
     undone: str | None = None  # rollback: the apply record it undid
+    commit_s: float | None = None  # how long the NB transaction took
 
     @property
     def exit_code(self) -> int:
@@ -188,7 +190,9 @@ def _commit(pool: InventoryPool, inventory: Inventory, connect: Connect, out: Po
     nb, sb, via = targets(pool, inventory, connect, ssl)
     try:
         try:
+            start = time.monotonic()
             out.nb_cfg = write.commit(nb, out.view, out.plan, f"{comment} (pool {pool.name})", timeout)
+            out.commit_s = time.monotonic() - start
         except HvnetError as exc:
             if journal is not None:
                 journal.audit(comment, [], f"refused: {exc.message}", pool=pool.name, plan=out.plan.lines())

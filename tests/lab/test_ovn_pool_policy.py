@@ -87,7 +87,9 @@ def test_a_vlan_intent_moves_a_port_between_logical_switches_and_rollback_moves_
     res = _hvnet(pool, "rollback")
     assert res.returncode == 1 and "nothing to roll back" in res.stderr, res.stdout + res.stderr
     bad = tmp_path / "bad.yaml"
-    bad.write_text("version: 1\nvifs:\n  - vm: VM3\n    vlan: {tag: 3}\n  - vm: VM1\n    vlan: {mode: trunk}\n")
+    bad.write_text(
+        'version: 1\nvifs:\n  - vm: VM3\n    vlan: {tag: 3}\n  - vm: VM1\n    vlan: {mode: trunk, trunks: "1,2"}\n'
+    )
     res = _hvnet(pool, "apply", str(bad))
     assert res.returncode == 2, res.stdout + res.stderr
     assert "bad.yaml:4: vifs[0].vlan: VLAN 3: no logical switch of pool ovn-pool stands for it; the pool's VLANs: " \

@@ -216,3 +216,73 @@ def test_removing_a_mirror_detaches_and_deletes_only_hvnets_rows() -> None:
     v.mirrors[0].external_ids.clear()  # a row of that name hvnet did not make: never taken over
     clash = _refusals(v, MIRROR)
     assert "bridges.br-int.mirrors.span1: the pool's NB has a Mirror 'span1-from' that hvnet did not make" in clash
+
+
+# -- after an apply: captured from the lab's pool after 'hvnet --pool ovn-pool apply' of this policy --------
+
+APPLIED = """\
+version: 1
+vifs:
+  - vm: VM1
+    ingress: {rate: 10000, burst: 1000}
+  - vm: VM3
+    vlan: {tag: 1}
+    egress: {rate: 20000, burst: 16000}
+bridges:
+  br-int:
+    mirrors:
+      span2:
+        select: {src: [vm:VM2], dst: [vm:VM1, vm:VM2]}
+        output: {erspan: 10.254.0.2, idx: 5}
+"""
+
+
+def _applied():
+    doc = {db: json.loads((DATA / f"ovn-pool-applied-{db}.json").read_text()) for db in ("nb", "sb")}
+    snaps = {db: snapshot.build(DbTarget(f"unix:/{db}.sock", "test"), d["tables"], d["present"], d["raw"])
+             for db, d in doc.items()}  # fmt: skip
+    v = build("ovn-pool", snaps["nb"], snaps["sb"], "unix:/nb.sock", "unix:/sb.sock", "7.0.0")
+    v.mirror_types = mirror_types({"tables": doc["nb"]["tables"]})
+    for _, p in v.ports():
+        p.vm = p.external_ids["hvnet-vm"]
+    return v
+
+
+def test_the_applied_pool_plans_no_change_and_its_export_round_trips() -> None:
+    from appliance.ovn import export
+
+    v = _applied()
+    assert {s.name: s.vlan for s in v.switches} == {"vlan1": 1, "vlan2": 2}  # the lab's marks
+    assert not ovn_plan.plan(v, _policy(APPLIED)).changed
+    for by in ("mac", "port"):
+        text = export.to_yaml(v, by=by)
+        p = ovn_plan.plan(v, document.parse(text, "exported.yaml"))
+        assert not p.changed, p.lines()
+        assert len(p.unchanged) == 2 and len(p.mirrors_unchanged) == 2
+    doc = export.to_policy(v, by="port")
+    assert doc["bridges"]["br-int"]["mirrors"]["span2"]["output"] == {"erspan": "10.254.0.2", "idx": 5}
+    assert all(r["vlan"] == {"tag": 1} for r in doc["vifs"])
+
+
+def test_undoing_the_apply_from_its_record_plans_the_pool_back() -> None:
+    before, after = _view(), _applied()
+    applied = ovn_plan.plan(before, _policy(APPLIED))
+    record = Desired.from_json(json.loads(json.dumps(ovn_plan.undo(before, applied).to_json())))
+    back = ovn_plan.diff(after, record)
+    vm3 = _port(after, "VM3").name
+    assert [(m.port, m.src, m.dst) for m in back.moves] == [(vm3, "vlan1", "vlan2")]
+    assert sorted(q.direction for _, _, q in back.delete) == ["from-lport", "to-lport"] and not back.add
+    assert sorted((c.name, c.wanted) for c in back.mirrors) == [("span2-from", None), ("span2-to", None)]
+    ops = write.operations(after, back, "rollback")
+    assert [o["table"] for o in ops if o["op"] == "delete"] == ["Mirror", "Mirror"]
+
+
+def test_a_mirror_of_another_kind_or_with_other_ports_is_changed_in_place() -> None:
+    v = _applied()
+    p = ovn_plan.plan(v, _policy(APPLIED.replace("dst: [vm:VM1, vm:VM2]", "dst: [vm:VM1]")
+                                 .replace("erspan: 10.254.0.2, idx: 5", "gre: 10.254.0.3")))  # fmt: skip
+    changes = {c.name: c for c in p.mirrors}
+    assert changes["span2-to"].detach == (_port(v, "VM2").name,) and changes["span2-to"].uuid
+    assert {(c.wanted.type, c.wanted.sink, c.wanted.index) for c in changes.values()} == {("gre", "10.254.0.3", 0)}
+    ops = write.operations(v, p, "test")
+    assert sorted(o["op"] for o in ops if o.get("table") == "Mirror") == ["update", "update"]
