@@ -205,7 +205,7 @@ def bench_ovn_1000() -> list[str]:
         f"  OVN pool (3 chassis, lab; {N_PORTS} QoS rules rewritten per apply, one NB transaction):",
         f"    NB commit (the transaction)                        {p(commits)}",
         f"    NB commit to every chassis acknowledged (hv_cfg)   {p(acks)}",
-        f"    whole apply (read NB+SB and chassis, plan, commit, acks, meters checked over SSH) {p(whole)}",
+        f"    whole apply (read NB, SB, the chassis' VMs over SSH; plan, commit, acks) {p(whole)}",
         f"  one host (ovsdb-server, {N_PORTS} VIFs' ingress policing, tc columns, no vswitchd to wait for):",
         f"    in-process apply (plan, commit, audit)             {p(host)}",
     ]
