@@ -15,7 +15,7 @@
   ``Mirror`` rows: its ``src`` ports on a ``from-lport`` row ``NAME-from``,
   its ``dst`` ports on a ``to-lport`` row ``NAME-to`` (a row has one
   filter).  What OVN's Mirror cannot say is refused: port and VLAN outputs
-  (no ``local`` mirror in OVN before 23.09), ``all``, ``vlans``,
+  (no ``local`` mirror in OVN before 23.06), ``all``, ``vlans``,
   ``snaplen``, ``filter``.
 
 Every refusal is a :class:`~appliance.errors.Problem` with ``file:line:
@@ -155,19 +155,20 @@ def _mirror_refusals(policy: Policy, view: PoolView, m: MirrorRule) -> list[Prob
     out = []
     o = m.output
     version = f"the pool's OVN (NB schema {view.nb_version or '?'})"
+    if not view.mirror_types:
+        return [problem(policy, m.path, f"{version} has no Mirror table: port mirroring came with OVN 22.12")]
     if o is not None and o.kind not in ("gre", "erspan"):
         if "local" in view.mirror_types:
             why = f"{o.describe()}: hvnet mirrors to GRE or ERSPAN collectors on a pool (not to OVN's local mirrors)"
         else:
-            kinds = ", ".join(view.mirror_types) or "no mirrors at all"
             why = (
-                f"{o.describe()}: {version} mirrors to {kinds} only; a port output needs OVN's 'local' "
-                "mirrors (OVN 23.09 and later); send the copies to a GRE or ERSPAN collector"
+                f"{o.describe()}: {version} mirrors to {', '.join(view.mirror_types)} only; a port output needs "
+                "OVN's 'local' mirrors (OVN 23.06 and later); send the copies to a GRE or ERSPAN collector"
             )
         out.append(problem(policy, (*m.path, "output"), why))
     elif o is not None and o.kind not in view.mirror_types:
         out.append(problem(policy, (*m.path, "output"), f"{version} has no {o.kind} mirrors (its Mirror types: "
-                           f"{', '.join(view.mirror_types) or 'none'})"))  # fmt: skip
+                           f"{', '.join(view.mirror_types)})"))  # fmt: skip
     if o is not None and o.kind == "erspan" and o.key is not None and o.key != o.erspan_idx:
         out.append(problem(policy, (*m.path, "output", "key"), "OVN uses one number as the ERSPAN session index "
                            "and key: leave key out or make it equal to idx"))  # fmt: skip

@@ -196,6 +196,10 @@ bridges:
     assert "mirrors.everything.snaplen: OVN's Mirror has no snaplen" in text
     assert "mirrors.everything.output.key: OVN uses one number as the ERSPAN session index and key" in text
     assert "bridges.xenbr0.mirrors.elsewhere: an OVN pool's mirrors are ovn-controller's, on br-int" in text
+    v.mirror_types = []  # an OVN before 22.12: no Mirror table in its NB
+    old = _refusals(v, MIRROR)
+    assert old == "pool.yaml:5: bridges.br-int.mirrors.span1: the pool's OVN (NB schema 7.0.0) has no Mirror " \
+                  "table: port mirroring came with OVN 22.12"  # fmt: skip
 
 
 def test_removing_a_mirror_detaches_and_deletes_only_hvnets_rows() -> None:
