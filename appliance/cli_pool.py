@@ -120,7 +120,7 @@ def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
     if verb == "apply":
         out = pools.apply_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl,
                                wait_s=args.pool_wait, journal=_journal(inventory, entry),
-                               comment=_command_line())  # fmt: skip
+                               comment=_command_line(), stop_at=config.environ().get("HVNET_STOP_AT"))  # fmt: skip
     else:
         out = pools.plan_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl)
         if verb == "verify":
@@ -140,7 +140,8 @@ def cmd_pool_rollback(args: argparse.Namespace) -> int:
     """Undo the last apply on the pool (its record): one NB transaction, acknowledged, audited."""
     inventory, entry = _pool(args)
     out = pools.rollback_pool(entry, inventory, _connect(args), _journal(inventory, entry), timeout=args.timeout,
-                              wait_s=args.pool_wait, ssl=_ssl(args), comment=_command_line())  # fmt: skip
+                              wait_s=args.pool_wait, ssl=_ssl(args), comment=_command_line(),
+                              stop_at=config.environ().get("HVNET_STOP_AT"))  # fmt: skip
     if args.json:
         render.print_json(outcome_json(out))
     else:
@@ -173,6 +174,7 @@ def outcome_json(out: pools.PoolOutcome) -> dict[str, object]:
         "enforced": [_enforced_json(e) for e in out.enforced],
         "mirrored": [vars(m) for m in out.mirrored],
         **({"undone": out.undone} if out.undone else {}),
+        "settled": out.settled,
     }
 
 
@@ -188,7 +190,8 @@ def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
                 f"{out.undone}: the pool already has the values it replaced; nothing to undo")  # fmt: skip
     else:
         head = f"{len(out.plan.lines())} change(s)" if out.plan.changed else "the NB already matches the policy"
-    lines = [f"pool {out.view.name}: {head}"]
+    lines = [f"note: settled an interrupted apply: {line}" for line in out.settled]
+    lines.append(f"pool {out.view.name}: {head}")
     lines += [f"  {line}" for line in out.plan.lines()]
     if verb == "verify" and out.plan.changed:
         lines.append("drift: the pool's NB differs from the policy (hvnet --pool NAME apply FILE)")

@@ -17,11 +17,12 @@ from typing import Any
 from ..ovsdb import column as col
 
 NB_DB = "OVN_Northbound"
+COMMIT_KEY = "hvnet-last-commit"  # NB_Global external_ids: the record id of hvnet's last commit in this NB
 VLAN_KEY = "hvnet-vlan"  # Logical_Switch external_ids: the VLAN an overlay-only logical switch stands for
 SB_DB = "OVN_Southbound"
 
 NB_COLUMNS: dict[str, list[str]] = {
-    "NB_Global": ["nb_cfg", "sb_cfg", "hv_cfg", "nb_cfg_timestamp", "hv_cfg_timestamp"],
+    "NB_Global": ["nb_cfg", "sb_cfg", "hv_cfg", "nb_cfg_timestamp", "hv_cfg_timestamp", "external_ids"],
     "Logical_Switch": ["name", "ports", "qos_rules", "external_ids"],
     "Logical_Switch_Port": [
         "name",
@@ -139,6 +140,8 @@ class PoolView:
     notes: list[str] = field(default_factory=list)
     # The mirror types the NB's schema allows (OVN 23.03: gre, erspan; "local" came later)
     mirror_types: list[str] = field(default_factory=list)
+    # NB_Global external_ids:hvnet-last-commit: which hvnet apply committed last (settles interrupted ones)
+    commit_marker: str | None = None
 
     @property
     def behind(self) -> list[str]:
@@ -193,6 +196,7 @@ def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_versio
         name=name, nb=nb_remote, sb=sb_remote, nb_version=nb_version,
         nb_cfg=col(glob, "nb_cfg") if glob else 0, hv_cfg=col(glob, "hv_cfg") if glob else 0,
         switches=switches, mirrors=mirrors, chassis=chassis,
+        commit_marker=dict(col(glob, "external_ids")).get(COMMIT_KEY) if glob and _has(glob, "external_ids") else None,
     )  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from ..policy.model import OWNER, OWNER_KEY
 from ..target import DbTarget
 from .model import MIRROR_NAME_KEY, OvnMirror
 from .plan import PRIORITY, Limit, MirrorChange, PoolPlan
-from .view import NB_DB, SB_DB, PoolView
+from .view import COMMIT_KEY, NB_DB, SB_DB, PoolView
 
 
 class PoolCommitFailed(HvnetError):
@@ -100,8 +100,10 @@ def _mirrors(view: PoolView, changes: list[MirrorChange]) -> list[dict[str, Any]
     return ops
 
 
-def operations(view: PoolView, plan: PoolPlan, comment: str) -> list[dict[str, Any]]:
-    """The transaction's operations (pure: tested without a database)."""
+def operations(view: PoolView, plan: PoolPlan, comment: str, marker: str | None = None) -> list[dict[str, Any]]:
+    """The transaction's operations (pure: tested without a database); ``marker`` (the apply's record id)
+    goes into ``NB_Global.external_ids:hvnet-last-commit`` in the same commit, so an apply interrupted
+    after it can be told from one interrupted before."""
     ops: list[dict[str, Any]] = _moves(view, plan)
     for i, lim in enumerate(plan.add):
         ids = [[OWNER_KEY, OWNER], ["hvnet-port", lim.port], ["hvnet-direction", lim.direction]]
@@ -117,15 +119,20 @@ def operations(view: PoolView, plan: PoolPlan, comment: str) -> list[dict[str, A
         ops.append({"op": "mutate", "table": "Logical_Switch", "where": _switch(view, switch),
                     "mutations": [["qos_rules", "delete", ["set", [["uuid", uuid]]]]]})  # fmt: skip
     ops += _mirrors(view, plan.mirrors)
-    ops.append({"op": "mutate", "table": "NB_Global", "where": [], "mutations": [["nb_cfg", "+=", 1]]})
+    bump: list[Any] = [["nb_cfg", "+=", 1]]
+    if marker is not None:
+        bump += [["external_ids", "delete", ["set", [COMMIT_KEY]]],
+                 ["external_ids", "insert", ["map", [[COMMIT_KEY, marker]]]]]  # fmt: skip
+    ops.append({"op": "mutate", "table": "NB_Global", "where": [], "mutations": bump})
     ops.append({"op": "select", "table": "NB_Global", "where": [], "columns": ["nb_cfg"]})
     ops.append({"op": "comment", "comment": comment})
     return ops
 
 
-def commit(nb: DbTarget, view: PoolView, plan: PoolPlan, comment: str, timeout: float = 10.0) -> int:
+def commit(nb: DbTarget, view: PoolView, plan: PoolPlan, comment: str, timeout: float = 10.0,
+           marker: str | None = None) -> int:  # fmt: skip
     """Run the plan as one NB transaction; the ``nb_cfg`` it asked the chassis to acknowledge."""
-    ops = operations(view, plan, comment)
+    ops = operations(view, plan, comment, marker)
     (result,) = request(nb, [("transact", [NB_DB, *ops])], timeout, db=NB_DB)
     errors = [r for r in result if isinstance(r, dict) and r.get("error")]
     if errors and errors[0].get("error") == "timed out":  # a wait: a port is no longer where the plan found it

@@ -128,6 +128,7 @@ class PoolOutcome:
     mirrored: list[mirror_checks.Mirrored] = field(default_factory=list)
     undone: str | None = None  # rollback: the apply record it undid
     commit_s: float | None = None  # how long the NB transaction took
+    settled: list[str] = field(default_factory=list)  # interrupted applies found and settled first
 
     @property
     def exit_code(self) -> int:
@@ -145,32 +146,38 @@ def plan_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, polic
 
 def apply_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, policy: Policy, *,
                timeout: float = 5.0, wait_s: float = 30.0, ssl: SslOptions | None = None,
-               journal: Journal | None = None, comment: str = "hvnet apply") -> PoolOutcome:  # fmt: skip
+               journal: Journal | None = None, comment: str = "hvnet apply",
+               stop_at: str | None = None) -> PoolOutcome:  # fmt: skip
     """One NB transaction, then every chassis' acknowledgement (within ``wait_s``), the meters and mirrors on
     each chassis that binds a limited or mirrored port.  With ``journal``: audited, and recorded so that
     :func:`rollback_pool` can undo it."""
     out = plan_pool(pool, inventory, connect, policy, timeout=timeout, ssl=ssl)
+    if journal is not None:
+        out.settled = history.settle(journal, out.view, comment)
     if out.plan.changed:
-        _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, comment, keep=True)
+        _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, comment, keep=True, stop_at=stop_at)
     _check(out, inventory, pool, connect, timeout)
     return out
 
 
 def rollback_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, journal: Journal, *,
                   timeout: float = 5.0, wait_s: float = 30.0, ssl: SslOptions | None = None,
-                  comment: str = "hvnet rollback") -> PoolOutcome:  # fmt: skip
+                  comment: str = "hvnet rollback", stop_at: str | None = None) -> PoolOutcome:  # fmt: skip
     """Put back what the last apply on the pool replaced (its record), as one NB transaction, audited.
 
     What the record holds is the values before that apply, only where it changed something, so a later
     change elsewhere in the pool is left alone.  The undone record is kept as rolled back."""
+    view = status(pool, inventory, connect, timeout=timeout, ssl=ssl)
+    settled = history.settle(journal, view, comment)  # an apply killed after its commit is the one to undo
     record = journal.load_last()
     if record is None or "undo" not in record:
         raise HvnetError(f"nothing to roll back: no apply is recorded for pool {pool.name}",
                          hint=f"records are kept in {journal.state_dir}")  # fmt: skip
-    view = status(pool, inventory, connect, timeout=timeout, ssl=ssl)
-    out = PoolOutcome(view, ovn_plan.diff(view, Desired.from_json(record["undo"])), undone=str(record["id"]))
+    out = PoolOutcome(view, ovn_plan.diff(view, Desired.from_json(record["undo"])), undone=str(record["id"]),
+                      settled=settled)  # fmt: skip
     if out.plan.changed:
-        _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, f"{comment} {record['id']}", keep=False)
+        _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, f"{comment} {record['id']}",
+                keep=False, stop_at=stop_at, undoes=str(record["id"]))  # fmt: skip
     else:
         journal.audit(comment, [], f"nothing to undo for {record['id']}: the pool already has its values",
                       pool=pool.name)  # fmt: skip
@@ -181,31 +188,39 @@ def rollback_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, j
 
 def _commit(pool: InventoryPool, inventory: Inventory, connect: Connect, out: PoolOutcome,
             ssl: SslOptions | None, timeout: float, wait_s: float, journal: Journal | None, comment: str,
-            *, keep: bool) -> None:  # fmt: skip
-    """Commit ``out.plan`` in the NB, record it (``keep``: as what rollback undoes), wait for the chassis."""
+            *, keep: bool, stop_at: str | None = None, undoes: str | None = None) -> None:  # fmt: skip
+    """Commit ``out.plan`` in the NB, record it (``keep``: as what rollback undoes), wait for the chassis.
+
+    Write-ahead, as on a host: the intent is on disk before the commit, and the commit marks the NB with
+    the record's id, so a process killed in between is settled by the next (:func:`history.settle`)."""
     record = None
     if journal is not None:
         journal.check_writable()
-        record = history.record(journal, comment, out.view, out.plan)
+        record = history.record(journal, comment, out.view, out.plan, undoes)
+        journal.write_intent(record, keep=keep)
     nb, sb, via = targets(pool, inventory, connect, ssl)
     try:
         try:
             start = time.monotonic()
-            out.nb_cfg = write.commit(nb, out.view, out.plan, f"{comment} (pool {pool.name})", timeout)
+            out.nb_cfg = write.commit(nb, out.view, out.plan, f"{comment} (pool {pool.name})", timeout,
+                                      marker=record["id"] if record else None)  # fmt: skip
             out.commit_s = time.monotonic() - start
         except HvnetError as exc:
-            if journal is not None:
+            if journal is not None and record is not None:
                 journal.audit(comment, [], f"refused: {exc.message}", pool=pool.name, plan=out.plan.lines())
+                journal.clear_intent(record["id"])
             raise
+        history.checkpoint(stop_at, "committed")
         if journal is not None and record is not None and keep:
             journal.save_last(record)
         out.acks = write.wait_acks(nb, sb, out.nb_cfg, wait_s)
     finally:
         if via is not None:
             via.close()
-    if journal is not None:
+    if journal is not None and record is not None:
         journal.audit(comment, [], history.result(out.nb_cfg, out.acks), pool=pool.name, plan=out.plan.lines(),
-                      nb_cfg=out.nb_cfg, **({"record": record["id"]} if record and keep else {}))  # fmt: skip
+                      nb_cfg=out.nb_cfg, **({"record": record["id"]} if keep else {}))  # fmt: skip
+        journal.clear_intent(record["id"])
 
 
 def _check(out: PoolOutcome, inventory: Inventory, pool: InventoryPool, connect: Connect, timeout: float) -> None:

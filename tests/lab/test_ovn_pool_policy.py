@@ -18,7 +18,7 @@ import pytest
 
 from appliance.lab import Lab, ovn
 
-from ..conftest import ROOT, lab_up, run_hvnet
+from ..conftest import HVNET, ROOT, lab_up, run_hvnet
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-northd")),
@@ -199,3 +199,30 @@ def test_export_round_trips_rollback_undoes_and_applies_are_audited(pool: Lab, t
 def _body(text: str) -> str:
     """An export without its first line (the time it was made)."""
     return text.split("\n", 1)[1]
+
+
+def test_an_apply_killed_after_its_nb_commit_is_settled_and_rolled_back(pool: Lab, tmp_path: Path) -> None:
+    policy = tmp_path / "move.yaml"
+    policy.write_text("version: 1\nvifs:\n  - vm: VM3\n    vlan: {tag: 1}\n")
+    env = {**os.environ, "HVNET_LAB_DIR": str(pool.run_dir), "HVNET_STOP_AT": "committed"}
+    proc = subprocess.Popen([*HVNET, "--pool", "ovn-pool", "apply", str(policy)], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "stopped at committed" in line, line
+    finally:
+        proc.kill()  # killed between its NB commit and its record and audit line
+        proc.wait(timeout=10)
+    assert _switch_of(pool)["VM3"][0] == "vlan1"  # committed
+    assert list((pool.run_dir / "pools" / "ovn-pool").glob("applying.*.json"))  # its intent was left behind
+    res = _hvnet(pool, "rollback", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert len(doc["settled"]) == 1 and "applied (hvnet process" in doc["settled"][0], doc
+    assert doc["moves"][0]["to"] == "vlan2" and doc["undone"] == doc["settled"][0].split(":")[0], doc
+    assert _switch_of(pool)["VM3"][0] == "vlan2"
+    assert not list((pool.run_dir / "pools" / "ovn-pool").glob("applying.*.json"))
+    lines = [json.loads(ln) for ln in (pool.run_dir / "audit.jsonl").read_text().splitlines()]
+    settled = [ln for ln in lines if ln.get("settled_by")]
+    assert settled and settled[-1]["result"].startswith("applied (hvnet process"), settled

@@ -290,3 +290,13 @@ def test_a_mirror_of_another_kind_or_with_other_ports_is_changed_in_place() -> N
     assert {(c.wanted.type, c.wanted.sink, c.wanted.index) for c in changes.values()} == {("gre", "10.254.0.3", 0)}
     ops = write.operations(v, p, "test")
     assert sorted(o["op"] for o in ops if o.get("table") == "Mirror") == ["update", "update"]
+
+
+def test_the_commit_marks_the_nb_with_the_records_id() -> None:
+    v = _applied()
+    assert v.commit_marker is None  # captured before hvnet marked its commits
+    p = ovn_plan.plan(v, _policy("version: 1\nvifs:\n  - vm: VM1\n    ingress: {rate: 5000}\n"))
+    (bump,) = [o for o in write.operations(v, p, "test", marker="abc123") if o.get("table") == "NB_Global"
+               and o["op"] == "mutate"]  # fmt: skip
+    assert bump["mutations"] == [["nb_cfg", "+=", 1], ["external_ids", "delete", ["set", ["hvnet-last-commit"]]],
+                                 ["external_ids", "insert", ["map", [["hvnet-last-commit", "abc123"]]]]]  # fmt: skip
