@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         metavar="S",
-        help="with --pool apply: wait up to S seconds for every chassis to acknowledge (default 30)",
+        help="with --pool apply or rollback: wait up to S seconds for every chassis to acknowledge (default 30)",
     )
     p.add_argument(
         "--no-lab",

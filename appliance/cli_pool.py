@@ -115,6 +115,10 @@ def _command_line() -> str:
 def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
     """``plan``, ``apply`` or ``verify`` of a policy file on the pool (its NB: QoS rules, logical switch
     membership, Mirror rows)."""
+    if verb == "apply":
+        _refuse_host_only(args)
+        if getattr(args, "dry_run", False):
+            verb = "plan"
     inventory, entry = _pool(args)
     connect, ssl = _connect(args), _ssl(args)
     if verb == "apply":
@@ -134,6 +138,19 @@ def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
     if verb == "verify" and out.plan.changed:
         return EXIT_FAILED  # drift: the NB is not what the policy says
     return out.exit_code
+
+
+def _refuse_host_only(args: argparse.Namespace) -> None:
+    """Options of a host's apply that a pool's cannot honour: refused, never silently dropped."""
+    why = {
+        "no_commit": "--no-commit: a pool's apply has no automatic rollback; apply, then 'hvnet --pool NAME rollback'",
+        "policing": "--policing: an OVN pool polices with OVN's meters (QoS rules), there is nothing to choose",
+        "no_wait": "--no-wait: a pool's apply waits for the chassis' acknowledgements (--pool-wait S bounds it)",
+        "no_verify": "--no-verify: a pool's apply always checks each chassis (--pool-wait S bounds the wait)",
+    }
+    for attr, message in why.items():
+        if getattr(args, attr, None):
+            raise UsageError(message)
 
 
 def cmd_pool_rollback(args: argparse.Namespace) -> int:
