@@ -127,7 +127,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     return "\n".join(lines)
 
 
-POOL_VERBS = ("status", "plan", "apply", "verify")  # what --pool NAME runs on an OVN pool (and isolation check)
+POOL_VERBS = ("status", "plan", "apply", "verify", "export", "rollback")  # on an OVN pool (and isolation check)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -298,15 +298,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool",
         metavar="NAME",
         help="an OVN pool of the inventory (its 'pools:'): status shows its logical switches, ports and chassis; "
-        "plan/apply/verify FILE set its ports' limits as QoS rules in its NB; isolation check FILE checks a pool "
-        "scenario on it",
+        "plan/apply/verify FILE set its ports' limits (QoS rules), logical switches (vlan) and mirrors in its NB; "
+        "export and rollback as on a host; isolation check FILE checks a pool scenario on it",
     )
     p.add_argument(
         "--pool-wait",
         type=float,
         default=30.0,
         metavar="S",
-        help="with --pool apply: wait up to S seconds for every chassis to acknowledge (default 30)",
+        help="with --pool apply or rollback: wait up to S seconds for every chassis to acknowledge (default 30)",
     )
     p.add_argument(
         "--no-lab",

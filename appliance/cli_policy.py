@@ -238,6 +238,10 @@ def _on_hosts(args: argparse.Namespace, name: str, policy: Policy) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if getattr(args, "pool", None):
+        from .cli_pool import cmd_pool_export
+
+        return cmd_pool_export(args)
     with _engine(args) as eng:
         out = svc.export(eng, by=args.by)
     if args.json:
@@ -272,6 +276,10 @@ def _out(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
 def cmd_rollback(args: argparse.Namespace) -> int:
     if args.pending:
         return _watch(args)
+    if getattr(args, "pool", None):
+        from .cli_pool import cmd_pool_rollback
+
+        return cmd_pool_rollback(args)
     with _engine(args) as eng:
         result = svc.rollback(eng)
     assert result is not None

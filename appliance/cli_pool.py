@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
-from . import config, render
+from . import config, labstate, render
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
-from .frontdoor import build_host, inventory_file
+from .frontdoor import build_host, data_paths, inventory_file
 from .guests import GuestSource
 from .hosts import Inventory, InventoryPool, load
 from .ovn.view import PoolView
+from .policy.journal import Journal
 from .policy.model import Policy
-from .services import isolation, isolation_pool, pools
+from .services import isolation, isolation_pool, pool_history, pool_mirrors, pools
 from .services.isolation import CheckResult, Scenario
 from .target import SslOptions
 
@@ -62,7 +64,8 @@ def format_pool(v: PoolView) -> str:
     rows = [[c.name, c.hostname, ", ".join(c.encaps) or "-", str(c.ports), _cfg(c.nb_cfg)] for c in v.chassis]
     lines.append(render.table(["CHASSIS", "HOSTNAME", "ENCAP", "PORTS", "NB_CFG"], rows) if rows else "no chassis")
     for s in v.switches:
-        lines += ["", f"switch {s.name}: {len(s.ports)} port{'s' if len(s.ports) != 1 else ''}"]
+        vlan = f" (VLAN {s.vlan})" if s.vlan is not None else ""
+        lines += ["", f"switch {s.name}{vlan}: {len(s.ports)} port{'s' if len(s.ports) != 1 else ''}"]
         mirrored = any(p.mirrors for p in s.ports)  # the column only where a port is mirrored: 80 columns
         rows = [[p.vm or "-", _short(p.name), p.chassis or "(unbound)", " ".join(p.addresses) or "-",
                  _up(p.up), _qos(p.qos_max_rate_bps)] + ([",".join(p.mirrors) or "-"] if mirrored else [])
@@ -98,17 +101,38 @@ def _qos(bps: int | None) -> str:
     return "-" if bps is None else render.kbps(bps / 1000)
 
 
+def _journal(inventory: Inventory, entry: InventoryPool) -> Journal:
+    """The pool's records and audit lines: the lab's own when the pool is the running lab's (its inventory
+    is in the lab's directory, so 'lab down' takes them away), else this machine's state directory."""
+    env = config.environ()
+    run_dir = labstate.lab_dir(env).resolve()
+    is_lab = Path(inventory.file).resolve().parent == run_dir
+    return pool_history.pool_journal(entry.name, data_paths(env, run_dir if is_lab else None))
+
+
+def _command_line() -> str:
+    return " ".join(["hvnet", *sys.argv[1:]])
+
+
 def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
-    """``plan``, ``apply`` or ``verify`` of a policy file on the pool (QoS rules in its NB)."""
+    """``plan``, ``apply`` or ``verify`` of a policy file on the pool (its NB: QoS rules, logical switch
+    membership, Mirror rows)."""
+    if verb == "apply":
+        _refuse_host_only(args)
+        if getattr(args, "dry_run", False):
+            verb = "plan"
     inventory, entry = _pool(args)
     connect, ssl = _connect(args), _ssl(args)
     if verb == "apply":
         out = pools.apply_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl,
-                               wait_s=args.pool_wait)  # fmt: skip
+                               wait_s=args.pool_wait, journal=_journal(inventory, entry),
+                               comment=_command_line(), stop_at=config.environ().get("HVNET_STOP_AT"))  # fmt: skip
     else:
         out = pools.plan_pool(entry, inventory, connect, policy, timeout=args.timeout, ssl=ssl)
         if verb == "verify":
             out.enforced = pools.enforcement(out.view, out.plan.unchanged, inventory, entry, connect, args.timeout)
+            out.mirrored = pool_mirrors.check(out.view, out.plan.mirrors_unchanged, inventory, entry,
+                                                     connect, args.timeout)  # fmt: skip
     if args.json:
         render.print_json(outcome_json(out))
     else:
@@ -118,14 +142,58 @@ def cmd_pool_policy(args: argparse.Namespace, verb: str, policy: Policy) -> int:
     return out.exit_code
 
 
+def _refuse_host_only(args: argparse.Namespace) -> None:
+    """Options of a host's apply that a pool's cannot honour: refused, never silently dropped."""
+    why = {
+        "no_commit": "--no-commit: a pool's apply has no automatic rollback; apply, then 'hvnet --pool NAME rollback'",
+        "policing": "--policing: an OVN pool polices with OVN's meters (QoS rules), there is nothing to choose",
+        "no_wait": "--no-wait: a pool's apply waits for the chassis' acknowledgements (--pool-wait S bounds it)",
+        "no_verify": "--no-verify: a pool's apply always checks each chassis (--pool-wait S bounds the wait)",
+    }
+    for attr, message in why.items():
+        if getattr(args, attr, None):
+            raise UsageError(message)
+
+
+def cmd_pool_rollback(args: argparse.Namespace) -> int:
+    """Undo the last apply on the pool (its record): one NB transaction, acknowledged, audited."""
+    inventory, entry = _pool(args)
+    out = pools.rollback_pool(entry, inventory, _connect(args), _journal(inventory, entry), timeout=args.timeout,
+                              wait_s=args.pool_wait, ssl=_ssl(args), comment=_command_line(),
+                              stop_at=config.environ().get("HVNET_STOP_AT"))  # fmt: skip
+    if args.json:
+        render.print_json(outcome_json(out))
+    else:
+        print(format_outcome(out, "rollback"))
+    return out.exit_code
+
+
+def cmd_pool_export(args: argparse.Namespace) -> int:
+    """The pool's intent as a policy file (one that plans no change on the pool)."""
+    inventory, entry = _pool(args)
+    out = pools.export_pool(entry, inventory, _connect(args), by=args.by, timeout=args.timeout, ssl=_ssl(args))
+    if args.json:
+        render.print_json(out.document)
+    elif args.out:
+        Path(args.out).write_text(out.yaml, encoding="utf-8")
+        print(f"wrote {args.out} ({out.vifs} VIF rules, {out.mirrors} mirrors)")
+    else:
+        sys.stdout.write(out.yaml)
+    return EXIT_OK
+
+
 def outcome_json(out: pools.PoolOutcome) -> dict[str, object]:
     return {
         "pool": out.view.name,
         "changes": out.plan.lines(),
+        "moves": [{"port": m.port, "vm": m.vm, "from": m.src, "to": m.dst, "vlan": m.vlan} for m in out.plan.moves],
         "nb_cfg": out.nb_cfg,
         "acknowledged_s": round(out.acks.seconds, 3) if out.acks else None,
         "behind": out.acks.behind if out.acks else [],
         "enforced": [_enforced_json(e) for e in out.enforced],
+        "mirrored": [vars(m) for m in out.mirrored],
+        **({"undone": out.undone} if out.undone else {}),
+        "settled": out.settled,
     }
 
 
@@ -136,8 +204,13 @@ def _enforced_json(e: pools.Enforced) -> dict[str, object]:
 
 
 def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
-    lines = [f"pool {out.view.name}: " + (f"{len(out.plan.lines())} change(s)" if out.plan.changed else
-                                            "the NB already matches the policy")]  # fmt: skip
+    if verb == "rollback":
+        head = (f"undoing {out.undone}: {len(out.plan.lines())} change(s)" if out.plan.changed else
+                f"{out.undone}: the pool already has the values it replaced; nothing to undo")  # fmt: skip
+    else:
+        head = f"{len(out.plan.lines())} change(s)" if out.plan.changed else "the NB already matches the policy"
+    lines = [f"note: settled an interrupted apply: {line}" for line in out.settled]
+    lines.append(f"pool {out.view.name}: {head}")
     lines += [f"  {line}" for line in out.plan.lines()]
     if verb == "verify" and out.plan.changed:
         lines.append("drift: the pool's NB differs from the policy (hvnet --pool NAME apply FILE)")
@@ -151,6 +224,9 @@ def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
     for e in out.enforced:
         mark = {"enforced": "enforced", "missing": "NOT ENFORCED", "unknown": "unknown"}[e.state]
         lines.append(f"  {mark}: {e.limit.describe()} ({e.detail})")
+    for m in out.mirrored:
+        mark = {"present": "mirrored", "missing": "NOT MIRRORED", "unknown": "unknown"}[m.state]
+        lines.append(f"  {mark}: {m.vm or m.port} by {m.row} ({m.detail})")
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .. import labstate, proc
 from ..errors import LabError
+from ..ovn.view import VLAN_KEY
 from ..topology import Guest, Topology
 from .sshhost import SshHost
 from .switch import stop_pid
@@ -202,11 +203,20 @@ def port_name(t: Topology, g: Guest) -> str:
     return g.vif_uuid(t.name)
 
 
+def switch_vlan(name: str) -> int | None:
+    """The VLAN a lab logical switch stands for: ``vlanN`` stands for VLAN N (the study's VLANs), others none."""
+    digits = name.removeprefix("vlan")
+    return int(digits) if name.startswith("vlan") and digits.isdigit() and 0 < int(digits) < 4095 else None
+
+
 def make_logical_network(c: Central, t: Topology) -> None:
-    """The logical switches and one port per guest (its MAC and address), in one ovn-nbctl transaction."""
+    """The logical switches (``vlanN`` marked ``external_ids:hvnet-vlan=N``, so a policy's ``vlan: {tag: N}``
+    finds it) and one port per guest (its MAC and address), in one ovn-nbctl transaction."""
     args: list[str] = []
     for ls in t.ovn_switches:
-        args += ["--", "--may-exist", "ls-add", ls, "--", "set", "Logical_Switch", ls, "external_ids:hvnet-lab=1"]
+        vlan = switch_vlan(ls)
+        marks = ["external_ids:hvnet-lab=1", *([f"external_ids:{VLAN_KEY}={vlan}"] if vlan is not None else [])]
+        args += ["--", "--may-exist", "ls-add", ls, "--", "set", "Logical_Switch", ls, *marks]
     for g in t.guests:
         lsp = port_name(t, g)
         args += ["--", "--may-exist", "lsp-add", g.lswitch or "", lsp,

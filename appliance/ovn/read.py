@@ -8,6 +8,8 @@ its own schema and a column it lacks is simply absent.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import snapshot
 from ..ovsdb import fetch_schema
 from ..target import DbTarget
@@ -19,4 +21,15 @@ def read_pool(name: str, nb: DbTarget, sb: DbTarget, timeout: float = 5.0) -> Po
     nb_schema = fetch_schema(nb, timeout, NB_DB)
     nb_snap = snapshot.take(nb, NB_COLUMNS, timeout, schema_json=nb_schema, db=NB_DB)
     sb_snap = snapshot.take(sb, SB_COLUMNS, timeout, db=SB_DB)
-    return build(name, nb_snap, sb_snap, nb.where or nb.remote, sb.where or sb.remote, nb_schema.get("version", ""))
+    view = build(name, nb_snap, sb_snap, nb.where or nb.remote, sb.where or sb.remote, nb_schema.get("version", ""))
+    view.mirror_types = mirror_types(nb_schema)
+    return view
+
+
+def mirror_types(nb_schema: dict[str, Any]) -> list[str]:
+    """The ``Mirror.type`` values the pool's NB takes (none when its OVN has no Mirror table)."""
+    table = nb_schema.get("tables", {}).get("Mirror")
+    if table is None:
+        return []
+    enum = table["columns"]["type"]["type"]["key"].get("enum", ["set", []])
+    return sorted(enum[1]) if isinstance(enum, list) and enum[0] == "set" else [str(enum)]

@@ -17,10 +17,12 @@ from typing import Any
 from ..ovsdb import column as col
 
 NB_DB = "OVN_Northbound"
+COMMIT_KEY = "hvnet-last-commit"  # NB_Global external_ids: the record id of hvnet's last commit in this NB
+VLAN_KEY = "hvnet-vlan"  # Logical_Switch external_ids: the VLAN an overlay-only logical switch stands for
 SB_DB = "OVN_Southbound"
 
 NB_COLUMNS: dict[str, list[str]] = {
-    "NB_Global": ["nb_cfg", "sb_cfg", "hv_cfg", "nb_cfg_timestamp", "hv_cfg_timestamp"],
+    "NB_Global": ["nb_cfg", "sb_cfg", "hv_cfg", "nb_cfg_timestamp", "hv_cfg_timestamp", "external_ids"],
     "Logical_Switch": ["name", "ports", "qos_rules", "external_ids"],
     "Logical_Switch_Port": [
         "name",
@@ -61,6 +63,12 @@ class PortView:
     mirrors: list[str]
     vm: str | None = None  # from the chassis that binds it (external_ids:iface-id), when it was asked
     external_ids: dict[str, str] = field(default_factory=dict)
+    uuid: str = ""
+
+    @property
+    def is_vif(self) -> bool:
+        """A VM's port (type ""), not a localnet, router or other port OVN itself plugs."""
+        return not self.type
 
 
 @dataclass
@@ -83,6 +91,17 @@ class SwitchView:
     external_ids: dict[str, str]
     uuid: str = ""
 
+    @property
+    def vlan(self) -> int | None:
+        """The VLAN this logical switch stands for: its localnet port's ``tag`` (OVN's own way of putting
+        a logical switch on a physical VLAN), else ``external_ids:hvnet-vlan`` (an overlay-only switch
+        standing for a VLAN, as the lab's ``vlan1``/``vlan2``); None when it says neither."""
+        for p in self.ports:
+            if p.type == "localnet" and p.tag is not None:
+                return int(p.tag)
+        value = self.external_ids.get(VLAN_KEY, "")
+        return int(value) if value.isdigit() else None
+
 
 @dataclass
 class MirrorView:
@@ -91,6 +110,8 @@ class MirrorView:
     filter: str
     sink: str
     index: int
+    external_ids: dict[str, str] = field(default_factory=dict)
+    uuid: str = ""
 
 
 @dataclass
@@ -117,6 +138,10 @@ class PoolView:
     chassis: list[ChassisView]
     # Chassis-side reads that could not be made (a chassis unreachable): named, never guessed
     notes: list[str] = field(default_factory=list)
+    # The mirror types the NB's schema allows (OVN 23.03: gre, erspan; "local" came later)
+    mirror_types: list[str] = field(default_factory=list)
+    # NB_Global external_ids:hvnet-last-commit: which hvnet apply committed last (settles interrupted ones)
+    commit_marker: str | None = None
 
     @property
     def behind(self) -> list[str]:
@@ -165,12 +190,13 @@ def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_versio
         chassis.append(ChassisView(cname, col(r, "hostname"), sorted(encaps), cfg, n))
     glob = next(iter(nb_rows["NB_Global"].rows.values()), None)
     mirror_rows = sorted(nb_rows["Mirror"].rows.values(), key=lambda m: col(m, "name")) if "Mirror" in nb_rows else []
-    mirrors = [MirrorView(col(m, "name"), col(m, "type"), col(m, "filter"), col(m, "sink"), col(m, "index"))
-               for m in mirror_rows]  # fmt: skip
+    mirrors = [MirrorView(col(m, "name"), col(m, "type"), col(m, "filter"), col(m, "sink"), col(m, "index"),
+                          dict(col(m, "external_ids")), str(m.uuid)) for m in mirror_rows]  # fmt: skip
     return PoolView(
         name=name, nb=nb_remote, sb=sb_remote, nb_version=nb_version,
         nb_cfg=col(glob, "nb_cfg") if glob else 0, hv_cfg=col(glob, "hv_cfg") if glob else 0,
         switches=switches, mirrors=mirrors, chassis=chassis,
+        commit_marker=dict(col(glob, "external_ids")).get(COMMIT_KEY) if glob and _has(glob, "external_ids") else None,
     )  # fmt: skip
 
 
@@ -191,6 +217,7 @@ def _port(p: Any, binding: Any, chassis_name: dict[Any, str]) -> PortView:
         enabled=enabled is not False,
         mirrors=sorted(col(m, "name") for m in col(p, "mirror_rules")) if _has(p, "mirror_rules") else [],
         external_ids=dict(col(p, "external_ids")),
+        uuid=str(p.uuid),
     )
 
 

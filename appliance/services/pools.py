@@ -12,25 +12,32 @@ in the view's notes rather than guessed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from .. import api
-from ..errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..errors import EXIT_FAILED, EXIT_OK, HvnetError, UsageError
 from ..host import Host
 from ..hosts import Inventory, InventoryHost, InventoryPool
+from ..ovn import export as ovn_export
 from ..ovn import plan as ovn_plan
 from ..ovn import write
+from ..ovn.model import Desired
 from ..ovn.plan import Limit, PoolPlan
 from ..ovn.read import read_pool
 from ..ovn.view import PoolView
 from ..ovn.write import Acks
+from ..policy.journal import Journal
 from ..policy.model import Policy
 from ..policy.openflow import OpenFlow
 from ..target import DbTarget, SslOptions
 from ..topology import OVN_BRIDGE
 from . import fleet
+from . import pool_history as history
+from . import pool_mirrors as mirror_checks
 
 Connect = Callable[[InventoryHost], Host]
 
@@ -118,10 +125,15 @@ class PoolOutcome:
     nb_cfg: int | None = None
     acks: Acks | None = None
     enforced: list[Enforced] = field(default_factory=list)
+    mirrored: list[mirror_checks.Mirrored] = field(default_factory=list)
+    undone: str | None = None  # rollback: the apply record it undid
+    commit_s: float | None = None  # how long the NB transaction took
+    settled: list[str] = field(default_factory=list)  # interrupted applies found and settled first
 
     @property
     def exit_code(self) -> int:
         bad = (self.acks is not None and not self.acks.complete) or any(e.state != "enforced" for e in self.enforced)
+        bad = bad or any(m.state != "present" for m in self.mirrored)
         return EXIT_FAILED if bad else EXIT_OK
 
 
@@ -134,20 +146,107 @@ def plan_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, polic
 
 def apply_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, policy: Policy, *,
                timeout: float = 5.0, wait_s: float = 30.0, ssl: SslOptions | None = None,
-               comment: str = "hvnet apply") -> PoolOutcome:  # fmt: skip
-    """One NB transaction, then every chassis' acknowledgement (within ``wait_s``) and the meters on
-    each chassis that binds a limited port."""
+               journal: Journal | None = None, comment: str = "hvnet apply",
+               stop_at: str | None = None) -> PoolOutcome:  # fmt: skip
+    """One NB transaction, then every chassis' acknowledgement (within ``wait_s``), the meters and mirrors on
+    each chassis that binds a limited or mirrored port.  With ``journal``: audited, and recorded so that
+    :func:`rollback_pool` can undo it."""
     out = plan_pool(pool, inventory, connect, policy, timeout=timeout, ssl=ssl)
+    if journal is not None:
+        out.settled = history.settle(journal, out.view, comment)
+    if out.plan.changed:
+        _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, comment, keep=True, stop_at=stop_at)
+    _check(out, inventory, pool, connect, timeout)
+    return out
+
+
+def rollback_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, journal: Journal, *,
+                  timeout: float = 5.0, wait_s: float = 30.0, ssl: SslOptions | None = None,
+                  comment: str = "hvnet rollback", stop_at: str | None = None) -> PoolOutcome:  # fmt: skip
+    """Put back what the last apply on the pool replaced (its record), as one NB transaction, audited.
+
+    What the record holds is the values before that apply, only where it changed something, so a later
+    change elsewhere in the pool is left alone.  The undone record is kept as rolled back."""
+    view = status(pool, inventory, connect, timeout=timeout, ssl=ssl)
+    settled = history.settle(journal, view, comment)  # an apply killed after its commit is the one to undo
+    record = journal.load_last()
+    if record is None or "undo" not in record:
+        raise HvnetError(f"nothing to roll back: no apply is recorded for pool {pool.name}",
+                         hint=f"records are kept in {journal.state_dir}")  # fmt: skip
+    out = PoolOutcome(view, ovn_plan.diff(view, Desired.from_json(record["undo"])), undone=str(record["id"]),
+                      settled=settled)  # fmt: skip
+    if out.plan.changed:
+        _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, f"{comment} {record['id']}",
+                keep=False, stop_at=stop_at, undoes=str(record["id"]))  # fmt: skip
+    else:
+        journal.audit(comment, [], f"nothing to undo for {record['id']}: the pool already has its values",
+                      pool=pool.name)  # fmt: skip
+    journal.mark_rolled_back(record)
+    _check(out, inventory, pool, connect, timeout)
+    return out
+
+
+def _commit(pool: InventoryPool, inventory: Inventory, connect: Connect, out: PoolOutcome,
+            ssl: SslOptions | None, timeout: float, wait_s: float, journal: Journal | None, comment: str,
+            *, keep: bool, stop_at: str | None = None, undoes: str | None = None) -> None:  # fmt: skip
+    """Commit ``out.plan`` in the NB, record it (``keep``: as what rollback undoes), wait for the chassis.
+
+    Write-ahead, as on a host: the intent is on disk before the commit, and the commit marks the NB with
+    the record's id, so a process killed in between is settled by the next (:func:`history.settle`)."""
+    record = None
+    if journal is not None:
+        journal.check_writable()
+        record = history.record(journal, comment, out.view, out.plan, undoes)
+        journal.write_intent(record, keep=keep)
     nb, sb, via = targets(pool, inventory, connect, ssl)
     try:
-        if out.plan.changed:
-            out.nb_cfg = write.commit(nb, out.view, out.plan, f"{comment} (pool {pool.name})", timeout)
-            out.acks = write.wait_acks(nb, sb, out.nb_cfg, wait_s)
+        try:
+            start = time.monotonic()
+            out.nb_cfg = write.commit(nb, out.view, out.plan, f"{comment} (pool {pool.name})", timeout,
+                                      marker=record["id"] if record else None)  # fmt: skip
+            out.commit_s = time.monotonic() - start
+        except HvnetError as exc:
+            if journal is not None and record is not None:
+                journal.audit(comment, [], f"refused: {exc.message}", pool=pool.name, plan=out.plan.lines())
+                journal.clear_intent(record["id"])
+            raise
+        history.checkpoint(stop_at, "committed")
+        if journal is not None and record is not None and keep:
+            journal.save_last(record)
+        out.acks = write.wait_acks(nb, sb, out.nb_cfg, wait_s)
     finally:
         if via is not None:
             via.close()
+    if journal is not None and record is not None:
+        journal.audit(comment, [], history.result(out.nb_cfg, out.acks), pool=pool.name, plan=out.plan.lines(),
+                      nb_cfg=out.nb_cfg, **({"record": record["id"]} if keep else {}))  # fmt: skip
+        journal.clear_intent(record["id"])
+
+
+def _check(out: PoolOutcome, inventory: Inventory, pool: InventoryPool, connect: Connect, timeout: float) -> None:
+    """Each limit's meter and each mirror's OVS mirror on the chassis that binds its port."""
     out.enforced = enforcement(out.view, out.plan.wanted(), inventory, pool, connect, timeout)
-    return out
+    out.mirrored = mirror_checks.check(out.view, out.plan.wanted_mirrors(), inventory, pool, connect, timeout)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """The pool's intent as a policy: the document, its YAML, how many VIF rules and mirrors."""
+
+    document: dict[str, object]
+    yaml: str
+    vifs: int
+    mirrors: int
+
+
+def export_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, *, by: str = "mac",
+                timeout: float = 5.0, ssl: SslOptions | None = None) -> Exported:  # fmt: skip
+    """The pool's current intent as a policy that plans no change on it."""
+    view = status(pool, inventory, connect, timeout=timeout, ssl=ssl)
+    header = f"# hvnet policy exported {datetime.now():%Y-%m-%d %H:%M:%S} from OVN pool {pool.name} ({view.nb})\n"
+    doc = ovn_export.to_policy(view, by=by)
+    mirrors = len(doc.get("bridges", {}).get(OVN_BRIDGE, {}).get("mirrors", {}))
+    return Exported(doc, ovn_export.to_yaml(view, by=by, header=header), len(doc["vifs"]), mirrors)
 
 
 def enforcement(view: PoolView, limits: list[Limit], inventory: Inventory, pool: InventoryPool,

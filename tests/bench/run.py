@@ -498,9 +498,12 @@ def main() -> int:
     for line in bench_netperf():
         print(line)
     print()
-    from ovn_bench import bench_ovn
+    from ovn_bench import bench_ovn, bench_ovn_1000
 
     for line in bench_ovn():
+        print(line)
+    print()
+    for line in bench_ovn_1000():
         print(line)
     print()
     from vm_bench import bench_boot, bench_vm_rr

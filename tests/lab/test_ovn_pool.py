@@ -188,7 +188,7 @@ def test_what_a_pool_cannot_take_is_refused_with_file_line_and_nothing_changes(p
     bad.write_text("version: 1\nvifs:\n  - vm: VM1\n    vlan: {tag: 5}\n  - vm: VMX\n    ingress: {rate: 1000}\n")
     res = run_hvnet("--pool", "ovn-pool", "apply", str(bad), env=env)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "bad.yaml:4: vifs[0].vlan: on an OVN pool a port's network is its logical switch" in res.stderr
+    assert "bad.yaml:4: vifs[0].vlan: VLAN 5: no logical switch of pool ovn-pool stands for it" in res.stderr
     assert "bad.yaml:5: vifs[1]: vm VMX selects no port of pool ovn-pool" in res.stderr
     assert c.nbctl("--bare", "--columns=_uuid", "list", "QoS") == before
 

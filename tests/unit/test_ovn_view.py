@@ -75,3 +75,19 @@ def test_an_inventory_names_pools_and_refuses_bad_ones(tmp_path: Path) -> None:
     assert "bad.yaml:3: pools[0].nb: required: unix:/PATH, tcp:HOST:PORT or ssl:HOST:PORT" in text
     assert "pools[0].via: not a host of this inventory: 'nope'" in text
     assert "pools[0].color: unknown key" in text
+
+
+def test_host_only_apply_options_are_refused_on_a_pool(tmp_path: Path, monkeypatch, capsys) -> None:
+    from appliance.cli import main
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(
+        f"hosts: []\npools:\n  - {{name: p, nb: 'unix:{tmp_path}/nb.sock', sb: 'unix:{tmp_path}/sb.sock'}}\n"
+    )
+    policy = tmp_path / "p.yaml"
+    policy.write_text("version: 1\nvifs:\n  - vm: VM1\n    ingress: {rate: 1000}\n")
+    monkeypatch.setenv("HVNET_INVENTORY", str(inv))
+    for flag, said in (("--no-commit", "no automatic rollback"), ("--no-wait", "waits for the chassis")):
+        assert main(["--pool", "p", "apply", str(policy), flag]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["--pool", "p", "apply", str(policy), "--dry-run"]) == 3  # a plan: the NB is read, not written
