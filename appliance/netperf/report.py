@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import render
-from . import report_monitoring, verdict
+from . import report_monitoring, report_pps, verdict
 from .records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]
@@ -206,9 +206,11 @@ def tables(doc: SuiteResult) -> list[Table]:
     by_group = groups(doc)
     first_case = doc.steps[0].case if doc.steps else None
     for (test, case, size), steps in by_group.items():
-        steps = [s for s in steps if s.summary]
+        steps = [s for s in steps if s.summary and not report_pps.is_pps(s)]
         if steps:
             out.append(_table(steps, by_group, first_case, test, case, size))
+    out += [Table(title, headers, rows, notes, test, case)
+            for title, headers, rows, notes, test, case in report_pps.tables(doc)]  # fmt: skip
     return out
 
 

@@ -279,3 +279,23 @@ def list_captures(host: Host, *, live: bool = True) -> list[CaptureView]:
 def show(host: Host, name: str) -> CaptureView:
     """One capture's record and figures."""
     return inspect(rec_mod.load(_find(host, name)))
+
+
+@dataclass
+class SuiteListener:
+    """Captures as a suite's case asks for them (:class:`appliance.netperf.pktgen.Listen`): started on a
+    port, stopped, counted and removed -- the suite keeps the counts, not the pcaps."""
+
+    host: Host
+
+    def start(self, port: str, name: str, snaplen: int | None) -> None:
+        start(self.host, port=port, name=name, limits=Limits(snaplen=snaplen))
+
+    def stop(self, name: str) -> dict[str, int | str | None]:
+        record = stop(self.host, name)
+        counts = record.tcpdump or {}
+        dropped = None
+        if "dropped_by_kernel" in counts or "dropped_by_interface" in counts:
+            dropped = int(counts.get("dropped_by_kernel", 0)) + int(counts.get("dropped_by_interface", 0))
+        delete(self.host, name, if_exists=True)
+        return {"captured": counts.get("captured"), "dropped": dropped, "state": record.state}
