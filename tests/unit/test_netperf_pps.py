@@ -277,3 +277,13 @@ def test_report_shows_pps_per_case_and_side_by_side() -> None:
     results.write_csv(buf, doc)
     header = buf.getvalue().splitlines()[0].split(",")
     assert header[-len(results.PPS_CSV_COLUMNS) :] == list(results.PPS_CSV_COLUMNS)
+
+
+def test_the_plot_draws_received_and_monitor_pps_per_case() -> None:
+    pytest.importorskip("matplotlib")
+    from appliance.netperf import plots
+
+    svg = dict(plots.svgs(_doc()))["udp"]
+    for text in ("no-copy: received", "mirror: received", "mirror: monitor", "frame size on the wire (bytes)"):
+        assert text in svg, text
+    assert "no-copy: monitor" not in svg  # not measured: no line
