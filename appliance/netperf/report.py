@@ -149,6 +149,11 @@ def _drops(step: StepResult) -> str:
     return f"{total:,}" if seen else "-"
 
 
+def _capture_drops(step: StepResult) -> str:
+    drops = [r.aggregate.capture_dropped for r in step.repetitions if r.aggregate.capture_dropped is not None]
+    return f"{sum(drops):,}" if drops else "-"
+
+
 def _meter_drops(step: StepResult) -> str:
     drops = [r.meter_drops for r in step.repetitions if r.meter_drops is not None]
     return f"{sum(drops):,}" if drops else "-"
@@ -316,6 +321,12 @@ def _extra_rows(
 
         rows.append(("mirrors on the client VIF", lambda st: str(len(st.mirrors))))
         rows.append(("mirror delivery (copies ÷ pkts)", mirrors))
+    if any(s.capture for s in steps):
+        rows.append(
+            ("listeners (captures on the monitor ports)", lambda st: str(len((st.capture or {}).get("ports", []))))
+        )
+        rows.append(("captured ÷ offered", lambda st: _fmt(_fig(_summary(st), "captured_ratio"), 3)))
+        rows.append(("capture drops (pkts, total)", _capture_drops))
     policed_differently = any(s.policing for s in steps)  # a rate sweep: "vs first case" says nothing
     if (
         first_case is not None

@@ -597,9 +597,14 @@ class Runner:
                 cpu["netperf_pct_of_core"] = None  # unknown, never a made-up 0
         counters = _deltas(before, after)
         if t.is_pps:
-            agg = self._pps_figures(step, instances, cs, counters, listened)
+            agg = self._pps_figures(step, instances, cs, counters)
         else:
             agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
+        if listened:  # a case's listeners, whatever generates the traffic
+            for c in listened:
+                c["offered"] = pps.offered_to(c["port"], cs.mirrors, counters)
+            ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
+            pps.add_captures(agg, listened, sum(ok) / len(ok) if ok else float(t.duration))
         notes = self._notes(step, agg) + listen_problems
         if batch.cpu_unmeasured:
             notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
@@ -646,18 +651,14 @@ class Runner:
         ]  # fmt: skip
 
     def _pps_figures(
-        self, step: Step, instances: list[Any], cs: _CaseState, counters: dict[str, dict[str, int]],
-        listened: list[dict[str, Any]],
-    ) -> Aggregate:  # fmt: skip
-        """A packet-rate repetition: sender and receiver (iperf3), monitor ports (counters), captures."""
+        self, step: Step, instances: list[Any], cs: _CaseState, counters: dict[str, dict[str, int]]
+    ) -> Aggregate:
+        """A packet-rate repetition: sender and receiver (iperf3), and the monitor ports (counters)."""
         offered = step.offered.pps(step.frame_size or 0) if step.offered else None
         agg = pps.repetition(instances, offered)
         ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
         seconds = sum(ok) / len(ok) if ok else float(step.test.duration)
         pps.add_monitor(agg, counters, pps.copy_ports(cs.mirrors), seconds)
-        for c in listened:
-            c["offered"] = pps.offered_to(c["port"], cs.mirrors, counters)
-        pps.add_captures(agg, listened, seconds)
         return agg
 
     def _notes(self, step: Step, agg: Aggregate) -> list[str]:

@@ -287,3 +287,19 @@ def test_the_plot_draws_received_and_monitor_pps_per_case() -> None:
     for text in ("no-copy: received", "mirror: received", "mirror: monitor", "frame size on the wire (bytes)"):
         assert text in svg, text
     assert "no-copy: monitor" not in svg  # not measured: no line
+
+
+def test_a_netperf_step_with_listeners_reports_what_they_captured() -> None:
+    from appliance.netperf import aggregate
+
+    step = StepResult(key="tcp/mirrors-1-listener/m64/c1", test="tcp", type="TCP_STREAM", case="mirrors-1-listener",
+                      message_size=64, concurrency=1, duration=2, metric="Mbit/s", units="Mbit/s", mirrors=[MIRROR],
+                      capture={"guests": ["MON1"], "ports": ["vif3.0"], "snaplen": None})  # fmt: skip
+    agg = aggregate.repetition([], rr=False, udp_stream=False)
+    pps.add_captures(agg, [{"captured": 980, "dropped": 3, "offered": 1000}], 2.0)
+    step.repetitions.append(RepetitionResult(repetition=1, aggregate=agg))
+    step.summary = aggregate.summary(step.repetitions)
+    doc = SuiteResult(results.SCHEMA, results.SCHEMA_VERSION, "complete", False, steps=[step])
+    rows = {r[0]: r[1] for r in report.tables(doc)[0].rows}
+    assert rows["listeners (captures on the monitor ports)"] == "1" and rows["captured ÷ offered"] == "0.980"
+    assert rows["capture drops (pkts, total)"] == "3"
