@@ -303,3 +303,11 @@ def test_a_netperf_step_with_listeners_reports_what_they_captured() -> None:
     rows = {r[0]: r[1] for r in report.tables(doc)[0].rows}
     assert rows["listeners (captures on the monitor ports)"] == "1" and rows["captured ÷ offered"] == "0.980"
     assert rows["capture drops (pkts, total)"] == "3"
+
+
+def test_the_html_page_carries_the_packet_rate_tables_and_settings() -> None:
+    from appliance.netperf import html
+
+    page = html.suite_page(_doc(), "RUN", plots=False)
+    assert "frames 64 B on the wire; offered unpaced" in page
+    assert "udp: cases side by side" in page and "mirror: monitor pps" in page
