@@ -40,8 +40,9 @@ def client_argv(
 
 
 def server_argv(iperf3: str, port: int) -> list[str]:
-    """One receiver, serving one test after another until hvnet stops it."""
-    return [iperf3, "-s", "-p", str(port)]
+    """One receiver, serving one test after another until hvnet stops it; ``--forceflush``: its
+    "Server listening" line reaches the log at once (hvnet waits for it), not when a buffer fills."""
+    return [iperf3, "-s", "-p", str(port), "--forceflush"]
 
 
 def _number(data: Any, key: str) -> Optional[float]:

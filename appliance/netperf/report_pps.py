@@ -155,9 +155,12 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
             row += [_fmt(_mean(at[c][key], "monitor_pps"), 0) if key in at[c] else "-" for c in monitored]
             row += [_fmt(_mean(at[c][key], "captured_ratio"), 3) if key in at[c] else "-" for c in captured]
             rows.append(row)
-        notes = [f"received pps change is against case {first} (the cost of the copies); monitor pps is per "
-                 "output port, from the switch's counters; captured ÷ offered is the captures' packets over "
-                 "the packets the switch selected for the copies they listen on"]  # fmt: skip
+        notes = [f"received pps change is against case {first} (the cost of the copies)"]
+        if monitored:
+            notes.append("monitor pps: per output port, what the switch sent it (its counters)")
+        if captured:
+            notes.append("captured ÷ offered: the captures' packets over the packets the switch selected for "
+                         "the copies they listen on")  # fmt: skip
         out.append((f"{test}: cases side by side", headers, rows, notes, test, ""))
     return out
 

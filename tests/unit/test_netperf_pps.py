@@ -311,3 +311,11 @@ def test_the_html_page_carries_the_packet_rate_tables_and_settings() -> None:
     page = html.suite_page(_doc(), "RUN", plots=False)
     assert "frames 64 B on the wire; offered unpaced" in page
     assert "udp: cases side by side" in page and "mirror: monitor pps" in page
+
+
+def test_parse_a_lab_run_through_a_mirror() -> None:
+    inst = iperf.parse(0, 64, read("lab-64B-20000pps-mirror.json"), "", 0)
+    doc = json.loads(read("lab-64B-20000pps-mirror.json"))
+    assert doc["start"]["test_start"]["blksize"] == frames.payload_of(64)
+    assert inst.ok and inst.sent_pps == pytest.approx(20_000, rel=0.01)  # paced at 20,000 packets/s
+    assert inst.received_pps <= inst.sent_pps  # type: ignore[operator]
