@@ -103,3 +103,6 @@ def add_captures(out: Aggregate, captures: list[dict[str, Any]], seconds: float)
         out.capture_dropped = int(sum(d for d in dropped if d is not None))
     if all(o for o in offered):
         out.captured_ratio = _round(out.captured / sum(o for o in offered if o), 4)
+    sent = [c.get("sent_to_port") for c in captures]
+    if all(s for s in sent):  # where the rest went: copies the switch never made, or the capture's drops
+        out.captured_port_ratio = _round(out.captured / sum(s for s in sent if s), 4)

@@ -102,6 +102,7 @@ PPS_FIGURES = (
     "monitor_mbps",
     "captured_pps",
     "captured_ratio",
+    "captured_port_ratio",
 )
 LATENCY_FIGURES = ("latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us")
 
@@ -150,6 +151,7 @@ class Aggregate(Record):
     captured: Optional[int] = None  # packets the case's captures kept (all of them)
     captured_pps: Optional[float] = None  # per capture, mean
     captured_ratio: Optional[float] = None  # captured ÷ offered to the captures (the switch's counters)
+    captured_port_ratio: Optional[float] = None  # captured ÷ what the switch sent the captured ports
     capture_dropped: Optional[int] = None  # the captures' own drops (tcpdump: kernel and interface)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
@@ -249,6 +251,7 @@ class Summary(Record):
     monitor_mbps: Optional[Figure] = None
     captured_pps: Optional[Figure] = None
     captured_ratio: Optional[Figure] = None
+    captured_port_ratio: Optional[Figure] = None
     lost: int = 0
     instances: int = 0
     lost_reasons: dict[str, int] = field(default_factory=dict)

@@ -326,6 +326,7 @@ def _extra_rows(
             ("listeners (captures on the monitor ports)", lambda st: str(len((st.capture or {}).get("ports", []))))
         )
         rows.append(("captured ÷ offered", lambda st: _fmt(_fig(_summary(st), "captured_ratio"), 3)))
+        rows.append(("captured ÷ sent to port", lambda st: _fmt(_fig(_summary(st), "captured_port_ratio"), 3)))
         rows.append(("capture drops (pkts, total)", _capture_drops))
     policed_differently = any(s.policing for s in steps)  # a rate sweep: "vs first case" says nothing
     if (

@@ -92,6 +92,7 @@ def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
         cols += [
             ("captured pps", lambda st: _pm(st, "captured_pps")),
             ("captured ÷ offered", lambda st: _fmt(_mean(st, "captured_ratio"), 3)),
+            ("captured ÷ sent to port", lambda st: _fmt(_mean(st, "captured_port_ratio"), 3)),
             ("capture drops", _drops),
         ]
     return cols
@@ -142,6 +143,7 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
         captured = [c for c in cases if any(s.capture for s in by[(test, c)])]
         headers = ["frame @ offered", *[f"{c}: received pps" for c in cases]]
         headers += [f"{c}: monitor pps" for c in monitored] + [f"{c}: captured ÷ offered" for c in captured]
+        headers += [f"{c}: captured ÷ sent to port" for c in captured]
         rows = []
         for key in points:
             any_step = next(at[c][key] for c in cases if key in at[c])
@@ -153,14 +155,16 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
                 change = "" if c == first or got is None or not base else f" ({100.0 * (got - base) / base:+.1f}%)"
                 row.append(_fmt(got, 0) + change)
             row += [_fmt(_mean(at[c][key], "monitor_pps"), 0) if key in at[c] else "-" for c in monitored]
-            row += [_fmt(_mean(at[c][key], "captured_ratio"), 3) if key in at[c] else "-" for c in captured]
+            for fig in ("captured_ratio", "captured_port_ratio"):
+                row += [_fmt(_mean(at[c][key], fig), 3) if key in at[c] else "-" for c in captured]
             rows.append(row)
         notes = [f"received pps change is against case {first} (the cost of the copies)"]
         if monitored:
             notes.append("monitor pps: per output port, what the switch sent it (its counters)")
         if captured:
             notes.append("captured ÷ offered: the captures' packets over the packets the switch selected for "
-                         "the copies they listen on")  # fmt: skip
+                         "the copies they listen on; ÷ sent to port: over what it sent their ports (the rest "
+                         "of the loss is copies the switch never made)")  # fmt: skip
         out.append((f"{test}: cases side by side", headers, rows, notes, test, ""))
     return out
 

@@ -603,6 +603,7 @@ class Runner:
         if listened:  # a case's listeners, whatever generates the traffic
             for c in listened:
                 c["offered"] = pps.offered_to(c["port"], cs.mirrors, counters)
+                c["sent_to_port"] = counters.get(c["port"], {}).get("tx_packets")
             ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
             pps.add_captures(agg, listened, sum(ok) / len(ok) if ok else float(t.duration))
         notes = self._notes(step, agg) + listen_problems

@@ -151,10 +151,14 @@ def test_offered_to_a_capture_is_what_its_mirror_selected() -> None:
     assert pps.offered_to("vif4.0", [TAP], counters) == 450  # a TAP's subset: what the port was sent
     assert pps.offered_to("vif3.0", [MIRROR], {"vif3.0": {"tx_packets": 5}}) is None
     agg = pps.repetition(_instances(), None)
-    caps = [{"captured": 990, "dropped": 0, "offered": 1000}, {"captured": 400, "dropped": 7, "offered": 450}]
+    caps = [
+        {"captured": 990, "dropped": 0, "offered": 1000, "sent_to_port": 995},
+        {"captured": 400, "dropped": 7, "offered": 450, "sent_to_port": 407},
+    ]
     pps.add_captures(agg, caps, 2.0)
     assert agg.captured == 1390 and agg.capture_dropped == 7 and agg.captured_pps == 347.5
     assert agg.captured_ratio == pytest.approx(1390 / 1450, abs=1e-4)
+    assert agg.captured_port_ratio == pytest.approx(1390 / 1402, abs=1e-4)
     unknown = pps.repetition(_instances(), None)
     pps.add_captures(unknown, [{"captured": None, "dropped": None, "offered": 1000}], 2.0)
     assert unknown.captured is None and unknown.captured_ratio is None
