@@ -95,6 +95,10 @@ def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
             ("captured ÷ sent to port", lambda st: _fmt(_mean(st, "captured_port_ratio"), 3)),
             ("capture drops", _drops),
         ]
+    cols += [
+        ("host CPU %", lambda st: _fmt(_s(st).cpu_host_pct, 0)),
+        ("ovs-vswitchd % of a core", lambda st: _fmt(_s(st).cpu_vswitchd_pct_of_core, 0)),
+    ]
     return cols
 
 

@@ -538,8 +538,7 @@ class Runner:
             sampler = CpuSampler(
                 interval_for(seconds),
                 self.of.vswitchd_pid() if self.of and self.kernel_here else None,
-                # a netserver in a VM is not a host process: its CPU is not sampled (not reported)
-                lambda: self.netserver.pid if self.netserver and not self.netserver.endpoint.in_vm else None,
+                self._receiver_pid(step),
                 seconds=float(t.max_seconds()),
             )
             if not warmup:
@@ -650,6 +649,16 @@ class Runner:
             )
             for _ in range(step.concurrency)
         ]  # fmt: skip
+
+    def _receiver_pid(self, step: Step) -> Callable[[], Optional[int]]:
+        """The receiving process whose CPU is sampled: the netserver, or for a packet-rate step with one
+        sender its iperf3 server (several: which one served which sender is not known, so none)."""
+        if self.server_ep is not None and self.server_ep.in_vm:
+            return lambda: None  # a process in a VM is not a host process: its CPU is not sampled (not reported)
+        if step.test.is_pps:
+            pids = self.iperf3_servers.pids if self.iperf3_servers is not None else []
+            return lambda: pids[0] if pids and step.concurrency == 1 else None
+        return lambda: self.netserver.pid if self.netserver else None
 
     def _pps_figures(
         self, step: Step, instances: list[Any], cs: _CaseState, counters: dict[str, dict[str, int]]
