@@ -112,7 +112,7 @@ def figures(doc: SuiteResult, plt: Any) -> Iterator[tuple[str, Any]]:
         if steps[0].frame_size is not None:  # a packet-rate test: packets/s by frame size or offered rate
             from . import plots_pps
 
-            yield test, plots_pps.figure(doc.meta.suite.name, test, steps, plt)
+            yield test, plots_pps.figure(doc.meta.suite.name, test, steps, plt, label)
             continue
         yield test, _figure(doc, test, steps, plt)
 

@@ -8,7 +8,7 @@ dashed line per case that copies for what its monitor port was sent.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .records import Figure, StepResult, Summary
 
@@ -20,10 +20,9 @@ def _x(step: StepResult, by_frame: bool) -> Optional[float]:
     return float(o["pps"]) if isinstance(o, dict) and o.get("pps") is not None else None
 
 
-def figure(suite: str, test: str, steps: list[StepResult], plt: Any) -> Any:
-    """One figure for the test's steps (every step of the test, every case)."""
-    from .plots import label
-
+def figure(suite: str, test: str, steps: list[StepResult], plt: Any, label: Callable[[object], str]) -> Any:
+    """One figure for the test's steps (every step of the test, every case); ``label`` makes run-file text
+    safe for matplotlib (see :func:`.plots.label`)."""
     by_frame = len({s.frame_size for s in steps}) > 1 or all(not s.offered for s in steps)
     cases: OrderedDict[str, list[StepResult]] = OrderedDict()
     for s in steps:
