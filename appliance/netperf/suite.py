@@ -534,14 +534,14 @@ def _capture(ck: _Checker, value: Any, path: yamldoc.PathKey, guests: set[str]) 
     raw = value.get("guests")
     names = raw if isinstance(raw, list) else [raw]
     known = ", ".join(sorted(guests)) or "(none)"
+    snaplen = None
+    if "snaplen" in value:
+        snaplen = ck.integer(value["snaplen"], (*path, "snaplen"), *SNAPLEN_RANGE, "snaplen (bytes)")
     if not raw or not all(isinstance(g, str) and g in guests for g in names):
         ck.bad((*path, "guests"), f"a list of lab guests whose VIFs are captured, not {raw!r}; guests: {known}")
         return None
     if len(set(names)) != len(names):
         ck.bad((*path, "guests"), "a guest is listed twice")
-    snaplen = None
-    if "snaplen" in value:
-        snaplen = ck.integer(value["snaplen"], (*path, "snaplen"), *SNAPLEN_RANGE, "snaplen (bytes)")
     return CaseCapture(tuple(names), snaplen)
 
 
