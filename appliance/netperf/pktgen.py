@@ -25,6 +25,7 @@ from ..runner import CommandRunner
 from . import iperf
 from .launch import Endpoint, stop_tree
 from .preflight import PreflightFailed
+from .suite import Suite
 
 LISTEN_TIMEOUT_S = 5.0
 
@@ -122,6 +123,37 @@ class Listeners:
             out.append({"guest": guest, "port": vif, **got, "snaplen": self.snaplen})
         self.started = []
         return out, problems
+
+
+def find_iperf3(runner: CommandRunner) -> tuple[str, str]:
+    """iperf3's path and its version as the run records it (``iperf3 3.12``); MissingTool when absent."""
+    path = runner.which("iperf3")
+    res = runner.run([path, "--version"], check=False, timeout=10)
+    words = (res.stdout.splitlines() or [""])[0].split()
+    return path, f"iperf3 {words[1]}" if len(words) > 1 and words[0] == "iperf" else "iperf3"
+
+
+def listener_failures(suite: Suite, have_listen: bool, host_label: Optional[str]) -> list[str]:
+    """Why a suite's captures cannot run here (none: they can, or the suite has none)."""
+    if not any(c.capture for c in suite.cases):
+        return []
+    if not have_listen:
+        return ["cases with capture: need hvnet's capture service (run the suite with hvnet suite run)"]
+    if host_label is not None:
+        return [f"cases with capture: run on the built-in lab's switch, not on {host_label} "
+                "(captures over SSH are not supported)"]  # fmt: skip
+    return []
+
+
+def servers_for(
+    suite: Suite, endpoint: Endpoint, iperf3: str, log_dir: Path, runner: CommandRunner
+) -> Optional[Iperf3Servers]:
+    """The iperf3 servers a suite needs: one per concurrent sender of its busiest packet-rate step (None: no
+    packet-rate test)."""
+    count = max((max(t.concurrency) for t in suite.tests if t.is_pps), default=0)
+    if not count:
+        return None
+    return Iperf3Servers(endpoint, endpoint.tool("iperf3", iperf3), iperf.DEFAULT_PORT, count, log_dir, runner)
 
 
 def listener_prefix(step_index: int, rep: int) -> str:

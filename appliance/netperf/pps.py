@@ -17,6 +17,7 @@ from . import stats
 from .frames import FCS
 from .omni import Instance
 from .records import LATENCY_FIGURES, Aggregate, MirrorInfo
+from .suite import Step
 
 
 def _round(x: Optional[float], digits: int = 3) -> Optional[float]:
@@ -53,6 +54,18 @@ def repetition(instances: list[Instance], offered_pps: Optional[float]) -> Aggre
         out.achieved_ratio = _round((out.received_pps or 0.0) / offered, 4)
         out.paced_ratio = _round((out.sent_pps or 0.0) / offered, 4)
     return out
+
+
+def step_figures(
+    step: Step, instances: list[Instance], copies: list[MirrorInfo], counters: dict[str, dict[str, int]]
+) -> Aggregate:
+    """A packet-rate repetition: sender and receiver (iperf3), and the monitor ports over iperf3's own length."""
+    offered = step.offered.pps(step.frame_size or 0) if step.offered else None
+    agg = repetition(instances, offered)
+    ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
+    seconds = sum(ok) / len(ok) if ok else float(step.test.duration)
+    add_monitor(agg, counters, copy_ports(copies), seconds)
+    return agg
 
 
 def copy_ports(copies: list[MirrorInfo]) -> list[str]:
