@@ -18,7 +18,7 @@ from typing import Any, Optional
 from . import aggregate, stats
 from .records import SuiteResult
 
-FIGURES = (("sum", "higher"), ("latency_mean_us", "lower"))
+FIGURES = (("sum", "higher"), ("latency_mean_us", "lower"), ("monitor_pps", "higher"), ("captured_ratio", "higher"))
 
 
 @dataclass

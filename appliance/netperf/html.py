@@ -24,7 +24,7 @@ from .. import yamldoc
 from ..errors import HvnetError
 from ..htmlpage import esc
 from . import compare as compare_mod
-from . import report
+from . import report, report_pps
 from .records import StepResult, SuiteResult
 from .suite import SUITES_DIR
 
@@ -91,6 +91,10 @@ def _settings(doc: SuiteResult) -> str:
     for test, steps in by_test.items():
         s0 = steps[0]
         sizes = _listed(st.message_size for st in steps if st.message_size is not None)
+        if s0.frame_size is not None:  # a packet-rate test: frames on the wire, and its offered rates
+            sizes = f"frames {_listed(st.frame_size for st in steps)} B on the wire; offered " + (
+                ", ".join(dict.fromkeys(report_pps.offered_text(st) for st in steps))
+            )
         conf = s0.confidence
         rows.append([
             test, s0.type, sizes or "default",

@@ -137,6 +137,11 @@ class Instance:
     latency_us: Optional[dict[str, float]] = None  # mean/min/max/p50/p90/p99/stddev, RR tests
     confidence: Optional[dict[str, float]] = None  # level, iterations, achieved width (% of mean)
     start_offset_ms: Optional[float] = None  # when this instance started, after the step's first
+    # packet-rate tests (iperf3, see .iperf): datagrams the client sent and the server received
+    packets_sent: Optional[int] = None
+    packets_received: Optional[int] = None
+    sent_pps: Optional[float] = None
+    received_pps: Optional[float] = None
 
     @property
     def ok(self) -> bool:

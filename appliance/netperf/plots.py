@@ -109,6 +109,11 @@ def figures(doc: SuiteResult, plt: Any) -> Iterator[tuple[str, Any]]:
         if s.summary:
             by_test.setdefault(s.test, []).append(s)
     for test, steps in by_test.items():
+        if steps[0].frame_size is not None:  # a packet-rate test: packets/s by frame size or offered rate
+            from . import plots_pps
+
+            yield test, plots_pps.figure(doc.meta.suite.name, test, steps, plt, label)
+            continue
         yield test, _figure(doc, test, steps, plt)
 
 

@@ -91,6 +91,19 @@ def _optional(cls: type[Record]) -> Callable[[Any], Any]:
 # -- one repetition's figures ------------------------------------------------------------------
 
 UDP_FIGURES = ("sent_mbps", "received_mbps", "udp_loss_pct")
+# packet-rate tests (UDP_PPS): what the generator sent and the receiver got, what each monitor port was
+# sent (the switch's counters) and what a capture on it kept; each None (not written) when not measured
+PPS_FIGURES = (
+    "sent_pps",
+    "received_pps",
+    "achieved_ratio",
+    "paced_ratio",
+    "monitor_pps",
+    "monitor_mbps",
+    "captured_pps",
+    "captured_ratio",
+    "captured_port_ratio",
+)
 LATENCY_FIGURES = ("latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us")
 
 
@@ -103,7 +116,10 @@ class Aggregate(Record):
     other tests their keys are ``absent`` (not applicable), never 0.
     """
 
-    OPTIONAL = frozenset({"retransmissions", "transactions", "confidence_width_pct_max", "confidence_met"})
+    OPTIONAL = frozenset(
+        {"retransmissions", "transactions", "confidence_width_pct_max", "confidence_met", *PPS_FIGURES,
+         "monitor_ports", "captured", "capture_dropped"}
+    )  # fmt: skip
 
     instances: int = 0
     ok: int = 0
@@ -125,6 +141,18 @@ class Aggregate(Record):
     transactions: Optional[int] = None
     confidence_width_pct_max: Optional[float] = None
     confidence_met: Optional[bool] = None
+    sent_pps: Optional[float] = None  # packets/s the generator sent (iperf3's client)
+    received_pps: Optional[float] = None  # packets/s that arrived (iperf3's server)
+    achieved_ratio: Optional[float] = None  # received ÷ offered (None: no offered rate)
+    paced_ratio: Optional[float] = None  # sent ÷ offered: did the generator keep the pace?
+    monitor_pps: Optional[float] = None  # copies/s each monitor port was sent (mean over the case's outputs)
+    monitor_mbps: Optional[float] = None  # the same in Mbit/s: counted bytes + 4 FCS per frame
+    monitor_ports: Optional[int] = None  # mirror/TAP outputs those figures cover
+    captured: Optional[int] = None  # packets the case's captures kept (all of them)
+    captured_pps: Optional[float] = None  # per capture, mean
+    captured_ratio: Optional[float] = None  # captured ÷ offered to the captures (the switch's counters)
+    captured_port_ratio: Optional[float] = None  # captured ÷ what the switch sent the captured ports
+    capture_dropped: Optional[int] = None  # the captures' own drops (tcpdump: kernel and interface)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -134,7 +162,7 @@ class RepetitionResult(Record):
     """One measured repetition of a step: its instances, figures, CPU and the switch's counters."""
 
     NESTED = {"aggregate": lambda v: Aggregate.from_json(v)}
-    OPTIONAL = frozenset({"collector", "phases", "throughput_series"})
+    OPTIONAL = frozenset({"collector", "phases", "throughput_series", "captures"})
 
     repetition: int = 0
     started: Optional[str] = None
@@ -152,6 +180,7 @@ class RepetitionResult(Record):
     collector: Optional[Json] = None
     phases: Optional[list[Json]] = None  # phased cases: each phase's figures (see .monitoring)
     throughput_series: Optional[list[Optional[float]]] = None  # netperf's interim results summed, 1 s bins
+    captures: Optional[list[Json]] = None  # a case's listeners: each capture's port, counts and offered packets
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -181,6 +210,7 @@ SUMMARY_FIGURES = (
     "sent_mbps",
     "received_mbps",
     *LATENCY_FIGURES,
+    *PPS_FIGURES,
 )
 CPU_FIGURES = (
     "host_pct",
@@ -213,6 +243,15 @@ class Summary(Record):
     latency_p50_us: Optional[Figure] = None
     latency_p90_us: Optional[Figure] = None
     latency_p99_us: Optional[Figure] = None
+    sent_pps: Optional[Figure] = None
+    received_pps: Optional[Figure] = None
+    achieved_ratio: Optional[Figure] = None
+    paced_ratio: Optional[Figure] = None
+    monitor_pps: Optional[Figure] = None
+    monitor_mbps: Optional[Figure] = None
+    captured_pps: Optional[Figure] = None
+    captured_ratio: Optional[Figure] = None
+    captured_port_ratio: Optional[Figure] = None
     lost: int = 0
     instances: int = 0
     lost_reasons: dict[str, int] = field(default_factory=dict)
@@ -250,13 +289,16 @@ class Policing(Record):
 
 @dataclass
 class MirrorInfo(Record):
-    """A mirror a case created: where its copies go and which ports it selects."""
+    """A mirror (or TAP) a case created: where its copies go and which ports it selects."""
+
+    OPTIONAL = frozenset({"kind"})
 
     name: str = ""
     bridge: str = ""
     output_port: Optional[str] = None
     src: list[str] = field(default_factory=list)
     dst: list[str] = field(default_factory=list)
+    kind: Optional[str] = None  # None: a port mirror; "tap-flows" | "tap-group": a TAP (its copies may be a subset)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -266,8 +308,9 @@ class StepResult(Record):
     """One step (test x case x message size x concurrency) and its repetitions so far."""
 
     OPTIONAL = frozenset(
-        {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict"}
-    )
+        {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict",
+         "frame_size", "offered", "generator", "capture"}
+    )  # fmt: skip
     NESTED = {
         "policing": _optional(Policing),
         "mirrors": _list_of(MirrorInfo),
@@ -300,6 +343,10 @@ class StepResult(Record):
     phases: Optional[list[Json]] = None  # the case's phases as planned
     vswitchd_threads: Optional[Json] = None  # {thread group: {mean, ci95, n}}, % of a core, across repetitions
     collector: Optional[Json] = None  # the collector's figures across repetitions (see .monitor.combine)
+    frame_size: Optional[int] = None  # packet-rate tests: bytes on the wire (see .frames)
+    offered: Optional[Json] = None  # {value, unit, pps, mbps}; None: unpaced (as fast as the generator can)
+    generator: Optional[str] = None  # "iperf3 3.12" for packet-rate tests (netperf otherwise)
+    capture: Optional[Json] = None  # the case's listeners: {guests, ports, snaplen}
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import render
-from . import path, report_monitoring, verdict
+from . import path, report_monitoring, report_pps, verdict
 from .records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]
@@ -149,6 +149,11 @@ def _drops(step: StepResult) -> str:
     return f"{total:,}" if seen else "-"
 
 
+def _capture_drops(step: StepResult) -> str:
+    drops = [r.aggregate.capture_dropped for r in step.repetitions if r.aggregate.capture_dropped is not None]
+    return f"{sum(drops):,}" if drops else "-"
+
+
 def _meter_drops(step: StepResult) -> str:
     drops = [r.meter_drops for r in step.repetitions if r.meter_drops is not None]
     return f"{sum(drops):,}" if drops else "-"
@@ -208,9 +213,11 @@ def tables(doc: SuiteResult) -> list[Table]:
     by_group = groups(doc)
     first_case = doc.steps[0].case if doc.steps else None
     for (test, case, size), steps in by_group.items():
-        steps = [s for s in steps if s.summary]
+        steps = [s for s in steps if s.summary and not report_pps.is_pps(s)]
         if steps:
             out.append(_table(steps, by_group, first_case, test, case, size))
+    out += [Table(title, headers, rows, notes, test, case)
+            for title, headers, rows, notes, test, case in report_pps.tables(doc)]  # fmt: skip
     return out
 
 
@@ -316,6 +323,13 @@ def _extra_rows(
 
         rows.append(("mirrors on the client VIF", lambda st: str(len(st.mirrors))))
         rows.append(("mirror delivery (copies ÷ pkts)", mirrors))
+    if any(s.capture for s in steps):
+        rows.append(
+            ("listeners (captures on the monitor ports)", lambda st: str(len((st.capture or {}).get("ports", []))))
+        )
+        rows.append(("captured ÷ offered", lambda st: _fmt(_fig(_summary(st), "captured_ratio"), 3)))
+        rows.append(("captured ÷ sent to port", lambda st: _fmt(_fig(_summary(st), "captured_port_ratio"), 3)))
+        rows.append(("capture drops (pkts, total)", _capture_drops))
     policed_differently = any(s.policing for s in steps)  # a rate sweep: "vs first case" says nothing
     if (
         first_case is not None

@@ -70,6 +70,16 @@ CSV_COLUMNS = (
     "netserver_pct_of_core",
     "lost_reasons",
 )
+# added after those when the run has packet-rate steps (UDP_PPS): a netperf-only run's file is unchanged
+PPS_CSV_COLUMNS = (
+    "frame_size",
+    "offered_pps",
+    "sent_pps",
+    "received_pps",
+    "achieved_ratio",
+    "monitor_pps",
+    "captured_ratio",
+)
 
 
 CPU_COLUMNS = ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
@@ -78,16 +88,18 @@ CPU_COLUMNS = ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netse
 def write_csv(fh: Any, doc: SuiteResult) -> None:
     """One row per step repetition: the figures a spreadsheet wants, units in their own column."""
     w = csv.writer(fh)
-    w.writerow(CSV_COLUMNS)
+    columns = CSV_COLUMNS + (PPS_CSV_COLUMNS if any(s.frame_size is not None for s in doc.steps) else ())
+    w.writerow(columns)
     for step in doc.steps:
         for rep in step.repetitions:
             row = _csv_row(step, rep)
-            w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
+            w.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
 
 
 def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:
     agg = rep.aggregate
-    row = {c: agg.figure(c) for c in CSV_COLUMNS if c != "lost_reasons"}  # None: not measured, an empty cell
+    # None: not measured, an empty cell
+    row = {c: agg.figure(c) for c in CSV_COLUMNS + PPS_CSV_COLUMNS if c != "lost_reasons"}
     row.update({c: rep.cpu.get(c) for c in CPU_COLUMNS})
     row.update(
         step=step.key,
@@ -100,6 +112,8 @@ def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:
         units=step.units,
         start_spread_ms=rep.start_spread_ms,
         lost_reasons="; ".join(f"{n}x {r}" for r, n in agg.lost_reasons.items()),
+        frame_size=step.frame_size,
+        offered_pps=step.offered.get("pps") if isinstance(step.offered, dict) else None,
     )
     return row
 

@@ -116,7 +116,7 @@ def _seen(step: StepResult, rep: RepetitionResult, client_vif: Optional[str]) ->
             drops = (drops or 0) + c.get("rx_dropped", 0) + c.get("tx_dropped", 0)
         if port != client_vif and c.get("tx_bytes") is not None and wall:
             delivered = (delivered or 0.0) + c["tx_bytes"] * 8 / wall / 1e6
-    udp = step.type == "UDP_STREAM"
+    udp = step.type in ("UDP_STREAM", "UDP_PPS")  # their sum is not Mbit/s received (pps for UDP_PPS)
     return _Seen(
         cores=cores,
         host=cpu.get("host_pct"),

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -291,3 +292,23 @@ def show(host: Host, name: str) -> CaptureView:
 
         return captures_remote.show(host, name)
     return inspect(rec_mod.load(_find(host, name)))
+
+
+@dataclass
+class SuiteListener:
+    """Captures as a suite's case asks for them (:class:`appliance.netperf.pktgen.Listen`): started on a
+    port, stopped, counted and removed -- the suite keeps the counts, not the pcaps."""
+
+    host: Host
+
+    def start(self, port: str, name: str, snaplen: int | None) -> None:
+        start(self.host, port=port, name=name, limits=Limits(snaplen=snaplen))
+
+    def stop(self, name: str) -> dict[str, int | str | None]:
+        record = stop(self.host, name)
+        counts = record.tcpdump or {}
+        dropped = None
+        if "dropped_by_kernel" in counts or "dropped_by_interface" in counts:
+            dropped = int(counts.get("dropped_by_kernel", 0)) + int(counts.get("dropped_by_interface", 0))
+        delete(self.host, name, if_exists=True)
+        return {"captured": counts.get("captured"), "dropped": dropped, "state": record.state}

@@ -26,6 +26,7 @@ from ..netperf.runner import Event, Runner
 from ..netperf.suite import Step, Suite
 from ..policy import COLUMNS
 from ..topology import load as load_topology
+from .captures import SuiteListener
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [
@@ -124,7 +125,7 @@ class SuiteRun:
         with self.host.connect(COLUMNS, timeout=self.timeout) as conn:
             runner = Runner(
                 self.suite, host=self.host, guests=self.guests, conn=conn, out_dir=self.out_dir,
-                on_event=self.on_event,
+                on_event=self.on_event, listen=SuiteListener(self.host),
             )  # fmt: skip
             with self._lock:
                 self._runner = runner

@@ -35,6 +35,7 @@ from appliance.services.suites import ShippedSuite as SuiteChoice
 from ..widgets.chart import Series
 
 RR_TYPES = suite_mod.RR_TYPES
+PPS_TYPES = suite_mod.PPS_TYPES
 
 
 class InputError(ValueError):
@@ -131,7 +132,7 @@ class StepFigures:
 
     @property
     def units(self) -> str:
-        return "trans/s" if self.type in RR_TYPES else "Mbit/s"
+        return "trans/s" if self.type in RR_TYPES else "pkt/s" if self.type in PPS_TYPES else "Mbit/s"
 
     @property
     def mean_total(self) -> Optional[float]:
