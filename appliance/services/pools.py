@@ -38,6 +38,7 @@ from ..topology import OVN_BRIDGE
 from . import fleet
 from . import pool_history as history
 from . import pool_mirrors as mirror_checks
+from .policy import Exported  # a pool's intent exported is the same record as a host's
 
 Connect = Callable[[InventoryHost], Host]
 
@@ -227,16 +228,6 @@ def _check(out: PoolOutcome, inventory: Inventory, pool: InventoryPool, connect:
     """Each limit's meter and each mirror's OVS mirror on the chassis that binds its port."""
     out.enforced = enforcement(out.view, out.plan.wanted(), inventory, pool, connect, timeout)
     out.mirrored = mirror_checks.check(out.view, out.plan.wanted_mirrors(), inventory, pool, connect, timeout)
-
-
-@dataclass(frozen=True)
-class Exported:
-    """The pool's intent as a policy: the document, its YAML, how many VIF rules and mirrors."""
-
-    document: dict[str, object]
-    yaml: str
-    vifs: int
-    mirrors: int
 
 
 def export_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, *, by: str = "mac",

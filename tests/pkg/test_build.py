@@ -124,7 +124,7 @@ def test_hvnet_dependencies(rpms: dict[str, Path]) -> None:
     provides = qp(rpms["hvnet"], "--provides")
     assert not [p for p in provides if ".so" in p], provides
     assert any(p.startswith("hvnet = 0.1.0") for p in provides)
-    assert set(qp(rpms["hvnet"], "--recommends")) == {"netperf", "ethtool"}
+    assert set(qp(rpms["hvnet"], "--recommends")) == {"netperf", "ethtool", "iperf3"}
     assert qp(rpms["hvnet"], "--suggests") == ["hvnet-plots"]
     assert qp(rpms["hvnet"], "--qf", "%{ARCH}") == ["x86_64"]
     assert qp(rpms["hvnet"], "--qf", "%{URL}") != ["(none)"]

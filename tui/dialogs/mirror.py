@@ -15,17 +15,16 @@ from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
 
 from appliance.errors import HvnetError
 from appliance.services.policy import MirrorRule, Pending
 
 from ..backend import mirrors as mb
-from ..backend.plans import plan_lines, refusal_lines, result_lines
+from ..backend.plans import refusal_lines
 from ..widgets.footer import Footer
+from .planflow import PlanApplyDialog
 
 FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
 # The form field each widget edits (errors show once a field is touched, or all on Plan).
@@ -52,25 +51,18 @@ OUTPUT_HINTS = {
 ALLOW_LABEL = "allow isolation exception (a VM receives the copies): {}"
 
 
-class MirrorDialog(ModalScreen[str | None]):
+class MirrorDialog(PlanApplyDialog):
     """Dismisses with a one-line summary of what was applied, or None when cancelled."""
 
     CSS_PATH = "mirror.tcss"
-    BINDINGS = [
-        Binding("escape", "cancel", "Cancel"),
-        Binding("f5", "plan", "Plan"),
-        Binding("ctrl+s", "apply", "Apply"),
-    ]
+    WHAT = "mirror"
 
     def __init__(self) -> None:
         super().__init__()
         self.choices: mb.Choices | None = None
         self.rule: MirrorRule | None = None  # the valid rule the form means now
-        self.planned: MirrorRule | None = None  # the rule whose plan is shown (Apply confirms it)
-        self.generation = 0  # bumped on every edit: a plan for an older form is stale
         self.touched: set[str] = set()  # fields edited so far: a fresh form is not all red
         self.show_all = False  # set by Plan: every bad field is shown
-        self.busy = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -207,10 +199,7 @@ class MirrorDialog(ModalScreen[str | None]):
         # only the operator's edits (on the focused widget) count, not the form filling itself in
         if widget_id in FIELD_OF_WIDGET and getattr(control, "has_focus_within", False):
             self.touched.add(FIELD_OF_WIDGET[widget_id])
-        self.generation += 1
-        if self.planned is not None:
-            self.planned = None
-            self._say(["the form changed: Plan (F5) again before applying"])
+        self.forget_plan()
         self._validate()
 
     def _output_kind_changed(self) -> None:
@@ -236,100 +225,35 @@ class MirrorDialog(ModalScreen[str | None]):
         self.rule = None if errors else mb.form_rule(form, self.choices.existing)
         self._buttons()
 
-    def _buttons(self) -> None:
-        self.query_one("#plan-button", Button).disabled = self.busy  # enabled: pressing it names what is missing
-        self.query_one("#apply-button", Button).disabled = self.planned is None or self.busy
-
-    def _say(self, lines: list[str]) -> None:
-        self.query_one("#plan-text", Static).update("\n".join(lines))
-
     def error_text(self, field: str) -> str:
         """The message shown under ``field`` ("" when none): what tests and screen readers read."""
         return str(self.query_one(f"#error-{field}", Static).render()).removeprefix("✗ ")
 
     # -- plan, then apply ----------------------------------------------------------
 
-    @on(Input.Submitted)
-    def _submitted(self) -> None:
-        self.action_plan()
-
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        {"plan-button": self.action_plan, "apply-button": self.action_apply, "cancel-button": self.action_cancel}[
-            event.button.id or "cancel-button"
-        ]()
-
-    def action_plan(self) -> None:
+    def rule_to_plan(self) -> MirrorRule | None:
         if not self.show_all:
             self.show_all = True
             self._validate()
-        if self.rule is None or self.busy:
-            if self.rule is None:
-                self._say(["✗ fix the fields marked ✗ first; nothing was planned"])
-            return
-        self.busy = True
-        self._buttons()
-        self._say(["planning..."])
-        self.run_plan(self.rule, self.generation)
+        if self.rule is None:
+            self._say(["✗ fix the fields marked ✗ first; nothing was planned"])
+        return self.rule
 
-    @work(thread=True, exclusive=True, group="mirror-plan")
-    def run_plan(self, rule: MirrorRule, generation: int) -> None:
-        try:
-            plan = mb.plan_add(self.app.backend, rule)
-        except HvnetError as exc:
-            self.app.call_from_thread(self._planned, None, generation, refusal_lines(exc))
-            return
-        lines = ["Plan (nothing is applied until you confirm):", *plan_lines(plan, by_target=True)]
-        if plan.changes:
-            lines.append("Apply (^S) to make this change in one transaction; Esc to cancel")
-        self.app.call_from_thread(self._planned, rule if plan.changes else None, generation, lines)
+    def plan_call(self, rule: MirrorRule) -> Any:
+        return mb.plan_add(self.app.backend, rule)
 
-    def _planned(self, rule: MirrorRule | None, generation: int, lines: list[str]) -> None:
-        self.busy = False
-        if generation != self.generation:  # edited while planning: that plan is for another form
-            self._say(["the form changed: Plan (F5) again before applying"])
-        else:
-            self.planned = rule
-            self._say(lines)
-        self._buttons()
+    def apply_option(self) -> float | None:
+        """The console's confirm window when "roll back unless confirmed" is ticked."""
+        if not self.query_one("#auto-rollback", Checkbox).value:
+            return None
+        return self.app.backend.confirm_within_s  # type: ignore[attr-defined]
 
-    def action_apply(self) -> None:
-        if self.planned is None or self.busy:
-            if self.planned is None:
-                self._say(["Plan (F5) first: nothing is applied before you have seen the plan"])
-            return
-        self.busy = True
-        self._buttons()
-        self._say(["applying..."])
-        window = self.app.backend.confirm_within_s if self.query_one("#auto-rollback", Checkbox).value else None
-        self.run_apply(self.planned, window)
+    def apply_call(self, rule: MirrorRule, option: float | None) -> tuple[Any, Pending | None]:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        result = mb.apply_add(backend, rule, option)
+        pending = backend.pending() if option is not None and result.record_id else None
+        return result, pending if pending is not None and pending.id == result.record_id else None
 
-    @work(thread=True, exclusive=True, group="mirror-apply")
-    def run_apply(self, rule: MirrorRule, confirm_within: float | None) -> None:
-        backend = self.app.backend
-        try:
-            result = mb.apply_add(backend, rule, confirm_within)
-            pending = backend.pending() if confirm_within is not None and result.record_id else None
-        except HvnetError as exc:
-            self.app.call_from_thread(self._applied, None, refusal_lines(exc))
-            return
-        lines = result_lines(result)
-        summary = f"mirror {rule.name} on {rule.bridge}: {lines[0]}" if result.ok else None
-        mine = pending if pending is not None and pending.id == result.record_id else None
-        self.app.call_from_thread(self._applied, summary, lines, mine)
-
-    def _applied(self, summary: str | None, lines: list[str], pending: Pending | None = None) -> None:
-        self.busy = False
-        self.planned = None
+    def after_apply(self, pending: Pending | None) -> None:
         if pending is not None:
             self.app.watch_pending(pending)  # type: ignore[attr-defined]
-        if summary is not None:
-            self.dismiss(summary)
-            return
-        self._say(lines)
-        self._buttons()
-
-    def action_cancel(self) -> None:
-        if not self.busy:  # an apply in flight finishes (it is one transaction) before the dialog closes
-            self.dismiss(None)

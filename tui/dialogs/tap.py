@@ -14,16 +14,15 @@ from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.errors import HvnetError
 
 from ..backend import taps as tb
-from ..backend.plans import plan_lines, refusal_lines, result_lines
+from ..backend.plans import refusal_lines
 from ..widgets.footer import Footer
+from .planflow import PlanApplyDialog
 
 PLACEHOLDERS = {
     "src_mac": "src MAC",
@@ -40,22 +39,15 @@ ALLOW_LABEL = "allow isolation exception (a VM receives the copies): {}"
 OUTPUT_HINTS = {"port": "output port, e.g. vif3.0", "gre": "collector IP", "erspan": "collector IP"}
 
 
-class TapDialog(ModalScreen[str | None]):
+class TapDialog(PlanApplyDialog):
     """Dismisses with a one-line summary of what was applied, or None when cancelled."""
 
     CSS_PATH = "tap.tcss"
-    BINDINGS = [
-        Binding("escape", "cancel", "Cancel"),
-        Binding("f5", "plan", "Plan"),
-        Binding("ctrl+s", "apply", "Apply"),
-    ]
+    WHAT = "TAP"
 
     def __init__(self) -> None:
         super().__init__()
         self.bridges: list[str] | None = None
-        self.planned: Any = None  # the TapRule whose plan is shown (Apply confirms it)
-        self.generation = 0  # bumped on every edit: a plan for an older form is stale
-        self.busy = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -158,100 +150,22 @@ class TapDialog(ModalScreen[str | None]):
             kind = self._value("#output-kind", "port")
             self.query_one("#output-value", Input).placeholder = OUTPUT_HINTS.get(kind, "")
             self.query_one("#key", Input).disabled = kind == "port"
-        self.generation += 1
-        if self.planned is not None:
-            self.planned = None
-            self._say(["the form changed: Plan (F5) again before applying"])
+        self.forget_plan()
         self._buttons()
 
-    def _buttons(self) -> None:
-        self.query_one("#plan-button", Button).disabled = self.busy
-        self.query_one("#apply-button", Button).disabled = self.planned is None or self.busy
+    # -- plan, then apply (the flow is :class:`PlanApplyDialog`'s) -----------------
 
-    def _say(self, lines: list[str]) -> None:
-        self.query_one("#plan-text", Static).update("\n".join(lines))
-
-    def message_text(self) -> str:
-        """The plan or refusal shown (what tests and screen readers read)."""
-        return str(self.query_one("#plan-text", Static).render())
-
-    # -- plan, then apply ----------------------------------------------------------
-
-    @on(Input.Submitted)
-    def _submitted(self) -> None:
-        self.action_plan()
-
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        {"plan-button": self.action_plan, "apply-button": self.action_apply, "cancel-button": self.action_cancel}[
-            event.button.id or "cancel-button"
-        ]()
-
-    def action_plan(self) -> None:
-        if self.busy or self.bridges is None:
-            return
+    def rule_to_plan(self) -> Any | None:
+        if self.bridges is None:
+            return None
         try:
-            rule = tb.form_rule(self.form())
+            return tb.form_rule(self.form())
         except HvnetError as exc:  # the service's words, as the CLI prints them
             self._say(refusal_lines(exc))
-            return
-        self.busy = True
-        self._buttons()
-        self._say(["planning..."])
-        self.run_plan(rule, self.generation)
+            return None
 
-    @work(thread=True, exclusive=True, group="tap-plan")
-    def run_plan(self, rule: Any, generation: int) -> None:
-        try:
-            plan = tb.plan_add(self.app.backend, rule)
-        except HvnetError as exc:
-            self.app.call_from_thread(self._planned, None, generation, refusal_lines(exc))
-            return
-        lines = ["Plan (nothing is applied until you confirm):", *plan_lines(plan, by_target=True)]
-        if plan.changes:
-            lines.append("Apply (^S) to make this change in one transaction; Esc to cancel")
-        self.app.call_from_thread(self._planned, rule if plan.changes else None, generation, lines)
+    def plan_call(self, rule: Any) -> Any:
+        return tb.plan_add(self.app.backend, rule)
 
-    def _planned(self, rule: Any, generation: int, lines: list[str]) -> None:
-        self.busy = False
-        if generation != self.generation:  # edited while planning: that plan is for another form
-            self._say(["the form changed: Plan (F5) again before applying"])
-        else:
-            self.planned = rule
-            self._say(lines)
-        self._buttons()
-
-    def action_apply(self) -> None:
-        if self.planned is None or self.busy:
-            if self.planned is None:
-                self._say(["Plan (F5) first: nothing is applied before you have seen the plan"])
-            return
-        self.busy = True
-        self._buttons()
-        self._say(["applying..."])
-        self.run_apply(self.planned)
-
-    @work(thread=True, exclusive=True, group="tap-apply")
-    def run_apply(self, rule: Any) -> None:
-        try:
-            result = tb.apply_add(self.app.backend, rule)
-        except HvnetError as exc:
-            self.app.call_from_thread(self._applied, None, refusal_lines(exc))
-            return
-        lines = result_lines(result)
-        summary = f"TAP {rule.name} on {rule.bridge}: {lines[0]}" if result.ok else None
-        self.app.call_from_thread(self._applied, summary, lines)
-
-    def _applied(self, summary: str | None, lines: list[str]) -> None:
-        self.busy = False
-        self.planned = None
-        if summary is not None:
-            self.dismiss(summary)
-            return
-        self._say(lines)
-        self._buttons()
-
-    def action_cancel(self) -> None:
-        if not self.busy:  # an apply in flight finishes (it is one transaction) before the dialog closes
-            self.dismiss(None)
+    def apply_call(self, rule: Any, option: Any) -> tuple[Any, Any]:
+        return tb.apply_add(self.app.backend, rule), None
