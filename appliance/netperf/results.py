@@ -79,6 +79,10 @@ PPS_CSV_COLUMNS = (
     "achieved_ratio",
     "monitor_pps",
     "captured_ratio",
+    "monitor_mbps",
+    "arrived_pps",
+    "arrived_mbps",
+    "arrived_ratio",
 )
 
 
