@@ -16,6 +16,7 @@ for ARP.  All of it is recorded before it is made and undone by ``lab down``
 from __future__ import annotations
 
 import ipaddress
+import time
 from typing import Callable
 
 from .. import proc
@@ -32,13 +33,24 @@ def up(switch: Switch, t: Topology, record: Callable[[str, str], None]) -> list[
         record("routes", f"{b.name} {net}")
         proc.run(["ip", "addr", "replace", b.address, "dev", b.name])
         proc.run(["ip", "link", "set", b.name, "up"])
-        switch.appctl("ovs-vswitchd", "ovs/route/add", net, b.name)
+        _route_add(switch, net, b.name)
         guests = [g for g in t.guests if g.bridge == b.name and g.kind == "netns"]
         for g in guests:
             switch.appctl("ovs-vswitchd", "tnl/arp/set", b.name, g.address, g.mac)
         actions.append(f"tunnel endpoint {b.address} on {b.name}: ovs/route {net} via {b.name}, "
                        f"{len(guests)} neighbour(s) in tnl/arp")  # fmt: skip
     return actions
+
+
+def _route_add(switch: Switch, net: str, bridge: str, tries: int = 20) -> None:
+    """``ovs/route/add``, retried briefly: ovs-vswitchd learns the bridge's new address from netlink, and
+    until it has, it refuses a route through that bridge ("Error while inserting route")."""
+    for _ in range(tries - 1):
+        if proc.run(["ovs-appctl", "-t", switch.ctl("ovs-vswitchd"), "ovs/route/add", net, bridge],
+                    env=switch.env, check=False).returncode == 0:  # fmt: skip
+            return
+        time.sleep(0.1)
+    switch.appctl("ovs-vswitchd", "ovs/route/add", net, bridge)  # the last try raises with OVS's message
 
 
 def down(switch: Switch, recorded: list[str]) -> list[str]:

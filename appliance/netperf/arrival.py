@@ -6,8 +6,12 @@ Wireshark received there with what was mirrored.  Here a case names the
 guest its tunnel leads to (``collector_guest``); around each measured
 repetition hvnet reads that guest's own interface counters (``ip -s -j link``
 inside it: what its NIC received, whatever a capture would have kept) and
-sets them against the switch's tx counters of the tunnel port (``monitor_*``:
-what the switch sent into the tunnel, the mirrored figure).
+sets them against what was **mirrored**: the packets the mirror selected (its
+selected ports' switch counters: rx for ``src``, tx for ``dst``; a TAP's, the
+tunnel port's tx).  Not the tunnel port's own tx counters (``monitor_*``,
+kept beside): OVS 3.1's userspace datapath counts each tunnelled packet
+there twice -- measured 1.83..1.97x what VM1 sent, while the collector,
+below its uplink's rate, received each copy once.
 
 Sizes, honestly: the collector counts encapsulated frames (outer Ethernet,
 IP, GRE and for ERSPAN its own header, around the mirrored frame);
@@ -136,7 +140,31 @@ def figures(
         out.arrived_inner_mbps = round((inner + FCS * packets) * 8 / seconds / 1e6, 3)
     sent = [counters.get(str(c.output_port), {}).get("tx_packets") for c in tunnels]
     if tunnels and all(s is not None for s in sent):
-        mirrored = sum(s for s in sent if s is not None)
-        rec["mirrored"] = mirrored
-        out.arrived_ratio = round(packets / mirrored, 4) if mirrored else None
+        rec["tunnel_tx_packets"] = sum(s for s in sent if s is not None)
+    selected = mirrored(copies, tunnels, counters)
+    if selected is not None:
+        rec["mirrored"], rec["mirrored_bytes"] = selected
+        out.mirrored_pps = round(selected[0] / seconds, 1)
+        out.mirrored_mbps = round((selected[1] + FCS * selected[0]) * 8 / seconds / 1e6, 3)
+        out.arrived_ratio = round(packets / selected[0], 4) if selected[0] else None
     return rec
+
+
+def mirrored(
+    copies: list[MirrorInfo], tunnels: list[MirrorInfo], counters: dict[str, dict[str, int]]
+) -> Optional[tuple[int, int]]:
+    """Packets and bytes copied into the tunnels: a port mirror's selected ports (rx of ``src``, tx of
+    ``dst``), a TAP's tunnel port tx (its copies are a subset only its flows know); None: a counter unread."""
+    packets = octets = 0
+    for t in tunnels:
+        feeding = [c for c in copies if c.output_port == t.output_port and c.kind is None]
+        pairs = [(p, "rx") for c in feeding for p in c.src] + [(p, "tx") for c in feeding for p in c.dst]
+        if not feeding:
+            pairs = [(str(t.output_port), "tx")]
+        for port, side in dict.fromkeys(pairs):
+            got = counters.get(port, {})
+            n, b = got.get(f"{side}_packets"), got.get(f"{side}_bytes")
+            if n is None or b is None:
+                return None
+            packets, octets = packets + n, octets + b
+    return packets, octets

@@ -103,6 +103,8 @@ PPS_FIGURES = (
     "captured_pps",
     "captured_ratio",
     "captured_port_ratio",
+    "mirrored_pps",
+    "mirrored_mbps",
     "arrived_pps",
     "arrived_mbps",
     "arrived_inner_mbps",
@@ -158,11 +160,13 @@ class Aggregate(Record):
     captured_port_ratio: Optional[float] = None  # captured ÷ what the switch sent the captured ports
     capture_dropped: Optional[int] = None  # the captures' own drops (tcpdump: kernel and interface)
     # a remote collector (GRE/ERSPAN): what its interface received, against what the switch sent the tunnel
+    mirrored_pps: Optional[float] = None  # copies/s the mirror selected for the tunnels (its ports' counters)
+    mirrored_mbps: Optional[float] = None  # the same in Mbit/s: the selected frames, + 4 FCS each
     arrived: Optional[int] = None  # packets the collector guest's interface received
     arrived_pps: Optional[float] = None
     arrived_mbps: Optional[float] = None  # as the uplink carried them: encapsulated, + 4 FCS per frame
     arrived_inner_mbps: Optional[float] = None  # decapsulated: less the outer headers' bytes per packet
-    arrived_ratio: Optional[float] = None  # arrived ÷ mirrored (packets the switch sent into the tunnel ports)
+    arrived_ratio: Optional[float] = None  # arrived ÷ mirrored, in packets
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -263,6 +267,8 @@ class Summary(Record):
     captured_pps: Optional[Figure] = None
     captured_ratio: Optional[Figure] = None
     captured_port_ratio: Optional[Figure] = None
+    mirrored_pps: Optional[Figure] = None
+    mirrored_mbps: Optional[Figure] = None
     arrived_pps: Optional[Figure] = None
     arrived_mbps: Optional[Figure] = None
     arrived_inner_mbps: Optional[Figure] = None

@@ -99,6 +99,8 @@ def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
         ]
     if any(st.collector_guest for st in steps):
         cols += [
+            ("mirrored pps", lambda st: _pm(st, "mirrored_pps")),
+            ("mirrored Mbit/s", lambda st: _fmt(_mean(st, "mirrored_mbps"), 1)),
             ("arrived pps", lambda st: _pm(st, "arrived_pps")),
             ("arrived Mbit/s encap./decap.", lambda st: f"{_fmt(_mean(st, 'arrived_mbps'), 1)}/"
                                                        f"{_fmt(_mean(st, 'arrived_inner_mbps'), 1)}"),
@@ -184,13 +186,13 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
                          "the copies they listen on; ÷ sent to port: over what it sent their ports (the rest "
                          "of the loss is copies the switch never made)")  # fmt: skip
         if remote:
-            notes.append("mirrored: what the switch sent into the tunnel port; arrived: the collector's interface, "
-                         "encapsulated (as its uplink carried it); ÷ in packets")  # fmt: skip
+            notes.append("mirrored: what the mirror selected (its ports' counters); arrived: the collector's "
+                         "interface, encapsulated (as its uplink carried it); ÷ in packets")  # fmt: skip
         out.append((f"{test}: cases side by side", headers, rows, notes, test, ""))
     return out
 
 
-_REMOTE = (("monitor_mbps", 1), ("arrived_mbps", 1), ("arrived_ratio", 3))
+_REMOTE = (("mirrored_mbps", 1), ("arrived_mbps", 1), ("arrived_ratio", 3))
 
 
 def _arrival_notes(steps: list[StepResult]) -> list[str]:
@@ -202,7 +204,10 @@ def _arrival_notes(steps: list[StepResult]) -> list[str]:
     encap, extra = rec.get("encapsulation") or "the tunnel", rec.get("overhead_bytes")
     size = f"less {extra} B of outer headers per packet (computed)" if extra else "not known (mixed tunnels)"
     return [
-        f"monitor pps/Mbit/s = mirrored: what the switch sent into the {encap} tunnel port (its tx counters)",
+        "mirrored: the packets the mirror selected for the tunnel (its selected ports' counters; a TAP's: the "
+        "tunnel port's tx), Mbit/s of those frames before encapsulation",
+        f"monitor pps/Mbit/s: the {encap} tunnel port's own tx counters -- OVS's userspace datapath counts each "
+        "tunnelled packet there twice (about 2x mirrored): not what was sent",
         f"arrived: {st.collector_guest}'s {rec.get('interface', 'eth0')} receive counters (read "
         f"after its uplink's queue drained); encap. = as the uplink carried it, decap. = {size}",
     ]
