@@ -10,7 +10,7 @@ sets them against what was **mirrored**: the packets the mirror selected (its
 selected ports' switch counters: rx for ``src``, tx for ``dst``; a TAP's, the
 tunnel port's tx).  Not the tunnel port's own tx counters (``monitor_*``,
 kept beside): OVS 3.1's userspace datapath counts each tunnelled packet
-there twice -- measured 1.83..1.97x what VM1 sent, while the collector,
+there twice -- measured 1.82..2.00x what VM1 sent, while the collector,
 below its uplink's rate, received each copy once.
 
 Sizes, honestly: the collector counts encapsulated frames (outer Ethernet,
