@@ -32,7 +32,7 @@ _OVN_KEYS = {"switches"}
 # A logical switch's name: ovn-nbctl takes it as an argument and the lab names nothing else after it.
 _LSWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 OVN_BRIDGE = "br-int"  # ovn-controller's integration bridge: the only bridge of an OVN pool's hosts
-_BRIDGE_KEYS = {"name", "datapath_type"}
+_BRIDGE_KEYS = {"name", "datapath_type", "address"}
 _GUEST_KEYS = {"name", "kind", "host", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory",
                "switch"}  # fmt: skip
 
@@ -45,8 +45,12 @@ DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "vlan-tests" / "topo
 
 @dataclass(frozen=True)
 class Bridge:
+    """A lab bridge; ``address`` (address/prefix) goes on its own interface: a tunnel endpoint, where a
+    GRE/ERSPAN mirror's packets leave from (the userspace datapath routes tunnels through a bridge with an IP)."""
+
     name: str
     datapath_type: str = "netdev"
+    address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,9 @@ def from_document(doc: yamldoc.Document) -> Topology:
     bridges = _bridges(doc, raw_bridges, seen_ifnames, problems)
     if switches and [b.name for b in bridges] not in ([OVN_BRIDGE], []):
         bad(("bridges",), f"an OVN pool's hosts have one bridge, {OVN_BRIDGE} (ovn-controller's): drop 'bridges'")
+    for i, b in enumerate(bridges):
+        if b.address and hosts:
+            bad(("bridges", i, "address"), "a tunnel endpoint belongs to the one-switch lab: drop 'hosts' or it")
     reader = _GuestReader(doc, str(name), hypervisor, bridges, seen_ifnames, problems, hosts, switches)
     guests = reader.read_all(data.get("guests", []))
     if problems:
@@ -277,8 +284,27 @@ def _bridges(
         if dp not in DATAPATH_TYPES:
             allowed = ", ".join(DATAPATH_TYPES)
             problems.append(doc.problem((*path, "datapath_type"), f"unknown datapath type {dp!r}; allowed: {allowed}"))
-        bridges.append(Bridge(bname, dp))
+        address = _bridge_address(doc, rb, path, problems) if "address" in rb else None
+        bridges.append(Bridge(bname, dp, address))
     return bridges
+
+
+def _bridge_address(doc: yamldoc.Document, rb: dict[str, Any], path: yamldoc.PathKey, problems: list[Problem]) -> Any:
+    """A bridge's own address/prefix (a tunnel endpoint): an IPv4 host address of its network."""
+    raw = rb.get("address")
+    try:
+        if not isinstance(raw, str) or "/" not in raw:
+            raise ValueError("an IPv4 address with prefix length, e.g. 10.93.0.1/24 (the tunnel endpoint)")
+        iface = ipaddress.ip_interface(raw)
+        net = iface.network
+        if iface.version != 4:
+            raise ValueError("an IPv4 address with prefix length (OVS's tunnel neighbour table here is ARP)")
+        if net.prefixlen < 31 and iface.ip in (net.network_address, net.broadcast_address):
+            raise ValueError(f"{iface.ip} is the network or broadcast address of {net}")
+        return str(iface)
+    except ValueError as exc:
+        problems.append(doc.problem((*path, "address"), str(exc)))
+        return None
 
 
 class _GuestReader:

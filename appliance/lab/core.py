@@ -37,7 +37,7 @@ from ..policy.planner import Change
 from ..target import DbTarget
 from ..topology import Guest, Topology
 from ..vlan import VlanCols
-from . import multihost, ovn
+from . import multihost, ovn, underlay
 from .collector import Collector, free_udp_port
 from .sshhost import SshHost
 from .switch import Switch
@@ -103,7 +103,7 @@ def _link_exists(name: str) -> bool:
 def _topology_digest(t: Topology) -> str:
     payload = json.dumps(
         {
-            "bridges": [b.__dict__ for b in t.bridges],
+            "bridges": [{k: v for k, v in b.__dict__.items() if v is not None} for b in t.bridges],
             "guests": [g.__dict__ for g in t.guests],
             "hv": t.hypervisor,
             "hosts": list(t.hosts),
@@ -262,6 +262,7 @@ class Lab:
             if g.kind == "netns" and self._make_guest(g):
                 report.actions.append(f"created guest {g.name}: namespace {self.ns_of(g.name)}, VIF {g.vif}")
         self._configure_switch(self.db, t, t.guests, [], DataPaths.for_lab(self.run_dir), report)
+        report.actions += underlay.up(self.switch, t, self._record)
         labguests.up(t, self.switch, self.state, self._record, self._save, report.actions)
         report.guests = self.status()["guests"]
 
@@ -455,6 +456,7 @@ class Lab:
         # Domains first: libvirt removes their ports from the switch, which must still run.
         labguests.down(self.state, self._recorded, self.run_dir, report.actions)
         if self.switch.pid("ovs-vswitchd") is not None and self.switch.pid("ovsdb-server") is not None:
+            report.actions += underlay.down(self.switch, self._recorded("routes"))
             # Deleting the bridges first lets ovs-vswitchd remove its own
             # devices (the userspace bridge's tap) before it exits.
             for br in self._recorded("bridges"):

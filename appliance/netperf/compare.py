@@ -18,7 +18,13 @@ from typing import Any, Optional
 from . import aggregate, stats
 from .records import SuiteResult
 
-FIGURES = (("sum", "higher"), ("latency_mean_us", "lower"), ("monitor_pps", "higher"), ("captured_ratio", "higher"))
+FIGURES = (
+    ("sum", "higher"),
+    ("latency_mean_us", "lower"),
+    ("monitor_pps", "higher"),
+    ("captured_ratio", "higher"),
+    ("arrived_ratio", "higher"),
+)
 
 
 @dataclass

@@ -29,7 +29,9 @@ def figure(suite: str, test: str, steps: list[StepResult], plt: Any, label: Call
         cases.setdefault(s.case, []).append(s)
     fig, ax = plt.subplots(1, 1, figsize=(8, 5))
     for case, ss in cases.items():
-        for key, style, what in (("received_pps", "-", "received"), ("monitor_pps", "--", "monitor")):
+        lines = (("received_pps", "-", "received"), ("monitor_pps", "--", "monitor"),
+                 ("mirrored_pps", "-.", "mirrored"), ("arrived_pps", ":", "arrived"))  # fmt: skip
+        for key, style, what in lines:
             pts = []
             for s in ss:
                 v = (s.summary or Summary()).figure(key)

@@ -103,6 +103,12 @@ PPS_FIGURES = (
     "captured_pps",
     "captured_ratio",
     "captured_port_ratio",
+    "mirrored_pps",
+    "mirrored_mbps",
+    "arrived_pps",
+    "arrived_mbps",
+    "arrived_inner_mbps",
+    "arrived_ratio",
 )
 LATENCY_FIGURES = ("latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us")
 
@@ -118,7 +124,7 @@ class Aggregate(Record):
 
     OPTIONAL = frozenset(
         {"retransmissions", "transactions", "confidence_width_pct_max", "confidence_met", *PPS_FIGURES,
-         "monitor_ports", "captured", "capture_dropped"}
+         "monitor_ports", "captured", "capture_dropped", "arrived"}
     )  # fmt: skip
 
     instances: int = 0
@@ -153,6 +159,14 @@ class Aggregate(Record):
     captured_ratio: Optional[float] = None  # captured ÷ offered to the captures (the switch's counters)
     captured_port_ratio: Optional[float] = None  # captured ÷ what the switch sent the captured ports
     capture_dropped: Optional[int] = None  # the captures' own drops (tcpdump: kernel and interface)
+    # a remote collector (GRE/ERSPAN): what its interface received, against what the switch sent the tunnel
+    mirrored_pps: Optional[float] = None  # copies/s the mirror selected for the tunnels (its ports' counters)
+    mirrored_mbps: Optional[float] = None  # the same in Mbit/s: the selected frames, + 4 FCS each
+    arrived: Optional[int] = None  # packets the collector guest's interface received
+    arrived_pps: Optional[float] = None
+    arrived_mbps: Optional[float] = None  # as the uplink carried them: encapsulated, + 4 FCS per frame
+    arrived_inner_mbps: Optional[float] = None  # decapsulated: less the outer headers' bytes per packet
+    arrived_ratio: Optional[float] = None  # arrived ÷ mirrored, in packets
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -162,7 +176,7 @@ class RepetitionResult(Record):
     """One measured repetition of a step: its instances, figures, CPU and the switch's counters."""
 
     NESTED = {"aggregate": lambda v: Aggregate.from_json(v)}
-    OPTIONAL = frozenset({"collector", "phases", "throughput_series", "captures"})
+    OPTIONAL = frozenset({"collector", "phases", "throughput_series", "captures", "arrival"})
 
     repetition: int = 0
     started: Optional[str] = None
@@ -181,6 +195,7 @@ class RepetitionResult(Record):
     phases: Optional[list[Json]] = None  # phased cases: each phase's figures (see .monitoring)
     throughput_series: Optional[list[Optional[float]]] = None  # netperf's interim results summed, 1 s bins
     captures: Optional[list[Json]] = None  # a case's listeners: each capture's port, counts and offered packets
+    arrival: Optional[Json] = None  # a remote collector's receive counters (deltas) and the tunnel's overhead
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -252,6 +267,12 @@ class Summary(Record):
     captured_pps: Optional[Figure] = None
     captured_ratio: Optional[Figure] = None
     captured_port_ratio: Optional[Figure] = None
+    mirrored_pps: Optional[Figure] = None
+    mirrored_mbps: Optional[Figure] = None
+    arrived_pps: Optional[Figure] = None
+    arrived_mbps: Optional[Figure] = None
+    arrived_inner_mbps: Optional[Figure] = None
+    arrived_ratio: Optional[Figure] = None
     lost: int = 0
     instances: int = 0
     lost_reasons: dict[str, int] = field(default_factory=dict)
@@ -291,7 +312,7 @@ class Policing(Record):
 class MirrorInfo(Record):
     """A mirror (or TAP) a case created: where its copies go and which ports it selects."""
 
-    OPTIONAL = frozenset({"kind"})
+    OPTIONAL = frozenset({"kind", "tunnel"})
 
     name: str = ""
     bridge: str = ""
@@ -299,6 +320,7 @@ class MirrorInfo(Record):
     src: list[str] = field(default_factory=list)
     dst: list[str] = field(default_factory=list)
     kind: Optional[str] = None  # None: a port mirror; "tap-flows" | "tap-group": a TAP (its copies may be a subset)
+    tunnel: Optional[Json] = None  # a GRE/ERSPAN output: {type, options} of the tunnel port the switch sends into
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -309,7 +331,7 @@ class StepResult(Record):
 
     OPTIONAL = frozenset(
         {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict",
-         "frame_size", "offered", "generator", "capture"}
+         "frame_size", "offered", "generator", "capture", "collector_guest"}
     )  # fmt: skip
     NESTED = {
         "policing": _optional(Policing),
@@ -347,6 +369,7 @@ class StepResult(Record):
     offered: Optional[Json] = None  # {value, unit, pps, mbps}; None: unpaced (as fast as the generator can)
     generator: Optional[str] = None  # "iperf3 3.12" for packet-rate tests (netperf otherwise)
     capture: Optional[Json] = None  # the case's listeners: {guests, ports, snaplen}
+    collector_guest: Optional[str] = None  # the remote collector whose receive counters say what arrived
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

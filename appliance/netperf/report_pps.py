@@ -6,7 +6,9 @@ concurrency: packets/s and Mbit/s sent and received, loss, achieved ÷ offered
 monitor port was sent (the switch's counters) and what a capture kept of what
 was offered to it.  With several cases, a table puts them side by side per
 point: received packets/s and its change against the first case (the cost of
-the copy), monitor packets/s and captured ÷ offered.  Recomputed from
+the copy), monitor packets/s and captured ÷ offered.  A case whose copies go
+over GRE/ERSPAN to a collector guest adds what arrived there (its interface's
+receive counters) and arrived ÷ mirrored.  Recomputed from
 ``results.json``; a figure that was not measured prints ``-``, never 0.
 """
 
@@ -95,6 +97,15 @@ def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
             ("captured ÷ sent to port", lambda st: _fmt(_mean(st, "captured_port_ratio"), 3)),
             ("capture drops", _drops),
         ]
+    if any(st.collector_guest for st in steps):
+        cols += [
+            ("mirrored pps", lambda st: _pm(st, "mirrored_pps")),
+            ("mirrored Mbit/s", lambda st: _fmt(_mean(st, "mirrored_mbps"), 1)),
+            ("arrived pps", lambda st: _pm(st, "arrived_pps")),
+            ("arrived Mbit/s encap./decap.", lambda st: f"{_fmt(_mean(st, 'arrived_mbps'), 1)}/"
+                                                       f"{_fmt(_mean(st, 'arrived_inner_mbps'), 1)}"),
+            ("arrived ÷ mirrored", lambda st: _fmt(_mean(st, "arrived_ratio"), 3)),
+        ]  # fmt: skip
     cols += [
         ("host CPU %", lambda st: _fmt(_s(st).cpu_host_pct, 0)),
         ("ovs-vswitchd % of a core", lambda st: _fmt(_s(st).cpu_vswitchd_pct_of_core, 0)),
@@ -121,7 +132,7 @@ def tables(doc: SuiteResult) -> list[Built]:
         title = (f"{test}: {s0.type} ({s0.generator or 'iperf3'}), {s0.duration} s, {reps} repetition(s), "
                  f"case {case}; copies: {_copies(s0)}")  # fmt: skip
         rows = [[point(st), *[fn(st) for _, fn in cols]] for st in steps]
-        notes = []
+        notes = _arrival_notes(steps)
         for st in steps:
             for reason, n in _s(st).lost_reasons.items():
                 notes.append(f"lost at {point(st)}: {n} x {reason}")
@@ -145,9 +156,11 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
         points = list(dict.fromkeys(k for c in cases for k in at[c]))
         monitored = [c for c in cases if any(_mean(s, "monitor_pps") is not None for s in by[(test, c)])]
         captured = [c for c in cases if any(s.capture for s in by[(test, c)])]
+        remote = [c for c in cases if any(s.collector_guest for s in by[(test, c)])]
         headers = ["frame @ offered", *[f"{c}: received pps" for c in cases]]
         headers += [f"{c}: monitor pps" for c in monitored] + [f"{c}: captured ÷ offered" for c in captured]
         headers += [f"{c}: captured ÷ sent to port" for c in captured]
+        headers += [f"{c}: {h}" for c in remote for h in ("mirrored Mbit/s", "arrived Mbit/s", "arrived ÷ mirrored")]
         rows = []
         for key in points:
             any_step = next(at[c][key] for c in cases if key in at[c])
@@ -161,6 +174,9 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
             row += [_fmt(_mean(at[c][key], "monitor_pps"), 0) if key in at[c] else "-" for c in monitored]
             for fig in ("captured_ratio", "captured_port_ratio"):
                 row += [_fmt(_mean(at[c][key], fig), 3) if key in at[c] else "-" for c in captured]
+            for c in remote:
+                st = at[c].get(key)
+                row += [_fmt(_mean(st, f), d) if st else "-" for f, d in _REMOTE]
             rows.append(row)
         notes = [f"received pps change is against case {first} (the cost of the copies)"]
         if monitored:
@@ -169,8 +185,32 @@ def _side_by_side(by: OrderedDict[tuple[str, str], list[StepResult]]) -> list[Bu
             notes.append("captured ÷ offered: the captures' packets over the packets the switch selected for "
                          "the copies they listen on; ÷ sent to port: over what it sent their ports (the rest "
                          "of the loss is copies the switch never made)")  # fmt: skip
+        if remote:
+            notes.append("mirrored: what the mirror selected (its ports' counters); arrived: the collector's "
+                         "interface, encapsulated (as its uplink carried it); ÷ in packets")  # fmt: skip
         out.append((f"{test}: cases side by side", headers, rows, notes, test, ""))
     return out
+
+
+_REMOTE = (("mirrored_mbps", 1), ("arrived_mbps", 1), ("arrived_ratio", 3))
+
+
+def _arrival_notes(steps: list[StepResult]) -> list[str]:
+    """What a remote collector's figures are: where they were counted and how big a packet is there."""
+    st = next((s for s in steps if s.collector_guest), None)
+    if st is None:
+        return []
+    rec = next((r.arrival for s in steps for r in s.repetitions if r.arrival), None) or {}
+    encap, extra = rec.get("encapsulation") or "the tunnel", rec.get("overhead_bytes")
+    size = f"less {extra} B of outer headers per packet (computed)" if extra else "not known (mixed tunnels)"
+    return [
+        "mirrored: the packets the mirror selected for the tunnel (its selected ports' counters; a TAP's: the "
+        "tunnel port's tx), Mbit/s of those frames before encapsulation",
+        f"monitor pps/Mbit/s: the {encap} tunnel port's own tx counters -- OVS's userspace datapath counts each "
+        "tunnelled packet there twice (about 2x mirrored): not what was sent",
+        f"arrived: {st.collector_guest}'s {rec.get('interface', 'eth0')} receive counters (read "
+        f"after its uplink's queue drained); encap. = as the uplink carried it, decap. = {size}",
+    ]
 
 
 def _okey(step: StepResult) -> str:

@@ -79,6 +79,11 @@ PPS_CSV_COLUMNS = (
     "achieved_ratio",
     "monitor_pps",
     "captured_ratio",
+    "mirrored_pps",
+    "mirrored_mbps",
+    "arrived_pps",
+    "arrived_mbps",
+    "arrived_ratio",
 )
 
 

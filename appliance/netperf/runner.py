@@ -41,7 +41,7 @@ from ..ovsdb import Connection
 from ..policy import Change, Policy, PolicyEngine, export
 from ..policy.openflow import OpenFlow
 from ..safedirs import make_private
-from . import aggregate, iperf, monitoring, omni, path, pktgen, pps, results, verdict
+from . import aggregate, arrival, iperf, monitoring, omni, path, pktgen, pps, results, verdict
 from .launch import Batch, Endpoint, Netserver, strip_start
 from .monitor import combine, thread_summary
 from .pktgen import Iperf3Servers, Listen, Listeners, listener_prefix
@@ -90,6 +90,7 @@ class _CaseState:
     mirrors: list[MirrorInfo] = field(default_factory=list)
     monitoring: Optional[monitoring.CaseMonitoring] = None  # the case's sFlow/IPFIX and collectors
     capture_vifs: dict[str, str] = field(default_factory=dict)  # the case's listeners: guest -> VIF captured
+    collector: Optional[arrival.CollectorCounters] = None  # a GRE/ERSPAN output's collector guest
 
 
 class Runner:
@@ -390,15 +391,17 @@ class Runner:
             m = snap.mirrors.get((rule.bridge, rule.name))
             if m is not None:
                 cs.mirrors.append(
-                    MirrorInfo(rule.name, rule.bridge, m.cols.output_port, list(m.cols.src), list(m.cols.dst))
-                )
+                    MirrorInfo(rule.name, rule.bridge, m.cols.output_port, list(m.cols.src), list(m.cols.dst),
+                               tunnel=_tunnel(m.cols.tunnel))
+                )  # fmt: skip
         for tap in policy.taps:
             br = snap.bridges.get(tap.bridge)
             cols = br.taps.get(tap.name) if br is not None else None
             if cols is not None and not tap.remove:
                 src = list(cols.vifs) if cols.direction in ("in", "both") else []
                 dst = list(cols.vifs) if cols.direction in ("out", "both") else []
-                cs.mirrors.append(MirrorInfo(tap.name, tap.bridge, cols.output_port, src, dst, f"tap-{cols.method}"))
+                cs.mirrors.append(MirrorInfo(tap.name, tap.bridge, cols.output_port, src, dst, f"tap-{cols.method}",
+                                             _tunnel(cols.tunnel)))  # fmt: skip
         self._emit("info", f"{label}: policy applied ({len(cs.changes)} change(s))")
         return cs
 
@@ -423,6 +426,10 @@ class Runner:
             if case.capture is not None:
                 found = self.guests.require(self.suite.topology, list(case.capture.guests))
                 cs.capture_vifs = {g: found[g].vif for g in case.capture.guests if found[g].vif}
+            if case.collector_guest is not None:
+                found = self.guests.require(self.suite.topology, [case.collector_guest])
+                cs.collector = arrival.CollectorCounters(Endpoint.of(found[case.collector_guest]),
+                                                         self.host.local_runner)  # fmt: skip
             if case.monitors():
                 bridge = next((m.bridge for m in case.monitors() if m.bridge), None) or self._client_port()[0]
                 if bridge is None:
@@ -470,6 +477,7 @@ class Runner:
         if t.is_pps:
             rec.frame_size, rec.generator = step.frame_size, self.generator
             rec.offered = step.offered.to_json(step.frame_size or 0) if step.offered else None
+        rec.collector_guest = step.case.collector_guest
         if step.case.capture is not None:
             rec.capture = {"guests": list(step.case.capture.guests), "ports": list(cs.capture_vifs.values()),
                            "snaplen": step.case.capture.snaplen}  # fmt: skip
@@ -521,6 +529,7 @@ class Runner:
                                   listener_prefix(step.index, rep))  # fmt: skip
             listeners.start()  # before the counters are read: every packet counted was offered to a listener
         before = self._port_counters(bridge) if not warmup else {}
+        arrived_before, arrival_problem = cs.collector.read() if cs.collector and not warmup else (None, None)
         drops_before = self._meter_drops(bridge, ofport) if metered else None
         sampler: Optional[CpuSampler] = None
         watch = _Watch(cs.monitoring, step, before, lambda: self._port_counters(bridge)) if not warmup else None
@@ -556,6 +565,7 @@ class Runner:
         if warmup:
             return None
         after = self._port_counters(bridge)
+        arrived_after, arrival_after_problem = cs.collector.after() if cs.collector else (None, None)
         listened, listen_problems = listeners.stop() if listeners is not None else ([], [])
         if watch is not None:
             watch.stop()
@@ -598,7 +608,12 @@ class Runner:
                 c["sent_to_port"] = counters.get(c["port"], {}).get("tx_packets")
             ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
             pps.add_captures(agg, listened, sum(ok) / len(ok) if ok else float(t.duration))
-        notes = self._notes(step, agg) + listen_problems
+        arrived = None
+        if cs.collector is not None and step.case.collector_guest:
+            ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
+            arrived = arrival.figures(agg, step.case.collector_guest, arrived_before, arrived_after, cs.mirrors,
+                                      counters, sum(ok) / len(ok) if ok else float(t.duration))  # fmt: skip
+        notes = self._notes(step, agg) + listen_problems + [p for p in (arrival_problem, arrival_after_problem) if p]
         if batch.cpu_unmeasured:
             notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
         if batch.ready < step.concurrency:
@@ -619,6 +634,7 @@ class Runner:
             argv=argvs[0],
             notes=notes,
             captures=listened or None,
+            arrival=arrived,
         )
         if watch is not None:
             stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(step.concurrency)]
@@ -704,6 +720,11 @@ def _deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str
             continue
         out[port] = {k: b[k] - a[k] for k in b if b.get(k) is not None and a.get(k) is not None}
     return out
+
+
+def _tunnel(cols: Any) -> Optional[dict[str, Any]]:
+    """A GRE/ERSPAN output's tunnel port as a run records it (None: a port or VLAN output)."""
+    return None if cols is None else {"type": cols.type, "options": dict(cols.options)}
 
 
 def _r(x: Optional[float]) -> Optional[float]:

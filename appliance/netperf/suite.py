@@ -65,7 +65,7 @@ _ENDPOINT_KEYS = {"client", "server"}
 _SERVER_KEYS = {"address", "port"}
 _DEFAULT_KEYS = {"duration", "repetitions", "warmup", "concurrency"}
 _SETUP_KEYS = {"policy"}
-_CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture"}
+_CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest"}
 _CAPTURE_KEYS = {"guests", "snaplen"}
 _TEST_KEYS = {
     "name",
@@ -133,6 +133,7 @@ class Case:
     phases: tuple[Phase, ...] = ()  # or monitoring changed at set times within each repetition
     duration: Optional[int] = None  # seconds per instance for this case's steps (a phased case's long run)
     capture: Optional[CaseCapture] = None  # a listener on the monitor ports: what it captured of what was offered
+    collector_guest: Optional[str] = None  # a GRE/ERSPAN output's collector: what arrived there (its counters)
 
     def monitors(self) -> list[Monitor]:
         """Every monitoring the case uses (a collector of each kind is started for it)."""
@@ -533,7 +534,8 @@ def _cases(ck: _Checker, value: Any, bridges: set[str], guests: set[str]) -> lis
         if "duration" in raw:
             duration = ck.integer(raw["duration"], (*path, "duration"), 1, MAX_DURATION_S, "duration (seconds)")
         capture = _capture(ck, raw["capture"], (*path, "capture"), guests) if "capture" in raw else None
-        out.append(Case(name, str(raw.get("description", "")), policy, monitor, phases, duration, capture))
+        collector = _collector_guest(ck, raw, path, guests, policy)
+        out.append(Case(name, str(raw.get("description", "")), policy, monitor, phases, duration, capture, collector))
     return out or [Case("default")]
 
 
@@ -555,6 +557,26 @@ def _capture(ck: _Checker, value: Any, path: yamldoc.PathKey, guests: set[str]) 
     if len(set(names)) != len(names):
         ck.bad((*path, "guests"), "a guest is listed twice")
     return CaseCapture(tuple(names), snaplen)
+
+
+def _collector_guest(
+    ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, guests: set[str], policy: Optional[Policy]
+) -> Optional[str]:
+    """``collector_guest: GUEST``: the guest a GRE/ERSPAN mirror or TAP of the case sends its copies to,
+    whose receive counters say what arrived; the case must have such an output."""
+    if "collector_guest" not in raw:
+        return None
+    name = raw["collector_guest"]
+    if not isinstance(name, str) or name not in guests:
+        known = ", ".join(sorted(guests)) or "(none)"
+        ck.bad((*path, "collector_guest"), f"a lab guest receiving the tunnel's packets, not {name!r}; guests: {known}")
+        return None
+    rules = [*(policy.mirrors if policy else []), *(policy.taps if policy else [])]
+    if not any(r.output is not None and r.output.kind in ("gre", "erspan") for r in rules):
+        ck.bad((*path, "collector_guest"), "the case's policy has no mirror or TAP with a gre or erspan output: "
+               "nothing is sent to a collector")  # fmt: skip
+        return None
+    return name
 
 
 def _monitoring(
