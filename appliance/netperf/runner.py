@@ -570,25 +570,7 @@ class Runner:
         if watch is not None:
             watch.stop()
         drops_after = self._meter_drops(bridge, ofport) if metered else None
-        instances = []
-        for i in range(step.concurrency):
-            outcome = batch.outcomes[i]
-            stopped = None
-            if outcome.timed_out is not None:
-                stopped = (
-                    self._stop_reason
-                    if outcome.timed_out == 0.0
-                    else f"no result after {outcome.timed_out:.0f} s: stopped"
-                )
-            stdout = batch.out_path(i).read_text(errors="replace")
-            stderr = strip_start(batch.err_path(i).read_text(errors="replace"))
-            if t.is_pps:
-                inst = iperf.parse(i, step.frame_size or 0, stdout, stderr, outcome.returncode, stopped)
-            else:
-                inst = omni.parse(i, t, stdout, stderr, outcome.returncode, stopped)
-            if outcome.started_ns is not None and batch.released_ns is not None:
-                inst.start_offset_ms = round((outcome.started_ns - batch.released_ns) / 1e6, 2)
-            instances.append(inst)
+        instances = self._instances(step, batch)
         # netperf's own CPU (launcher excluded) over its whole life, tail included: divide by that span
         span = (batch.finished_ns - batch.released_ns) / 1e9 if batch.finished_ns and batch.released_ns else t.duration
         netperf_cpu = sum(o.netperf_cpu_s for o in batch.outcomes.values())
@@ -602,24 +584,16 @@ class Runner:
             agg = pps.step_figures(step, instances, cs.mirrors, counters)
         else:
             agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
+        ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
+        seconds_run = sum(ok) / len(ok) if ok else float(t.duration)  # what the figures per second divide by
         if listened:  # a case's listeners, whatever generates the traffic
-            for c in listened:
-                c["offered"] = pps.offered_to(c["port"], cs.mirrors, counters)
-                c["sent_to_port"] = counters.get(c["port"], {}).get("tx_packets")
-            ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
-            pps.add_captures(agg, listened, sum(ok) / len(ok) if ok else float(t.duration))
+            _add_listened(agg, listened, cs.mirrors, counters, seconds_run)
         arrived = None
         if cs.collector is not None and step.case.collector_guest:
-            ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
             arrived = arrival.figures(agg, step.case.collector_guest, arrived_before, arrived_after, cs.mirrors,
-                                      counters, sum(ok) / len(ok) if ok else float(t.duration))  # fmt: skip
+                                      counters, seconds_run)  # fmt: skip
         notes = self._notes(step, agg) + listen_problems + [p for p in (arrival_problem, arrival_after_problem) if p]
-        if batch.cpu_unmeasured:
-            notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
-        if batch.ready < step.concurrency:
-            notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
-        if self.netserver is not None and not self.netserver.alive():
-            notes.append(f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})")
+        notes += self._batch_notes(step, batch)
         result = RepetitionResult(
             repetition=rep,
             started=started,
@@ -640,6 +614,40 @@ class Runner:
             stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(step.concurrency)]
             watch.finish(result, after, sampler, stdouts)
         return result
+
+    def _instances(self, step: Step, batch: Batch) -> list[Any]:
+        """Each instance's output read into its figures (netperf's or iperf3's); stopped ones say why."""
+        instances = []
+        for i in range(step.concurrency):
+            outcome = batch.outcomes[i]
+            stopped = None
+            if outcome.timed_out is not None:
+                stopped = (
+                    self._stop_reason
+                    if outcome.timed_out == 0.0
+                    else f"no result after {outcome.timed_out:.0f} s: stopped"
+                )
+            stdout = batch.out_path(i).read_text(errors="replace")
+            stderr = strip_start(batch.err_path(i).read_text(errors="replace"))
+            if step.test.is_pps:
+                inst = iperf.parse(i, step.frame_size or 0, stdout, stderr, outcome.returncode, stopped)
+            else:
+                inst = omni.parse(i, step.test, stdout, stderr, outcome.returncode, stopped)
+            if outcome.started_ns is not None and batch.released_ns is not None:
+                inst.start_offset_ms = round((outcome.started_ns - batch.released_ns) / 1e6, 2)
+            instances.append(inst)
+        return instances
+
+    def _batch_notes(self, step: Step, batch: Batch) -> list[str]:
+        """What the batch itself says of its figures: CPU not measured, a ragged start, a dead netserver."""
+        notes = []
+        if batch.cpu_unmeasured:
+            notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
+        if batch.ready < step.concurrency:
+            notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
+        if self.netserver is not None and not self.netserver.alive():
+            notes.append(f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})")
+        return notes
 
     def _argvs(self, step: Step, seconds: int, warmup: bool) -> list[list[str]]:
         """Each instance's command line: netperf, or iperf3 for packet-rate tests (instance i: server port + i)."""
@@ -710,6 +718,16 @@ class Runner:
         except HvnetError as exc:
             self._warn(f"port counters not read: {exc}")
             return {}
+
+
+def _add_listened(
+    agg: Aggregate, listened: list[dict[str, Any]], mirrors: Any, counters: dict[str, Any], seconds: float
+) -> None:
+    """A case's captures set against what the switch offered them and sent their ports."""
+    for c in listened:
+        c["offered"] = pps.offered_to(c["port"], mirrors, counters)
+        c["sent_to_port"] = counters.get(c["port"], {}).get("tx_packets")
+    pps.add_captures(agg, listened, seconds)
 
 
 def _deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, int]]:
