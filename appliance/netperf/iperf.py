@@ -17,12 +17,11 @@ prints no JSON; the reason is kept (as for netperf, see :mod:`.omni`).
 from __future__ import annotations
 
 import json
-import signal
 from typing import Any, Optional
 
 from . import frames
 from .frames import Offered
-from .omni import Instance
+from .omni import Instance, killed_by
 
 PPS_UNITS = "packets/s"
 DEFAULT_PORT = 5201  # iperf3's own; instance i of a step talks to the server on port + i
@@ -68,10 +67,7 @@ def parse(
     elif error:
         inst.lost = f"iperf3: {error}"
     elif returncode is not None and returncode < 0:
-        try:
-            inst.lost = f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            inst.lost = f"killed by signal {-returncode}"
+        inst.lost = killed_by(returncode)
     elif returncode:
         last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "no message")
         inst.lost = f"iperf3 exited {returncode}: {last}"

@@ -155,6 +155,14 @@ class Instance:
         return cls(**data)
 
 
+def killed_by(returncode: int) -> str:
+    """Why a generator that died of a signal (negative ``returncode``) left no result, in words."""
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
 def parse(
     index: int, test: Test, stdout: str, stderr: str, returncode: Optional[int], stopped: Optional[str] = None
 ) -> Instance:
@@ -167,10 +175,7 @@ def parse(
     elif m:
         inst.lost = f"establish control: no netserver answered at {m.group(1)} port {m.group(2)}"
     elif returncode is not None and returncode < 0:
-        try:
-            inst.lost = f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            inst.lost = f"killed by signal {-returncode}"
+        inst.lost = killed_by(returncode)
     elif returncode:
         last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip() and "=" not in ln), "no message")
         inst.lost = f"netperf exited {returncode}: {last}"
