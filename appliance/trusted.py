@@ -20,6 +20,7 @@ rule for all:
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -81,19 +82,20 @@ def open_checked(path: str | Path, what: str) -> tuple[int, os.stat_result]:
     directory = os.path.realpath(os.path.dirname(file))
     dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _check_dir(directory, os.fstat(dfd), what, file)
-        _check_ancestors(directory, what, file)
-        try:
+        try:  # opened first, so that an absent file is said to be absent whatever its directory
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs
             fd = os.open(os.path.basename(file), flags, dir_fd=dfd)
         except OSError as exc:
-            if exc.errno == getattr(os, "ELOOP", 40):
+            if exc.errno == errno.ELOOP:
                 raise _refuse(file, what, "is a symbolic link", "name the file itself, not a link to it") from None
             raise
+        dir_st = os.fstat(dfd)
     finally:
         os.close(dfd)
     st = os.fstat(fd)
     try:
+        _check_dir(directory, dir_st, what, file)
+        _check_ancestors(directory, what, file)
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedFile(f"{file}: not a regular file; {what} must be one")
         if st.st_uid not in (0, os.geteuid()) or st.st_mode & _WRITABLE_BY_OTHERS:

@@ -239,3 +239,13 @@ def test_a_running_agent_refuses_to_reload_a_policy_others_can_write(tmp_path: P
             Agent(conn, host, policy)
     finally:
         conn.close()
+
+
+def test_an_absent_file_is_absent_whatever_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default hvnet.conf may be absent (built-in defaults), even in a directory that would be refused."""
+    d = _dir(tmp_path)
+    d.chmod(0o777)
+    monkeypatch.setattr(config, "DEFAULT_FILE", d / "hvnet.conf")
+    assert config.load({}).path is None
+    with pytest.raises(FileNotFoundError):
+        trusted.open_checked(d / "hosts.yaml", "the host inventory")
