@@ -433,13 +433,13 @@ def cmd_mirror_list(args: argparse.Namespace) -> int:
 def cmd_agent(args: argparse.Namespace) -> int:
     import logging
 
-    from .policy.agent import Agent
+    from .policy.agent import ENFORCED, Agent
 
     if args.prepare:
         return _agent_prepare(args)
     path = args.policy or config.environ().get("HVNET_POLICY") or DEFAULT_POLICY
     policing = config.resolve("agent.policing", args.policing, flag_name="--policing").value
-    load(path)  # refuse to start on an invalid policy, before connecting
+    load(path, trusted=ENFORCED)  # refuse to start on an invalid or untrusted policy, before connecting
     root = logging.getLogger("hvnet")
     # the journal's "<N>message" under systemd (journald adds the time), else a timestamp and the level
     root.handlers[:] = [log_handler("hvnet-agent", timestamps=True)]

@@ -30,12 +30,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import trusted
 from .errors import ConfigError, Problem, UsageError
 
 CONFIG_VARIABLE = "HVNET_CONFIG"
@@ -78,8 +78,15 @@ def _libvirt_uri(text: str) -> str:
 
 
 def _http_url(text: str) -> str:
-    if not re.match(r"^https?://[^\s/]+", text):
-        raise ValueError("an http:// or https:// URL of the pool master")
+    from .validate import xapi_url
+
+    return xapi_url(text)
+
+
+def _fingerprint(text: str) -> str:
+    from .validate import sha256_fingerprint
+
+    sha256_fingerprint(text)
     return text
 
 
@@ -168,6 +175,10 @@ SETTINGS: tuple[Setting, ...] = (
     _S("names", "xapi_url", "HVNET_XAPI_URL", _http_url, None, None, "XenServer pool master for VM names"),
     _S("names", "xapi_credentials", "HVNET_XAPI_CREDENTIALS", _absolute_path, None, None,
        "a user:password file (mode 0600)"),
+    _S("names", "xapi_ca", "HVNET_XAPI_CA", _absolute_path, None, None,
+       "CA certificate(s) that sign XAPI's https certificate; unset: the system's store"),
+    _S("names", "xapi_fingerprint", "HVNET_XAPI_FINGERPRINT", _fingerprint, None, None,
+       "SHA-256 fingerprint of XAPI's https certificate (a self-signed one): only that certificate is accepted"),
     _S("names", "xapi_timeout", "HVNET_XAPI_TIMEOUT", _seconds_up_to_300, "3", None, "seconds per XAPI call"),
     _S("remote", "inventory", "HVNET_INVENTORY", _absolute_path, "/etc/hvnet/hosts.yaml", None,
        "the hypervisors hvnet reaches over SSH (a running lab's own when unset)"),
@@ -285,7 +296,9 @@ def _key_line(raw: str, section: Optional[str]) -> Problem | tuple[Setting, str]
     try:
         setting.check(value)
     except ValueError as exc:
-        return Problem("", None, setting.name, f"{value!r} is not allowed; allowed: {exc}")
+        from .validate import redact_url  # a password given in a URL is not repeated in the error
+
+        return Problem("", None, setting.name, f"{redact_url(value)!r} is not allowed; allowed: {exc}")
     return setting, value
 
 
@@ -317,35 +330,19 @@ def load(environ: Mapping[str, str] | None = None) -> ConfigFile:
     """
     path, named = config_path(environ)
     try:
-        st = path.stat()
+        text, st = trusted.read(path, "hvnet.conf")
     except FileNotFoundError:
         if named:
             raise UsageError(f"{CONFIG_VARIABLE}: no such file: {path}",
                              hint=f"unset {CONFIG_VARIABLE} to read {DEFAULT_FILE}") from None  # fmt: skip
         return ConfigFile(None, {})
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    _check_owner(path, st)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     cached = _cache.get(key)
     if cached is None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
         cached = _cache[key] = parse(text, path)
     return cached
-
-
-def _check_owner(path: Path, st: os.stat_result) -> None:
-    """Refuse a file another user could have written: it names the ssh configuration, the database and
-    the directories root writes to, so whoever can edit it chooses what hvnet does as root."""
-    if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UsageError(
-            f"{path}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: another user could choose "
-            "what hvnet does; refusing to read it",
-            hint=f"chown root {path}; chmod go-w {path}",
-        )
 
 
 # -- the layers ----------------------------------------------------------------------------

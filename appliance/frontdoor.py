@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +45,10 @@ NAME_VARIABLES = (
     "HVNET_XAPI_URL",
     "HVNET_XAPI_CREDENTIALS",
     "HVNET_XAPI_TIMEOUT",
+    "HVNET_XAPI_CA",
+    "HVNET_XAPI_FINGERPRINT",
 )
+XAPI_VARIABLES = ("HVNET_XAPI_URL", "HVNET_XAPI_CREDENTIALS", "HVNET_XAPI_CA", "HVNET_XAPI_FINGERPRINT")
 
 
 DATA_VARIABLES = {
@@ -107,6 +111,7 @@ def build_host(
     lab_db = labstate.running_lab_db(run_dir) if discover_lab else None
     target = resolve(db, ssl_key=ssl_key, ssl_cert=ssl_cert, ssl_ca=ssl_ca, environ=env, lab_db=lab_db)
     _warn_if_insecure(target)
+    check_xapi(env, env.where("HVNET_XAPI_URL") if isinstance(env, config.Layered) else "HVNET_XAPI_URL")
     is_lab = lab_db is not None and target.remote == lab_db
     names = NameConfig(
         libvirt_uri=libvirt,
@@ -148,7 +153,10 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
         env = {**env, "HVNET_REMOTE_OVS_RUNDIR": env.get("HVNET_REMOTE_OVS_RUNDIR") or entry.ovs_rundir}
         if entry.xapi_url and entry.xapi_credentials:
             # its pool master's XAPI names its VMs (one session per pool: the hosts of a pool share it)
-            env = {**env, "HVNET_XAPI_URL": entry.xapi_url, "HVNET_XAPI_CREDENTIALS": entry.xapi_credentials}
+            env = {k: v for k, v in env.items() if k not in XAPI_VARIABLES}
+            own = zip(XAPI_VARIABLES, (entry.xapi_url, entry.xapi_credentials, entry.xapi_ca, entry.xapi_fingerprint))
+            env.update((k, v) for k, v in own if v)
+            check_xapi(env, f"{inventory_file(env)}: host {entry.name}")
     if lab is not None and entry is not None and entry.name in lab.names:
         # one of the lab's hypervisors: its ssh_config (key, known_hosts), its own state and audit log, its VM names
         env = {**env, "HVNET_SSH_CONFIG": env.get("HVNET_SSH_CONFIG") or str(lab.ssh_config)}
@@ -224,6 +232,40 @@ def _warn_if_insecure(target: DbTarget) -> None:
     warning = target.insecure_warning()
     if warning is not None and target.remote not in _warned:
         _warned.add(target.remote)
+        log.warning("%s", warning)
+
+
+def check_xapi(env: Mapping[str, str], source: str) -> None:
+    """Before anything is asked: refuse a XAPI URL with credentials in it, a malformed fingerprint and a
+    credentials or CA file another user could have written (exit 2); say once per URL that ``http://``
+    sends the pool's password in clear, as for a ``tcp:`` target.  ``source`` names where the URL came
+    from.  A credentials file that is absent is left to the lookup (a warning, VMs keep their uuids)."""
+    url = env.get("HVNET_XAPI_URL")
+    if not url:
+        return
+    from . import trusted
+    from .validate import redact_url, sha256_fingerprint, xapi_url
+
+    try:
+        xapi_url(url)
+    except ValueError as exc:
+        raise UsageError(f"{source}: XAPI URL {redact_url(url)!r} is not allowed; allowed: {exc}") from None
+    pin = env.get("HVNET_XAPI_FINGERPRINT")
+    try:
+        if pin:
+            sha256_fingerprint(pin)
+    except ValueError as exc:
+        raise UsageError(f"HVNET_XAPI_FINGERPRINT: {pin!r} is not allowed; allowed: {exc}") from None
+    for name, what in (("HVNET_XAPI_CREDENTIALS", "the XAPI credentials"), ("HVNET_XAPI_CA", "the XAPI CA file")):
+        path = env.get(name)
+        if path and Path(path).exists():
+            fd, _ = trusted.open_checked(path, what)
+            os.close(fd)
+    from .xapi import insecure_warning  # XenAPI: loaded only where XAPI is configured
+
+    warning = insecure_warning(url, source)
+    if warning is not None and url not in _warned:
+        _warned.add(url)
         log.warning("%s", warning)
 
 

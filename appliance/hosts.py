@@ -12,6 +12,7 @@
         ovs_rundir: /var/run/openvswitch
         xapi_url: https://192.0.2.11
         xapi_credentials: /etc/hvnet/xapi-pool-a
+        xapi_fingerprint: 3A:...:9C    # XAPI's self-signed certificate (or xapi_ca: a CA file)
         policy: policies/pool-a.yaml  # what `hvnet hosts` checks it against (relative: to this file)
 
 An OVN pool is named beside its hosts (``hvnet --pool NAME``)::
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import yamldoc
+from . import validate, yamldoc
 from .errors import ConfigError, Problem, UsageError
 
 DEFAULT_INVENTORY = Path("/etc/hvnet/hosts.yaml")
@@ -42,7 +43,8 @@ KINDS = ("xenserver", "kvm")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
-_KEYS = {"name", "address", "user", "port", "kind", "group", "ovs_rundir", "xapi_url", "xapi_credentials", "policy"}
+_KEYS = {"name", "address", "user", "port", "kind", "group", "ovs_rundir", "xapi_url", "xapi_credentials", "xapi_ca",
+         "xapi_fingerprint", "policy"}  # fmt: skip
 _PATH = re.compile(r"^[^\0\n]{1,400}$")
 _POOL_KEYS = {"name", "nb", "sb", "via", "chassis"}
 _DB_REMOTE = re.compile(r"^(unix:/[^\0\n,]{1,300}|(tcp|ssl):[A-Za-z0-9_.:\[\]-]{1,260}:[0-9]{1,5})$")
@@ -62,6 +64,8 @@ class InventoryHost:
     xapi_url: str | None = None
     xapi_credentials: str | None = None
     policy: str | None = None  # the policy file this host should match (absolute once loaded)
+    xapi_ca: str | None = None  # CA file for XAPI's https certificate
+    xapi_fingerprint: str | None = None  # or its SHA-256 fingerprint (64 lowercase hex digits)
 
     @property
     def ssh(self) -> str:
@@ -115,7 +119,7 @@ class Inventory:
 
 def load(path: str | Path) -> Inventory:
     """Read and validate an inventory file; :class:`ConfigError` lists every problem in it."""
-    doc = yamldoc.load(path)
+    doc = yamldoc.load(path, trusted="the host inventory")
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
         raise ConfigError([doc.problem((), "an inventory is a mapping with 'hosts': a list of hosts")])
@@ -204,9 +208,10 @@ def _host(doc: yamldoc.Document, i: int, raw: Any, problems: list[Problem]) -> I
         problems.append(doc.problem((*at, "port"), "a TCP port, 1-65535"))
     group = text("group", _NAME, "1-63 letters, digits, '_', '.', '-'")
     rundir = text("ovs_rundir", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path", "/var/run/openvswitch")
-    xapi_url = text("xapi_url", re.compile(r"^https?://[^\s]{1,200}$"), "an http(s):// URL")
+    xapi_url, xapi_ca, pin = _xapi(doc, at, raw, problems)
     creds = text("xapi_credentials", re.compile(r"^/[^\0\n]{0,200}$"), "an absolute path to a user:password file")
-    for given, missing in (("xapi_url", "xapi_credentials"), ("xapi_credentials", "xapi_url")):
+    for given, missing in (("xapi_url", "xapi_credentials"), ("xapi_credentials", "xapi_url"),
+                           ("xapi_ca", "xapi_url"), ("xapi_fingerprint", "xapi_url")):  # fmt: skip
         if given in raw and missing not in raw:  # one without the other would silently name no VM
             problems.append(doc.problem((*at, given), f"needs '{missing}' too: XAPI is asked with both"))
     policy = text("policy", _PATH, "a policy file's path (relative: to the inventory file's directory)")
@@ -214,4 +219,34 @@ def _host(doc: yamldoc.Document, i: int, raw: Any, problems: list[Problem]) -> I
         return None
     if policy is not None:
         policy = str(Path(doc.file).parent / policy)  # an absolute path stays as it is
-    return InventoryHost(name, address, user, port, str(kind), group, str(rundir), xapi_url, creds, policy)
+    return InventoryHost(name, address, user, port, str(kind), group, str(rundir), xapi_url, creds, policy,
+                         xapi_ca, pin)  # fmt: skip
+
+
+def _xapi(doc: yamldoc.Document, at: yamldoc.PathKey, raw: dict[str, Any], problems: list[Problem]) -> tuple[
+        str | None, str | None, str | None]:  # fmt: skip
+    """An entry's XAPI URL (never with credentials in it), CA file and pinned fingerprint, each checked."""
+    found: list[str | None] = []
+    for key, check, what in (
+        ("xapi_url", validate.xapi_url, None),
+        ("xapi_ca", None, "an absolute path to a PEM file of CA certificates"),
+        ("xapi_fingerprint", validate.sha256_fingerprint, None),
+    ):
+        value = raw.get(key)
+        try:
+            if value is None:
+                found.append(None)
+            elif check is not None:
+                found.append(check(value))
+            elif isinstance(value, str) and re.match(r"^/[^\0\n]{0,200}$", value):
+                found.append(value)
+            else:
+                raise ValueError(what)
+        except ValueError as exc:
+            problems.append(doc.problem((*at, key), f"allowed: {exc}"))
+            found.append(None)
+    url = raw.get("xapi_url")
+    if (found[1] or found[2]) and isinstance(url, str) and url.startswith("http://"):
+        problems.append(doc.problem((*at, "xapi_url"), "an https:// URL: xapi_ca and xapi_fingerprint "
+                                        "check the certificate of https"))  # fmt: skip
+    return found[0], found[1], found[2]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -155,13 +156,33 @@ def check_target(path: str) -> Path:
 
 
 def write(path: Path, text: str) -> None:
-    """Write the page whole: a reader (a browser, a mail attachment) never sees half a report."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write the page whole: a reader (a browser, a mail attachment) never sees half a report.
+
+    The page is written to a temporary file of an unpredictable name made beside the target with
+    ``O_EXCL`` and ``O_NOFOLLOW`` (:func:`tempfile.mkstemp`), then renamed over it: a file or symlink
+    planted in the directory beforehand is never opened, truncated or written through.
+    """
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask decides, as for any file
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    except OSError as exc:
+        raise HvnetError(f"--html {path}: cannot write: {exc.strerror or exc}") from None
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # not mkstemp's 0600: the umask decides, as for any file
             fh.write(text)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
         raise HvnetError(f"--html {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it, racing other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022

@@ -303,10 +303,12 @@ class SshSession:
         text = stderr.strip()
         if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "Host key verification failed" in text:
             changed = "HAS CHANGED" in text
+            keys, fingerprints = self._offered_keys()
+            offers = ("; the host offers:\n  " + "\n  ".join(fingerprints)) if fingerprints else ""
             return HostKeyRefused(
                 f"{self.target}: host key {'has CHANGED' if changed else 'is not known'}; hvnet never accepts "
-                f"one by itself{self._fingerprints()}",
-                hint=self._accept_hint(changed),
+                f"one by itself{offers}",
+                hint=self._accept_hint(changed, keys),
             )
         if "Permission denied" in text or "Too many authentication failures" in text:
             return AuthRefused(
@@ -328,29 +330,27 @@ class SshSession:
         port = found.get("port", "22")
         return found.get("hostname", self.target.name.strip("[]")), int(port) if port.isdigit() else 22
 
-    def _fingerprints(self) -> str:
+    def _offered_keys(self) -> tuple[list[str], list[str]]:
+        """The keys the host offers now, as known_hosts lines, and their fingerprints: scanned once, so
+        that the lines the hint says to add are the very keys whose fingerprints the operator compares."""
         try:
             address, port = self.resolved()
             argv = ["ssh-keyscan", "-T", "5", "-p", str(port), address]
-            scan = self.local.run(argv, check=False, timeout=10)
-            fps = self.local.run(["ssh-keygen", "-lf", "-"], check=False, timeout=10, input_text=scan.stdout)
+            keys = key_lines(self.local.run(argv, check=False, timeout=10).stdout)
+            if not keys:
+                return [], []
+            fps = self.local.run(["ssh-keygen", "-lf", "-"], check=False, timeout=10, input_text="\n".join(keys) + "\n")
         except HvnetError:  # not installed, or no answer: the refusal is said without fingerprints
-            return ""
-        lines = [line for line in fps.stdout.splitlines() if line.strip()]
-        return ("; the host offers:\n  " + "\n  ".join(lines)) if lines else ""
+            return [], []
+        return keys, [line for line in fps.stdout.splitlines() if line.strip()]
 
-    def _accept_hint(self, changed: bool) -> str:
+    def _accept_hint(self, changed: bool, keys: list[str]) -> str:
         known = self.options.known_hosts or self._known_hosts_file()
         try:
             address, port = self.resolved()
         except HvnetError:
             address, port = self.target.name.strip("[]"), self.target.port or 22
-        entry = address if port == 22 else f"[{address}]:{port}"
-        first = f"ssh-keygen -R {shlex.quote(entry)} -f {known}; " if changed else ""
-        return (
-            f"compare the fingerprint with the host's console, then: {first}"
-            f"ssh-keyscan -p {port} {shlex.quote(address)} >> {known}"
-        )
+        return accept_hint(changed, address, port, str(known), keys)
 
     def _known_hosts_file(self) -> str:
         try:
@@ -358,6 +358,27 @@ class SshSession:
         except HvnetError:
             found = ""
         return found.split()[0] if found else "~/.ssh/known_hosts"
+
+
+def key_lines(scan: str) -> list[str]:
+    """The known_hosts lines in ``ssh-keyscan``'s output (``HOST TYPE KEY``), its comments left out."""
+    return [line.strip() for line in scan.splitlines() if line.strip() and not line.lstrip().startswith("#")
+            and len(line.split()) >= 3]  # fmt: skip
+
+
+def accept_hint(changed: bool, address: str, port: int, known: str, keys: list[str]) -> str:
+    """What to do about a refused host key: compare, then add exactly the key lines just scanned (never a
+    command that scans again: a second scan could answer with another key than the one compared)."""
+    entry = address if port == 22 else f"[{address}]:{port}"
+    first = f"ssh-keygen -R {shlex.quote(entry)} -f {known}; then " if changed else ""
+    if not keys:
+        return (f"no key could be read from the host now; {first}add its key, read on its console "
+                f"(/etc/ssh/ssh_host_*_key.pub, as '{entry} TYPE KEY'), to {known}")  # fmt: skip
+    return (
+        f"compare the fingerprints above with the host's console ('ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub'"
+        f" there), then: {first}append these lines, the keys those fingerprints are of, to {known}:\n    "
+        + "\n    ".join(keys)
+    )
 
 
 class SshRunner:

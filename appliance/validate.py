@@ -96,3 +96,34 @@ def mac(value: Any) -> str:
     if value.replace(":", "") == "000000000000":
         raise ValueError("MAC 00:00:00:00:00:00 is not a usable address")
     return value.lower()
+
+
+_XAPI_URL = re.compile(r"^https?://[^\s/?#]{1,253}(?:/[^\s]{0,200})?$")
+
+
+def xapi_url(value: Any) -> str:
+    """A pool master's XAPI URL, never with credentials in it: xmlrpc would send ``user:pass@`` as a Basic
+    header as well, and a URL is printed in log lines and process listings where a password must not be."""
+    if not isinstance(value, str) or not _XAPI_URL.match(value):
+        raise ValueError("an http:// or https:// URL of the pool master (https://192.0.2.10)")
+    if "@" in value.split("/", 3)[2]:
+        raise ValueError("a URL without USER:PASSWORD@ (the user and password go in the credentials file)")
+    return value
+
+
+def redact_url(value: str) -> str:
+    """``scheme://user:pass@host/...`` shown as ``scheme://***@host/...`` (anything else unchanged)."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@", r"\1***@", value)
+
+
+_FINGERPRINT = re.compile(r"^(?:sha256:)?((?:[0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}|[0-9A-Fa-f]{64})$", re.I)
+
+
+def sha256_fingerprint(value: Any) -> str:
+    """A certificate's SHA-256 fingerprint as ``openssl x509 -noout -fingerprint -sha256`` prints it
+    (``AB:CD:...``, 32 pairs) or as 64 hex digits; normalised to 64 lowercase hex digits."""
+    m = _FINGERPRINT.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError("a SHA-256 fingerprint: 32 hex pairs separated by ':' (as "
+                         "'openssl x509 -noout -fingerprint -sha256' prints it) or 64 hex digits")  # fmt: skip
+    return m.group(1).replace(":", "").lower()

@@ -9,6 +9,8 @@ configured (:func:`appliance.names.default_sources`).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import logging
 import socket
@@ -23,6 +25,10 @@ from typing import Any
 
 import XenAPI
 
+from . import trusted
+from .errors import UsageError
+from .validate import sha256_fingerprint, xapi_url
+
 log = logging.getLogger("hvnet.names")
 
 
@@ -33,17 +39,24 @@ DEFAULT_XAPI_TIMEOUT = 3.0
 class XapiConfig:
     """Where XAPI is and how to log in: its URL (``https://pool-master``), a file
     holding ``user:password`` (read at each login, so a changed password is
-    picked up), and the time any one network operation may take."""
+    picked up), the time any one network operation may take, and how its https
+    certificate is trusted: the system's CA store, a CA file (``ca_file``), or
+    only the certificate whose SHA-256 fingerprint is ``fingerprint`` (XenServer's
+    own self-signed one)."""
 
     url: str
     credentials_file: str
     timeout: float = DEFAULT_XAPI_TIMEOUT
+    ca_file: str | None = None
+    fingerprint: str | None = None  # 64 lowercase hex digits
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> XapiConfig | None:
         """``$HVNET_XAPI_URL``, ``$HVNET_XAPI_CREDENTIALS`` and the optional
-        ``$HVNET_XAPI_TIMEOUT`` (seconds) from ``env``; None unless both of the
-        first two are set."""
+        ``$HVNET_XAPI_TIMEOUT`` (seconds), ``$HVNET_XAPI_CA`` and
+        ``$HVNET_XAPI_FINGERPRINT`` from ``env``; None unless both of the first
+        two are set.  The front door has refused a URL with credentials in it
+        and a malformed fingerprint (:func:`appliance.frontdoor.check_xapi`)."""
         url = env.get("HVNET_XAPI_URL")
         cred_file = env.get("HVNET_XAPI_CREDENTIALS")
         if not url or not cred_file:
@@ -58,7 +71,8 @@ class XapiConfig:
             except ValueError:
                 log.warning("HVNET_XAPI_TIMEOUT=%r is not a number of seconds in (0, 300]; using %s", raw, timeout)
                 timeout = DEFAULT_XAPI_TIMEOUT
-        return cls(url, cred_file, timeout)
+        pin = env.get("HVNET_XAPI_FINGERPRINT") or None
+        return cls(url, cred_file, timeout, env.get("HVNET_XAPI_CA") or None, pin and sha256_fingerprint(pin))
 
 
 class _TimeoutTransport(xmlrpc.client.Transport):
@@ -76,25 +90,84 @@ class _TimeoutTransport(xmlrpc.client.Transport):
         return conn
 
 
-class _TimeoutSafeTransport(xmlrpc.client.SafeTransport):
-    """The same for https (the system's CA store verifies XAPI's certificate)."""
+class _PinnedConnection(http.client.HTTPSConnection):
+    """An https connection that accepts only the certificate with the SHA-256 fingerprint ``pin``,
+    compared as soon as the handshake is done, before a byte of the request (the password) is sent."""
 
-    def __init__(self, timeout: float, context: ssl.SSLContext | None = None) -> None:
+    pin = ""
+
+    def connect(self) -> None:
+        super().connect()
+        der = self.sock.getpeercert(binary_form=True) or b""
+        got = hashlib.sha256(der).hexdigest()
+        if not hmac.compare_digest(got, self.pin):
+            self.sock.close()
+            self.sock = None
+            raise ssl.SSLCertVerificationError(
+                f"certificate fingerprint {_colons(got)} is not the configured {_colons(self.pin)}"
+            )
+
+
+def _colons(hexdigits: str) -> str:
+    return ":".join(hexdigits[i : i + 2] for i in range(0, len(hexdigits), 2)).upper()
+
+
+class _TimeoutSafeTransport(xmlrpc.client.SafeTransport):
+    """The same for https: the certificate checked against the system's CA store, a CA file, or a pinned
+    fingerprint (see :func:`tls_context`)."""
+
+    def __init__(self, timeout: float, context: ssl.SSLContext | None = None, pin: str | None = None) -> None:
         super().__init__(context=context)
         self.timeout = timeout
+        self.pin = pin
 
     def make_connection(self, host: Any) -> http.client.HTTPConnection:
-        conn = super().make_connection(host)
+        if self.pin is None:
+            conn = super().make_connection(host)
+        elif self._connection and host == self._connection[0]:
+            conn = self._connection[1]
+        else:
+            chost, self._extra_headers, _x509 = self.get_host_info(host)
+            conn = type("Pinned", (_PinnedConnection,), {"pin": self.pin})(chost, context=self.context)
+            self._connection = host, conn
         conn.timeout = self.timeout
         if conn.sock is not None:
             conn.sock.settimeout(self.timeout)
         return conn
 
 
-def _transport(url: str, timeout: float) -> xmlrpc.client.Transport:
+def tls_context(ca_file: str | None, pinned: bool) -> ssl.SSLContext:
+    """How XAPI's certificate is trusted: the CA file's certificates (else the system's store), the
+    host name checked; with a pinned fingerprint and no CA file the fingerprint alone decides
+    (a self-signed certificate names no CA, and often not the address it is reached at).
+
+    The CA file is read like the credentials (:func:`appliance.trusted.read`): whoever could
+    write it could have hvnet send the pool's password to a server of their own."""
+    cadata = trusted.read(ca_file, "the XAPI CA file", max_bytes=1024 * 1024)[0] if ca_file else None
+    context = ssl.create_default_context(cadata=cadata)
+    if pinned and ca_file is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _transport(url: str, timeout: float, ca_file: str | None = None, pin: str | None = None) -> xmlrpc.client.Transport:
     if urllib.parse.urlsplit(url).scheme == "https":
-        return _TimeoutSafeTransport(timeout)
+        return _TimeoutSafeTransport(timeout, tls_context(ca_file, pin is not None), pin)
     return _TimeoutTransport(timeout)
+
+
+def insecure_warning(url: str, source: str) -> str | None:
+    """What to tell the operator about an ``http://`` XAPI URL (None for https), worded as for a
+    ``tcp:`` OVSDB target."""
+    if urllib.parse.urlsplit(url).scheme != "http":
+        return None
+    safe = "https://" + url[len("http://") :]
+    return (
+        f"warning: {url} (from {source}) is plain HTTP: the pool's user and password are sent unencrypted, "
+        f"so anyone who can see that traffic can log in to the pool; use {safe}, with xapi_ca or "
+        "xapi_fingerprint for XenServer's self-signed certificate"
+    )
 
 
 class _Unusable(Exception):
@@ -137,14 +210,19 @@ class XapiNames:
         credentials_file: str | None = None,
         timeout: float = DEFAULT_XAPI_TIMEOUT,
         retry_s: float | None = None,
+        ca_file: str | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         if (user is None) == (credentials_file is None):
             raise ValueError("XapiNames needs either user and password or a credentials file")
+        xapi_url(url)  # never credentials in the URL: it is in every log line about this source
         self.url = url
         self.user = user
         self.password = password or ""
         self.credentials_file = credentials_file
         self.timeout = timeout
+        self.ca_file = ca_file
+        self.fingerprint = fingerprint and sha256_fingerprint(fingerprint)
         if retry_s is not None:
             self.retry_s = retry_s
         self._lock = threading.Lock()
@@ -154,7 +232,8 @@ class XapiNames:
 
     @classmethod
     def from_config(cls, config: XapiConfig) -> XapiNames:
-        return cls(config.url, credentials_file=config.credentials_file, timeout=config.timeout)
+        return cls(config.url, credentials_file=config.credentials_file, timeout=config.timeout,
+                   ca_file=config.ca_file, fingerprint=config.fingerprint)  # fmt: skip
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> XapiNames | None:
@@ -189,7 +268,11 @@ class XapiNames:
         """``{uuid: name_label}`` of every VM that is not a template; :class:`_Unusable` when XAPI cannot say."""
         try:
             if self._session is None:
-                session = XenAPI.Session(self.url, transport=_transport(self.url, self.timeout))
+                try:
+                    transport = _transport(self.url, self.timeout, self.ca_file, self.fingerprint)
+                except (UsageError, UnicodeDecodeError, OSError) as exc:  # ssl.SSLError: no certificate in it
+                    raise _Unusable("tls", f"CA file {self.ca_file}: {exc}") from None
+                session = XenAPI.Session(self.url, transport=transport)
                 user, password = self._credentials()
                 session.xenapi.login_with_password(user, password, "1.0", self.originator)
                 self._session = session
@@ -218,11 +301,13 @@ class XapiNames:
     def _credentials(self) -> tuple[str, str]:
         if self.credentials_file is None:
             return self.user or "", self.password
-        try:
-            with open(self.credentials_file, encoding="utf-8") as fh:
-                user, _, password = fh.read().strip().partition(":")
-        except OSError as exc:
-            raise _Unusable("credentials", f"cannot read credentials {self.credentials_file}: {exc}") from exc
+        try:  # a file another user could write would choose whose password root sends where
+            text = trusted.read(self.credentials_file, "the XAPI credentials", max_bytes=4096)[0]
+        except trusted.UntrustedFile as exc:
+            raise _Unusable("credentials", exc.message) from None
+        except (OSError, UnicodeDecodeError, UsageError) as exc:
+            raise _Unusable("credentials", f"cannot read credentials {self.credentials_file}: {exc}") from None
+        user, _, password = text.strip().partition(":")
         self.user = user
         return user, password
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, HvnetError
+from ..errors import HvnetError
 from ..host import Host
 from ..ovsdb import Connection, TxnContext
 from ..ovsdb import column as col
@@ -51,6 +51,9 @@ TICK_S = 2.0  # meter check and orphan observation period
 # The OVSDB lock an agent holds on the switch it keeps in line: two agents never fight over one
 # switch, and anyone may ask the server whether an agent is there (``hvnet hosts``).
 AGENT_LOCK = "hvnet_agent"
+# What the policy file is in a refusal: the agent applies it as root, so only a file no other user
+# could have written is read (see :mod:`appliance.trusted`).
+ENFORCED = "the policy the agent enforces"
 
 
 class Agent:
@@ -66,7 +69,7 @@ class Agent:
         self.engine = PolicyEngine(conn, host, command="hvnet agent")
         self.engine.lenient = True
         self.engine.audit_unchanged = False  # a pass that found nothing to do is not an event worth a line
-        self.policy: Policy = load(self.policy_path)  # invalid at start: refuse to run
+        self.policy: Policy = load(self.policy_path, trusted=ENFORCED)  # invalid or untrusted at start: refuse to run
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._reload = threading.Event()
@@ -136,10 +139,10 @@ class Agent:
 
     def _do_reload(self) -> None:
         try:
-            self.policy = load(self.policy_path)
+            self.policy = load(self.policy_path, trusted=ENFORCED)
             log.info("policy reloaded from %s", self.policy_path)
             self.notifier.set_status(f"policy reloaded from {self.policy_path}")
-        except ConfigError as exc:
+        except HvnetError as exc:  # invalid, or another user could have written it
             log.error("policy reload refused, keeping the previous one: %s", exc)
 
     def reconcile(self, *, tick: bool = False) -> None:

@@ -44,9 +44,10 @@ _SELECT_KEYS = {"all", "src", "dst", "vlans"}
 _REMOVE_WORDS = ("remove", "absent")
 
 
-def load(path: str | Path) -> Policy:
-    """Read and validate the policy file at ``path``."""
-    return from_document(yamldoc.load(path, strict=False))
+def load(path: str | Path, *, trusted: str | None = None) -> Policy:
+    """Read and validate the policy file at ``path``; ``trusted``: what it is, when only a file no other
+    user could have written may be read (the policy the agent enforces as root, see :mod:`appliance.trusted`)."""
+    return from_document(yamldoc.load(path, strict=False, trusted=trusted))
 
 
 def parse(text: str, file: str) -> Policy:

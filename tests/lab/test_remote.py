@@ -81,7 +81,10 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(hv2: SshHost, env: dic
     config.write_text(hv2.ssh_config.read_text().replace(str(hv2.known_hosts), str(empty)))
     res = run_hvnet("--host", "hv2", "status", env={**env, "HVNET_SSH_CONFIG": str(config)})
     assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
-    assert "host key is not known" in res.stderr and "SHA256:" in res.stderr and "ssh-keyscan" in res.stderr
+    assert "host key is not known" in res.stderr and "SHA256:" in res.stderr
+    # the hint adds the very key just fingerprinted (the line the lab wrote from the host's key), no second scan
+    hint = res.stderr.split("hint:", 1)[1]
+    assert hv2.known_hosts.read_text().strip() in hint and "ssh-keyscan" not in hint, res.stderr
     assert empty.read_text() == ""  # never added by hvnet
     with pytest.raises(HostKeyRefused):
         SshSession(SshTarget.parse("hv2"), SshOptions(config=config)).open()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -343,3 +344,20 @@ def test_any_isolation_result_that_loads_and_prints_makes_a_page(where: tuple[An
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return
     assert iso_html.page(result).startswith("<!DOCTYPE html>")
+
+
+def test_a_symlink_planted_at_the_temporary_name_is_not_followed(tmp_path) -> None:
+    """The page used to be written to ``.NAME.PID.tmp``, opened with O_TRUNC and following links: a link
+    planted there made hvnet (root) overwrite the file it points at."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    target = tmp_path / "report.html"
+    (tmp_path / f".{target.name}.{os.getpid()}.tmp").symlink_to(victim)
+    htmlpage.write(target, "<html>page</html>\n")
+    assert victim.read_text() == "precious\n"
+    assert target.read_text() == "<html>page</html>\n" and not target.is_symlink()
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([f".{target.name}.{os.getpid()}.tmp", "report.html", "victim"]), left

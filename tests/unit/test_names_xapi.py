@@ -9,6 +9,7 @@ import collections
 import logging
 import re
 import socket
+import ssl
 import threading
 import time
 from typing import Any
@@ -37,7 +38,7 @@ def failure(*description: str) -> dict[str, Any]:
 class FakeXapi:
     """Sessions, ``VM.get_all_records(_where)`` and the per-VM getters; every call counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.users = {"root": "secret"}
         self.vms = {
             "OpaqueRef:vm-1": {"uuid": WEB, "name_label": "web-01", "is_a_template": False, "power_state": "Running"},
@@ -56,12 +57,16 @@ class FakeXapi:
         self.release = threading.Event()
         self.server = SimpleXMLRPCServer(("127.0.0.1", 0), logRequests=False, allow_none=True)
         self.server.register_instance(self)
+        self.scheme = "http"
+        if tls is not None:  # XAPI's https: every accepted connection does the TLS handshake first
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def logins(self) -> int:
         return self.calls["session.login_with_password"]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from appliance.errors import UsageError
-from appliance.ssh import SshOptions, SshSession, SshTarget, remote_command
+from appliance.ssh import SshOptions, SshSession, SshTarget, accept_hint, key_lines, remote_command
 
 
 @pytest.mark.parametrize(
@@ -60,3 +60,37 @@ def test_session_argv_keeps_strict_host_keys_and_batch_mode(tmp_path) -> None:
         assert (session.work_dir.stat().st_mode & 0o077) == 0
     finally:
         session.close()
+
+
+def test_the_host_key_hint_gives_the_scanned_lines_not_another_scan(tmp_path) -> None:
+    """From real host keys (ssh-keygen): the hint adds exactly the lines whose fingerprints were shown, and
+    known_hosts with them appended knows the host; it never says to run ssh-keyscan again (a second scan
+    could be answered by another key than the one the operator compared)."""
+    pubs = []
+    for kind in ("ed25519", "rsa"):
+        key = tmp_path / f"ssh_host_{kind}_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(key)], check=True, timeout=60)
+        pubs.append(key.with_suffix(".pub").read_text().split())
+    scan = "# 192.0.2.7:2222 SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\n" + "".join(
+        f"[192.0.2.7]:2222 {kind} {blob}\n" for kind, blob, *_ in pubs
+    )
+    lines = key_lines(scan)
+    assert lines == [f"[192.0.2.7]:2222 {kind} {blob}" for kind, blob, *_ in pubs]
+    known = tmp_path / "known_hosts"
+    hint = accept_hint(False, "192.0.2.7", 2222, str(known), lines)
+    assert "ssh-keyscan" not in hint and all(f"\n    {line}" in hint for line in lines)
+    shown = [h.strip() for h in hint.split(f"to {known}:\n", 1)[1].splitlines()]
+    known.write_text("".join(f"{line}\n" for line in shown))
+    found = subprocess.run(["ssh-keygen", "-F", "[192.0.2.7]:2222", "-f", str(known)], capture_output=True,
+                           text=True, timeout=30, check=True).stdout  # fmt: skip
+    assert all(blob in found for _, blob, *_ in pubs)
+    assert _fingerprints(known.read_text()) == _fingerprints("".join(" ".join(p) + "\n" for p in pubs))
+    changed = accept_hint(True, "192.0.2.7", 22, str(known), [f"192.0.2.7 {pubs[0][0]} {pubs[0][1]}"])
+    assert changed.count(f"ssh-keygen -R 192.0.2.7 -f {known}; then append") == 1
+    assert "no key could be read" in accept_hint(False, "192.0.2.7", 22, str(known), [])
+
+
+def _fingerprints(keys: str) -> list[str]:
+    out = subprocess.run(["ssh-keygen", "-lf", "-"], input=keys, capture_output=True, text=True, timeout=30,
+                         check=True).stdout  # fmt: skip
+    return sorted(line.split()[1] for line in out.splitlines())
