@@ -27,8 +27,8 @@ from . import (
     cli_tap,
     render,
 )
-from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
-from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
+from .cli_common import add_hosts_option, lazy
+from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
 from .frontdoor import configured_host, host_of, lab_switches, local_host_of
 from .host import Host
 from .services import inventory
@@ -332,9 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
 
     h = sub.add_parser(
-        "hosts", help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs, agent, policy drift"
+        "hosts",
+        help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs, agent, policy drift; "
+        "exit 0 all reachable, else the worst host's (3 unreachable)",
     )
-    h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all)")
+    h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all); " + HOSTS_EXIT_HELP)
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.set_defaults(func=lazy("cli_hosts", "cmd_hosts"))
 
@@ -374,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
     isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)
-    ic = isub.add_parser("check", help="run a scenario (vlan-tests/*.yaml); exit 0 match, 1 leak/block, 2 undecided")
+    ic = isub.add_parser("check", help="run a scenario (vlan-tests/*.yaml); exit 0 match, 1 leak/block, 7 undecided")
     ic.add_argument("file", metavar="FILE", help="scenario YAML")
     ic.add_argument("--method", choices=("traffic", "trace", "both"), default="both", help="default: both")
     ic.add_argument("--json", action="store_true", help="machine-readable output")
