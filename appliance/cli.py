@@ -383,7 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/lib/hvnet/isolation/...)")
     ic.add_argument("--html", metavar="FILE", help="also write the matrices and evidence as one self-contained page")
     ic.set_defaults(func=cmd_isolation_check)
-    ir = isub.add_parser("report", help="print a saved result (check --json) again, or write it as HTML")
+    ir = isub.add_parser(
+        "report", help="print a saved result (check --json) again, or write it as HTML; exits as the check did"
+    )
     ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
     ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
     ir.set_defaults(func=cmd_isolation_report)
