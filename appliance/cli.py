@@ -27,8 +27,8 @@ from . import (
     cli_tap,
     render,
 )
-from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
-from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
+from .cli_common import add_hosts_option, lazy
+from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
 from .frontdoor import configured_host, host_of, lab_switches, local_host_of
 from .host import Host
 from .services import inventory
@@ -332,9 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
 
     h = sub.add_parser(
-        "hosts", help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs, agent, policy drift"
+        "hosts",
+        help="the inventory's hypervisors: reachable over SSH, OVS, datapath, VIFs, agent, policy drift; "
+        "exit 0 all reachable, else the worst host's (3 unreachable)",
     )
-    h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all)")
+    h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all); " + HOSTS_EXIT_HELP)
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.set_defaults(func=lazy("cli_hosts", "cmd_hosts"))
 
@@ -374,14 +376,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
     isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)
-    ic = isub.add_parser("check", help="run a scenario (vlan-tests/*.yaml); exit 0 match, 1 leak/block, 2 undecided")
+    ic = isub.add_parser("check", help="run a scenario (vlan-tests/*.yaml); exit 0 match, 1 leak/block, 7 undecided")
     ic.add_argument("file", metavar="FILE", help="scenario YAML")
     ic.add_argument("--method", choices=("traffic", "trace", "both"), default="both", help="default: both")
     ic.add_argument("--json", action="store_true", help="machine-readable output")
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/lib/hvnet/isolation/...)")
     ic.add_argument("--html", metavar="FILE", help="also write the matrices and evidence as one self-contained page")
     ic.set_defaults(func=cmd_isolation_check)
-    ir = isub.add_parser("report", help="print a saved result (check --json) again, or write it as HTML")
+    ir = isub.add_parser(
+        "report", help="print a saved result (check --json) again, or write it as HTML; exits as the check did"
+    )
     ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
     ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
     ir.set_defaults(func=cmd_isolation_report)

@@ -6,6 +6,8 @@ import argparse
 import importlib
 from typing import Callable
 
+from .errors import HOSTS_EXIT_HELP
+
 
 def lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """A command whose module is imported only when it runs (start-up loads what the verb needs)."""
@@ -15,12 +17,6 @@ def lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
     call.__name__ = name
     return call
-
-
-HOSTS_EXIT_HELP = (
-    "with --hosts the exit code is the worst host's, most severe first: 6 (outcome unknown), 5 (conflict), "
-    "3 (unreachable), 4 (missing tool), 1 (failed, or drift), 2 (invalid), 0"
-)
 
 
 def add_hosts_option(p: argparse.ArgumentParser) -> None:

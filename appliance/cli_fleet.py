@@ -6,7 +6,7 @@ The hosts come from the inventory; each runs the verb's one-host function
 :func:`appliance.services.fleet.run`.  The output is a table of the hosts
 side by side -- HOST, RESULT, DETAIL, seconds -- then, when a host has more
 to say than its row, that host's usual output under ``== HOST ==``.  The exit
-code is the worst host's (see :data:`appliance.services.fleet.SEVERITY`).
+code is the worst host's (see :data:`appliance.errors.SEVERITY`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import render
-from .errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError
+from .errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError, exit_word
 from .frontdoor import build_host, inventory_file
 from .host import Host
 from .hosts import InventoryHost, load
 from .services import fleet, pool
-
-_FAILURE = {1: "failed", 2: "invalid", 3: "unreachable", 4: "missing tool", 5: "conflict", 6: "UNKNOWN"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def format_outcomes(outcomes: list[fleet.HostOutcome[Any]], verb: Verb) -> str:
         if o.value is None:
             error = o.error or ""
             cell = _cell(error)
-            rows.append([o.name, _FAILURE.get(o.exit, f"exit {o.exit}"), cell, f"{o.seconds:.2f}"])
+            rows.append([o.name, exit_word(o.exit), cell, f"{o.seconds:.2f}"])
             if o.hint or cell != error:  # the whole message below the table when the row could not hold it
                 sections.append(f"== {o.name} ==\n{error}" + (f"\n  hint: {o.hint}" if o.hint else ""))
             continue

@@ -1,4 +1,8 @@
-"""``hvnet hosts``: the inventory's hypervisors, each checked over SSH in parallel."""
+"""``hvnet hosts``: the inventory's hypervisors, each checked over SSH in parallel.
+
+The exit code is the worst host's, as for any ``--hosts`` verb (:data:`appliance.errors.SEVERITY`):
+a host that cannot be reached is 3 here as everywhere else, a host lacking a tool 4.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 from typing import Any
 
 from . import render
-from .errors import EXIT_FAILED, EXIT_OK
+from .errors import EXIT_OK
 from .frontdoor import build_host, inventory_file
 from .hosts import InventoryHost, load
 from .services import fleet
@@ -27,7 +31,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     else:
         heads = ["HOST", "GROUP", "KIND", "UP", "OVS", "DATAPATH", "VIFS", "AGENT", "DRIFT", "S", "PROBLEM"]
         print(render.table(heads, [_line(r) for r in rows]))
-    return EXIT_OK if all(r["reachable"] for r in rows) else EXIT_FAILED
+    return fleet.worst([o.exit for o in outcomes])
 
 
 def _row(entry: InventoryHost, outcome: fleet.HostOutcome[dict[str, Any]]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 
 from . import __version__
-from .errors import EXIT_CODES_HELP, EXIT_OK
+from .errors import EXIT_CODES, EXIT_OK, HOSTS_EXIT_HELP
 
 SEE_ALSO = ("ovs-vsctl(8)", "ovsdb-server(1)", "ovs-vswitchd(8)", "tcpdump(8)", "netperf(1)")
 
@@ -64,11 +64,11 @@ def _usage(parser: argparse.ArgumentParser) -> str:
 
 
 def _exit_codes() -> list[str]:
+    """Every code and its meaning, then the worst-of order of the multi-host verbs: the table --help prints."""
     lines = [".SH EXIT STATUS"]
-    for line in EXIT_CODES_HELP.splitlines()[1:]:
-        code, _, meaning = line.strip().partition(" ")
-        lines += [".TP", f".B {code}", roff(meaning.strip())]
-    return lines
+    for e in EXIT_CODES:
+        lines += [".TP", f".B {e.code}", roff(e.meaning)]
+    return [*lines, ".PP", roff(HOSTS_EXIT_HELP[0].upper() + HOSTS_EXIT_HELP[1:] + ".")]
 
 
 def _environment(parser: argparse.ArgumentParser) -> list[str]:

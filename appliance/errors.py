@@ -7,26 +7,74 @@ only genuine bugs reach the user as a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-# Exit codes, documented in ``hvnet --help``.
+# Exit codes: one meaning each, the same for every verb and front end.  ``hvnet --help``, hvnet(1)
+# and the multi-host verbs' worst-of order are all written from :data:`EXIT_CODES` and :data:`SEVERITY`.
 EXIT_OK = 0
 EXIT_FAILED = 1  # the operation ran and failed (or a check found a difference)
 EXIT_USAGE = 2  # invalid input: arguments, topology/policy/suite files
-EXIT_UNREACHABLE = 3  # OVSDB could not be reached
+EXIT_UNREACHABLE = 3  # OVSDB, or the host holding it, could not be reached
 EXIT_MISSING_TOOL = 4  # a required system tool (ovs-vsctl, ip, ...) is absent
 EXIT_CONFLICT = 5  # the change conflicted with a concurrent one or timed out
 EXIT_UNKNOWN = 6  # whether the change was made could not be known (see the audit log)
+EXIT_UNDECIDED = 7  # a check ran, found no difference, but could not decide everything it was asked
 
-EXIT_CODES_HELP = """\
-exit codes:
-  0  success
-  1  the operation failed, or a check found a difference
-  2  invalid input (arguments, topology or policy file); nothing was changed
-  3  the OVS database could not be reached
-  4  a required system tool is missing
-  5  a concurrent change or a timeout prevented the operation (nothing was changed)
-  6  whether the change was made could not be known; the next hvnet run settles it"""
+
+@dataclass(frozen=True)
+class ExitCode:
+    """One exit code: its number, what it means, and its words in the multi-host order and table."""
+
+    code: int
+    meaning: str  # the --help and hvnet(1) line
+    short: str  # in the --hosts worst-of order
+    word: str  # a host's RESULT cell in a multi-host table
+
+
+EXIT_CODES = (
+    ExitCode(EXIT_OK, "success", "ok", "ok"),
+    ExitCode(EXIT_FAILED, "the operation failed, or a check found a difference", "failed, or drift", "failed"),
+    ExitCode(EXIT_USAGE, "invalid input (arguments, topology or policy file); nothing was changed", "invalid",
+             "invalid"),
+    ExitCode(EXIT_UNREACHABLE, "the OVS database or the host (over SSH) could not be reached", "unreachable",
+             "unreachable"),
+    ExitCode(EXIT_MISSING_TOOL, "a required system tool is missing", "missing tool", "missing tool"),
+    ExitCode(EXIT_CONFLICT, "a concurrent change or a timeout prevented the operation (nothing was changed)",
+             "conflict", "conflict"),
+    ExitCode(EXIT_UNKNOWN, "whether the change was made could not be known; the next hvnet run settles it",
+             "outcome unknown", "UNKNOWN"),
+    ExitCode(EXIT_UNDECIDED, "a check found no difference but could not decide everything (an isolation cell)",
+             "undecided", "undecided"),
+)  # fmt: skip
+BY_CODE = {e.code: e for e in EXIT_CODES}
+
+# The worst-of order of a fan-out (``--hosts``, ``hvnet hosts``), most severe first: what the operator
+# must look at before anything else.  An unknown outcome (6) leaves a host in a state nobody knows; a
+# conflict (5) means someone else changes that host right now; an unreachable host (3) got nothing and
+# says nothing; a missing tool (4) is a fix on one host; a failure or a difference (1) is a finding; an
+# undecided check (7) found nothing but did not see everything -- below 1 because a finding outranks
+# an undecided answer within one check too, so the hosts' worst agrees with one check over all of
+# them; a host-specific usage error (2) changed nothing.
+SEVERITY = (EXIT_UNKNOWN, EXIT_CONFLICT, EXIT_UNREACHABLE, EXIT_MISSING_TOOL, EXIT_FAILED, EXIT_UNDECIDED,
+            EXIT_USAGE, EXIT_OK)  # fmt: skip
+
+
+def exit_word(code: int) -> str:
+    """A host's RESULT cell for ``code`` in a multi-host table (``exit N`` for a code hvnet does not define)."""
+    return BY_CODE[code].word if code in BY_CODE else f"exit {code}"
+
+
+def worst_exit(codes: Iterable[int]) -> int:
+    """The most severe of ``codes`` in :data:`SEVERITY` order (0 for none); an undefined code counts as worst."""
+    rank = {code: i for i, code in enumerate(SEVERITY)}
+    return min(codes, key=lambda c: rank.get(c, -1), default=EXIT_OK)
+
+
+EXIT_CODES_HELP = "exit codes:\n" + "\n".join(f"  {e.code}  {e.meaning}" for e in EXIT_CODES)
+HOSTS_EXIT_HELP = "on many hosts (--hosts, hvnet hosts) the exit code is the worst host's, most severe first: " + (
+    ", ".join(f"{c} ({BY_CODE[c].short})" if c != EXIT_OK else "0" for c in SEVERITY)
+)
 
 
 class HvnetError(Exception):

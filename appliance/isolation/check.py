@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import inventory
-from ..errors import HvnetError, UsageError
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
 from ..guests import GuestEndpoint, GuestSource
 from ..host import Host
 from ..inventory import Inventory
@@ -59,13 +59,14 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        """0 all match, 1 a leak or unexpected block, 2 something could not be decided."""
+        """0 all match, 1 a leak or unexpected block, 7 something could not be decided (a method that
+        could not run included); a finding outranks an undecided cell.  Never 2: that is invalid input."""
         all_verdicts = [v for m in self.methods for v in self.verdicts(m).values()]
         if any(v in ("leak", "blocked") for v in all_verdicts):
-            return 1
+            return EXIT_FAILED
         if any(v == "unknown" for v in all_verdicts) or any(m.error for m in self.methods.values()):
-            return 2
-        return 0
+            return EXIT_UNDECIDED
+        return EXIT_OK
 
 
 # -- applying and undoing the scenario's settings ------------------------------

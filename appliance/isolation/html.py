@@ -17,13 +17,14 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from .. import htmlpage as hp
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from ..htmlpage import esc
 from . import model, report
 from .check import CheckResult
 from .scenario import _UNSET, Scenario
 
 VERDICT_CSS = {"ok": "good", "leak": "bad", "blocked": "bad", "unknown": "unknown"}
-EXIT_CSS = {0: "good", 1: "bad", 2: "warn"}
+EXIT_CSS = {EXIT_OK: "good", EXIT_FAILED: "bad", EXIT_UNDECIDED: "warn"}
 CORNER = "hears \u2193 from \u2192"
 Cell = tuple[str, str]  # (listener, sender)
 

@@ -7,14 +7,15 @@ from datetime import datetime
 from typing import Any
 
 from .. import render
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from . import model
 from .check import CheckResult, Evidence, MethodResult
 
 WORD = {model.YES: "Yes", model.NO: "No", model.EXCEPTION: "Yes*", model.UNKNOWN: "?"}
-VERDICT = {
-    0: "PASS: isolation as expected",
-    1: "FAIL: isolation differs from expected",
-    2: "INCOMPLETE: not every cell could be decided",
+VERDICT = {  # by the check's exit code
+    EXIT_OK: "PASS: isolation as expected",
+    EXIT_FAILED: "FAIL: isolation differs from expected",
+    EXIT_UNDECIDED: "INCOMPLETE: not every cell could be decided",
 }
 MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
 

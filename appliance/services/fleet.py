@@ -9,7 +9,8 @@ not stop the others.  A host still busy at its deadline is left behind and
 reported as such (an apply then has an unknown outcome: the journal's intent
 lets the next hvnet run on that host settle it, as after a killed hvnet).
 
-The worst result decides the exit code, in the order of :data:`SEVERITY`.
+The worst result decides the exit code, in the order of :data:`appliance.errors.SEVERITY`
+(the same order for every multi-host verb, documented in ``hvnet --help`` and hvnet(1)).
 """
 
 from __future__ import annotations
@@ -21,27 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..errors import (
-    EXIT_CONFLICT,
-    EXIT_FAILED,
-    EXIT_MISSING_TOOL,
-    EXIT_OK,
-    EXIT_UNKNOWN,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    HvnetError,
-)
+from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, HvnetError, worst_exit
 from ..host import Host
 from ..hosts import InventoryHost
 
 log = logging.getLogger("hvnet.fleet")
 T = TypeVar("T")
 
-# Most severe first: what the operator must look at before anything else.  An unknown outcome
-# (6) leaves a host in a state nobody knows; a conflict (5) means someone else changes that host
-# right now; an unreachable host (3) got nothing and says nothing; a missing tool (4) is a fix on
-# one host; a failure or a drift (1) is a finding; a host-specific usage error (2) changed nothing.
-SEVERITY = (EXIT_UNKNOWN, EXIT_CONFLICT, EXIT_UNREACHABLE, EXIT_MISSING_TOOL, EXIT_FAILED, EXIT_USAGE, EXIT_OK)
 MAX_PARALLEL = 16
 DEFAULT_HOST_DEADLINE_S = 300.0
 LOCAL = "local"  # the console's own machine: its switch or its lab, always reachable by name
@@ -61,9 +48,11 @@ class HostOutcome(Generic[T]):
 
 
 def worst(codes: Sequence[int]) -> int:
-    """The exit code of a fan-out: the most severe of the hosts' codes (0 for none)."""
-    rank = {code: i for i, code in enumerate(SEVERITY)}
-    return min(codes, key=lambda c: rank.get(c, 0), default=EXIT_OK)
+    """The exit code of a fan-out: the most severe of the hosts' codes (0 for none).
+
+    In :data:`appliance.errors.SEVERITY` order, which ``--help`` and hvnet(1) state.
+    """
+    return worst_exit(codes)
 
 
 def run(
@@ -79,7 +68,7 @@ def run(
     ``connect(entry)`` builds the entry's Host (the front door's ``build_host``:
     this layer does not read options).  An :class:`HvnetError` from either is
     that host's result.  ``overdue_exit``: the code of a host still running after
-    ``deadline_s`` (:data:`EXIT_UNKNOWN` for verbs that change the host).
+    ``deadline_s`` (:data:`~appliance.errors.EXIT_UNKNOWN` for verbs that change the host).
     A bug in one host's work is logged with its traceback and reported as
     that host's failure, so the other hosts' results are still shown.
     Worker threads are daemons so that a hung host never keeps hvnet alive.

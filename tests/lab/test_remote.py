@@ -119,7 +119,7 @@ def test_hosts_lists_the_inventory_checked_in_parallel(hv2: SshHost, tmp_path: P
     env = _inventory(hv2, tmp_path)
     started = time.monotonic()
     res = run_hvnet("--timeout", "2", "hosts", "--json", env=env)
-    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr  # one host is down
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr  # one host is down: unreachable, 3
     rows = {r["name"]: r for r in json.loads(res.stdout)["hosts"]}
     assert rows["hv2"]["reachable"] and rows["hv2"]["vifs"] == 2 and rows["hv2"]["datapaths"] == ["netdev"]
     assert not rows["ghost"]["reachable"] and "169.254.250.2" in rows["ghost"]["error"]

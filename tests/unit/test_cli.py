@@ -6,7 +6,8 @@ def test_help_lists_every_subcommand_and_exit_codes(capsys) -> None:
     help_text = build_parser().format_help()
     for cmd in ("status", "lab", "tui"):
         assert f"    {cmd} " in help_text
-    assert "exit codes:" in help_text and "3  the OVS database could not be reached" in help_text
+    assert "exit codes:" in help_text and "3  the OVS database or the host (over SSH) could not be reached" in help_text
+    assert "7  a check found no difference but could not decide everything" in help_text
 
 
 def test_version(capsys) -> None:

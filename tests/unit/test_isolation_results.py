@@ -48,6 +48,6 @@ def test_a_failed_method_unknown_cells_and_exceptions_round_trip() -> None:
     original = CheckResult("s", ["A", "B"], expected, {"traffic": traffic, "trace": trace}, None, 1.25)
     saved = json.loads(json.dumps(report.to_json(original)))
     loaded = report.from_json(saved)
-    assert loaded == original and loaded.exit_code == original.exit_code == 2
+    assert loaded == original and loaded.exit_code == original.exit_code == 7
     assert report.to_json(loaded) == saved
     assert report.format_result(loaded) == report.format_result(original)

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from appliance.services import isolation
 from appliance.services.isolation import CheckResult, Scenario, model
 
@@ -76,10 +77,10 @@ def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
 
 # -- showing a result (pure) ------------------------------------------------------
 
-VERDICT = {
-    0: "PASS: isolation as expected",
-    1: "FAIL: isolation differs from expected",
-    2: "INCOMPLETE: not every cell could be decided",
+VERDICT = {  # by the check's exit code
+    EXIT_OK: "PASS: isolation as expected",
+    EXIT_FAILED: "FAIL: isolation differs from expected",
+    EXIT_UNDECIDED: "INCOMPLETE: not every cell could be decided",
 }
 
 
