@@ -78,7 +78,9 @@ def test_a_change_that_cuts_ssh_is_rolled_back_by_the_host_alone(managed: Lab, e
             apply.kill()
             apply.wait()
     journal_dir = tmp_path / "state" / "hosts" / "hm1"
-    pending = json.loads((journal_dir / "pending.json").read_text()) if (journal_dir / "pending.json").exists() else None
+    pending = (
+        json.loads((journal_dir / "pending.json").read_text()) if (journal_dir / "pending.json").exists() else None
+    )
     if pending is not None and pending.get("watcher_pid"):
         # this machine's watcher would learn it too; stopped, the next command must learn it by itself
         pid = int(pending["watcher_pid"])

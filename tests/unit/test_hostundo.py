@@ -83,7 +83,9 @@ def test_a_large_change_is_split_into_transactions_each_under_one_arguments_limi
 
 # Captured: the timer's directory read by deadman.PROBE, with ovsdb-client's own answers inside.
 FIRED_OK = 'token fired\nstatus 0\nresult [{},{},{"count":1}]\n'
-FIRED_GUARD = 'token fired\nstatus 0\nresult [{},{"details":"\\"where\\" clause test failed","error":"timed out"},null]\n'
+FIRED_GUARD = (
+    'token fired\nstatus 0\nresult [{},{"details":"\\"where\\" clause test failed","error":"timed out"},null]\n'
+)
 FIRED_NO_DB = ('token fired\nstatus 1\nerror ovsdb-client: failed to connect to "unix:/nonexistent/db.sock" '
                "(No such file or directory)\n")  # fmt: skip
 

@@ -160,8 +160,11 @@ def test_three_hosts_are_a_chain_per_bridge(tmp_path) -> None:
         ("hosts: [{name: hv1}, {name: hv1}]\n", "", "hosts[1].name: duplicate host name 'hv1'"),
         ("hosts: [{name: A}]\n", "", "hosts[0].name"),
         ("hosts: [{name: hv1, ip: 1}]\n", "", "hosts[0].ip: unknown key; allowed: management, name"),
-        ("hosts: [{name: hv1, management: xenbr0}]\n", "", "topo.yaml:1: hosts[0].management: one of the "
-         "topology's bridges: br0"),
+        (
+            "hosts: [{name: hv1, management: xenbr0}]\n",
+            "",
+            "topo.yaml:1: hosts[0].management: one of the topology's bridges: br0",
+        ),
         ("hosts: []\n", "", "hosts: a list of 1..16 hosts"),
     ],
 )
