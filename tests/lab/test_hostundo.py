@@ -5,6 +5,7 @@ run here through a local Host's runner, as they run on a hypervisor through the 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -151,3 +152,19 @@ def _applied_after_arming(engine: PolicyEngine) -> tuple[deadman.Timer, list[jou
         engine.before_commit = None
     assert len(armed) == 1 and armed[0].covered == 3
     return armed[0], changes
+
+
+def test_a_host_without_setsid_refuses_the_apply_before_anything_changes(
+    switch: Switch, engine: PolicyEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hypervisor whose PATH lacks what the timer needs: the apply is refused, not made without its undo."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "mkdir", "cat", "mv", "rm", "sleep", "ovsdb-client"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(deadman.HostTimerError, match="setsid is not installed there; nothing was applied"):
+        _applied_after_arming(engine)
+    monkeypatch.undo()
+    assert (_port(switch, "p1"), _rate(switch, "p1")) == (("[]", "1", "[]"), "0")
+    assert not (tmp_path / "state" / "no-commit").exists() or not list((tmp_path / "state" / "no-commit").iterdir())
