@@ -287,8 +287,8 @@ class Arming:
 
     def __call__(self, record: dict[str, Any]) -> None:
         self.disarm()  # an earlier attempt's (re-planned after TRY_AGAIN): never two timers for one apply
-        self.timer = arm(self.engine.host, journal.record_changes(record), self.window,
-                                 f"hvnet: rollback of {record['id']} on the host (not committed in time)")  # fmt: skip
+        label = f"hvnet: rollback of {record['id']} on the host (not committed in time)"
+        self.timer = arm(self.engine.host, journal.record_changes(record), self.window, label)
         self.record = record
 
     def disarm(self) -> None:

@@ -127,6 +127,8 @@ def apply(
         timer = arming.timer if arming is not None else None
         if result.status == "applied" and result.record_id:
             _arm_watcher(engine, result, confirm_within, timer)  # the pending record replaces the reservation
+            if timer is not None and time.time() >= timer.deadline:
+                _late_apply(engine, result, timer)
         elif arming is not None:
             arming.disarm()  # nothing of it stayed (the meters failed and the change was undone)
     finally:
@@ -224,6 +226,19 @@ def _pend(engine: PolicyEngine, record: dict[str, Any], timer: Optional[deadman.
     return deadline
 
 
+def _late_apply(engine: PolicyEngine, result: ApplyResult, timer: deadman.Timer) -> None:
+    """An apply that ended after its own deadline (its SSH cut by the change until the host undid it): say
+    what the host did now, rather than promise a rollback that has happened."""
+    wait_until(timer.deadline + 1.0)
+    record = engine.journal.load_pending()
+    if record is None or record["id"] != result.record_id:
+        return
+    settled = deadman.settle(engine, record, timer, force=False)
+    if settled is not None:
+        result.status = "rolled back"
+        result.problems.append(f"{deadman.late(settled[0])}, before this apply ended")
+
+
 def _target_options(engine: PolicyEngine) -> list[str]:
     """The global options that name this engine's database (and its SSL files) to a child hvnet."""
     if engine.host.label is not None:  # a host over SSH: the watcher opens its own connection to it
@@ -246,6 +261,9 @@ def commit(engine: PolicyEngine) -> Optional[Pending]:
         raise HvnetError(f"too late: {deadman.late(late)}")
     record = engine.journal.load_pending()
     if record is None:
+        gone = _rolled_back_by_host(engine)
+        if gone is not None:  # learned already (by the watcher, or the apply itself): still too late to keep
+            raise HvnetError(f"too late: {deadman.late(gone)}")
         return None
     timer = deadman.Timer.of(record)
     said = deadman.claim(engine.host, timer, "committed") if timer is not None else "gone"
@@ -261,6 +279,15 @@ def commit(engine: PolicyEngine) -> Optional[Pending]:
         deadman.remove(engine.host, timer)
     engine.journal.audit(engine.command, [], f"committed {record['id']}")
     return Pending.of(record)
+
+
+def _rolled_back_by_host(engine: PolicyEngine) -> Optional[dict[str, Any]]:
+    """The last --no-commit apply, when its host rolled it back and nothing was applied since."""
+    done = engine.journal.load_rolled_back()
+    if done is None or done.get("rolled_back_by") != "host":
+        return None
+    last = engine.journal.load_last()
+    return done if last is None or str(last.get("time")) <= str(done.get("time")) else None
 
 
 def settle_overdue(engine: PolicyEngine, grace: float = OVERDUE_GRACE_S) -> Optional[dict[str, Any]]:
