@@ -67,7 +67,9 @@ for t in ovsdb-client setsid; do
   command -v "$t" >/dev/null 2>&1 || { echo "$t"; exit 16; }
 done
 umask 077
-mkdir -p -- "${d%/*}" && mkdir -- "$d" || exit 17
+mkdir -p -- "${d%/*}" || exit 17
+[ -O "${d%/*}" ] && [ ! -L "${d%/*}" ] || { echo "${d%/*} is not this user's own directory"; exit 18; }
+mkdir -- "$d" || exit 17
 cat >"$d/undo.jsonl" && echo "$secs" >"$d/seconds" && echo armed >"$d/armed" || exit 1
 setsid sh -c "$timer" hvnet-no-commit "$d" "$secs" "$db" </dev/null >/dev/null 2>&1 &
 echo started

@@ -168,3 +168,15 @@ def test_a_host_without_setsid_refuses_the_apply_before_anything_changes(
     monkeypatch.undo()
     assert (_port(switch, "p1"), _rate(switch, "p1")) == (("[]", "1", "[]"), "0")
     assert not (tmp_path / "state" / "no-commit").exists() or not list((tmp_path / "state" / "no-commit").iterdir())
+
+
+def test_a_timer_directory_that_is_a_symlink_is_refused(switch: Switch, engine: PolicyEngine, tmp_path: Path) -> None:
+    """hvnet's directory on the host swapped for a link elsewhere: nothing is written there, nothing applied."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "no-commit").symlink_to(elsewhere)
+    with pytest.raises(deadman.HostTimerError, match="is not this user's own directory; nothing was applied"):
+        _applied_after_arming(engine)
+    assert not list(elsewhere.iterdir())
+    assert _port(switch, "p1") == ("[]", "1", "[]")
