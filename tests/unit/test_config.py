@@ -167,7 +167,7 @@ def test_the_shipped_examples_uncommented_are_valid_and_the_defaults_are_the_cod
         "HVNET_XAPI_TIMEOUT": f"{xapi.DEFAULT_XAPI_TIMEOUT:g}", "HVNET_INVENTORY": str(hosts.DEFAULT_INVENTORY),
         "HVNET_REMOTE_OVS_RUNDIR": "/var/run/openvswitch", "HVNET_POLICY": DEFAULT_POLICY_FILE,
         "HVNET_EXPORTER_LISTEN": config.DEFAULT_EXPORTER_LISTEN, "HVNET_LAB_DIR": labstate.DEFAULT_LAB_DIR,
-        "HVNET_IMAGE_CACHE": str(DEFAULT_CACHE),
+        "HVNET_IMAGE_CACHE": str(DEFAULT_CACHE), "HVNET_CAPTURE_FREE_FLOOR": paths.pcap_free_floor,
     }  # fmt: skip
 
 
