@@ -229,7 +229,7 @@ def register(sub: Any) -> None:
         metavar="FLOOR",
         help="free space to leave on the captures' file system: N%% of it or a size (500MB, 2GB); refused "
         "when the worst case does not fit above it, stopped when free space falls under it "
-        "(default: hvnet.conf's capture_free_floor, 10%%)",
+        "(default: $HVNET_CAPTURE_FREE_FLOOR, hvnet.conf's capture_free_floor, 10%%)",
     )
     s.add_argument("--json", action="store_true", help="the capture's record as JSON")
     s.set_defaults(func=lazy("cli_capture", "cmd_capture_start"))

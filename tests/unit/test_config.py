@@ -309,3 +309,12 @@ def test_a_broken_file_stops_every_command_with_exit_2(tmp_path: Path) -> None:
         assert "did you mean policy?" in res.stderr and "Traceback" not in res.stderr
     res = _show("config", "show", env={**env, "HVNET_CONFIG": str(tmp_path / "none.conf")})
     assert res.returncode == 2 and "HVNET_CONFIG: no such file" in res.stderr
+
+
+def test_a_capture_floor_that_means_nothing_is_refused_at_its_line(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, "[data]\ncapture_free_floor = 95%\n")
+    assert len(problems) == 1 and ":2: data.capture_free_floor:" in problems[0], problems
+    assert "allowed: a share of the file system (0% to 90%) or a size (500MB, 2GB)" in problems[0], problems
+    env = {"HVNET_CONFIG": str(_file(tmp_path, "[data]\ncapture_free_floor = 2GB\n"))}
+    assert frontdoor.data_paths(config.environ(env)).pcap_free_floor == "2GB"
+    assert frontdoor.data_paths(config.environ({**env, "HVNET_CAPTURE_FREE_FLOOR": "5%"})).pcap_free_floor == "5%"
