@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,23 +96,44 @@ def describe_bound(limits: Limits) -> str:
     return text
 
 
-def check_fits(where: str, space: Space, limits: Limits, floor: Floor, source: str) -> dict[str, Any]:
+def check_fits(
+    where: str, space: Space, limits: Limits, floor: Floor, source: str, running: Sequence[tuple[int, int]] = ()
+) -> dict[str, Any]:
     """The capture's disk figures for its record, or a :class:`UsageError` when its worst case would take
-    free space under the floor (nothing has been created yet)."""
+    free space under the floor (nothing has been created yet).
+
+    ``running``: (worst case, bytes written so far) of the captures still running on that file system;
+    what they may still write is not free for this one."""
     worst, floor_bytes = worst_case(limits), floor.bytes_of(space.total)
+    reserved = sum(max(0, bound - written) for bound, written in running)
     figures = {
         "worst_case": worst, "bound": describe_bound(limits), "floor": floor_bytes, "floor_setting": floor.text,
         "floor_source": source, "free_at_start": space.free, "filesystem_size": space.total,
+        "reserved_by_running": reserved,
     }  # fmt: skip
-    if space.free - worst < floor_bytes:
+    if space.free - reserved - worst < floor_bytes:
+        others = ""
+        if reserved:
+            n = len(running)
+            others = f", {si(reserved, 'B')} of it still to be written by {n} running capture{'s' * (n != 1)},"
         raise UsageError(
             f"the capture could leave {where} under its free-space floor: its worst case is {si(worst, 'B')} "
-            f"({describe_bound(limits)}), {si(space.free, 'B')} is free and the floor is "
+            f"({describe_bound(limits)}), {si(space.free, 'B')} is free{others} and the floor is "
             f"{floor.describe(space.total)} ({source})",
             hint="a smaller ring (--rotate-mb, --rotate-files), --count, or a lower floor (--free-floor, "
             "$HVNET_CAPTURE_FREE_FLOOR, hvnet.conf's [data] capture_free_floor)",
         )
     return figures
+
+
+def running_bounds(views: list[Any]) -> list[tuple[int, int]]:
+    """(worst case, bytes so far) of the live captures among ``views`` (:class:`~.view.CaptureView`) that
+    recorded a worst case (one started by an hvnet that bounded none is not counted: it has none)."""
+    return [
+        (v.record.disk["worst_case"], v.bytes)
+        for v in views
+        if v.state in ("starting", "running") and v.record.disk and "worst_case" in v.record.disk
+    ]
 
 
 def under_floor_reason(free: int, disk: dict[str, Any]) -> str:

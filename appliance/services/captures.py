@@ -128,7 +128,8 @@ def start(
 
         return captures_remote.start(host, spec, tcpdump, floor, floor_source)
     base = captures_dir(host)
-    figures = disk.check_fits(str(base), disk.local_space(base), limits, floor, floor_source)
+    running = disk.running_bounds(list_captures(host, live=False))
+    figures = disk.check_fits(str(base), disk.local_space(base), limits, floor, floor_source, running)
     directory = base / name
     try:
         os.mkdir(directory, DIR_MODE)  # never an existing directory, nor through a link planted under that name

@@ -88,7 +88,9 @@ def start(host: Host, spec: CaptureSpec, tcpdump: str, floor: disk.Floor, floor_
     """Create the capture's directory and record on the host, start it detached, return once tcpdump listens
     (refused first when its worst case would take free space there under the floor)."""
     base = _prepare(host)
-    figures = disk.check_fits(f"{base} on {host.label}", _space(host, base), spec.limits, floor, floor_source)
+    running = disk.running_bounds(list_captures(host, live=False))
+    figures = disk.check_fits(f"{base} on {host.label}", _space(host, base), spec.limits, floor, floor_source,
+                              running)  # fmt: skip
     directory = capture_dir(host, spec.name)
     argv = tcpdump_argv(tcpdump, spec, directory)  # type: ignore[arg-type]
     record = CaptureRecord(spec=spec, directory=str(directory), host=host.identity, argv=argv, created=time.time(),

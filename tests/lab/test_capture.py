@@ -250,6 +250,22 @@ def test_a_capture_that_could_fill_the_disk_is_refused_and_one_running_stops_at_
     rec = hv(env, "capture", "start", "--port", VM2_VIF, "--name", "small", "--rotate-mb", "1", "--rotate-files", "2",
              "--free-floor", "4MB")  # fmt: skip
     assert rec["disk"]["worst_case"] == 2 * (1_000_000 + 16 + 262144) and rec["disk"]["floor"] == 4_000_000
+    res = run_hvnet(
+        "capture",
+        "start",
+        "--port",
+        VM2_VIF,
+        "--name",
+        "second",
+        "--rotate-mb",
+        "1",
+        "--rotate-files",
+        "2",
+        "--free-floor",
+        "4MB",
+        env=env,
+    )  # fits alone, not beside what "small" may still write
+    assert res.returncode == 2 and "still to be written by 1 running capture" in res.stderr, res.stderr
     ping(lab, 20)
     (small_disk / "filler").write_bytes(b"\0" * 4_500_000)  # another writer takes the disk under the floor
     deadline = time.monotonic() + 5

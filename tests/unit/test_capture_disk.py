@@ -99,3 +99,15 @@ def test_a_private_tmpfs_is_measured_as_it_fills(tmp_path: Path) -> None:
         assert before.total == 8 * 2**20 and before.free - after.free == 3 * 2**20
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_what_running_captures_may_still_write_is_not_free() -> None:
+    space = disk.Space(free=3_500_000_000, total=20_000_000_000)
+    lim, floor = check_limits(Limits()), disk.parse_floor("10%")
+    ring = disk.worst_case(lim)
+    assert disk.check_fits("/c", space, lim, floor, "x", [(ring, ring)])["reserved_by_running"] == 0  # a full ring
+    with pytest.raises(UsageError) as exc:
+        disk.check_fits("/c", space, lim, floor, "x", [(ring, 100_000_000), (ring, ring)])
+    assert ", 3.5 GB is free, 902.6 MB of it still to be written by 2 running captures, and the floor is" in str(
+        exc.value
+    )
