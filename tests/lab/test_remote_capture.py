@@ -227,3 +227,14 @@ def test_remote_capture_is_refused_above_the_hosts_floor_and_stopped_at_it(
     assert view["state"] == "stopped" and view["reason"].startswith("stopped: free space fell to "), view
     assert view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop"] < 4_000_000
     assert view["tcpdump"]["captured"] >= 10, view
+
+
+def test_a_remote_capture_rotated_by_time_stops_at_its_cap(tc1: SshHost, env: dict[str, str]) -> None:
+    rec = hv(env, "start", "--port", "vif2.0", "--name", "g1", "--rotate-seconds", "1", "--max-mb", "1")
+    assert rec["disk"]["bound"] == "at most 1 MB of files rotated every 1 s", rec["disk"]
+    run("ip", "netns", "exec", GUEST_NS, "ping", "-q", "-c", "1000", "-i", "0.002", "-s", "1400", HOST_IP)
+    deadline = time.monotonic() + 5
+    while (view := hv(env, "show", "g1"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert view["state"] == "finished" and view["reason"] == "its files reached their cap of 1 MB", view
+    assert 1_000_000 <= view["bytes"] < 3_000_000 and len(view["files"]) >= 1, view  # checked every second there
