@@ -121,8 +121,8 @@ def _wait_end(proc: subprocess.Popen[bytes], record: CaptureRecord, stop: thread
 
 
 def _disk_full(record: CaptureRecord) -> str | None:
-    """ "floor" when free space fell under the floor (noted in the record), "size" when a time-rotated
-    capture's files reached their cap, else None."""
+    """Why the disk ends the capture: "floor" when free space fell under its floor (noted in the record),
+    "size" when a time-rotated capture's files reached their cap; None while neither."""
     if record.disk is None:
         return None
     free = disk.local_space(record.path).free
