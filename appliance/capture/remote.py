@@ -35,13 +35,19 @@ from .spec import ended_by_itself
 
 STOP_SIGNAL = "TERM"  # tcpdump prints its counts and closes its file on SIGTERM as on SIGINT
 
+# df -P -k's output on stdin -> the KiB still free (its "Available") on stdout.  The figure before the
+# first all-digit "N%" word: a file system's name may hold spaces (as parse_df reads it).
+DF_AVAILABLE = r"""{ read -r _; read -r l; set -f; set -- $l; p=
+  for w; do case $w in [0-9]*%) case ${w%\%} in *[!0-9]*) ;; *) echo "$p"; break ;; esac ;; esac; p=$w; done; }"""
+
 # $1 the capture's directory, $2 the port whose counters are read at the end, $3 the duration in
 # seconds or "-", $4 the free-space floor in KiB, $5 the cap on the files' bytes or "-" (a capture
 # rotated by time), then tcpdump's argv.  Detached by START (its output goes nowhere, ssh returns).
 # umask 077: what tcpdump creates is root's alone.  A watcher checks every second that free space
 # (df's "Available") is not under the floor and the files not over their cap; either stops tcpdump
 # and says why in ended-by ("floor KIB", "size BYTES").
-WRAPPER = r"""umask 077
+WRAPPER = (
+    r"""umask 077
 d=$1 port=$2 dur=$3 floor=$4 cap=$5; shift 5
 cd -- "$d" || exit 1
 echo $$ >wrapper.pid
@@ -53,7 +59,9 @@ if [ "$dur" != - ]; then
     [ -e status ] || { [ -e ended-by ] || echo duration >ended-by; kill -TERM "$tp"; } ) </dev/null >/dev/null 2>&1 &
 fi
 ( while kill -0 "$tp" 2>/dev/null && [ ! -e status ]; do
-    free=$(df -P -k -- . | { read -r _; read -r _ _ _ a _; echo "$a"; })
+    free=$(df -P -k -- . | """
+    + DF_AVAILABLE
+    + r""")
     case $free in ''|*[!0-9]*) free= ;; esac
     if [ -n "$free" ] && [ "$free" -lt "$floor" ]; then
       [ -e ended-by ] || echo "floor $free" >ended-by; kill -TERM "$tp"; break
@@ -75,6 +83,7 @@ echo "$st" >status.tmp && mv -f status.tmp status
 kill "$(cat watch.pid)" 2>/dev/null
 exit 0
 """
+)
 
 # $1 WRAPPER, then its arguments: start it detached, print its pid.
 START = 'w=$1; shift; sh -c "$w" hvnet-capture "$@" </dev/null >/dev/null 2>&1 & echo $!'

@@ -131,3 +131,15 @@ def test_a_walk_that_said_nothing_conclusive_is_refused() -> None:
     for text in ("", "dir 0 755 /\nend\n", "me 0\ndir zero 755 /\nend\n", "me 0\ndir 0 755 /\n"):
         problem, missing = rc.judge_walk(text, "/var/lib/hvnet/captures")
         assert problem is not None and not missing and "could not be checked" in problem, text
+
+
+def test_the_hosts_watcher_reads_the_free_space_as_hvnet_does() -> None:
+    """The wrapper's df reading (its shell, run here on df's real outputs) agrees with parse_df, a file system
+    whose name holds spaces included."""
+    from appliance.capture.disk import parse_df
+
+    for name in ("df-tmpfs.txt", "df-root.txt", "df-spaced.txt"):
+        text = (DATA / name).read_text()
+        out = subprocess.run(["sh", "-c", "cat | " + rc.DF_AVAILABLE], input=text, capture_output=True, text=True)
+        space = parse_df(text)
+        assert space is not None and int(out.stdout) * 1024 == space.free, (name, out.stdout, out.stderr)
