@@ -24,6 +24,8 @@ from textual.widgets import DataTable, Header, Input, Static
 from ..backend import MESSAGES_KEPT, LogLine
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
+from ..widgets.keyed_table import literal
+from ..widgets.keyed_table import shown as text_block
 
 AUDIT_KEPT = 200
 AUDIT_POLL_S = 5.0
@@ -47,6 +49,11 @@ class MessageArrived(Message):
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _one_line(value: Any) -> str:
+    """A value of the audit log on one line of the detail: its own line ends shown escaped."""
+    return str(value).replace("\n", "\\x0a")
 
 
 def _when(iso_time: str) -> str:
@@ -168,7 +175,7 @@ class LogScreen(Screen[None]):
         rows = [r for _, r in shown]
         table.clear()
         for cells in rows:
-            table.add_row(*cells)
+            table.add_row(*map(literal, cells))
         self._show_detail()
         self.query_one("#audit-title", Static).update(
             f"audit log: {len(rows)} of the last {len(self.entries)} entries (newest at the bottom)"
@@ -190,10 +197,10 @@ class LogScreen(Screen[None]):
             detail.update("no audit entries yet" if not self.entries else "")
             return
         entry = self.shown_entries[row]
-        detail.update(
-            f"{_when(entry.get('time', ''))} {entry.get('user', '?')}: {entry.get('command', '?')}\n"
-            f"  {entry.get('result', '?')}: {changes_summary(entry)}"
-        )
+        detail.update(text_block(  # the audit log's lines are text from any hvnet run: never markup, never obeyed
+            f"{_when(entry.get('time', ''))} {entry.get('user', '?')}: {_one_line(entry.get('command', '?'))}\n"
+            f"  {_one_line(entry.get('result', '?'))}: {_one_line(changes_summary(entry))}"
+        ))  # fmt: skip
 
     # -- messages ------------------------------------------------------------
 
@@ -208,7 +215,7 @@ class LogScreen(Screen[None]):
             return
         table = self.query_one("#messages", DataTable)
         follow = table.cursor_row >= table.row_count - 1
-        table.add_row(*cells)
+        table.add_row(*map(literal, cells))
         if table.row_count > MESSAGES_KEPT:
             table.remove_row(next(iter(table.rows)))
         if follow:
@@ -221,7 +228,7 @@ class LogScreen(Screen[None]):
             rows = [r for r in rows if matches(r, self.filter_text)]
         table.clear()
         for cells in rows:
-            table.add_row(*cells)
+            table.add_row(*map(literal, cells))
         if rows:
             table.move_cursor(row=len(rows) - 1)
 
