@@ -20,7 +20,7 @@ from appliance import render
 from appliance.cli import format_status, main
 from appliance.cli_pool import format_pool
 from appliance.inventory import BridgeInfo, HostInfo, Inventory, MirrorInfo
-from tui.widgets.keyed_table import literal, shown
+from tui.widgets.literal import literal, shown
 
 from .test_inventory_rules import vif
 from .test_ovn_view import _view as pool_view

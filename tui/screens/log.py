@@ -24,8 +24,7 @@ from textual.widgets import DataTable, Header, Input, Static
 from ..backend import MESSAGES_KEPT, LogLine
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
-from ..widgets.keyed_table import literal
-from ..widgets.keyed_table import shown as text_block
+from ..widgets.literal import Literal, literal
 
 AUDIT_KEPT = 200
 AUDIT_POLL_S = 5.0
@@ -124,7 +123,7 @@ class LogScreen(Screen[None]):
         with Vertical(id="audit-pane", classes="pane"):
             yield Static("audit log (newest at the bottom)", id="audit-title", classes="pane-title")
             yield DataTable(id="audit", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="audit-detail", markup=False)
+            yield Literal("", id="audit-detail")
         with Vertical(id="messages-pane", classes="pane"):
             yield Static("hvnet messages", id="messages-title", classes="pane-title")
             yield DataTable(id="messages", cursor_type="row", zebra_stripes=True)
@@ -197,10 +196,10 @@ class LogScreen(Screen[None]):
             detail.update("no audit entries yet" if not self.entries else "")
             return
         entry = self.shown_entries[row]
-        detail.update(text_block(  # the audit log's lines are text from any hvnet run: never markup, never obeyed
+        detail.update(  # a Literal: audit lines are text from any hvnet run, never markup, never obeyed
             f"{_when(entry.get('time', ''))} {entry.get('user', '?')}: {_one_line(entry.get('command', '?'))}\n"
             f"  {_one_line(entry.get('result', '?'))}: {_one_line(changes_summary(entry))}"
-        ))  # fmt: skip
+        )
 
     # -- messages ------------------------------------------------------------
 

@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Union
 
-from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
-from appliance.render import terminal
+from .literal import Cell, literal
 
-Cell = Union[str, Text]
-
-
-def literal(cell: Cell) -> Text:
-    """A cell as shown: text from VMs, operators and files is never read as markup nor obeyed.
-
-    DataTable parses a plain ``str`` cell as Rich markup: a mirror named
-    ``x[/]`` would raise ``MarkupError`` and ``[b]VM`` would print bold.
-    Parsing markup for every cell is also most of a 1000-row table's fill.
-    Control characters (ESC, C1, bidi overrides) are shown escaped, as the
-    command line shows them (:func:`appliance.render.terminal`).
-    """
-    return Text(terminal(cell)) if isinstance(cell, str) else cell
-
-
-def shown(text: str) -> Text:
-    """A block of text for a Static (a message, a plan, tool output): its lines kept, nothing else obeyed."""
-    return Text(terminal(text, keep="\n"))
+__all__ = ["Cell", "KeyedTable", "literal"]
 
 
 class KeyedTable(DataTable):
