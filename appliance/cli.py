@@ -26,6 +26,7 @@ from . import (
     cli_suite,
     cli_tap,
     render,
+    validate,
 )
 from .cli_common import HOSTS_EXIT_HELP, add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HvnetError
@@ -416,7 +417,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = streams
 
 
+def _refuse_control(argv: Sequence[str]) -> str | None:
+    """Why an argument cannot be taken (a name holding control characters), checked before anything else;
+    what follows ``--`` (a command for ``lab exec``) is passed on as given."""
+    for i, arg in enumerate(argv, start=1):
+        if arg == "--":
+            return None
+        try:
+            validate.no_control(arg)
+        except ValueError as exc:
+            return f"argument {i} ('{render.terminal(arg)}'): {exc}"
+    return None
+
+
 def _main(argv: Sequence[str] | None, streams: tuple[object, object]) -> int:
+    refused = _refuse_control(sys.argv[1:] if argv is None else argv)
+    if refused:
+        print(f"hvnet: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "tui":
