@@ -124,7 +124,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         notes += [f"{b.name}: {line}" for line in b.sampling_text()]
     if notes:
         lines += ["", *notes]
-    return "\n".join(map(render.terminal, lines))  # one line each: a name cannot steer nor add a line
+    return render.lines(lines)  # one line each: a name cannot steer nor add a line
 
 
 POOL_VERBS = ("status", "plan", "apply", "verify", "export", "rollback")  # on an OVN pool (and isolation check)

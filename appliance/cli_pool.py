@@ -83,7 +83,7 @@ def format_pool(v: PoolView) -> str:
     for m in v.mirrors:
         lines.append(f"mirror {m.name}: {m.type} to {m.sink} (index {m.index}, {m.filter})")
     lines += [f"note: {n}" for n in v.notes]
-    return "\n".join(map(render.terminal, lines))  # one line each: a name cannot steer nor add a line
+    return render.lines(lines)  # one line each: a name cannot steer nor add a line
 
 
 def _short(name: str) -> str:
@@ -229,7 +229,7 @@ def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
     for m in out.mirrored:
         mark = {"present": "mirrored", "missing": "NOT MIRRORED", "unknown": "unknown"}[m.state]
         lines.append(f"  {mark}: {m.vm or m.port} by {m.row} ({m.detail})")
-    return "\n".join(map(render.terminal, lines))  # one line each: a name cannot steer nor add a line
+    return render.lines(lines)  # one line each: a name cannot steer nor add a line
 
 
 def check_pool_scenario(args: argparse.Namespace, sc: Scenario, guests: GuestSource) -> CheckResult:

@@ -41,10 +41,18 @@ def terminal(text: str, keep: str = "") -> str:
     return _UNSHOWN.sub(_escape, text)
 
 
+def lines(parts: Sequence[str]) -> str:
+    """Lines joined, each :func:`terminal`-safe: a line end inside one (from a name) is shown, not obeyed."""
+    text = "\n".join(parts)
+    plain = text.count("\n") == len(parts) - 1 and not _UNSHOWN.search(text.replace("\n", ""))
+    return text if plain else "\n".join(map(terminal, parts))
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Left-aligned columns separated by two spaces (no trailing blanks); every cell :func:`terminal`-safe."""
-    headers = [terminal(h) for h in headers]
-    rows = [[terminal(c) for c in row] for row in rows]
+    if _UNSHOWN.search("".join(headers) + "".join("".join(r) for r in rows)):  # one pass when all is plain
+        headers = [terminal(h) for h in headers]
+        rows = [[terminal(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
