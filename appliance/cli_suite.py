@@ -30,7 +30,7 @@ class Progress:
     """One status line redrawn in place on a terminal; plain lines otherwise (logs, CI)."""
 
     def __init__(self, stream: Any = sys.stderr, quiet: bool = False) -> None:
-        self.stream = stream
+        self.stream = getattr(stream, "exact", stream)  # it redraws with \r and escapes its own text
         self.tty = stream.isatty()
         self.quiet = quiet
         self.step = 0
