@@ -245,8 +245,15 @@ def _check(out: PoolOutcome, inventory: Inventory, pool: InventoryPool, connect:
            ssl: SslOptions | None) -> None:  # fmt: skip
     """Each limit's NB rule (as read after the commit) and meter, and each mirror's OVS mirror, on the
     chassis that binds its port."""
-    view = status(pool, inventory, connect, timeout=timeout, ssl=ssl, vms=False) if out.plan.changed else out.view
-    out.enforced = enforcement(view, out.plan.wanted(), inventory, pool, connect, timeout)
+    view = out.view
+    if out.plan.changed:
+        try:
+            view = status(pool, inventory, connect, timeout=timeout, ssl=ssl, vms=False)
+        except HvnetError as exc:  # committed, but what the NB holds now is not known: said, not assumed
+            out.enforced = [Enforced(lim, None, "unknown", f"the NB could not be read again: {exc.message}")
+                            for lim in out.plan.wanted()]  # fmt: skip
+    if not out.enforced:
+        out.enforced = enforcement(view, out.plan.wanted(), inventory, pool, connect, timeout)
     out.mirrored = mirror_checks.check(out.view, out.plan.wanted_mirrors(), inventory, pool, connect, timeout)
 
 
