@@ -16,6 +16,7 @@ from textual.timer import Timer
 from appliance.errors import HvnetError
 from appliance.host import Host
 from appliance.ovsdb import Connection
+from appliance.render import terminal
 from appliance.services.policy import Pending
 
 from .backend import Backend, fleet
@@ -210,7 +211,7 @@ class HvnetApp(App[int]):
     # -- the host the console works on ---------------------------------------------------
 
     def _show_host(self) -> None:
-        self.sub_title = f"{self.host_name} · {self.backend.describe()}"
+        self.sub_title = terminal(f"{self.host_name} · {self.backend.describe()}")  # plain text: escaped
 
     def action_pick_host(self) -> None:
         """Open the host picker (the Fleet screen's enter does the same for its row)."""

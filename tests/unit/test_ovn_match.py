@@ -121,3 +121,19 @@ def test_enforcement_is_missing_when_the_nb_rule_matches_more_than_its_port() ->
     rule.match = lim.match  # the port's own rule: what decides now is the chassis' meter (no chassis here)
     (e,) = pools.enforcement(v, [lim], inv, pool, connect=lambda _e: None, timeout=1.0)  # type: ignore[arg-type]
     assert e.state == "unknown"
+
+
+ADDRESSY = st.one_of(st.text(max_size=24), st.text(alphabet="0123456789abcdefABCDEF:./ |&", max_size=24))
+
+
+@settings(max_examples=500, deadline=None)
+@given(NAMES, ADDRESSY, ADDRESSY)
+def test_a_microflow_is_the_port_and_two_addresses_or_a_value_error(port: str, mac: str, ip: str) -> None:
+    try:
+        expr = ovntrace.arp_broadcast(port, mac, ip, "10.0.0.99")
+    except ValueError:
+        return
+    value, rest = lex_string(expr.removeprefix("inport == "))
+    assert value == port
+    assert rest == (f" && eth.src == {mac.lower()} && eth.dst == ff:ff:ff:ff:ff:ff && arp.op == 1 && "
+                    f"arp.sha == {mac.lower()} && arp.spa == {ip} && arp.tpa == 10.0.0.99")  # fmt: skip
