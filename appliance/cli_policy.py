@@ -250,7 +250,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         Path(args.out).write_text(out.yaml, encoding="utf-8")
         print(f"wrote {args.out} ({out.vifs} VIFs, {out.mirrors} mirrors)")
     else:
-        sys.stdout.write(out.yaml)
+        render.exact_stdout().write(out.yaml)  # YAML quotes what it must itself
     return EXIT_OK
 
 
