@@ -68,7 +68,9 @@ class FleetCollector:
             c.host.link.reconnect()  # HvnetError when it cannot: this scrape says so
         if c is None:
             host = self.opener(slot.name, self.timeout)
-            c = slot.collector = Collector(host, timeout=self.timeout, policy=self.policies[slot.name], **self.options)
+            c = slot.collector = Collector(
+                host, timeout=self.timeout, deadline=self.deadline, policy=self.policies[slot.name], **self.options
+            )
             c.name = slot.name
             c.start()
         return c.collect()
