@@ -29,7 +29,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     chosen = config.resolve("exporter.listen", args.listen, flag_name="--listen")
     listen = exporter.parse_listen(str(chosen.value or exporter.DEFAULT_LISTEN), chosen.source)
     tls = _tls(args)
-    exporter.require_allowed(listen, args.allow_remote, tls)
+    exporter.require_allowed(listen, args.allow_remote, tls, chosen.source)
     deadline = _scrape_timeout(args.scrape_timeout)
     policy = args.policy
     if policy is not None and policy != "none" and not Path(policy).is_file():

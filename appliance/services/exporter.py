@@ -80,13 +80,13 @@ def parse_listen(text: str, origin: str = "--listen") -> Listen:
     return Listen(address, int(port))
 
 
-def require_allowed(listen: Listen, allow_remote: bool, tls: Optional[Tls] = None) -> None:
+def require_allowed(listen: Listen, allow_remote: bool, tls: Optional[Tls] = None, origin: str = "--listen") -> None:
     """Refuse a non-loopback address unless the operator also said ``--allow-remote`` or clients must show
     a certificate signed by ``client_ca``."""
     if listen.loopback or allow_remote or (tls is not None and tls.client_ca is not None):
         return
     raise UsageError(
-        f"--listen {listen.address}: not a loopback address; the metrics name every VM and the "
+        f"{origin}: {listen.address}: not a loopback address; the metrics name every VM and the "
         "endpoint does not authenticate its clients",
         hint="set client_ca (and tls_cert, tls_key) so that only clients with a certificate are served, or pass "
         "--allow-remote as well (and firewall it), or keep 127.0.0.1",
@@ -138,9 +138,7 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
 
 
-def tls_of(
-    cert: Optional[TlsFile], key: Optional[TlsFile], client_ca: Optional[TlsFile]
-) -> Optional[Tls]:
+def tls_of(cert: Optional[TlsFile], key: Optional[TlsFile], client_ca: Optional[TlsFile]) -> Optional[Tls]:
     """The TLS settings as given, or None for plain HTTP; a key without its certificate (or the reverse), or
     a client CA without either, is a usage error naming what was given where."""
     if cert is None and key is None:

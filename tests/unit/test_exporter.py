@@ -166,7 +166,7 @@ def _hvnet(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 @pytest.mark.parametrize(
     ("args", "env", "said"),
     [
-        (("--listen", "0.0.0.0:9477"), {}, "--listen 0.0.0.0: not a loopback address"),
+        (("--listen", "0.0.0.0:9477"), {}, "flag --listen: 0.0.0.0: not a loopback address"),
         ((), {"HVNET_EXPORTER_LISTEN": "9477"}, "env HVNET_EXPORTER_LISTEN: '9477': no HOST:PORT"),
         (("--check-interval", "0"), {}, "--check-interval 0: allowed 1-3600 seconds"),
         (("--policy", "/nonexistent.yaml"), {}, "--policy /nonexistent.yaml: no such file"),
