@@ -34,7 +34,7 @@ from ..errors import HvnetError
 from ..host import Host, daemon_pid
 from ..inventory import Inventory, Vif
 from ..names import resolve_vms
-from ..ovsdb import fetch_schema, lock_held
+from ..ovsdb import fetch_schema, lock_held, without_lone_surrogates
 
 log = logging.getLogger("hvnet.exporter")
 
@@ -181,7 +181,7 @@ class Families:
         if value is None:
             return
         fam = self.by_name.setdefault(name, Family(name))
-        labels = tuple(labels)
+        labels = tuple(map(label_text, labels))
         assert len(labels) == len(fam.labels), (name, labels)
         fam.samples.append((labels, float(value)))
 
@@ -190,6 +190,19 @@ class Families:
 
     def get(self, name: str) -> Optional[Family]:
         return self.by_name.get(name)
+
+
+def label_text(text: str) -> str:
+    """A label value as exported: itself, except that a lone surrogate (which no UTF-8 text can hold, and
+    which would end the whole scrape with an encoding error) becomes U+FFFD.  Control characters stay:
+    the exposition format escapes newline, backslash and quote, and carries the others as they are."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return str(without_lone_surrogates(text))
+    return text
 
 
 # -- the switch: VIFs, limits, mirrors, sampling ---------------------------------------------------
