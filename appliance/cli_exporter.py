@@ -71,7 +71,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
 
 
 def _scrape_timeout(flag: Any) -> float:
-    r = config.resolve("exporter.scrape_timeout", None if flag is None else str(flag), flag_name="--scrape-timeout")
+    r = config.resolve("exporter.scrape_timeout", None if flag is None else f"{flag:g}", flag_name="--scrape-timeout")
     try:
         value = float(str(r.value))
     except ValueError:

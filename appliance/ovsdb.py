@@ -242,7 +242,7 @@ def _parse_replies(text: str, pending: set[int], replies: dict[int, Any]) -> str
             msg, used = decoder.raw_decode(text)
         except ValueError:
             break
-        if _SURROGATE_ESCAPE.search(text, 0, used):
+        if _may_hold_surrogates(text, used):
             msg = without_lone_surrogates(msg)
         if isinstance(msg, dict) and msg.get("id") in pending:
             pending.discard(msg["id"])
@@ -254,6 +254,14 @@ def _parse_replies(text: str, pending: set[int], replies: dict[int, Any]) -> str
 # An escape that can decode to a surrogate (a valid pair decodes to one character; a lone one stays).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _may_hold_surrogates(text: str, end: int) -> bool:
+    """Whether ``text[:end]`` has an escape that can decode to a surrogate (two plain searches first: a
+    megabyte of reply without ``\\ud`` is passed over at memory speed)."""
+    if text.find("\\ud", 0, end) < 0 and text.find("\\uD", 0, end) < 0:
+        return False
+    return _SURROGATE_ESCAPE.search(text, 0, end) is not None
 
 
 def without_lone_surrogates(value: Any) -> Any:

@@ -181,7 +181,9 @@ class Families:
         if value is None:
             return
         fam = self.by_name.setdefault(name, Family(name))
-        labels = tuple(map(label_text, labels))
+        labels = tuple(labels)
+        if not all(map(str.isascii, labels)):  # the common case checked without a call per label
+            labels = tuple(map(label_text, labels))
         assert len(labels) == len(fam.labels), (name, labels)
         fam.samples.append((labels, float(value)))
 
@@ -603,7 +605,8 @@ class Collector:
     def _names(self, inv: Inventory) -> None:
         """VM names from libvirt/XAPI, in a thread of their own within half of what is left of the deadline;
         one lookup at a time (a stuck libvirt is not asked again until it answers)."""
-        wanted = inventory.wanted_vms(inv.vifs)
+        sources = self.host.name_sources()  # built once per Host; connections are made when asked
+        wanted = inventory.wanted_vms(inv.vifs) if sources else {}
         if not wanted:
             return
         with self._lock:
@@ -616,7 +619,7 @@ class Collector:
 
         def look_up() -> None:
             try:
-                box["found"] = resolve_vms(self.host.name_sources(), wanted)
+                box["found"] = resolve_vms(sources, wanted)
             except Exception as exc:  # libvirt's and XenAPI's own errors: the names stay unknown
                 box["error"] = exc
             finally:

@@ -169,6 +169,10 @@ def _hvnet(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (("--listen", "0.0.0.0:9477"), {}, "flag --listen: 0.0.0.0: not a loopback address"),
         ((), {"HVNET_EXPORTER_LISTEN": "9477"}, "env HVNET_EXPORTER_LISTEN: '9477': no HOST:PORT"),
         (("--check-interval", "0"), {}, "--check-interval 0: allowed 1-3600 seconds"),
+        (("--scrape-timeout", "0"), {}, "flag --scrape-timeout: '0': allowed more than 0, at most 60 seconds"),
+        ((), {"HVNET_EXPORTER_SCRAPE_TIMEOUT": "soon"}, "env HVNET_EXPORTER_SCRAPE_TIMEOUT: 'soon': allowed"),
+        (("--tls-key", "/etc/k.pem"), {}, "flag --tls-key: /etc/k.pem: HTTPS needs both a certificate and its key"),
+        ((), {"HVNET_EXPORTER_CLIENT_CA": "ca.pem"}, "env HVNET_EXPORTER_CLIENT_CA: 'ca.pem' is not allowed"),
         (("--policy", "/nonexistent.yaml"), {}, "--policy /nonexistent.yaml: no such file"),
     ],
 )
