@@ -47,6 +47,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         entries = load(inventory_file()).select(args.hosts)
         # each host's drift from its own policy (the inventory's), unless --policy names one for all
         policies = {h.name: (None if policy == "none" else policy or h.policy) for h in entries}
+        # the whole scrape within the deadline: each host's connection and OVSDB calls within half of it
+        options = {**options, "timeout": deadline / 2, "deadline": deadline}
         collector = FleetCollector(policies, lambda name, timeout: build_host(ssh_host=name, timeout=timeout),
                                    **options)  # fmt: skip
         what = f"{len(entries)} hosts ({', '.join(policies)})"

@@ -40,15 +40,23 @@ class FleetCollector:
     """The :class:`Collector` interface (start, stop, collect) over several hosts."""
 
     def __init__(
-        self, policies: Mapping[str, Optional[str]], opener: Opener, *, timeout: float = 2.0, **options: Any
+        self,
+        policies: Mapping[str, Optional[str]],
+        opener: Opener,
+        *,
+        timeout: float = 2.0,
+        deadline: Optional[float] = None,
+        **options: Any,
     ) -> None:
-        """``policies``: each host's name and the policy file whose drift is exported for it (or None)."""
+        """``policies``: each host's name and the policy file whose drift is exported for it (or None);
+        ``timeout``: each connection and OVSDB call; ``deadline``: the whole scrape (default: twice the
+        timeout, the schema and the read, plus a second for the answer)."""
         self.policies = dict(policies)
         self.slots = [_HostSlot(n) for n in policies]
         self.opener = opener
         self.timeout = timeout
         self.options = options
-        self.deadline = 2 * timeout + 1.0  # the schema and the read, each within the timeout, then the answer
+        self.deadline = 2 * timeout + 1.0 if deadline is None else deadline
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(16, len(self.slots))), thread_name_prefix="hvnet-scrape")
         self._lock = threading.Lock()
 
