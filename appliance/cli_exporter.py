@@ -23,7 +23,7 @@ from .host import DEFAULT_POLICY_FILE
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    from .services import exporter, metrics
+    from .services import exporter, scrape
 
     # each: the flag, $HVNET_EXPORTER_*, hvnet.conf's [exporter], the default -- in that order
     chosen = config.resolve("exporter.listen", args.listen, flag_name="--listen")
@@ -56,7 +56,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         if policy is None and Path(DEFAULT_POLICY_FILE).exists():
             policy = DEFAULT_POLICY_FILE
         host = host_of(args)
-        collector = metrics.Collector(host, policy=None if policy == "none" else policy, **options)
+        collector = scrape.Collector(host, policy=None if policy == "none" else policy, **options)
         what = host.describe()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

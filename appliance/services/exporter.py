@@ -5,7 +5,7 @@ our own: a thread per connection, at most :data:`MAX_CLIENTS` of them (one
 more is answered 503 at once, never queued), each connection bounded by
 :data:`CLIENT_TIMEOUT` seconds of silence, its TLS handshake made in its own
 thread so a client that never finishes one holds nobody else.  Each scrape
-calls :meth:`.metrics.Collector.collect`, which answers within its deadline.
+calls :meth:`.scrape.Collector.collect`, which answers within its deadline.
 
 The metrics name every VM, so the exporter listens on the loopback by
 default and binds another address only when told twice (the address and
@@ -26,7 +26,7 @@ from typing import Any, Optional
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from ..errors import ConflictError, UsageError
-from .metrics import Collector
+from .scrape import Collector
 
 log = logging.getLogger("hvnet.exporter")
 

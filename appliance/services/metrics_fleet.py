@@ -1,6 +1,6 @@
 """``hvnet exporter --hosts``: one scrape covers many hypervisors, each collected on its own.
 
-Each host gets its own :class:`~.metrics.Collector` on its own Host (one SSH
+Each host gets its own :class:`~.scrape.Collector` on its own Host (one SSH
 master), opened on the first scrape and kept.  A scrape collects every host
 in parallel and waits at most its deadline: a host that cannot be reached,
 or is still busy from an earlier scrape (a hung SSH connection), is exported
@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 from ..errors import HvnetError
 from ..host import Host
-from .metrics import Collector, Families
+from .metrics import Families
+from .scrape import Collector
 
 log = logging.getLogger("hvnet.exporter")
 Opener = Callable[[str, float], Host]  # (inventory name, timeout) -> an open Host

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from appliance.host import DataPaths, Host
-from appliance.services import exporter, metrics
+from appliance.services import exporter, metrics, scrape
 from appliance.target import DbTarget
 
 
@@ -26,12 +26,12 @@ def _collectors() -> int:
 
 
 @pytest.fixture()
-def stuck(tmp_path: Path) -> Iterator[tuple[metrics.Collector, Path]]:
+def stuck(tmp_path: Path) -> Iterator[tuple[scrape.Collector, Path]]:
     """A collector whose audit log is a FIFO with no writer: its collection hangs until the test writes."""
     paths = DataPaths.for_lab(tmp_path)
     os.mkfifo(paths.audit_log)
     host = Host(DbTarget(f"unix:{tmp_path}/db.sock", "--db"), paths=paths, label="hv1")
-    collector = metrics.Collector(host, timeout=0.5, deadline=0.8)
+    collector = scrape.Collector(host, timeout=0.5, deadline=0.8)
     yield collector, paths.audit_log
     _release(paths.audit_log)
 
@@ -50,7 +50,7 @@ def _values(fams: metrics.Families, name: str) -> dict[tuple[str, ...], float]:
 
 
 def test_a_hung_collection_is_answered_within_the_deadline_and_said(
-    stuck: tuple[metrics.Collector, Path],
+    stuck: tuple[scrape.Collector, Path],
 ) -> None:
     collector, fifo = stuck
     for _ in range(3):  # the first waits for the deadline; the next ones answer at once
@@ -74,7 +74,7 @@ def test_a_hung_collection_is_answered_within_the_deadline_and_said(
     assert _values(fams, "hvnet_exporter_scrapes_total") == {("hv1",): 4.0}
 
 
-def test_scrapes_that_arrive_together_share_one_collection(stuck: tuple[metrics.Collector, Path]) -> None:
+def test_scrapes_that_arrive_together_share_one_collection(stuck: tuple[scrape.Collector, Path]) -> None:
     collector, fifo = stuck
     collector.deadline = 5.0
     got: list[metrics.Families] = []
@@ -94,7 +94,7 @@ def test_scrapes_that_arrive_together_share_one_collection(stuck: tuple[metrics.
 
 def test_connections_past_the_limit_are_answered_503_at_once(tmp_path: Path) -> None:
     host = Host(DbTarget(f"unix:{tmp_path}/db.sock", "--db"), paths=DataPaths.for_lab(tmp_path), label="hv1")
-    server = exporter.Server(metrics.Collector(host, timeout=0.5), exporter.parse_listen("127.0.0.1:0"))
+    server = exporter.Server(scrape.Collector(host, timeout=0.5), exporter.parse_listen("127.0.0.1:0"))
     idle = []
     try:
         with urllib.request.urlopen(server.url, timeout=5) as reply:
