@@ -117,7 +117,8 @@ class Collector:
                 threading.Thread(target=self._fly, args=(flight,), name="hvnet-exporter-collect", daemon=True).start()
             elif started > flight.until:  # an earlier scrape's collection, still not back
                 return self._late(started)
-        if flight.done.wait(max(0.0, flight.until - time.monotonic())) and flight.families is not None:
+        flight.done.wait(max(0.0, flight.until - time.monotonic()))
+        if flight.done.is_set() and flight.families is not None:  # done in time (or just now): its figures
             return self._answer(flight)
         with self._lock:
             return self._late(started, failed=flight.done.is_set())
