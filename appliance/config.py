@@ -106,6 +106,16 @@ def _free_floor(text: str) -> str:
     return text
 
 
+def _seconds_up_to_60(text: str) -> str:
+    try:
+        ok = 0 < float(text) <= 60
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError("a number of seconds greater than 0 and at most 60")
+    return text
+
+
 def _policing(text: str) -> str:
     if text not in ("auto", "tc", "meter"):
         raise ValueError("auto, tc or meter")
@@ -241,6 +251,14 @@ SETTINGS: tuple[Setting, ...] = (
        "force the agent's ingress policing mechanism (--policing); unset: each rule's own"),
     _S("exporter", "listen", "HVNET_EXPORTER_LISTEN", _listen, DEFAULT_EXPORTER_LISTEN, None,
        "where 'hvnet exporter' serves /metrics"),
+    _S("exporter", "scrape_timeout", "HVNET_EXPORTER_SCRAPE_TIMEOUT", _seconds_up_to_60, "5", None,
+       "seconds within which every scrape answers (--scrape-timeout)"),
+    _S("exporter", "tls_cert", "HVNET_EXPORTER_TLS_CERT", _absolute_path, None, None,
+       "serve HTTPS with this PEM certificate (--tls-cert); unset: plain HTTP"),
+    _S("exporter", "tls_key", "HVNET_EXPORTER_TLS_KEY", _absolute_path, None, None,
+       "the certificate's PEM private key (--tls-key)"),
+    _S("exporter", "client_ca", "HVNET_EXPORTER_CLIENT_CA", _absolute_path, None, None,
+       "serve only clients with a certificate this CA signed (--client-ca)"),
     _S("lab", "dir", "HVNET_LAB_DIR", _absolute_path, "/run/hvnet/lab", None, "the built-in lab's run directory"),
     _S("lab", "image_cache", "HVNET_IMAGE_CACHE", _absolute_path, "/var/cache/hvnet/image", None,
        "the lab's QEMU guest image cache"),

@@ -17,6 +17,7 @@ from appliance import config, frontdoor, hosts, labstate, names, xapi
 from appliance.errors import ConfigError, UsageError
 from appliance.host import DEFAULT_POLICY_FILE, DataPaths
 from appliance.lab.vm.image import DEFAULT_CACHE
+from appliance.services import scrape
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "rpm/hvnet.conf"
@@ -167,6 +168,7 @@ def test_the_shipped_examples_uncommented_are_valid_and_the_defaults_are_the_cod
         "HVNET_XAPI_TIMEOUT": f"{xapi.DEFAULT_XAPI_TIMEOUT:g}", "HVNET_INVENTORY": str(hosts.DEFAULT_INVENTORY),
         "HVNET_REMOTE_OVS_RUNDIR": "/var/run/openvswitch", "HVNET_POLICY": DEFAULT_POLICY_FILE,
         "HVNET_EXPORTER_LISTEN": config.DEFAULT_EXPORTER_LISTEN, "HVNET_LAB_DIR": labstate.DEFAULT_LAB_DIR,
+        "HVNET_EXPORTER_SCRAPE_TIMEOUT": f"{scrape.DEFAULT_DEADLINE:g}",
         "HVNET_IMAGE_CACHE": str(DEFAULT_CACHE), "HVNET_CAPTURE_FREE_FLOOR": paths.pcap_free_floor,
     }  # fmt: skip
 
