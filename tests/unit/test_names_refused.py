@@ -32,7 +32,7 @@ def _problems(exc: pytest.ExceptionInfo[ConfigError]) -> str:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=8), st.sampled_from([*CONTROLS, *OTHERS]))
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8), st.sampled_from([*CONTROLS, *OTHERS]))
 def test_a_policy_names_any_control_character_in_a_selector_at_its_line(prefix: str, bad: str) -> None:
     name = prefix.replace('"', "").replace("\\", "") + bad
     text = f'version: 1\nvifs:\n  - vlan: 10\n    vm: "{name.encode("unicode_escape").decode()}"\n'
