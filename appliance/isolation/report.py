@@ -21,9 +21,9 @@ MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
 
 
 def _table(result: CheckResult, cell_text) -> str:
-    guests = result.guests
-    rows = [[g, *[("/" if g == s else cell_text((g, s))) for s in guests]] for g in guests]
-    return render.table(["hears \u2193 from \u2192", *guests], rows)
+    guests, senders, cells = result.guests, result.senders or result.guests, result.expected.cells
+    rows = [[g, *[("/" if (g, s) not in cells else cell_text((g, s))) for s in senders]] for g in guests]
+    return render.table(["hears \u2193 from \u2192", *senders], rows)
 
 
 def format_result(result: CheckResult) -> str:
@@ -145,9 +145,11 @@ def traffic_line(result: CheckResult) -> str:
         if "closing_controls_sent" in t.stats
         else ""
     )
+    kept = f"captures in {result.out_dir}" if result.out_dir else "captures deleted after counting"
+    notes = "".join(f"\n  note: {n}" for n in t.stats.get("notes", []))
     return (
         f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
-        f"{t.stats.get('controls_sent', 0)} positive controls{closing}; captures in {result.out_dir}"
+        f"{t.stats.get('controls_sent', 0)} positive controls{closing}; {kept}{notes}"
     )
 
 
@@ -158,6 +160,7 @@ def to_json(result: CheckResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "scenario": result.scenario,
         "guests": result.guests,
+        **({"senders": result.senders} if result.senders else {}),
         "exit_code": result.exit_code,
         "duration_s": round(result.duration_s, 3),
         "out_dir": result.out_dir,
@@ -202,6 +205,7 @@ def from_json(doc: dict[str, Any]) -> CheckResult:
         methods=methods,
         out_dir=doc["out_dir"],
         duration_s=doc["duration_s"],
+        senders=list(doc["senders"]) if "senders" in doc else None,
     )
 
 

@@ -1,0 +1,316 @@
+"""The audit's traffic method: probes injected by packet-out, captured on the listeners' host-side devices.
+
+Order, as in the lab's traffic method: a capture armed on every listener's
+device (``tcpdump -Q out -p``: what the switch handed to the VM's device, not
+what the VM's driver then accepted; a userspace ``type=tap`` port shows those
+frames as inbound, so ``-Q in`` there), then a positive control put on every
+listener's port, then every probe -- one OpenFlow bundle of packet-outs per
+bridge, each with ``in_port`` = the sender's VIF and ``resubmit(,0)`` so the
+frame crosses table 0 like one the VM sent (tc ingress policing is *not*
+crossed: it sits before the switch) -- then a closing control on every
+listener's port.  Frames queue on a port in order, so a capture that shows
+its closing control saw every probe forwarded to it before.
+
+Captures keep only the audit's frames (a BPF filter on the mark, see
+:mod:`.inject`), in a 0700 directory as 0600 files (tcpdump under umask
+077), deleted after counting unless asked to keep them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import HvnetError
+from ..host import Host
+from ..safedirs import make_private
+from . import inject, model
+from .audit import AuditPort, Probe
+from .model import Evidence, MethodResult
+from .pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
+
+QUIET_S = 0.1
+SETTLE_MAX_S = 2.0
+POLL_S = 0.01
+BUFFER_KIB = "256"  # tcpdump -B: a small kernel buffer per listener (the filter keeps only probes)
+UMASK_EXEC = 'umask 077 && exec "$@"'  # tcpdump's pcap created 0600 (the argv reaches sh as "$@", never as text)
+
+
+@dataclass
+class Listen:
+    """One listener's capture and what it showed."""
+
+    label: str
+    device: str
+    pcap: Path
+    frames: list[ArpFrame] = field(default_factory=list)
+    error: str | None = None
+    counts: TcpdumpCounts | None = None
+    settled: bool = False
+
+    def has(self, kind: int, run: int) -> bool:
+        return any((m := inject.mark_of(f)) is not None and m.kind == kind and m.run == run for f in self.frames)
+
+
+@dataclass
+class Injection:
+    """What the run put into the switches."""
+
+    run: int
+    probes_sent: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # bridge -> why its bundle was refused
+    controls: set[str] = field(default_factory=set)  # labels whose port got the positive control
+    closing: set[str] = field(default_factory=set)
+    window_s: float = 0.0
+    settle_s: float = 0.0
+
+
+def tcpdump_argv(tcpdump: str, device: str, direction: str, pcap: Path, run: int) -> list[str]:
+    """One listener's capture: only this audit's frames, leaving the switch towards the VM."""
+    return ["sh", "-c", UMASK_EXEC, "sh", tcpdump, "-i", device, "-Q", direction, "-p", "-B", BUFFER_KIB,
+            "-U", "--immediate-mode", "-nn", "-s", "128", "-Z", "root", "-w", str(pcap),
+            inject.capture_filter(run)]  # fmt: skip
+
+
+def _arm(
+    host: Host, ports: list[AuditPort], out_dir: Path, run: int, timeout: float
+) -> dict[str, tuple[subprocess.Popen, Listen]]:
+    """Start every listener's tcpdump and wait until each says it is listening."""
+    import select
+
+    tcpdump = host.runner.which("tcpdump")
+    running: dict[str, tuple[subprocess.Popen, Listen]] = {}
+    for i, p in enumerate(ports):
+        direction, _why = p.capture()
+        if direction is None:
+            continue
+        pcap = out_dir / f"{i:04d}.pcap"  # not the label: a VM's name never becomes a path
+        argv = tcpdump_argv(tcpdump, p.device, direction, pcap, run)
+        proc = host.runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        running[p.label] = (proc, Listen(p.label, p.device, pcap))
+    deadline = time.monotonic() + timeout
+    pending = {proc.stderr.fileno(): (label, proc) for label, (proc, _l) in running.items() if proc.stderr}
+    while pending and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(pending), [], [], max(0.0, deadline - time.monotonic()))
+        for fd in ready:
+            label, proc = pending.pop(fd)
+            line = proc.stderr.readline().decode(errors="replace") if proc.stderr else ""
+            if "listening on" not in line:
+                running[label][
+                    1
+                ].error = f"tcpdump on {running[label][1].device} did not start: {line.strip() or 'no output'}"
+    for label, _proc in pending.values():
+        running[label][1].error = f"tcpdump on {running[label][1].device} not ready within {timeout:g} s"
+    return running
+
+
+def _send(host: Host, bridge: str, lines: list[str]) -> str | None:
+    """Every packet-out of ``lines`` in one OpenFlow bundle on ``bridge``; why it failed, or None."""
+    if not lines:
+        return None
+    res = host.runner.run(["ovs-ofctl", "bundle", bridge, "-"], env=host.ovs_env, check=False,
+                          input_text=inject.bundle(lines), timeout=60.0)  # fmt: skip
+    return None if res.returncode == 0 else (res.stderr.strip() or f"ovs-ofctl exited {res.returncode}")[:300]
+
+
+def _controls(host: Host, ports: list[AuditPort], labels: set[str], run: int, kind: int) -> set[str]:
+    """A control frame put straight onto each listener's port: one packet-out per bridge; who got it."""
+    data = inject.frame(inject.CONTROL_MAC, run, kind)
+    by_bridge: dict[str, list[AuditPort]] = {}
+    for p in ports:
+        if p.label in labels and p.vif.ofport is not None and p.vif.ofport >= 1:
+            by_bridge.setdefault(p.vif.bridge, []).append(p)
+    got: set[str] = set()
+    for bridge, ps in by_bridge.items():
+        if _send(host, bridge, [inject.control_line([p.vif.ofport for p in ps if p.vif.ofport], data)]) is None:
+            got |= {p.label for p in ps}
+    return got
+
+
+def _probe_lines(ports: list[AuditPort], plan: list[Probe], run: int) -> dict[str, list[str]]:
+    by_label = {p.label: p for p in ports}
+    out: dict[str, list[str]] = {}
+    for probe in plan:
+        s = by_label[probe.sender]
+        if s.vif.mac is None or s.vif.ofport is None or s.vif.ofport < 1:
+            continue
+        data = inject.frame(s.vif.mac, run, inject.KIND_PROBE, probe.vlan, send_tagged=probe.tagged)
+        out.setdefault(s.vif.bridge, []).append(inject.probe_line(s.vif.ofport, data))
+    return out
+
+
+def _settle(running: dict[str, tuple[subprocess.Popen, Listen]], closing: set[str], run: int) -> float:
+    """Wait until every capture in ``closing`` holds its closing control and none grew for QUIET_S."""
+    marker = inject.frame(inject.CONTROL_MAC, run, inject.KIND_CLOSING)[:42]
+    started = time.monotonic()
+    sizes: dict[str, int] = {}
+    grew = dict.fromkeys(running, started)
+    missing = {label for label in closing if label in running and running[label][1].error is None}
+    while True:
+        now = time.monotonic()
+        for label, (_p, lst) in running.items():
+            size = _size(lst.pcap)
+            if size != sizes.get(label):
+                sizes[label], grew[label] = size, now
+        missing = {label for label in missing if marker not in _read(running[label][1].pcap)}
+        if (not missing and all(now - t >= QUIET_S for t in grew.values())) or now - started >= SETTLE_MAX_S:
+            break
+        time.sleep(POLL_S)
+    for label, (_p, lst) in running.items():
+        lst.settled = now - grew[label] >= QUIET_S
+    return now - started
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _stop(running: dict[str, tuple[subprocess.Popen, Listen]]) -> None:
+    """SIGINT every tcpdump (by its own process), read its counts, then its frames."""
+    for proc, _l in running.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # sh exec'd tcpdump: this is tcpdump's own pid
+    for proc, lst in running.values():
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            lst.error = lst.error or f"tcpdump on {lst.device} did not stop"
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+        lst.counts = parse_tcpdump_counts(err)
+        if proc.returncode not in (0, -signal.SIGINT) and lst.error is None and lst.counts is None:
+            lst.error = f"tcpdump on {lst.device} failed: {err.strip()[-200:] or f'exit {proc.returncode}'}"
+        if lst.error is None:
+            try:
+                lst.frames = read_arp(lst.pcap)
+            except (OSError, ValueError) as exc:
+                lst.error = f"cannot read the capture of {lst.device}: {exc}"
+
+
+def run(
+    host: Host, ports: list[AuditPort], plan: list[Probe], out_dir: Path, *, keep: bool = False
+) -> tuple[Injection, dict[str, Listen]]:
+    """Capture on every listener, inject every probe, collect the frames (pcaps deleted unless ``keep``)."""
+    if not host.runner.local:
+        raise HvnetError("the traffic method's captures on a remote host are not available yet; use --method trace")
+    make_private(out_dir.parent)
+    make_private(out_dir, 0o700)
+    os.chmod(out_dir, 0o700)
+    inj = Injection(run=secrets.randbelow(0xFFFF))
+    running = _arm(host, ports, out_dir, inj.run, timeout=10.0)
+    started = time.monotonic()
+    listening = {label for label, (_p, lst) in running.items() if lst.error is None}
+    try:
+        inj.controls = _controls(host, ports, listening, inj.run, inject.KIND_CONTROL)
+        for bridge, lines in _probe_lines(ports, plan, inj.run).items():
+            why = _send(host, bridge, lines)
+            if why is None:
+                inj.probes_sent += len(lines)
+            else:
+                inj.failed[bridge] = why
+        inj.closing = _controls(host, ports, listening, inj.run, inject.KIND_CLOSING)
+        inj.settle_s = _settle(running, inj.closing, inj.run)
+    finally:
+        inj.window_s = time.monotonic() - started
+        _stop(running)
+        if not keep:
+            for _p, lst in running.values():
+                lst.pcap.unlink(missing_ok=True)
+            try:
+                out_dir.rmdir()
+            except OSError:
+                pass
+    return inj, {label: lst for label, (_p, lst) in running.items()}
+
+
+# -- verdicts (pure) ------------------------------------------------------------------
+
+
+def doubt(lst: Listen, inj: Injection) -> str | None:
+    """Why a probe missing from this capture does not prove it never came, or None."""
+    if lst.error:
+        return lst.error
+    if lst.label not in inj.controls or not lst.has(inject.KIND_CONTROL, inj.run):
+        return f"{lst.device}'s capture does not show its positive control, so a 'No' is not proven"
+    if lst.counts is None:
+        return f"{lst.device}'s tcpdump printed no packet counts when it stopped, so lost frames are not ruled out"
+    if lst.counts.dropped:
+        return f"{lst.device}'s tcpdump reported {lst.counts.describe_drops()}, so a frame may have been lost"
+    if lst.label not in inj.closing or not lst.has(inject.KIND_CLOSING, inj.run):
+        return (
+            f"{lst.device}'s capture does not show the closing control sent after the last probe, "
+            "so a late frame may be missing"
+        )
+    if not lst.settled:
+        return f"{lst.device}'s capture was still growing when it was stopped, so a late frame may be missing"
+    return None
+
+
+def cells(
+    ports: list[AuditPort], plan: list[Probe], inj: Injection, listens: dict[str, Listen], replugged: dict[str, str]
+) -> MethodResult:
+    """Every cell of the traffic method from its captures; ``replugged`` names ports that changed mid-audit."""
+    res = MethodResult("traffic")
+    by_label = {p.label: p for p in ports}
+    doubts = {label: doubt(lst, inj) for label, lst in listens.items()}
+    for probe in plan:
+        s = by_label[probe.sender]
+        for p in ports:
+            if p.label == probe.sender:
+                continue
+            cell = (p.label, probe.key)
+            value, why = _cell(probe, s, p, inj, listens.get(p.label), doubts.get(p.label), replugged, res)
+            res.cells[cell] = value
+            if why:
+                res.reasons[cell] = why
+    return res
+
+
+def _cell(
+    probe: Probe, s: AuditPort, p: AuditPort, inj: Injection, lst: Listen | None, doubt_: str | None,
+    replugged: dict[str, str], res: MethodResult,
+) -> tuple[str, str | None]:  # fmt: skip
+    for who in (p.label, s.label):
+        if who in replugged:
+            return model.UNKNOWN, replugged[who]
+    if lst is None:
+        return model.UNKNOWN, p.capture()[1] or f"no capture on {p.device}"
+    if s.vif.mac is None:
+        return model.UNKNOWN, f"{s.port} has no known MAC (external_ids attached-mac), so no probe is made for it"
+    want_vlan = probe.vlan if probe.tagged else None
+    for f in lst.frames:
+        m = inject.mark_of(f)
+        if (
+            m
+            and m.run == inj.run
+            and m.kind == inject.KIND_PROBE
+            and f.sender_mac == s.vif.mac.lower()
+            and m.vlan == want_vlan
+        ):
+            res.evidence[(p.label, probe.key)] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(lst.pcap))
+            return model.YES, None
+    if s.vif.bridge in inj.failed:
+        return model.UNKNOWN, f"the probes on {s.vif.bridge} were refused by the switch: {inj.failed[s.vif.bridge]}"
+    if s.vif.ofport is None or s.vif.ofport < 1:
+        return model.UNKNOWN, f"{s.port} has no OpenFlow port number, so no probe could enter there"
+    if doubt_:
+        return model.UNKNOWN, doubt_
+    return model.NO, None
