@@ -17,6 +17,7 @@ decides, from the inventory alone:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -119,7 +120,12 @@ def select(inv: Inventory, selectors: list[Selector]) -> list[AuditPort]:
             f"an isolation audit needs at least two VIFs; {len(vifs)} selected",
             hint="name more VIFs, or none to audit every VIF of the host",
         )
-    return label(sorted(vifs, key=lambda v: (v.bridge, v.port)))
+    return label(sorted(vifs, key=lambda v: (v.bridge, _natural(v.port))))
+
+
+def _natural(name: str) -> list[tuple[int, str]]:
+    """``vif10.0`` after ``vif9.0``: digits compared as numbers."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"([0-9]{1,9})", name)]
 
 
 def label(vifs: list[Vif]) -> list[AuditPort]:
