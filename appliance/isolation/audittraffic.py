@@ -25,8 +25,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from ..errors import HvnetError
 from ..host import Host
 from ..safedirs import make_private
 from . import inject, model
@@ -70,43 +70,123 @@ class Injection:
     settle_s: float = 0.0
 
 
-def tcpdump_argv(tcpdump: str, device: str, direction: str, pcap: Path, run: int) -> list[str]:
+class Captures(Protocol):
+    """The listeners' captures on one host: this machine's tcpdumps, or a remote host's endpoint group."""
+
+    def start(self, specs: list[tuple[str, str, str]], run: int, timeout: float) -> dict[str, Listen]:
+        """A capture per (label, device, direction), each listening when this returns (or its error set)."""
+        ...
+
+    def frames(self) -> dict[str, list[ArpFrame]]:
+        """What each capture holds so far."""
+        ...
+
+    def stop(self) -> None:
+        """Stop every capture; its counts, frames or error into its Listen."""
+        ...
+
+    def close(self, keep: bool) -> None:
+        """Remove the pcaps unless ``keep``."""
+        ...
+
+
+def remote_captures(host: Host, keep_dir: Path | None) -> Captures:
+    from .auditremote import RemoteCaptures
+
+    return RemoteCaptures(host, keep_dir)
+
+
+def tcpdump_argv(tcpdump: str, device: str, direction: str, pcap: str, run: int) -> list[str]:
     """One listener's capture: only this audit's frames, leaving the switch towards the VM."""
     return ["sh", "-c", UMASK_EXEC, "sh", tcpdump, "-i", device, "-Q", direction, "-p", "-B", BUFFER_KIB,
             "-U", "--immediate-mode", "-nn", "-s", "128", "-Z", "root", "-w", str(pcap),
             inject.capture_filter(run)]  # fmt: skip
 
 
-def _arm(
-    host: Host, ports: list[AuditPort], out_dir: Path, run: int, timeout: float
-) -> dict[str, tuple[subprocess.Popen, Listen]]:
-    """Start every listener's tcpdump and wait until each says it is listening."""
-    import select
+class LocalCaptures:
+    """Listeners' captures on this machine: one tcpdump each, its pcap in ``out_dir`` (0700, files 0600)."""
 
-    tcpdump = host.runner.which("tcpdump")
-    running: dict[str, tuple[subprocess.Popen, Listen]] = {}
-    for i, p in enumerate(ports):
-        direction, _why = p.capture()
-        if direction is None:
-            continue
-        pcap = out_dir / f"{i:04d}.pcap"  # not the label: a VM's name never becomes a path
-        argv = tcpdump_argv(tcpdump, p.device, direction, pcap, run)
-        proc = host.runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        running[p.label] = (proc, Listen(p.label, p.device, pcap))
-    deadline = time.monotonic() + timeout
-    pending = {proc.stderr.fileno(): (label, proc) for label, (proc, _l) in running.items() if proc.stderr}
-    while pending and time.monotonic() < deadline:
-        ready, _, _ = select.select(list(pending), [], [], max(0.0, deadline - time.monotonic()))
-        for fd in ready:
-            label, proc = pending.pop(fd)
-            line = proc.stderr.readline().decode(errors="replace") if proc.stderr else ""
-            if "listening on" not in line:
-                running[label][
-                    1
-                ].error = f"tcpdump on {running[label][1].device} did not start: {line.strip() or 'no output'}"
-    for label, _proc in pending.values():
-        running[label][1].error = f"tcpdump on {running[label][1].device} not ready within {timeout:g} s"
-    return running
+    def __init__(self, host: Host, out_dir: Path) -> None:
+        self.host, self.out_dir = host, out_dir
+        self.running: dict[str, tuple[subprocess.Popen, Listen]] = {}
+
+    def start(self, specs: list[tuple[str, str, str]], run: int, timeout: float) -> dict[str, Listen]:
+        """Start a capture per (label, device, direction) and wait until each says it is listening."""
+        import select
+
+        make_private(self.out_dir.parent)
+        make_private(self.out_dir, 0o700)
+        os.chmod(self.out_dir, 0o700)
+        tcpdump = self.host.runner.which("tcpdump")
+        for i, (label, device, direction) in enumerate(specs):
+            pcap = self.out_dir / f"{i:04d}.pcap"  # not the label: a VM's name never becomes a path
+            argv = tcpdump_argv(tcpdump, device, direction, str(pcap), run)
+            proc = self.host.runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            self.running[label] = (proc, Listen(label, device, pcap))
+        deadline = time.monotonic() + timeout
+        pending = {proc.stderr.fileno(): (label, proc) for label, (proc, _l) in self.running.items() if proc.stderr}
+        while pending and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(pending), [], [], max(0.0, deadline - time.monotonic()))
+            for fd in ready:
+                label, proc = pending.pop(fd)
+                line = proc.stderr.readline().decode(errors="replace") if proc.stderr else ""
+                if "listening on" not in line:
+                    lst = self.running[label][1]
+                    lst.error = f"tcpdump on {lst.device} did not start: {line.strip() or 'no output'}"
+        for label, _proc in pending.values():
+            lst = self.running[label][1]
+            lst.error = f"tcpdump on {lst.device} not ready within {timeout:g} s"
+        return {label: lst for label, (_p, lst) in self.running.items()}
+
+    def frames(self) -> dict[str, list[ArpFrame]]:
+        """What each capture holds so far (tcpdump -U writes each frame out as it comes)."""
+        out = {}
+        for label, (_p, lst) in self.running.items():
+            try:
+                out[label] = read_arp(lst.pcap)
+            except (OSError, ValueError):
+                out[label] = []
+        return out
+
+    def stop(self) -> None:
+        """SIGINT every tcpdump (its own pid), then its counts and frames into its Listen."""
+        for proc, _l in self.running.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # sh exec'd tcpdump: this is tcpdump's own pid
+        for proc, lst in self.running.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                lst.error = lst.error or f"tcpdump on {lst.device} did not stop"
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            if proc.stderr:
+                proc.stderr.close()
+            _finish(lst, err, proc.returncode)
+            if lst.error is None:
+                try:
+                    lst.frames = read_arp(lst.pcap)
+                except (OSError, ValueError) as exc:
+                    lst.error = f"cannot read the capture of {lst.device}: {exc}"
+
+    def close(self, keep: bool) -> None:
+        """Delete the pcaps (and their directory) unless asked to keep them."""
+        if keep:
+            return
+        for _p, lst in self.running.values():
+            lst.pcap.unlink(missing_ok=True)
+        try:
+            self.out_dir.rmdir()
+        except OSError:
+            pass
+
+
+def _finish(lst: Listen, err: str, returncode: int | None) -> None:
+    """tcpdump's counts from what it printed when it stopped; a failure when it printed none."""
+    lst.counts = parse_tcpdump_counts(err)
+    if returncode not in (0, -signal.SIGINT, 130) and lst.error is None and lst.counts is None:
+        lst.error = f"tcpdump on {lst.device} failed: {err.strip()[-200:] or f'exit {returncode}'}"
 
 
 def _send(host: Host, bridge: str, lines: list[str]) -> str | None:
@@ -144,101 +224,59 @@ def _probe_lines(ports: list[AuditPort], plan: list[Probe], run: int) -> dict[st
     return out
 
 
-def _settle(running: dict[str, tuple[subprocess.Popen, Listen]], closing: set[str], run: int) -> float:
-    """Wait until every capture in ``closing`` holds its closing control and none grew for QUIET_S."""
-    marker = inject.frame(inject.CONTROL_MAC, run, inject.KIND_CLOSING)[:42]
+def _settle(caps: Captures, listens: dict[str, Listen], closing: set[str], run: int) -> float:
+    """Wait until every capture in ``closing`` holds its closing control and none grew for QUIET_S (at most
+    SETTLE_MAX_S); the time waited.  Only a wait: the verdict reads the frames after the captures stop."""
     started = time.monotonic()
-    sizes: dict[str, int] = {}
-    grew = dict.fromkeys(running, started)
-    missing = {label for label in closing if label in running and running[label][1].error is None}
+    counts: dict[str, int] = {}
+    grew = dict.fromkeys(listens, started)
+    missing = {label for label in closing if listens[label].error is None}
     while True:
         now = time.monotonic()
-        for label, (_p, lst) in running.items():
-            size = _size(lst.pcap)
-            if size != sizes.get(label):
-                sizes[label], grew[label] = size, now
-        missing = {label for label in missing if marker not in _read(running[label][1].pcap)}
+        frames = caps.frames()
+        for label, got in frames.items():
+            if len(got) != counts.get(label):
+                counts[label], grew[label] = len(got), now
+        missing = {label for label in missing if not _holds(frames.get(label, []), inject.KIND_CLOSING, run)}
         if (not missing and all(now - t >= QUIET_S for t in grew.values())) or now - started >= SETTLE_MAX_S:
             break
         time.sleep(POLL_S)
-    for label, (_p, lst) in running.items():
+    for label, lst in listens.items():
         lst.settled = now - grew[label] >= QUIET_S
     return now - started
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return -1
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
-
-
-def _stop(running: dict[str, tuple[subprocess.Popen, Listen]]) -> None:
-    """SIGINT every tcpdump (by its own process), read its counts, then its frames."""
-    for proc, _l in running.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # sh exec'd tcpdump: this is tcpdump's own pid
-    for proc, lst in running.values():
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            lst.error = lst.error or f"tcpdump on {lst.device} did not stop"
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        if proc.stderr:
-            proc.stderr.close()
-        lst.counts = parse_tcpdump_counts(err)
-        if proc.returncode not in (0, -signal.SIGINT) and lst.error is None and lst.counts is None:
-            lst.error = f"tcpdump on {lst.device} failed: {err.strip()[-200:] or f'exit {proc.returncode}'}"
-        if lst.error is None:
-            try:
-                lst.frames = read_arp(lst.pcap)
-            except (OSError, ValueError) as exc:
-                lst.error = f"cannot read the capture of {lst.device}: {exc}"
+def _holds(frames: list[ArpFrame], kind: int, run: int) -> bool:
+    return any((m := inject.mark_of(f)) is not None and m.kind == kind and m.run == run for f in frames)
 
 
 def run(
     host: Host, ports: list[AuditPort], plan: list[Probe], out_dir: Path, *, keep: bool = False
 ) -> tuple[Injection, dict[str, Listen]]:
     """Capture on every listener, inject every probe, collect the frames (pcaps deleted unless ``keep``)."""
-    if not host.runner.local:
-        raise HvnetError("the traffic method's captures on a remote host are not available yet; use --method trace")
-    make_private(out_dir.parent)
-    make_private(out_dir, 0o700)
-    os.chmod(out_dir, 0o700)
+    caps = LocalCaptures(host, out_dir) if host.runner.local else remote_captures(host, out_dir if keep else None)
     inj = Injection(run=secrets.randbelow(0xFFFF))
-    running = _arm(host, ports, out_dir, inj.run, timeout=10.0)
-    started = time.monotonic()
-    listening = {label for label, (_p, lst) in running.items() if lst.error is None}
+    specs = [(p.label, p.device, d) for p in ports for d, _why in [p.capture()] if d is not None]
     try:
-        inj.controls = _controls(host, ports, listening, inj.run, inject.KIND_CONTROL)
-        for bridge, lines in _probe_lines(ports, plan, inj.run).items():
-            why = _send(host, bridge, lines)
-            if why is None:
-                inj.probes_sent += len(lines)
-            else:
-                inj.failed[bridge] = why
-        inj.closing = _controls(host, ports, listening, inj.run, inject.KIND_CLOSING)
-        inj.settle_s = _settle(running, inj.closing, inj.run)
+        listens = caps.start(specs, inj.run, timeout=10.0)
+        started = time.monotonic()
+        listening = {label for label, lst in listens.items() if lst.error is None}
+        try:
+            inj.controls = _controls(host, ports, listening, inj.run, inject.KIND_CONTROL)
+            for bridge, lines in _probe_lines(ports, plan, inj.run).items():
+                why = _send(host, bridge, lines)
+                if why is None:
+                    inj.probes_sent += len(lines)
+                else:
+                    inj.failed[bridge] = why
+            inj.closing = _controls(host, ports, listening, inj.run, inject.KIND_CLOSING)
+            inj.settle_s = _settle(caps, listens, inj.closing, inj.run)
+        finally:
+            inj.window_s = time.monotonic() - started
+            caps.stop()
     finally:
-        inj.window_s = time.monotonic() - started
-        _stop(running)
-        if not keep:
-            for _p, lst in running.values():
-                lst.pcap.unlink(missing_ok=True)
-            try:
-                out_dir.rmdir()
-            except OSError:
-                pass
-    return inj, {label: lst for label, (_p, lst) in running.items()}
+        caps.close(keep)
+    return inj, listens
 
 
 # -- verdicts (pure) ------------------------------------------------------------------
