@@ -87,11 +87,10 @@ def bench_audit() -> list[str]:
     if not os.path.exists("/usr/sbin/sshd"):
         return ["isolation audit: not measured (openssh-server is not installed)"]
     figures: dict[int, dict[tuple[str, str], float]] = {}
-    with tempfile.TemporaryDirectory(prefix="hvnet-bench-audit-") as tmp:
-        with audit_host(Path(tmp), 10) as host:
-            figures[10] = measure(host, Path(tmp), 10)
-            add_vifs(host, 11, 101)
-            figures[100] = measure(host, Path(tmp), 100)
+    with tempfile.TemporaryDirectory(prefix="hvnet-bench-audit-") as tmp, audit_host(Path(tmp), 10) as host:
+        figures[10] = measure(host, Path(tmp), 10)
+        add_vifs(host, 11, 101)
+        figures[100] = measure(host, Path(tmp), 100)
     lines = [f"isolation audit of real veth VIFs on {VLANS} VLANs (median of {REPS} after a warm-up, one run)"]
     targets = {("--host", "trace"): 5.0, ("--host", "traffic"): 15.0}
     for where in ("local", "--host"):
