@@ -28,8 +28,10 @@ from ..policy.fields import parse_selector
 from ..policy.model import Selector
 from . import model
 
-KERNEL_TYPES = ("", "system", "internal")  # a kernel net device of the port's name: capture there, outbound
-TAP_TYPES = ("tap",)  # userspace datapath's tap: what the switch hands the VM shows as *inbound* on it
+KERNEL_TYPES = ("", "system")  # a kernel net device of the port's name (vifD.N, tapD.N, vnetN): outbound there
+# What the switch hands these shows as *inbound* on their device: a userspace datapath's tap (written to its
+# fd), an internal port (the switch's frames are received by the host's stack).
+TAP_TYPES = ("tap", "internal")
 
 
 @dataclass(frozen=True)
