@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from . import render
-from .frontdoor import host_of
+from .errors import UsageError
+from .frontdoor import host_of, hosts_by_name
 
 
 def register(isub: argparse._SubParsersAction) -> None:
@@ -31,7 +32,22 @@ def register(isub: argparse._SubParsersAction) -> None:
     ia.add_argument("--keep-pcaps", metavar="DIR",
                     help="keep the captures (0600 files in a 0700 directory DIR); by default they are deleted "
                          "after counting")  # fmt: skip
+    ia.add_argument("--hosts", metavar="NAME,NAME",
+                    help="one audit across these hosts (inventory or lab names, not with --host/--db): probes "
+                         "injected on one host are listened for on all, through the bridges' uplinks")  # fmt: skip
     ia.set_defaults(func=cmd_isolation_audit)
+
+
+def _hosts(args: argparse.Namespace) -> dict:
+    """``--hosts``: a Host per name, every one reached before anything runs; else the one the options name."""
+    if not args.hosts:
+        return {None: host_of(args)}
+    if getattr(args, "host", None) or args.db:
+        raise UsageError("--hosts names several hosts and --host/--db one switch: give one")
+    names = [n.strip() for n in args.hosts.split(",") if n.strip()]
+    if len(set(names)) != len(names) or len(names) < 2:
+        raise UsageError(f"--hosts {args.hosts}: name two or more different hosts (one host: --host NAME)")
+    return hosts_by_name(names, timeout=args.timeout)
 
 
 def cmd_isolation_audit(args: argparse.Namespace) -> int:
@@ -41,9 +57,9 @@ def cmd_isolation_audit(args: argparse.Namespace) -> int:
 
     expect = isolation_audit.load_expect(args.expect) if args.expect else None  # file errors before anything runs
     html_target = htmlpage.check_target(args.html) if args.html else None
-    host = host_of(args)
-    result = isolation_audit.run_audit(
-        host, list(args.selectors), method=args.method, expect=expect,
+    hosts = _hosts(args)
+    result = isolation_audit.run_audit_hosts(
+        hosts, list(args.selectors), method=args.method, expect=expect,
         out_dir=Path(args.keep_pcaps) if args.keep_pcaps else None, keep=bool(args.keep_pcaps),
         timeout=args.timeout,
     )  # fmt: skip
@@ -54,6 +70,7 @@ def cmd_isolation_audit(args: argparse.Namespace) -> int:
     if html_target is not None:
         from .isolation import html
 
-        htmlpage.write(html_target, html.page(result, source=f"audited on {host.label or 'this host'}"))
+        where = ", ".join(str(n) for n in hosts) if args.hosts else host_of(args).label or "this host"
+        htmlpage.write(html_target, html.page(result, source=f"audited on {where}"))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_code

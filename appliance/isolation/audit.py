@@ -40,6 +40,7 @@ class AuditPort:
 
     label: str
     vif: Vif
+    host: str | None = None  # the hypervisor holding it, in an audit across hosts
 
     @property
     def port(self) -> str:
@@ -110,19 +111,71 @@ def _matches(sel: Selector, v: Vif) -> bool:
 def select(inv: Inventory, selectors: list[Selector]) -> list[AuditPort]:
     """The VIFs the selectors pick (every VIF when there are none), labelled; exit 2 when a selector picks
     nothing or fewer than two VIFs take part."""
-    vifs = [v for v in inv.vifs if v.is_vif]
+    return select_hosts({None: inv}, selectors)
+
+
+def select_hosts(invs: dict[str | None, Inventory], selectors: list[Selector]) -> list[AuditPort]:
+    """:func:`select` over several hosts' switches: one audit, a selector picking on any of them; a label
+    two hosts would share is prefixed with its host's name."""
+    found = [(h, v) for h, inv in invs.items() for v in inv.vifs if v.is_vif]
     if selectors:
         for sel in selectors:
-            if not any(_matches(sel, v) for v in vifs):
-                known = ", ".join(sorted(v.port for v in vifs)[:8]) or "none"
-                raise UsageError(f"selector {sel.pattern!r} matches no VIF on this switch", hint=f"VIFs: {known}")
-        vifs = [v for v in vifs if any(_matches(sel, v) for sel in selectors)]
-    if len(vifs) < 2:
+            if not any(_matches(sel, v) for _h, v in found):
+                known = ", ".join(sorted(v.port for _h, v in found)[:8]) or "none"
+                where = "on this switch" if list(invs) == [None] else "on any of the hosts"
+                raise UsageError(f"selector {sel.pattern!r} matches no VIF {where}", hint=f"VIFs: {known}")
+        found = [(h, v) for h, v in found if any(_matches(sel, v) for sel in selectors)]
+    if len(found) < 2:
         raise UsageError(
-            f"an isolation audit needs at least two VIFs; {len(vifs)} selected",
+            f"an isolation audit needs at least two VIFs; {len(found)} selected",
             hint="name more VIFs, or none to audit every VIF of the host",
         )
-    return label(sorted(vifs, key=lambda v: (v.bridge, _natural(v.port))))
+    out: list[AuditPort] = []
+    for h in invs:
+        mine = sorted((v for hh, v in found if hh == h), key=lambda v: (v.bridge, _natural(v.port)))
+        out += [replace(p, host=h) for p in label(mine)]
+    seen: dict[str, int] = {}
+    for p in out:
+        seen[p.label] = seen.get(p.label, 0) + 1
+    return [replace(p, label=f"{p.host}/{p.label}") if seen[p.label] > 1 else p for p in out]
+
+
+def uplinks(inv: Inventory) -> dict[str, list[model.PortVlan]]:
+    """Each bridge's physical ports (not a VIF, a kernel device: a NIC, a bond), as the switch has them set:
+    what joins this host's bridge to the other hosts' bridges of that name."""
+    out: dict[str, list[model.PortVlan]] = {}
+    for v in inv.vifs:
+        if not v.is_vif and (v.type or "") in KERNEL_TYPES and v.port != v.bridge:
+            pv = model.PortVlan(v.bridge, v.vlan_mode_configured, v.tag, tuple(v.trunks))
+            out.setdefault(v.bridge, []).append(pv)
+    return out
+
+
+def uplink_names(inv: Inventory) -> dict[str, list[str]]:
+    """Each bridge's physical ports by name (see :func:`uplinks`)."""
+    out: dict[str, list[str]] = {}
+    for v in inv.vifs:
+        if not v.is_vif and (v.type or "") in KERNEL_TYPES and v.port != v.bridge:
+            out.setdefault(v.bridge, []).append(v.port)
+    return out
+
+
+def across(sender_up: list[model.PortVlan], listener_up: list[model.PortVlan], vlan: int) -> int | None:
+    """The VLAN a frame of ``vlan`` has on the other host after leaving one uplink and entering another
+    (None: no uplink pair carries it)."""
+    for out in sender_up:
+        how = model.egress(out, vlan)
+        if how is None:
+            continue
+        for inp in listener_up:
+            if how == "untagged":
+                arrived = model.ingress_vlan(inp)
+            else:
+                tagged_ok = inp.effective_mode != "access" and (inp.trunks_vlan(vlan) or inp.tag == vlan)
+                arrived = vlan if tagged_ok else None
+            if arrived is not None:
+                return arrived
+    return None
 
 
 def _natural(name: str) -> list[tuple[int, str]]:
@@ -194,8 +247,17 @@ def _ingress(pv: model.PortVlan, probe: Probe) -> int | None:
     return v if (v == pv.tag or pv.trunks_vlan(v)) else None  # a native-* port always trunks its tag
 
 
-def derive(ports: list[AuditPort], plan: list[Probe], mirrors: list[model.MirrorSpec]) -> model.Expected:
-    """Who should hear which probe, from the ports' VLAN settings; mirror copies are declared exceptions."""
+def derive(
+    ports: list[AuditPort],
+    plan: list[Probe],
+    mirrors: list[model.MirrorSpec],
+    links: dict[tuple[str | None, str], list[model.PortVlan]] | None = None,
+) -> model.Expected:
+    """Who should hear which probe, from the ports' VLAN settings; mirror copies are declared exceptions.
+
+    ``links``: each (host, bridge)'s uplinks, in an audit across hosts: the bridges of one name are taken
+    as one network joined through them (the physical switches between carry what the uplinks carry).
+    """
     by_label = {p.label: p for p in ports}
     vlans = {p.label: p.vlan for p in ports}
     outputs = {m.output for m in mirrors if m.output}
@@ -208,6 +270,11 @@ def derive(ports: list[AuditPort], plan: list[Probe], mirrors: list[model.Mirror
             if p.label == probe.sender:
                 continue
             cell = (p.label, probe.key)
+            if p.host != s.host:
+                far = _across_hosts(links or {}, s, p, vlan)
+                heard = far is not None and p.label not in outputs and model.egress(vlans[p.label], far) is not None
+                cells[cell] = model.YES if heard else model.NO
+                continue
             same = p.vif.bridge == s.vif.bridge and vlan is not None and probe.sender not in outputs
             if same and p.label not in outputs and model.egress(vlans[p.label], vlan) is not None:
                 cells[cell] = model.YES
@@ -218,6 +285,15 @@ def derive(ports: list[AuditPort], plan: list[Probe], mirrors: list[model.Mirror
             else:
                 cells[cell] = model.NO
     return model.Expected(guests=[p.label for p in ports], cells=cells, exceptions=exceptions)
+
+
+def _across_hosts(
+    links: dict[tuple[str | None, str], list[model.PortVlan]], s: AuditPort, p: AuditPort, vlan: int | None
+) -> int | None:
+    """The VLAN ``s``'s frame of ``vlan`` has when it reaches ``p``'s bridge on another host, or None."""
+    if vlan is None or p.vif.bridge != s.vif.bridge:
+        return None
+    return across(links.get((s.host, s.vif.bridge), []), links.get((p.host, p.vif.bridge), []), vlan)
 
 
 def _mirrored(

@@ -10,6 +10,8 @@ preceded by a marker line the parser splits on.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import CommandFailed
 from ..host import Host
 from . import inject, model, trace
@@ -57,60 +59,125 @@ def split(text: str, expected: int) -> list[tuple[int, str]]:
 
 def run(host: Host, ports: list[AuditPort], plan: list[Probe]) -> MethodResult:
     """Trace every probe of ``plan`` and every listener's control on one host's switch."""
+    return run_hosts({None: host}, ports, plan, {})
+
+
+Crossing = tuple[int, str | None, str, int | None]  # (probe index, from host, bridge, VLAN on the wire)
+
+
+def run_hosts(
+    hosts: dict[str | None, Host],
+    ports: list[AuditPort],
+    plan: list[Probe],
+    ups: dict[tuple[str | None, str], list[str]],
+) -> MethodResult:
+    """Trace every probe on its sender's host, then again on each other host entering its uplinks with the
+    VLAN it left by (round by round, one shell per host each round), and every listener's control.
+
+    ``ups``: each (host, bridge)'s uplink port names; the bridges of one name on the hosts are one network
+    joined through them.
+    """
     res = MethodResult("trace")
+    res.stats["datapath_actions"], res.stats["traces"] = {}, 0
     by_label = {p.label: p for p in ports}
-    bridges = sorted({p.vif.bridge for p in ports})
-    items = [("d", "", "", "")]
-    for probe in plan:
-        s = by_label[probe.sender]
-        flow = trace.arp_flow(s.port, s.vif.mac or "00:00:00:00:00:00", "0.0.0.0", PROBE_TARGET,
-                              vlan=probe.vlan if probe.tagged else None)  # fmt: skip
-        items.append(("t", s.vif.bridge, flow, ""))
+    heard: dict[tuple[int, str | None], set[str]] = {}  # (probe, host) -> ports the frame leaves by there
+    problems: dict[int, str] = {}
+    odp: dict[str | None, str] = {}  # each host's dpif/show
+    doubts: dict[str, str | None] = {}
+    # Round one: each probe on its sender's host, each listener's control on its own.
+    todo: dict[str | None, list[tuple[Any, tuple[str, str, str, str]]]] = {h: [] for h in hosts}
+    for n, probe in enumerate(plan):
+        snd = by_label[probe.sender]
+        if snd.vif.mac is None:
+            problems[n] = f"{snd.port} has no known MAC (external_ids attached-mac), so no probe is made for it"
+            continue
+        flow = trace.arp_flow(snd.port, snd.vif.mac, "0.0.0.0", PROBE_TARGET, vlan=probe.vlan if probe.tagged else None)
+        todo[snd.host].append((("probe", n, snd.host), ("t", snd.vif.bridge, flow, "")))
     for p in ports:
         flow = trace.control_flow(inject.CONTROL_MAC, CONTROL_TARGET)
-        items.append(("p", p.vif.bridge, flow, f"output:{p.vif.ofport}"))
-    try:
-        results = batch(host, items)
-    except (CommandFailed, ValueError) as exc:
-        res.error = f"the traces could not be run: {exc}"
-        return res
-    dpif = results[0][1]
-    odp = {br: trace.parse_dpif_show(dpif, br) for br in bridges}
-    doubts = {p.label: _control(p, results[1 + len(plan) + i], odp[p.vif.bridge]) for i, p in enumerate(ports)}
-    res.stats["datapath_actions"] = {}
-    res.stats["traces"] = len(items)
+        todo[p.host].append((("control", p.label), ("p", p.vif.bridge, flow, f"output:{p.vif.ofport}")))
+    while any(todo.values()):
+        crossings: list[Crossing] = []
+        for h, jobs in todo.items():
+            if not jobs:
+                continue
+            results = _round(hosts[h], h, jobs, odp, res)
+            for (key, item), result in zip(jobs, results):
+                if key[0] == "control":
+                    p = by_label[key[1]]
+                    ctl = result if isinstance(result, str) else _control(p, result, _ports(odp, h, p.vif.bridge))
+                    doubts[p.label] = ctl
+                    continue
+                n = key[1]
+                if isinstance(result, str):
+                    problems.setdefault(n, result)
+                    continue
+                out, problem = _read(plan[n], result, _ports(odp, h, item[1]), res, first=key[0] == "probe")
+                if problem:
+                    problems.setdefault(n, problem)
+                heard.setdefault((n, h), set()).update(d.port for d in out)
+                crossings += [(n, h, item[1], d.vlan) for d in out if d.port in ups.get((h, item[1]), [])]
+        todo = {h: [] for h in hosts}
+        for n, frm, bridge, vlan in crossings:
+            snd = by_label[plan[n].sender]
+            for y in hosts:
+                if y == frm or (n, y) in heard:
+                    continue
+                heard[(n, y)] = set()
+                for u in ups.get((y, bridge), []):
+                    flow = trace.arp_flow(u, snd.vif.mac or "", "0.0.0.0", PROBE_TARGET, vlan=vlan)
+                    todo[y].append((("far", n, y), ("t", bridge, flow, "")))
     for n, probe in enumerate(plan):
-        s = by_label[probe.sender]
-        heard, problem = _heard(probe, s, results[1 + n], odp[s.vif.bridge], res)
         for p in ports:
             if p.label == probe.sender:
                 continue
             cell = (p.label, probe.key)
-            if problem is None and p.port in heard:
+            if n not in problems and p.port in heard.get((n, p.host), set()):
                 res.cells[cell] = model.YES
-            elif problem is None and doubts[p.label] is None:
+            elif n not in problems and doubts.get(p.label) is None:
                 res.cells[cell] = model.NO
             else:
                 res.cells[cell] = model.UNKNOWN
-                res.reasons[cell] = problem or doubts[p.label] or ""
+                res.reasons[cell] = problems.get(n) or doubts.get(p.label) or "not traced"
     return res
 
 
-def _heard(
-    probe: Probe, s: AuditPort, result: tuple[int, str], odp: dict[int, str], res: MethodResult
-) -> tuple[set[str], str | None]:
-    """The ports a probe's trace outputs to, or why that is not known."""
-    if s.vif.mac is None:
-        return set(), f"{s.port} has no known MAC (external_ids attached-mac), so no probe is made for it"
+def _round(
+    host: Host, name: str | None, jobs: list[tuple[Any, tuple[str, str, str, str]]], odp: dict, res: MethodResult
+) -> list[tuple[int, str] | str]:
+    """One shell on ``host`` for ``jobs`` (its datapath ports read first, once): each job's result, or why
+    the whole batch failed."""
+    first = name not in odp
+    items = ([("d", "", "", "")] if first else []) + [item for _key, item in jobs]
+    res.stats["traces"] += len(items)
+    try:
+        results = batch(host, items)
+    except (CommandFailed, ValueError) as exc:
+        where = f" on {name}" if name else ""
+        return [f"the traces{where} could not be run: {exc}"] * len(jobs)
+    if first:
+        odp[name] = results.pop(0)[1]
+    return list(results)
+
+
+def _ports(odp: dict[str | None, str], host: str | None, bridge: str) -> dict[int, str]:
+    return trace.parse_dpif_show(odp.get(host, ""), bridge)
+
+
+def _read(
+    probe: Probe, result: tuple[int, str], odp: dict[int, str], res: MethodResult, *, first: bool
+) -> tuple[list[trace.Delivery], str | None]:
+    """Where one trace sends the probe, or why that is not known."""
     rc, text = result
     if rc != 0:
-        return set(), f"the trace of {probe.key}'s probe failed: {text.strip()[:200]}"
+        return [], f"the trace of {probe.key}'s probe failed: {text.strip()[:200]}"
     try:
         passes = trace.passes(text)
-        res.stats["datapath_actions"][probe.key] = trace.describe(passes)
-        return {d.port for d in trace.deliveries(passes, odp)}, None
+        if first:
+            res.stats["datapath_actions"][probe.key] = trace.describe(passes)
+        return trace.deliveries(passes, odp), None
     except ValueError as exc:
-        return set(), f"the trace of {probe.key}'s probe could not be read: {exc}"
+        return [], f"the trace of {probe.key}'s probe could not be read: {exc}"
 
 
 def _control(p: AuditPort, result: tuple[int, str], odp: dict[int, str]) -> str | None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -27,7 +29,7 @@ from ..isolation.model import MethodResult
 from ..ovsdb import Connection
 from .isolation import methods_of
 
-__all__ = ["load_expect", "run_audit"]
+__all__ = ["load_expect", "run_audit", "run_audit_hosts"]
 
 _IP_LINK = re.compile(r"^(?P<index>[0-9]{1,10}): (?P<name>[^:@\s]+)[@:]")
 TC_NOTE = "tc ingress policing is not crossed: injected probes enter the switch after it"
@@ -50,29 +52,54 @@ def run_audit(
     timeout: float = 5.0,
 ) -> CheckResult:
     """Audit the VIFs of ``host`` that ``selectors`` pick (all of them when none)."""
+    return run_audit_hosts({None: host}, selectors, method=method, expect=expect, out_dir=out_dir, keep=keep,
+                           timeout=timeout)  # fmt: skip
+
+
+def run_audit_hosts(
+    hosts: Mapping[Optional[str], Host],
+    selectors: list[str],
+    *,
+    method: str = "both",
+    expect: Optional[yamldoc.Document] = None,
+    out_dir: Optional[Path] = None,
+    keep: bool = False,
+    timeout: float = 5.0,
+) -> CheckResult:
+    """One audit of the VIFs the selectors pick on every host of ``hosts`` (by name; ``{None: host}`` for
+    one): a probe injected on one host is listened for on all of them, across their uplinks."""
     methods = methods_of(method)
     sels = audit.parse_selectors(selectors)
-    if "traffic" in methods and host.runner.local and os.geteuid() != 0:
+    if "traffic" in methods and any(h.runner.local for h in hosts.values()) and os.geteuid() != 0:
         raise UsageError("the traffic method needs root (captures on the VIFs' devices)", hint="or use --method trace")
-    if "traffic" in methods or "trace" in methods:
-        _check_ovs(host)
+    for h in hosts.values():
+        _check_ovs(h)
     started = time.monotonic()
-    with host.connect(inventory.COLUMNS, timeout=timeout) as conn:
-        inv = inventory.read(conn, names=host.name_sources())
-        ports = audit.select(inv, sels)
+    with ExitStack() as stack:
+        conns = {n: stack.enter_context(h.connect(inventory.COLUMNS, timeout=timeout)) for n, h in hosts.items()}
+        invs = {n: inventory.read(conns[n], names=h.name_sources()) for n, h in hosts.items()}
+        ports = audit.select_hosts(invs, sels)
         plan = audit.probes(ports)
-        expected = audit.given(expect, ports, plan) if expect is not None else audit.derive(
-            ports, plan, audit.mirror_specs(inv, ports))  # fmt: skip
+        links = {(n, br): ups for n, inv in invs.items() for br, ups in audit.uplinks(inv).items()}
+        mirrors = [m for n, inv in invs.items() for m in audit.mirror_specs(inv, [p for p in ports if p.host == n])]
+        expected = audit.given(expect, ports, plan) if expect is not None else audit.derive(ports, plan, mirrors, links)
         results: dict[str, MethodResult] = {}
         for m in METHODS:
             if m not in methods:
                 continue
             if m == "trace":
-                results[m] = audittrace.run(host, ports, plan)
+                names = {(n, br): ups for n, inv in invs.items() for br, ups in audit.uplink_names(inv).items()}
+                results[m] = audittrace.run_hosts(dict(hosts), ports, plan, names if len(hosts) > 1 else {})
+            elif len(hosts) == 1:
+                ((name, host),) = hosts.items()
+                results[m] = _traffic(host, conns[name], ports, plan, out_dir, keep)
             else:
-                results[m] = _traffic(host, conn, ports, plan, out_dir, keep)
-    result = CheckResult(
-        scenario=f"audit of {len(ports)} VIFs on {host.label or 'this host'}",
+                results[m] = MethodResult(
+                    m, error="the traffic method across hosts is not implemented; use --method trace"
+                )
+    where = ", ".join(str(n) for n in hosts) if len(hosts) > 1 else (next(iter(hosts.values())).label or "this host")
+    return CheckResult(
+        scenario=f"audit of {len(ports)} VIFs on {where}" + (_links_text(invs) if len(hosts) > 1 else ""),
         guests=[p.label for p in ports],
         expected=expected,
         methods=results,
@@ -80,7 +107,13 @@ def run_audit(
         duration_s=time.monotonic() - started,
         senders=[p.key for p in plan],
     )
-    return result
+
+
+def _links_text(invs: Mapping[Optional[str], inventory.Inventory]) -> str:
+    """Which uplinks join the hosts, and that they were read from the switches."""
+    parts = [f"{n} {br}: {', '.join(ups)}" for n, inv in invs.items() for br, ups in audit.uplink_names(inv).items()]
+    return (" (bridges of one name joined through their uplinks, read from the switches: "
+            f"{'; '.join(parts) or 'none'})")  # fmt: skip
 
 
 def _check_ovs(host: Host) -> None:

@@ -266,3 +266,27 @@ def test_a_remote_captures_hex_dump_gives_back_its_frames(tmp_path: Path) -> Non
     again = _pcap(tmp_path / "again.pcap", [])
     again.write_bytes(auditremote.pcap_bytes(dumps[0]))
     assert [inject.mark_of(f) for f in read_arp(again)] == [inject.Mark(5, None, 1), inject.Mark(5, 30, 1)]
+
+
+def test_across_hosts_the_uplinks_decide_which_vlans_cross() -> None:
+    trunk_all = model.PortVlan("xenbr0", None, None, ())
+    only_10 = model.PortVlan("xenbr0", "trunk", None, (10,))
+    native_20 = model.PortVlan("xenbr0", "native-untagged", 20, (10,))
+    assert audit.across([trunk_all], [trunk_all], 10) == 10
+    assert audit.across([only_10], [trunk_all], 20) is None
+    assert audit.across([native_20], [trunk_all], 20) == 0  # sent untagged: the far end's VLAN 0
+    assert audit.across([native_20], [native_20], 20) == 20
+    a = [replace(p, host="hv1") for p in audit.label([vif("vif1.0", tag=10), vif("vif3.0", tag=20)])]
+    b = [replace(p, host="hv2") for p in audit.label([vif("vif2.0", tag=10), vif("vif4.0", tag=20)])]
+    ports = a + b
+    links = {("hv1", "br0"): [only_10], ("hv2", "br0"): [trunk_all]}
+    exp = audit.derive(ports, audit.probes(ports), [], links)
+    assert exp.cells[("vif2.0", "vif1.0")] == "yes" and exp.cells[("vif1.0", "vif2.0")] == "yes"
+    assert exp.cells[("vif4.0", "vif3.0")] == "no"  # hv1's uplink does not carry VLAN 20
+    assert exp.cells[("vif4.0", "vif1.0")] == "no"
+
+
+def test_the_same_vm_name_on_two_hosts_is_told_apart() -> None:
+    one, two = inv([vif("vif1.0", vm="web"), vif("vif2.0", vm="db")]), inv([vif("vif1.0", vm="web")])
+    labels = [p.label for p in audit.select_hosts({"hv1": one, "hv2": two}, [])]
+    assert labels == ["hv1/web", "db", "hv2/web"]
