@@ -63,7 +63,8 @@ class Injection:
 
     run: int
     probes_sent: int = 0
-    failed: dict[str, str] = field(default_factory=dict)  # bridge -> why its bundle was refused
+    failed: dict[tuple[str | None, str], str] = field(default_factory=dict)  # (host, bridge) -> why refused
+    links_closed: set[tuple[str | None, str | None]] = field(default_factory=set)  # (from, to): link bounded
     controls: set[str] = field(default_factory=set)  # labels whose port got the positive control
     closing: set[str] = field(default_factory=set)
     window_s: float = 0.0
@@ -254,29 +255,90 @@ def run(
     host: Host, ports: list[AuditPort], plan: list[Probe], out_dir: Path, *, keep: bool = False
 ) -> tuple[Injection, dict[str, Listen]]:
     """Capture on every listener, inject every probe, collect the frames (pcaps deleted unless ``keep``)."""
-    caps = LocalCaptures(host, out_dir) if host.runner.local else remote_captures(host, out_dir if keep else None)
+    return run_hosts({None: host}, ports, plan, {}, out_dir, keep=keep)
+
+
+Uplinks = dict[tuple[str | None, str], list[tuple[str, int]]]  # (host, bridge) -> [(uplink port, ofport)]
+UPLINK = "\x00uplink "  # the key prefix of an uplink's capture: no VIF label starts so
+
+
+def run_hosts(
+    hosts: dict[str | None, Host], ports: list[AuditPort], plan: list[Probe], ups: Uplinks, out_dir: Path,
+    *, keep: bool = False,
+) -> tuple[Injection, dict[str, Listen]]:  # fmt: skip
+    """:func:`run` across hosts: captures on every host (and, inbound, on its uplinks), probes injected on
+    each sender's host, then a link closing out of every uplink; each host's closing controls go out only
+    once its uplink captures show the other hosts' link closings (or the wait ends), so they bound what
+    was still in flight on the physical link too."""
     inj = Injection(run=secrets.randbelow(0xFFFF))
-    specs = [(p.label, p.device, d) for p in ports for d, _why in [p.capture()] if d is not None]
+    caps: dict[str | None, Captures] = {}
+    for i, (name, host) in enumerate(hosts.items()):
+        where = out_dir if len(hosts) == 1 else out_dir / f"host{i}"
+        caps[name] = LocalCaptures(host, where) if host.runner.local else remote_captures(host, where if keep else None)
+    listens: dict[str | None, dict[str, Listen]] = {}
+    started = time.monotonic()
     try:
-        listens = caps.start(specs, inj.run, timeout=10.0)
+        for name in hosts:
+            specs = [(p.label, p.device, d) for p in ports if p.host == name for d, _why in [p.capture()] if d]
+            specs += [(f"{UPLINK}{u}", u, "in") for (h, _br), us in ups.items() if h == name for u, _o in us]
+            listens[name] = caps[name].start(specs, inj.run, timeout=10.0)
         started = time.monotonic()
-        listening = {label for label, lst in listens.items() if lst.error is None}
         try:
-            inj.controls = _controls(host, ports, listening, inj.run, inject.KIND_CONTROL)
-            for bridge, lines in _probe_lines(ports, plan, inj.run).items():
-                why = _send(host, bridge, lines)
-                if why is None:
-                    inj.probes_sent += len(lines)
-                else:
-                    inj.failed[bridge] = why
-            inj.closing = _controls(host, ports, listening, inj.run, inject.KIND_CLOSING)
-            inj.settle_s = _settle(caps, listens, inj.closing, inj.run)
+            _inject(hosts, ports, plan, ups, inj, listens, caps)
         finally:
             inj.window_s = time.monotonic() - started
-            caps.stop()
+            for c in caps.values():
+                c.stop()
     finally:
-        caps.close(keep)
-    return inj, listens
+        for c in caps.values():
+            c.close(keep)
+    return inj, {k: v for per in listens.values() for k, v in per.items() if not k.startswith(UPLINK)}
+
+
+def _inject(
+    hosts: dict[str | None, Host], ports: list[AuditPort], plan: list[Probe], ups: Uplinks, inj: Injection,
+    listens: dict[str | None, dict[str, Listen]], caps: dict[str | None, Captures],
+) -> None:  # fmt: skip
+    """Controls, probes, link closings, closing controls, the settling: in that order on every host."""
+    listening = {k for per in listens.values() for k, lst in per.items() if lst.error is None}
+    mine = {name: [p for p in ports if p.host == name] for name in hosts}
+    for name, host in hosts.items():
+        inj.controls |= _controls(host, mine[name], listening, inj.run, inject.KIND_CONTROL)
+    for name, host in hosts.items():
+        senders = {p.label for p in mine[name]}
+        for bridge, lines in _probe_lines(mine[name], [x for x in plan if x.sender in senders], inj.run).items():
+            why = _send(host, bridge, lines)
+            if why is None:
+                inj.probes_sent += len(lines)
+            else:
+                inj.failed[(name, bridge)] = why
+    if len(hosts) > 1:
+        _close_links(hosts, ups, inj, caps)
+    for name, host in hosts.items():
+        inj.closing |= _controls(host, mine[name], listening, inj.run, inject.KIND_CLOSING)
+    for name in hosts:
+        inj.settle_s = max(inj.settle_s, _settle(caps[name], listens[name], inj.closing, inj.run))
+
+
+def _close_links(hosts: dict[str | None, Host], ups: Uplinks, inj: Injection, caps: dict[str | None, Captures]) -> None:
+    """A link closing out of every host's uplinks, then wait (at most SETTLE_MAX_S) until each host's uplink
+    captures show every other host's: the frames sent before it on the link have arrived."""
+    index = {name: i for i, name in enumerate(hosts)}
+    for (name, bridge), us in ups.items():
+        data = inject.frame(inject.CONTROL_MAC, inj.run, inject.KIND_LINK, index[name])
+        _send(hosts[name], bridge, [inject.control_line([o for _u, o in us], data)])
+    bridges = {name: {br for (h, br) in ups if h == name} for name in hosts}
+    wanted = {(x, y) for x in hosts for y in hosts if x != y and bridges[x] & bridges[y]}
+    deadline = time.monotonic() + SETTLE_MAX_S
+    while wanted - inj.links_closed and time.monotonic() < deadline:
+        for y in {y for _x, y in wanted - inj.links_closed}:
+            for key, frames in caps[y].frames().items():
+                if key.startswith(UPLINK):
+                    for f in frames:
+                        m = inject.mark_of(f)
+                        if m and m.run == inj.run and m.kind == inject.KIND_LINK and m.vlan is not None:
+                            inj.links_closed |= {(x, y) for x, i in index.items() if i == m.vlan}
+        time.sleep(POLL_S)
 
 
 # -- verdicts (pure) ------------------------------------------------------------------
@@ -345,10 +407,16 @@ def _cell(
         ):
             res.evidence[(p.label, probe.key)] = Evidence(f.time, f.sender_mac, f.sender_ip, f.vlan, str(lst.pcap))
             return model.YES, None
-    if s.vif.bridge in inj.failed:
-        return model.UNKNOWN, f"the probes on {s.vif.bridge} were refused by the switch: {inj.failed[s.vif.bridge]}"
+    if (s.host, s.vif.bridge) in inj.failed:
+        why = inj.failed[(s.host, s.vif.bridge)]
+        return model.UNKNOWN, f"the probes on {s.vif.bridge} were refused by the switch: {why}"
     if s.vif.ofport is None or s.vif.ofport < 1:
         return model.UNKNOWN, f"{s.port} has no OpenFlow port number, so no probe could enter there"
     if doubt_:
         return model.UNKNOWN, doubt_
+    if s.host != p.host and (s.host, p.host) not in inj.links_closed:
+        return model.UNKNOWN, (
+            f"the link closing sent from {s.host} after its probes was not seen arriving at {p.host}'s uplink, "
+            "so frames still in flight on the physical link are not bounded"
+        )
     return model.NO, None

@@ -12,7 +12,8 @@ exactly one ARP who-has per probe::
 ``RR:RR`` is a number drawn for the audit (frames of an earlier or a
 concurrent audit do not count), ``VV:VV`` the VLAN the probe was sent in
 (``ff:ff`` untagged) and ``K`` the frame's kind: 1 a probe, 254 a positive
-control, 255 a closing control.  Sender address 0.0.0.0 (an RFC 5227 probe)
+control, 255 a closing control, 253 a link closing (an audit across hosts: sent
+out of a host's uplinks after its probes; its VLAN field numbers the host).  Sender address 0.0.0.0 (an RFC 5227 probe)
 updates no neighbour cache, and 192.0.2.0/24 is TEST-NET-1: no VM owns such an
 address, so none answers.  The capture filter matches the mark, so no tenant
 frame is ever written to a pcap.
@@ -30,7 +31,7 @@ from .pcap import ArpFrame
 MARK_NET = ipaddress.IPv4Network("192.0.2.0/24")  # TEST-NET-1 (RFC 5737)
 MARK_PREFIX = b"\x68\x76"  # "hv"
 CONTROL_MAC = "02:68:76:6e:65:74"  # the controls' sender (as the lab's traffic method)
-KIND_PROBE, KIND_CONTROL, KIND_CLOSING = 1, 254, 255
+KIND_PROBE, KIND_LINK, KIND_CONTROL, KIND_CLOSING = 1, 253, 254, 255
 UNTAGGED = 0xFFFF
 MIN_OVS = (2, 8)  # packet-out's field=value syntax and bundles of packet-outs
 _VERSION = re.compile(r"Open vSwitch\)? ([0-9]{1,3})\.([0-9]{1,3})")

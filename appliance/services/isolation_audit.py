@@ -90,13 +90,10 @@ def run_audit_hosts(
             if m == "trace":
                 names = {(n, br): ups for n, inv in invs.items() for br, ups in audit.uplink_names(inv).items()}
                 results[m] = audittrace.run_hosts(dict(hosts), ports, plan, names if len(hosts) > 1 else {})
-            elif len(hosts) == 1:
-                ((name, host),) = hosts.items()
-                results[m] = _traffic(host, conns[name], ports, plan, out_dir, keep)
             else:
-                results[m] = MethodResult(
-                    m, error="the traffic method across hosts is not implemented; use --method trace"
-                )
+                ups = {(n, br): [(v.port, v.ofport) for v in inv.vifs if v.port in names and v.ofport]
+                       for n, inv in invs.items() for br, names in audit.uplink_names(inv).items()}  # fmt: skip
+                results[m] = _traffic(dict(hosts), conns, ports, plan, ups if len(hosts) > 1 else {}, out_dir, keep)
     where = ", ".join(str(n) for n in hosts) if len(hosts) > 1 else (next(iter(hosts.values())).label or "this host")
     return CheckResult(
         scenario=f"audit of {len(ports)} VIFs on {where}" + (_links_text(invs) if len(hosts) > 1 else ""),
@@ -125,17 +122,19 @@ def _check_ovs(host: Host) -> None:
 
 
 def _traffic(
-    host: Host, conn: Connection, ports: list[audit.AuditPort], plan: list[audit.Probe], out_dir: Optional[Path],
-    keep: bool,
+    hosts: dict[Optional[str], Host], conns: Mapping[Optional[str], Connection], ports: list[audit.AuditPort],
+    plan: list[audit.Probe], ups: audittraffic.Uplinks, out_dir: Optional[Path], keep: bool,
 ) -> MethodResult:  # fmt: skip
-    where = out_dir or host.paths.captures_dir / f"audit-{datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
-    before = _plugs(host, conn, ports)
-    inj, listens = audittraffic.run(host, ports, plan, where, keep=keep)
-    after = _plugs(host, conn, ports)
+    first = next(iter(hosts.values()))
+    where = out_dir or first.paths.captures_dir / f"audit-{datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
+    before = {n: _plugs(h, conns[n], [p for p in ports if p.host == n]) for n, h in hosts.items()}
+    inj, listens = audittraffic.run_hosts(hosts, ports, plan, ups, where, keep=keep)
+    after = {n: _plugs(h, conns[n], [p for p in ports if p.host == n]) for n, h in hosts.items()}
     replugged = {
-        p.label: f"{p.port} was replugged during the audit ({before[p.label]} -> {after.get(p.label) or 'gone'})"
+        p.label: f"{p.port} was replugged during the audit ({before[p.host][p.label]} -> "
+        f"{after[p.host].get(p.label) or 'gone'})"
         for p in ports
-        if after.get(p.label) != before[p.label]
+        if after[p.host].get(p.label) != before[p.host].get(p.label)
     }
     res = audittraffic.cells(ports, plan, inj, listens, replugged)
     res.stats = {
@@ -149,6 +148,8 @@ def _traffic(
         "pcaps_kept": keep,
         "notes": [TC_NOTE, CAPTURE_NOTE],
     }
+    if len(hosts) > 1:
+        res.stats["links_closed"] = sorted(f"{x} -> {y}" for x, y in inj.links_closed)
     if keep:
         res.stats["pcaps"] = {lbl: str(lst.pcap) for lbl, lst in listens.items()}
     return res

@@ -86,7 +86,7 @@ def test_kept_pcaps_are_private_and_hold_only_probes(tn, tmp_path: Path) -> None
 
 def test_a_vif_replugged_mid_audit_has_its_cells_unknown_and_named(tn, monkeypatch) -> None:
     """The real thing: vif3.0's veth is deleted and made again while the captures run."""
-    real = audittraffic.run
+    real = audittraffic.run_hosts
 
     def run_with_replug(*args, **kwargs):
         original = audittraffic._controls
@@ -102,7 +102,7 @@ def test_a_vif_replugged_mid_audit_has_its_cells_unknown_and_named(tn, monkeypat
         monkeypatch.setattr(audittraffic, "_controls", controls_then_replug)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(audittraffic, "run", run_with_replug)
+    monkeypatch.setattr(audittraffic, "run_hosts", run_with_replug)
     host = Host(DbTarget(tn.db, "lab"))  # no name source: the VIFs are labelled by port
     try:
         result = isolation_audit.run_audit(host, ["vif1.0", "vif2.0", "vif3.0"], method="traffic")
