@@ -12,14 +12,15 @@ group, so a netserver's forks are stopped with it), else ``sh``.  It:
 * makes a release FIFO and holds it open read-write itself, so a job opens it
   without blocking and reads end-of-file only when the control shell is gone;
 * starts every job in the background as ``[ip netns exec NS] sh -c JOB ...``:
-  open the FIFO, append its name to ``ready``, read one line, stamp
-  ``date +%s%N`` (the host's own clock) and ``exec`` the program -- same PID,
+  open the FIFO, append its name to ``ready``, read one line, stamp the
+  host's own clock (bash's ``$EPOCHREALTIME``, else ``date +%s%N``) and
+  ``exec`` the program -- same PID,
   recorded with the process's start time (``/proc/PID/stat``: a PID is only
   ever signalled while that start time matches, so a reused PID is never hit);
 * prints ``pid NAME PID`` for each job and ``ready R N`` once every job still
   alive is at the barrier;
-* then answers hvnet's lines: ``go`` (one line into the FIFO per job: every
-  job wakes at once; ``released NS``), ``poll`` (``exit NAME STATUS`` for the
+* then answers hvnet's lines: ``go`` (one write of a newline per job into the
+  FIFO: every job wakes at once and takes one; ``released STAMP``), ``poll`` (``exit NAME STATUS`` for the
   jobs that ended, then ``polled``), ``signal SIG NAME...``, ``cat FILE...``
   (each file between marker lines) and ``close``;
 * on ``close``, or on end-of-file (hvnet gone, even SIGKILLed: its ssh client
@@ -46,7 +47,9 @@ from ..errors import HvnetError
 from ..runner import CommandRunner
 from . import Job, JobResult, check_name
 
-# Run by sh in each job: $1 work dir, $2 name, $3 hold (1: wait at the barrier), then the program's argv.
+# Run in each job (by bash where the host has it: its $EPOCHREALTIME stamps without a fork, so 70 jobs
+# woken at once are not queued behind 70 runs of date): $1 work dir, $2 name, $3 hold (1: wait at the
+# barrier), then the program's argv.
 JOB = r"""d=$1 n=$2 h=$3; shift 3
 if [ "$h" = 1 ]; then
   exec 5<"$d/go" || exit 125
@@ -54,7 +57,7 @@ if [ "$h" = 1 ]; then
   IFS= read -r _ <&5 || exit 125
   exec 5<&-
 fi
-date +%s%N >"$d/$n.stamp"
+if [ -n "${EPOCHREALTIME:-}" ]; then echo "$EPOCHREALTIME" >"$d/$n.stamp"; else date +%s%N >"$d/$n.stamp"; fi
 exec "$@"
 """
 
@@ -62,7 +65,9 @@ exec "$@"
 CONTROL = r"""base=$1 id=$2 hold=$3 tries=$4 m=$5
 umask 077
 set -m 2>/dev/null
-d=$base/$id N=0 ended=
+d=$base/$id N=0 ended= JS=sh
+[ -n "${BASH_VERSION:-}" ] && JS=bash
+now() { if [ -n "${EPOCHREALTIME:-}" ]; then T=$EPOCHREALTIME; else T=$(date +%s%N); fi; }
 say() { printf '%s\n' "$*"; }
 pst() {
   S= T=; l=; read -r l <"/proc/$1/stat" 2>/dev/null || return 1
@@ -72,6 +77,7 @@ ours() { [ -n "$2" ] && pst "$1" && [ "$T" = "$2" ] && [ "$S" != Z ]; }
 sig() { kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null; }
 stopall() { A=0; while read -r p t n; do ours "$p" "$t" || continue; A=$((A+1)); sig "$1" "$p"; done <"$d/pids"; }
 finish() {
+  trap '' HUP PIPE; exec 2>/dev/null  # hvnet's side may be gone: nothing may stop the cleaning up
   exec 3>&-
   stopall TERM; i=0
   while [ $i -lt 20 ]; do stopall 0; [ $A -gt 0 ] || break; sleep 0.1; i=$((i+1)); done
@@ -98,8 +104,8 @@ mkfifo -m 0600 -- "$d/go" || { rm -rf -- "$d"; say "error mkfifo failed"; exit 1
 exec 3<>"$d/go"
 job() {
   n=$1 ns=$2; shift 2
-  if [ -n "$ns" ]; then set -- ip netns exec "$ns" sh -c "$J" hvnet-job "$d" "$n" "$hold" "$@"
-  else set -- sh -c "$J" hvnet-job "$d" "$n" "$hold" "$@"; fi
+  if [ -n "$ns" ]; then set -- ip netns exec "$ns" "$JS" -c "$J" hvnet-job "$d" "$n" "$hold" "$@"
+  else set -- "$JS" -c "$J" hvnet-job "$d" "$n" "$hold" "$@"; fi
   HVNET_ENDPOINT="$id/$n" "$@" </dev/null >"$d/$n.out" 2>"$d/$n.err" 3>&- &
   p=$!; pst "$p"; echo "$p ${T:--} $n" >>"$d/pids"; N=$((N+1))
 }
@@ -120,9 +126,11 @@ if [ "$hold" = 1 ]; then
   done
 fi
 say "ready $r $N"
+G=; i=0; while [ $i -lt $N ]; do G="$G
+"; i=$((i+1)); done
 while IFS=' ' read -r cmd args; do
   case $cmd in
-  go) t=$(date +%s%N); i=0; while [ $i -lt $N ]; do echo g; i=$((i+1)); done >&3; say "released $t" ;;
+  go) now; printf '%s' "$G" >&3; say "released $T" ;;
   poll)
     while read -r p t n; do
       case " $ended " in *" $n "*) continue ;; esac
@@ -146,6 +154,7 @@ while IFS=' ' read -r cmd args; do
   close) break ;;
   esac
 done
+[ "$cmd" = close ] || exec >/dev/null
 finish
 say closed
 """
@@ -165,12 +174,18 @@ def script(jobs: Sequence[Job]) -> str:
 
 
 def parse_stamp(text: Optional[str]) -> Optional[int]:
-    """``date +%s%N``'s output (ns since the epoch, the host's clock); None when absent or not a stamp
-    (a ``date`` without %N prints the letter N)."""
+    """A stamp in ns since the epoch (the host's clock): bash's ``$EPOCHREALTIME`` (seconds, a decimal
+    point or the locale's comma, microseconds) or ``date +%s%N``; None when absent or not a stamp (a
+    ``date`` without %N prints the letter N)."""
     if text is None:
         return None
     text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) >= 16 else None
+    if not text.isascii():
+        return None
+    whole, sep, frac = text.replace(",", ".").partition(".")
+    if sep and whole.isdigit() and frac.isdigit() and 1 <= len(frac) <= 9:
+        return int(whole) * 1_000_000_000 + int(frac.ljust(9, "0"))
+    return int(text) if text.isdigit() and len(text) >= 16 else None
 
 
 def parse_sections(lines: list[str], mark: str) -> dict[str, Optional[str]]:

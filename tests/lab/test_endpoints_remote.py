@@ -30,7 +30,7 @@ from appliance.host import Host
 from appliance.lab import Lab
 from appliance.netperf import omni
 from appliance.netperf.runner import Runner
-from appliance.netperf.suite import Test
+from appliance.netperf.suite import Test as NetperfTest
 from appliance.netperf.suite import load as load_suite
 from appliance.ovsdb import Connection
 
@@ -78,21 +78,22 @@ def _ns(lab: Lab, guest: str) -> str:
 
 
 def _ours_in(lab: Lab) -> set[int]:
-    """netperf/netserver processes in the guests' namespaces."""
+    """Processes an endpoint shell started in the guests' namespaces (held or running: its mark is in
+    their environment)."""
     pids = set()
     for guest in ("C", "S"):
         out = subprocess.run(["ip", "netns", "pids", _ns(lab, guest)], capture_output=True, text=True, check=False)
         for pid in out.stdout.split():
             try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() in ("netperf", "netserver", "sleep"):
+                if b"HVNET_ENDPOINT=" in Path(f"/proc/{pid}/environ").read_bytes():
                     pids.add(int(pid))
             except OSError:
                 continue
     return pids
 
 
-def _rr_test(n: int, seconds: int) -> Test:
-    return Test(name="rr", type="TCP_RR", duration=seconds, concurrency=(n,), request_size=1, response_size=1)
+def _rr_test(n: int, seconds: int) -> NetperfTest:
+    return NetperfTest(name="rr", type="TCP_RR", duration=seconds, concurrency=(n,), request_size=1, response_size=1)
 
 
 def _rr_jobs(lab: Lab, n: int, seconds: int) -> list[Job]:
@@ -131,7 +132,7 @@ def test_a_batch_over_ssh_is_released_together_stamped_by_the_host_and_read_back
     assert all(r.returncode == 0 and r.started_ns is not None and r.cpu_s is None for r in results.values()), results
     # the stamps are hv2's clock, after the release; the spread is within one clock
     assert all(r.started_ns >= group.released_ns for r in results.values())  # type: ignore[operator]
-    assert spread is not None and spread < 0.02 * seconds * 1000, spread
+    assert spread is not None and spread < 200, spread  # the target: under 2% of a 10 s test
     test = _rr_test(count, seconds)
     parsed = [omni.parse(i, test, (tmp_path / f"{j.name}.out").read_text(), (tmp_path / f"{j.name}.err").read_text(),
                          0, None) for i, j in enumerate(jobs)]  # fmt: skip
@@ -183,6 +184,9 @@ def test_a_killed_hvnet_leaves_no_job_and_no_work_dir(hv2: tuple[Lab, Host], tmp
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 10
+        while len(_ours_in(lab)) < 6 and time.monotonic() < deadline:  # 'ip netns exec' may not have entered yet
+            time.sleep(0.1)
         assert len(_ours_in(lab)) == 6 and len(list(base.iterdir())) == 2
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -66,6 +66,10 @@ def test_an_empty_argv_is_refused() -> None:
 
 def test_stamps_are_date_nanoseconds_or_unknown() -> None:
     assert parse_stamp("1795745308357121738\n") == 1795745308357121738
+    assert parse_stamp("1795745308.357121\n") == 1795745308357121000  # bash's $EPOCHREALTIME
+    assert parse_stamp("1795745308,357121") == 1795745308357121000  # ... in a locale with a decimal comma
+    assert parse_stamp("1795745308.") is None
+    assert parse_stamp("17957.453.08") is None
     assert parse_stamp(None) is None
     assert parse_stamp("") is None
     assert parse_stamp("1795745308N\n") is None  # a date without %N
