@@ -231,7 +231,7 @@ def _settle(caps: Captures, listens: dict[str, Listen], closing: set[str], run: 
     started = time.monotonic()
     counts: dict[str, int] = {}
     grew = dict.fromkeys(listens, started)
-    missing = {label for label in closing if listens[label].error is None}
+    missing = {label for label in closing if label in listens and listens[label].error is None}
     while True:
         now = time.monotonic()
         frames = caps.frames()

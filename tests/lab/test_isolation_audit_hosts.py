@@ -32,6 +32,8 @@ def test_one_audit_across_the_trunk(two, method: str) -> None:
     # VM1 (hv1) and VM2 (hv2) share VLAN 1 across the trunk; VM3 (VLAN 2) hears no one.
     assert observed[("VM2", "VM1")] == "yes" and observed[("VM1", "VM2")] == "yes"
     assert observed[("VM3", "VM2")] == "no" and observed[("VM2", "VM3")] == "no"
+    if method == "traffic":  # each host's frames were bounded on the trunk before its peer's closing controls
+        assert out["methods"]["traffic"]["stats"]["links_closed"] == ["hv1 -> hv2", "hv2 -> hv1"]
 
 
 def test_hosts_with_host_is_refused() -> None:
