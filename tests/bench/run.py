@@ -475,6 +475,11 @@ def main() -> int:
     for line in bench_isolation():
         print(line)
     print()
+    from audit_bench import bench_audit
+
+    for line in bench_audit():
+        print(line)
+    print()
     from remote_bench import bench_remote
 
     for line in bench_remote():
