@@ -32,7 +32,11 @@ def hv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHost]:
                 subprocess.run(["ip", "-n", host.netns, *argv], check=True)
             cmds += ["--", "add-port", "xenbr0", port, f"tag={tag}", "--", "set", "interface", port,
                      f"external_ids:attached-mac=02:00:00:00:07:0{i}", f"external_ids:xs-vm-uuid=vm-{i}"]  # fmt: skip
+        # A userspace tap (a QEMU guest's on the netdev datapath): what the switch hands it shows as inbound.
+        cmds += ["--", "add-port", "xenbr0", "tap5.0", "tag=10", "--", "set", "interface", "tap5.0", "type=tap",
+                 "external_ids:attached-mac=02:00:00:00:07:05", "external_ids:xs-vm-uuid=vm-5"]  # fmt: skip
         host.switch.vsctl(*cmds)
+        subprocess.run(["ip", "-n", host.netns, "link", "set", "tap5.0", "up"], check=True)
         yield host
     finally:
         host.stop()
@@ -51,7 +55,7 @@ def test_trace_over_ssh(hv: SshHost, tmp_path: Path) -> None:
     trace = out["methods"]["trace"]
     observed = {(c["listener"], c["sender"]): c["value"] for c in trace["observed"]}
     assert observed[("vif2.0", "vif1.0")] == "yes" and observed[("vif3.0", "vif1.0")] == "no"
-    assert trace["stats"]["traces"] == 1 + 4 + 4  # dpif/show, a probe and a control per VIF: one shell
+    assert trace["stats"]["traces"] == 1 + 5 + 5  # dpif/show, a probe and a control per VIF: one shell
 
 
 def test_traffic_over_ssh(hv: SshHost, tmp_path: Path) -> None:
@@ -60,7 +64,8 @@ def test_traffic_over_ssh(hv: SshHost, tmp_path: Path) -> None:
     traffic = out["methods"]["traffic"]
     observed = {(c["listener"], c["sender"]): c["value"] for c in traffic["observed"]}
     assert observed[("vif4.0", "vif2.0")] == "yes" and observed[("vif3.0", "vif2.0")] == "no"
-    assert traffic["stats"]["captures"] == 4 and traffic["stats"]["probes_sent"] == 4
+    assert observed[("tap5.0", "vif2.0")] == "yes" and observed[("tap5.0", "vif3.0")] == "no"  # captured inbound
+    assert traffic["stats"]["captures"] == 5 and traffic["stats"]["probes_sent"] == 5
     # Nothing left on the host: the endpoint group's work dir went with it.
     left = subprocess.run(["ip", "netns", "exec", hv.netns, "sh", "-c", "ls /var/lib/hvnet/endpoints 2>/dev/null"],
                           capture_output=True, text=True).stdout.split()  # fmt: skip
