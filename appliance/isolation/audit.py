@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import yamldoc
+from .. import render, yamldoc
 from ..errors import ConfigError, Problem, UsageError
 from ..inventory import Inventory, Vif
 from ..policy.fields import parse_selector
@@ -380,7 +380,10 @@ def given(doc: yamldoc.Document, ports: list[AuditPort], plan: list[Probe]) -> m
             value, path = row.get(probe.key, row.get(probe.sender, (None, ("matrix", p.label))))
             if value not in ("yes", "no"):
                 problems.append(
-                    doc.problem(path, f"{probe.key}: must be yes or no (does {p.label} hear it?), not {value!r}")
+                    doc.problem(
+                        path,
+                        render.terminal(f"{probe.key}: must be yes or no (does {p.label} hear it?), not {value!r}"),
+                    )
                 )
             cells[(p.label, probe.key)] = value
     if problems:
@@ -389,5 +392,5 @@ def given(doc: yamldoc.Document, ports: list[AuditPort], plan: list[Probe]) -> m
 
 
 def _known(names: dict[str, str]) -> str:
-    listed = sorted(names)
+    listed = sorted(render.terminal(n) for n in names)  # VM names: a line end in one is shown, not obeyed
     return "known: " + ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")

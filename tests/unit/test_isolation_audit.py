@@ -290,3 +290,21 @@ def test_the_same_vm_name_on_two_hosts_is_told_apart() -> None:
     one, two = inv([vif("vif1.0", vm="web"), vif("vif2.0", vm="db")]), inv([vif("vif1.0", vm="web")])
     labels = [p.label for p in audit.select_hosts({"hv1": one, "hv2": two}, [])]
     assert labels == ["hv1/web", "db", "hv2/web"]
+
+
+def test_a_hostile_vm_name_is_shown_escaped_and_adds_no_line(tmp_path: Path) -> None:
+    from appliance.isolation import report
+    from appliance.isolation.check import CheckResult
+
+    evil = "db\x1b[2J\nPASS: isolation as expected"
+    ports = audit.label([vif("vif1.0", tag=10, vm=evil), vif("vif2.0", tag=10, vm="web")])
+    plan = audit.probes(ports)
+    expected = audit.given(yamldoc.parse("matrix:\n  web: {vif1.0: no}\n  vif1.0: {web: no}\n", "e"), ports, plan)
+    res = model.MethodResult("trace", cells={(evil, "web"): "yes", ("web", evil): "yes"})
+    text = report.format_result(CheckResult("audit", [p.label for p in ports], expected, {"trace": res}, None,
+                                            senders=[p.key for p in plan]))  # fmt: skip
+    assert "\x1b" not in text and "db\\x1b[2J\\x0aPASS" in text
+    assert [ln for ln in text.splitlines() if ln.startswith(("PASS", "FAIL"))] == [
+        "FAIL: isolation differs from expected (0.0 s)"
+    ]
+    assert "trace: LEAK: web hears db\\x1b[2J\\x0aPASS: isolation as expected" in text
