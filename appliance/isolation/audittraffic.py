@@ -38,6 +38,9 @@ QUIET_S = 0.1
 SETTLE_MAX_S = 2.0
 POLL_S = 0.01
 BUFFER_KIB = "256"  # tcpdump -B: a small kernel buffer per listener (the filter keeps only probes)
+# A capture's disk bound: a listener gets one copy of each probe it hears and a few controls; a capture
+# that reached the bound stopped before its closing control, so its "No" cells read unknown.
+MAX_FRAMES = 5000  # at most ~720 KB of 128-byte records
 UMASK_EXEC = 'umask 077 && exec "$@"'  # tcpdump's pcap created 0600 (the argv reaches sh as "$@", never as text)
 
 
@@ -100,7 +103,7 @@ def remote_captures(host: Host, keep_dir: Path | None) -> Captures:
 def tcpdump_argv(tcpdump: str, device: str, direction: str, pcap: str, run: int) -> list[str]:
     """One listener's capture: only this audit's frames, leaving the switch towards the VM."""
     return ["sh", "-c", UMASK_EXEC, "sh", tcpdump, "-i", device, "-Q", direction, "-p", "-B", BUFFER_KIB,
-            "-U", "--immediate-mode", "-nn", "-s", "128", "-Z", "root", "-w", str(pcap),
+            "-U", "--immediate-mode", "-nn", "-s", "128", "-c", str(MAX_FRAMES), "-Z", "root", "-w", str(pcap),
             inject.capture_filter(run)]  # fmt: skip
 
 
