@@ -308,3 +308,20 @@ def test_a_hostile_vm_name_is_shown_escaped_and_adds_no_line(tmp_path: Path) -> 
         "FAIL: isolation differs from expected (0.0 s)"
     ]
     assert "trace: LEAK: web hears db\\x1b[2J\\x0aPASS: isolation as expected" in text
+
+
+def test_an_audit_result_round_trips_through_json_and_html_with_its_probe_columns() -> None:
+    from appliance.isolation import html, report
+    from appliance.isolation.check import CheckResult
+
+    ports = audit.label(TN)
+    plan = audit.probes(ports)
+    exp = audit.derive(ports, plan, [])
+    result = CheckResult("audit of 7 VIFs", [p.label for p in ports], exp,
+                         {"trace": model.MethodResult("trace", cells=dict(exp.cells))}, None,
+                         senders=[p.key for p in plan])  # fmt: skip
+    doc = report.to_json(result)
+    again = report.from_json(doc)
+    assert again.senders == [p.key for p in plan] and report.to_json(again) == doc and again.exit_code == 0
+    assert "trunk@vlan10" in report.format_result(again).splitlines()[3]  # a column of the expected table
+    assert "trunk@vlan10" in html.page(again, source="audited on this host")
