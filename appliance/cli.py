@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from . import (
     __version__,
+    cli_audit,
     cli_capture,
     cli_completion,
     cli_config,
@@ -389,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
     ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
     ir.set_defaults(func=cmd_isolation_report)
+    cli_audit.register(isub)
 
     cli_policy_args.register(sub)
     cli_suite.register(sub)

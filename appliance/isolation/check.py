@@ -50,6 +50,7 @@ class CheckResult:
     methods: dict[str, MethodResult]
     out_dir: str | None
     duration_s: float = 0.0
+    senders: list[str] | None = None  # the matrix's columns when they are not the guests (an audit's probes)
 
     def verdicts(self, method: str) -> dict[tuple[str, str], str]:
         m = self.methods[method]

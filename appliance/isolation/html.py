@@ -94,10 +94,11 @@ def _settings(sc: Scenario) -> str:
 
 
 def _matrix(result: CheckResult, text: Callable[[Cell], str], css: Callable[[Cell], str]) -> str:
-    guests = result.guests
-    rows = [[g, *["/" if g == s else text((g, s)) for s in guests]] for g in guests]
-    classes = [["", *["self" if g == s else css((g, s)) for s in guests]] for g in guests]
-    return hp.table([CORNER, *guests], rows, classes=classes, css="matrix")
+    guests, senders = result.guests, result.senders or result.guests
+    cells = result.expected.cells
+    rows = [[g, *["/" if (g, s) not in cells else text((g, s)) for s in senders]] for g in guests]
+    classes = [["", *["self" if (g, s) not in cells else css((g, s)) for s in senders]] for g in guests]
+    return hp.table([CORNER, *senders], rows, classes=classes, css="matrix")
 
 
 def _expected(result: CheckResult) -> str:

@@ -36,6 +36,7 @@ class ArpFrame:
     sender_mac: str
     sender_ip: str
     target_ip: str
+    target_mac: str = ""  # a who-has leaves it zero; hvnet's audit probes carry their mark there
 
     @property
     def is_request(self) -> bool:
@@ -73,6 +74,7 @@ def parse_frame(ts: float, data: bytes) -> ArpFrame | None:
         sender_mac=_mac(body[0:6]),
         sender_ip=str(ipaddress.IPv4Address(body[6:10])),
         target_ip=str(ipaddress.IPv4Address(body[16:20])),
+        target_mac=_mac(body[10:16]),
     )
 
 

@@ -21,16 +21,16 @@ MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
 
 
 def _table(result: CheckResult, cell_text) -> str:
-    guests = result.guests
-    rows = [[g, *[("/" if g == s else cell_text((g, s))) for s in guests]] for g in guests]
-    return render.table(["hears \u2193 from \u2192", *guests], rows)
+    guests, senders, cells = result.guests, result.senders or result.guests, result.expected.cells
+    rows = [[g, *[("/" if (g, s) not in cells else cell_text((g, s))) for s in senders]] for g in guests]
+    return render.table(["hears \u2193 from \u2192", *senders], rows)
 
 
 def format_result(result: CheckResult) -> str:
     methods = list(result.methods)
     verdicts = {m: result.verdicts(m) for m in methods}
     lines = [
-        f"isolation check {result.scenario}: {', '.join(methods)}"
+        render.terminal(f"isolation check {result.scenario}: {', '.join(methods)}")
         + (f" (each cell: {' / '.join(methods)})" if len(methods) > 1 else ""),
         "",
         "expected (Yes* = copy by a mirror, a declared exception):",
@@ -48,15 +48,17 @@ def format_result(result: CheckResult) -> str:
         return " / ".join(parts)
 
     lines.append(_table(result, observed))
-    problems = problem_lines(result)
+    # One line each, escaped: a name holding a line end cannot add a line (a fake "LEAK" or "PASS").
+    problems = [render.terminal(x) for x in problem_lines(result)]
     if problems:
         lines += ["", *problems]
     if result.expected.exceptions:
-        lines += ["", "declared isolation exceptions (mirror copies):", *(f"  {x}" for x in exception_lines(result))]
-    logical = logical_lines(result)
+        lines += ["", "declared isolation exceptions (mirror copies):",
+                  *(render.terminal(f"  {x}") for x in exception_lines(result))]  # fmt: skip
+    logical = [render.terminal(x) for x in logical_lines(result)]
     if logical:
         lines += ["", *logical]
-    disagree = disagreement_lines(result)
+    disagree = [render.terminal(x) for x in disagreement_lines(result)]
     if disagree:
         lines += ["", *disagree]
     traffic = traffic_line(result)
@@ -88,7 +90,8 @@ def problem_lines(result: CheckResult) -> list[str]:
                 if m == "trace" and mr.stats.get("engine") == "ovn-trace":
                     where = f": ovn-trace: {mr.stats['logical'][sender][listener]}"
                 elif m == "trace":
-                    where = f": datapath actions for {sender}'s broadcast: {mr.stats['datapath_actions'][sender]}"
+                    actions = mr.stats.get("datapath_actions", {}).get(sender, "not recorded")
+                    where = f": datapath actions for {sender}'s broadcast: {actions}"
                 problems.append(f"{m}: LEAK: {listener} hears {sender}{where}")
             elif verdict == "blocked":
                 problems.append(f"{m}: UNEXPECTED BLOCK: {listener} does not hear {sender}")
@@ -145,9 +148,11 @@ def traffic_line(result: CheckResult) -> str:
         if "closing_controls_sent" in t.stats
         else ""
     )
+    kept = f"captures in {result.out_dir}" if result.out_dir else "captures deleted after counting"
+    notes = "".join(f"\n  note: {n}" for n in t.stats.get("notes", []))
     return (
         f"traffic: {t.stats.get('probes_sent', 0)} probes in one {t.stats.get('window_s', 0):.2f} s window, "
-        f"{t.stats.get('controls_sent', 0)} positive controls{closing}; captures in {result.out_dir}"
+        f"{t.stats.get('controls_sent', 0)} positive controls{closing}; {kept}{notes}"
     )
 
 
@@ -158,6 +163,7 @@ def to_json(result: CheckResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "scenario": result.scenario,
         "guests": result.guests,
+        **({"senders": result.senders} if result.senders else {}),
         "exit_code": result.exit_code,
         "duration_s": round(result.duration_s, 3),
         "out_dir": result.out_dir,
@@ -202,6 +208,7 @@ def from_json(doc: dict[str, Any]) -> CheckResult:
         methods=methods,
         out_dir=doc["out_dir"],
         duration_s=doc["duration_s"],
+        senders=list(doc["senders"]) if "senders" in doc else None,
     )
 
 

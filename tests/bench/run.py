@@ -475,6 +475,11 @@ def main() -> int:
     for line in bench_isolation():
         print(line)
     print()
+    from audit_bench import bench_audit
+
+    for line in bench_audit():
+        print(line)
+    print()
     from remote_bench import bench_remote
 
     for line in bench_remote():
@@ -496,6 +501,11 @@ def main() -> int:
     from netperf_bench import bench_netperf
 
     for line in bench_netperf():
+        print(line)
+    print()
+    from endpoints_bench import bench_remote_launch
+
+    for line in bench_remote_launch():
         print(line)
     print()
     from ovn_bench import bench_ovn, bench_ovn_1000
