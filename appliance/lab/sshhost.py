@@ -31,7 +31,9 @@ from .switch import Switch, stop_pid
 REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
                 "ovs-dpctl", "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool",
                 "mkdir", "mv", "rm", "stat", "sleep",  # coreutils, as every dom0 has: remote captures
-                "mkfifo", "date")  # and endpoints (appliance.endpoints.remote)  # fmt: skip
+                "mkfifo", "date",  # and endpoints (appliance.endpoints.remote)
+                "id", "df", "readlink",  # and the walk of their directory, their free space
+                "ovsdb-client", "setsid")  # the host's own rollback of a --no-commit apply  # fmt: skip
 
 
 class SshHost:
