@@ -149,7 +149,7 @@ class Netserver:
         if self.group is not None:
             self.group.signal(["netserver"], "TERM")
             wait_all(self.group, ["netserver"], 2.0, lambda: False)
-            self.group.fetch(self.log.parent / "netserver-remote")
+            self.group.fetch(self.log.parent)  # netserver.out / netserver.err beside the run
             self.group.close()
             self.group = None
             return

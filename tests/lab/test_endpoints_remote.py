@@ -231,3 +231,24 @@ def test_a_suite_with_its_guests_on_the_remote_host_runs_over_ssh(hv2: tuple[Lab
         assert rep.cpu["netperf_pct_of_core"] is None  # not ours to read there: unknown, not 0
     assert doc.meta.server.netserver_pid is not None
     assert not _ours_in(lab) and not list(host.paths.endpoints_dir.iterdir())
+
+
+def test_a_shell_killed_on_the_host_is_swept_by_the_next_group_there(hv2: tuple[Lab, Host]) -> None:
+    """The control shell itself SIGKILLed (its job runs on, its dir stays): the next group stops and removes them."""
+    lab, host = hv2
+    orphan = launcher_for(host).group("orphan")
+    orphan.start([Job("run", ("sleep", "302"), netns=_ns(lab, "C"))], hold=False)
+    shell = int((Path(orphan.dir) / "shell").read_text().split()[0])  # the lab host's files are this machine's
+    os.kill(shell, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while (not _ours_in(lab) or Path(f"/proc/{shell}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_ours_in(lab)) == 1 and Path(orphan.dir).is_dir()  # left behind, as a crash would
+    nxt = launcher_for(host).group("next")
+    nxt.start([Job("t", ("true",))], hold=False)
+    try:
+        assert not Path(orphan.dir).exists() and not _ours_in(lab)
+    finally:
+        nxt.close()
+        orphan.close()  # its channel is gone: nothing to do, no error
+    assert not list(host.paths.endpoints_dir.iterdir())
