@@ -23,6 +23,7 @@ from . import (
     cli_config,
     cli_exporter,
     cli_policy_args,
+    cli_probes,
     cli_suite,
     cli_tap,
     render,
@@ -309,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --pool apply or rollback: wait up to S seconds for every chassis to acknowledge (default 30)",
     )
     p.add_argument(
+        "--guests", choices=("lab", "probes"),
+        help="where suite run and isolation check find their endpoints: the built-in lab's guests, or probe "
+        "ports hvnet adds to the target's bridge for the run (the file's 'probes:'); default: probes when the "
+        "file names them, else the lab -- but never the lab silently when --host/--db/--hosts/--pool names a "
+        "real target ($HVNET_GUESTS)",
+    )  # fmt: skip
+    p.add_argument(
         "--no-lab",
         action="store_true",
         help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "
@@ -396,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_exporter.register(sub)
     cli_config.register(sub)
     cli_tap.register(sub)
+    cli_probes.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.add_argument(

@@ -100,6 +100,15 @@ def _seconds_up_to_300(text: str) -> str:
     return text
 
 
+GUEST_SOURCES = ("lab", "probes")  # where suites and isolation checks find their endpoints (--guests)
+
+
+def _guest_source(text: str) -> str:
+    if text not in GUEST_SOURCES:
+        raise ValueError(" or ".join(GUEST_SOURCES))
+    return text
+
+
 def _policing(text: str) -> str:
     if text not in ("auto", "tc", "meter"):
         raise ValueError("auto, tc or meter")
@@ -194,6 +203,9 @@ SETTINGS: tuple[Setting, ...] = (
        "force the agent's ingress policing mechanism (--policing); unset: each rule's own"),
     _S("exporter", "listen", "HVNET_EXPORTER_LISTEN", _listen, DEFAULT_EXPORTER_LISTEN, None,
        "where 'hvnet exporter' serves /metrics"),
+    _S("measure", "guests", "HVNET_GUESTS", _guest_source, None, "--guests",
+       "where suites and isolation checks find their endpoints: lab or probes; unset: the probes the file "
+       "names, else the lab when no --host/--db/--hosts/--pool names a real target"),
     _S("lab", "dir", "HVNET_LAB_DIR", _absolute_path, "/run/hvnet/lab", None, "the built-in lab's run directory"),
     _S("lab", "image_cache", "HVNET_IMAGE_CACHE", _absolute_path, "/var/cache/hvnet/image", None,
        "the lab's QEMU guest image cache"),

@@ -26,6 +26,7 @@ from ..errors import Problem
 from ..inventory import PROBE_MARK
 from ..policy.fields import FieldError, egress_from_fields, ingress_from_fields
 from ..policy.model import Egress, Ingress
+from ..topology import Bridge, Guest, Topology
 
 # The marks on a probe port's Interface (the veth's host end) and Port.
 MARK = PROBE_MARK  # the probe's name: the port is hvnet's probe, whatever its device is called
@@ -39,6 +40,7 @@ PEER_PREFIX = "hvq-"  # the peer until it is moved into the namespace and rename
 GUEST_IF = "eth0"
 LEASE_S = 120  # a probe's expiry is renewed every LEASE_S / 4 while its run lasts
 MAX_PROBES = 16
+GUEST_KIND = "probe"  # a probe's kind among a topology's guests (the lab's are netns and qemu)
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,10}$")
 _KEYS = {"name", "like", "bridge", "vlan", "ip", "mac", "limit"}
@@ -151,6 +153,16 @@ def found_probe(bridge: str, port: str, ids: dict[str, str]) -> FoundProbe:
     raw = ids.get(EXPIRES, "")
     expires = int(raw) if raw.isdigit() else None
     return FoundProbe(ids.get(MARK, ""), bridge, port, ids.get(OWNER, ""), expires, ids.get(NETNS))
+
+
+def topology_of(specs: list[ProbeSpec], name: str, file: str) -> Topology:
+    """The probes as a topology of guests (kind ``probe``), so that a suite's or scenario's endpoints and
+    matrices name them as they name lab guests; their bridges are known once the switch is read."""
+    bridges = sorted({s.bridge for s in specs if s.bridge})
+    guests = tuple(
+        Guest(s.name, s.bridge or "", s.ip, s.hwaddr, s.dev, 0, tag=s.vlan, kind=GUEST_KIND) for s in specs
+    )
+    return Topology(f"probes of {name}", file, "probes", tuple(Bridge(b) for b in bridges), guests)
 
 
 # -- a suite's or scenario's ``probes:`` ------------------------------------------------------------
