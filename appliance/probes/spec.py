@@ -159,9 +159,7 @@ def topology_of(specs: list[ProbeSpec], name: str, file: str) -> Topology:
     """The probes as a topology of guests (kind ``probe``), so that a suite's or scenario's endpoints and
     matrices name them as they name lab guests; their bridges are known once the switch is read."""
     bridges = sorted({s.bridge for s in specs if s.bridge})
-    guests = tuple(
-        Guest(s.name, s.bridge or "", s.ip, s.hwaddr, s.dev, 0, tag=s.vlan, kind=GUEST_KIND) for s in specs
-    )
+    guests = tuple(Guest(s.name, s.bridge or "", s.ip, s.hwaddr, s.dev, 0, tag=s.vlan, kind=GUEST_KIND) for s in specs)
     return Topology(f"probes of {name}", file, "probes", tuple(Bridge(b) for b in bridges), guests)
 
 
