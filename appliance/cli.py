@@ -30,7 +30,7 @@ from . import (
 )
 from .cli_common import add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
-from .frontdoor import configured_host, host_of, lab_switches, local_host_of
+from .frontdoor import configured_host, host_of, local_host_of
 from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
@@ -186,28 +186,27 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from . import htmlpage
+    from .frontdoor_guests import scenario_measurement
     from .isolation import report
-    from .lab import Lab
     from .services import isolation
 
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
-    lab = Lab()
     if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
         from .cli_pool import check_pool_scenario
+        from .lab import Lab
 
-        result = check_pool_scenario(args, sc, lab)
-        switches: dict = {f"pool {args.pool or sc.topology.name}": None}
+        result = check_pool_scenario(args, sc, Lab())
+        where = f"pool {args.pool or sc.topology.name}"
     else:
-        # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
-        if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
-            lab.require_guests(sc.topology, list(sc.guests))
-        switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
-        result = isolation.run_check(
-            next(iter(switches.values())), lab, sc, args.method, Path(args.out) if args.out else None,
-            root_hint="run as root, or use --method trace", timeout=args.timeout,
-            hosts={n: h for n, h in switches.items() if n is not None},
-        )  # fmt: skip
+        # The guests (the lab's, or probes on the target's bridge) and the switches: chosen once.
+        with scenario_measurement(sc, args, method=args.method) as m:
+            result = isolation.run_check(
+                m.host, m.guests, sc, args.method, Path(args.out) if args.out else None,
+                root_hint="run as root, or use --method trace", timeout=args.timeout,
+                hosts={n: h for n, h in m.switches.items() if n is not None},
+            )  # fmt: skip
+            where = m.where
     if args.json:
         render.print_json(report.to_json(result))
     else:
@@ -215,7 +214,6 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     if html_target is not None:
         from .isolation import html
 
-        where = ", ".join(n for n in switches if n) or "the lab's switch on this machine"
         htmlpage.write(html_target, html.page(result, source=f"checked on {where}", scenario=sc))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_code

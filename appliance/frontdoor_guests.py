@@ -98,6 +98,7 @@ def measurement(
     timeout: float = 10.0,
     reuse: Optional[Host] = None,
     tools: tuple[str, ...] = (),
+    local_only: bool = False,
 ) -> Iterator[Measurement]:
     """The guests and switches a run of ``what`` uses, for as long as the ``with`` lasts.
 
@@ -110,6 +111,9 @@ def measurement(
         from .services.probes import ProbeSource
 
         host = reuse or target()
+        if local_only and host.label is not None:  # the traffic method's senders and captures are local
+            raise UsageError(f"{what}: the traffic method sends and captures inside probes on this machine, "
+                             f"not on {host.label}", hint="check probes over --host with --method trace")  # fmt: skip
         with ProbeSource(host, list(probes), tools=tools, timeout=timeout) as guests:
             yield Measurement("probes", host, guests, {None: host},
                               f"probes on {host.label or host.describe()}")  # fmt: skip
@@ -131,7 +135,7 @@ def measurement(
 
 
 def suite_measurement(
-    suite: Any, args: Any, *, reuse: Optional[Host] = None
+    suite: Any, args: Any, *, reuse: Optional[Host] = None, real: Optional[str] = None
 ) -> contextlib.AbstractContextManager[Measurement]:
     """:func:`measurement` for a suite: the client's host in a lab of several, netperf where the probes run."""
     client_host = suite.topology.guest(suite.client).host
@@ -139,8 +143,43 @@ def suite_measurement(
 
     tools = ("netperf", "netserver") + (("iperf3",) if any(t.is_pps for t in suite.tests) else ())
     return measurement(
-        suite.topology, suite.probes, f"suite {suite.name}", choice=choice_of(args), real=real_target(args),
+        suite.topology, suite.probes, f"suite {suite.name}", choice=choice_of(args),
+        real=real if reuse is not None else real_target(args),
         target=lambda: host_of(args), hosts=(client_host,) if client_host else None,
         names=[suite.client], libvirt=getattr(args, "libvirt", None), timeout=getattr(args, "timeout", 10.0),
         reuse=reuse, tools=tools,
     )  # fmt: skip
+
+
+def scenario_measurement(
+    sc: Any, args: Any, *, method: str = "both", reuse: Optional[Host] = None, real: Optional[str] = None
+) -> contextlib.AbstractContextManager[Measurement]:
+    """:func:`measurement` for an isolation scenario: every host of a lab of several; probes run no tool
+    but the ARP senders and captures (the traffic method runs them on this machine: probes over --host
+    take the trace method)."""
+    from .frontdoor import host_of
+
+    return measurement(
+        sc.topology, sc.probes, f"scenario {sc.name}", choice=choice_of(args),
+        real=real if reuse is not None else real_target(args),
+        target=lambda: host_of(args), names=list(sc.guests), libvirt=getattr(args, "libvirt", None),
+        timeout=getattr(args, "timeout", 10.0), reuse=reuse,
+        tools=("tcpdump",) if method != "trace" else (), local_only=method != "trace",
+    )  # fmt: skip
+
+
+def console_target(host: Host) -> tuple[Any, Optional[str]]:
+    """The console's options for :func:`suite_measurement` / :func:`scenario_measurement` with ``reuse=host``:
+    its settings' choice, and the switch it watches as the real target unless that is the running lab's."""
+    from types import SimpleNamespace
+
+    from . import labstate
+
+    env = config.environ()
+    run_dir = labstate.lab_dir(env)
+    lab_hosts = labstate.running_lab_hosts(run_dir)
+    is_lab = host.remote == labstate.running_lab_db(run_dir) or (
+        lab_hosts is not None and host.label in lab_hosts.names
+    )
+    args = SimpleNamespace(guests=None, libvirt=host.names.libvirt_uri, timeout=10.0)
+    return args, None if is_lab else f"the console's switch ({host.label or host.describe()})"
