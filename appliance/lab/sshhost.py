@@ -30,7 +30,8 @@ from .switch import Switch, stop_pid
 # The tools a hypervisor has without hvnet: what the agentless path may use.
 REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
                 "ovs-dpctl", "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool",
-                "mkdir", "mv", "rm", "stat", "sleep")  # coreutils, as every dom0 has: remote captures  # fmt: skip
+                "mkdir", "mv", "rm", "stat", "sleep",  # coreutils, as every dom0 has: remote captures
+                "arping", "kill", "ping")  # iputils and procps, as a dom0 has: probe ports  # fmt: skip
 
 
 class SshHost:
