@@ -30,6 +30,9 @@ class GuestEndpoint:
     netns: str | None = None  # a namespace guest's namespace
     channel: str | None = None  # a VM's agent channel (its multiplexer's socket)
     gexec: tuple[str, ...] = ()  # the local program that runs a command through ``channel``
+    # True: ``netns`` is on the driven host (a probe over ``--host``), reached through the Host's runner and
+    # started by appliance.endpoints' remote shell; False: a namespace (or VM channel) of this machine
+    remote: bool = False
 
     @property
     def address(self) -> str:

@@ -44,6 +44,8 @@ class DataPaths:
     runs_dir: Path = DEFAULT_DATA_DIR / "runs"  # suite runs ('hvnet suite prune' removes old ones)
     captures_dir: Path = DEFAULT_DATA_DIR / "isolation"  # isolation checks' pcaps
     pcap_dir: Path = DEFAULT_DATA_DIR / "captures"  # 'hvnet capture': one directory per capture
+    # a measurement's processes on the host (appliance.endpoints): one private work dir per group, removed after
+    endpoints_dir: Path = DEFAULT_DATA_DIR / "endpoints"
     cache_dir: Path = DEFAULT_CACHE_DIR  # answers kept per boot (is tc policing enforced here?)
 
     @classmethod

@@ -31,6 +31,7 @@ from .switch import Switch, stop_pid
 REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
                 "ovs-dpctl", "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool",
                 "mkdir", "mv", "rm", "stat", "sleep",  # coreutils, as every dom0 has: remote captures
+                "mkfifo", "date",  # and endpoints (appliance.endpoints.remote)
                 "arping", "kill", "ping")  # iputils and procps, as a dom0 has: probe ports  # fmt: skip
 
 

@@ -2,54 +2,48 @@
 
 Concurrent netperfs are not synchronised by netperf itself; started one
 after another, the first runs alone for as long as the rest take to spawn.
-A batch therefore pre-spawns every instance as a tiny launcher that reports
-"ready" and blocks on a shared pipe; when all are ready the pipe is closed,
-every launcher wakes at once, stamps ``CLOCK_MONOTONIC`` (shared by all
-processes) and ``exec``s netperf in place, keeping its PID.  The stamps give
-the start spread that is reported with every step.
+A batch therefore pre-spawns every instance at a barrier and releases them
+together; each stamps its start in its host's clock right before it becomes
+netperf, and the stamps give the start spread reported with every step.
+The barrier, the stamps and stopping by PID are :mod:`appliance.endpoints`':
+this machine's pipes and ``CLOCK_MONOTONIC`` for a guest here, one control
+shell over SSH (a FIFO, ``date +%s%N`` on that host) for a guest on a remote
+host.
 
-Every process is started in its own session, so a Ctrl-C at the terminal
-reaches hvnet only; hvnet then stops exactly the PIDs it started.
+Every process is started in its own session (or, remotely, by the control
+shell), so a Ctrl-C at the terminal reaches hvnet only; hvnet then stops
+exactly the PIDs it started.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import psutil
 
+from ..endpoints import Group, Job, JobResult, launcher_for, wait_all
+from ..endpoints.local import START_MARK, LocalLauncher, read_start
 from ..guests import GuestEndpoint
 from ..runner import CommandRunner, LocalRunner
 
-# The launcher: ready byte, wait for the release, stamp the time, become netperf.
-# A release is one byte per launcher; end-of-file means hvnet went away: exit without running netperf.
-# The stamp carries the launcher's own CPU so far (ip netns exec + Python), which netperf's rusage inherits.
-_LAUNCHER = (
-    "import os,sys,time,resource\n"
-    "os.write(int(sys.argv[2]),b'r');os.close(int(sys.argv[2]))\n"
-    "if not os.read(int(sys.argv[1]),1):sys.exit(125)\n"
-    "u=resource.getrusage(resource.RUSAGE_SELF)\n"
-    "os.write(2,b'hvnet-start %d %.6f\\n'%(time.monotonic_ns(),u.ru_utime+u.ru_stime))\n"
-    "os.execv(sys.argv[3],sys.argv[3:])"
-)
-START_MARK = "hvnet-start "
-QUIET_POLL_S = 0.5  # while the instances measure: hvnet's process stays out of their way
-REAP_POLL_S = 0.05  # after the test length: reap promptly
+if TYPE_CHECKING:
+    from ..host import Host
+
+__all__ = ["Batch", "Endpoint", "Netserver", "Outcome", "read_start", "stop_tree", "strip_start"]
+
 GUEST_CPU_MARK = "hvnet-guest-cpu "  # appliance.lab.vm.gexec's last stderr line: the guest process's CPU seconds
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a process runs: a guest (a lab namespace, a QEMU VM through its agent channel),
-    or, with no guest, this host."""
+    """Where a process runs: a guest (a lab namespace, a probe's namespace on a remote host, a QEMU VM
+    through its agent channel), or, with no guest, this host."""
 
     name: str
     guest: Optional[GuestEndpoint] = None
@@ -70,10 +64,32 @@ class Endpoint:
     def in_vm(self) -> bool:
         return self.guest is not None and self.guest.in_vm
 
+    @property
+    def remote(self) -> bool:
+        """A namespace on the driven host, not this machine: its processes start over that host's runner."""
+        return self.guest is not None and self.guest.remote
+
+    @property
+    def netns(self) -> Optional[str]:
+        return self.guest.netns if self.guest is not None and not self.in_vm else None
+
     def wrap(self, argv: list[str]) -> list[str]:
+        """The argv that runs ``argv`` in the guest, for :meth:`runner_for`'s runner."""
         if self.guest is None:
             return list(argv)
         return self.guest.argv(argv, stdin=False if self.in_vm else None)  # never hvnet's own stdin in a VM
+
+    def runner_for(self, host: Host) -> CommandRunner:
+        """Where a one-off command in this guest runs: the host's runner for a remote guest, else this machine."""
+        return host.runner if self.remote else host.local_runner
+
+    def group(self, host: Optional[Host], runner: CommandRunner, out_dir: Path, label: str) -> Group:
+        """A group of :mod:`appliance.endpoints` for processes in this guest (outputs end up in ``out_dir``)."""
+        if self.remote:
+            if host is None:
+                raise ValueError(f"{self.name} is on a remote host: the batch needs that host")
+            return launcher_for(host, remote=True).group(label)
+        return LocalLauncher(runner).group(label, out_dir)
 
     def tool(self, name: str, host_path: str) -> str:
         """The program to run here: the host's (found by preflight) or, in a VM, the guest's own on its PATH."""
@@ -84,31 +100,59 @@ class Netserver:
     """A netserver hvnet started in a guest; stopped by its PID (and the children it forked)."""
 
     def __init__(
-        self, endpoint: Endpoint, port: int, log: Path, program: str, runner: Optional[CommandRunner] = None
+        self,
+        endpoint: Endpoint,
+        port: int,
+        log: Path,
+        program: str,
+        runner: Optional[CommandRunner] = None,
+        host: Optional[Host] = None,
     ) -> None:
         self.runner: CommandRunner = runner or LocalRunner()
         self.endpoint = endpoint
         self.program = program  # the netserver preflight found
         self.port = port
         self.log = log
+        self.host = host
         self.popen: Optional[subprocess.Popen[bytes]] = None
+        self.group: Optional[Group] = None  # a remote guest's: one control shell on its host
 
     def start(self) -> None:
-        argv = self.endpoint.wrap([self.program, "-D", "-4", "-p", str(self.port)])
+        argv = [self.program, "-D", "-4", "-p", str(self.port)]
+        if self.endpoint.remote:
+            self.group = self.endpoint.group(self.host, self.runner, self.log.parent, "netserver")
+            self.group.start([Job("netserver", tuple(argv), netns=self.endpoint.netns)], hold=False)
+            return
         with open(self.log, "ab") as log:
-            self.popen = self.runner.popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.popen = self.runner.popen(
+                self.endpoint.wrap(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     @property
     def pid(self) -> Optional[int]:
+        if self.group is not None:
+            return self.group.pids().get("netserver")
         return self.popen.pid if self.popen else None
 
     def alive(self) -> bool:
+        if self.group is not None:
+            return self.exit_status() is None
         return self.popen is not None and self.popen.poll() is None
 
     def exit_status(self) -> Optional[int]:
+        if self.group is not None:
+            self.group.poll()
+            return self.group.results.get("netserver", JobResult()).returncode
         return self.popen.poll() if self.popen else None
 
     def stop(self) -> None:
+        if self.group is not None:
+            self.group.signal(["netserver"], "TERM")
+            wait_all(self.group, ["netserver"], 2.0, lambda: False)
+            self.group.fetch(self.log.parent / "netserver-remote")
+            self.group.close()
+            self.group = None
+            return
         if self.popen is None:
             return
         stop_tree(self.popen)
@@ -159,164 +203,85 @@ class Outcome:
 
 @dataclass
 class Batch:
-    """N instances, pre-spawned and released together."""
+    """N instances, pre-spawned and released together: a group of :mod:`appliance.endpoints` on the
+    endpoint's host (this machine's fast path, or one control shell on a remote host)."""
 
     argvs: list[list[str]]
     endpoint: Endpoint
     out_dir: Path
     runner: CommandRunner = field(default_factory=LocalRunner)
-    popens: list[subprocess.Popen] = field(default_factory=list)
+    host: Optional[Host] = None  # the driven host: a remote endpoint's instances start there
+    group: Optional[Group] = None
     released_ns: Optional[int] = None
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     ready: int = 0  # launchers that reported ready before the release
-    finished_ns: Optional[int] = None  # when the last instance was reaped
-    cpu_unmeasured: int = 0  # VM instances whose guest CPU never came back (their CPU is unknown, not 0)
-    _go_w: Optional[int] = None
+    finished_ns: Optional[int] = None  # when the last instance was reaped (the group's clock)
+    cpu_unmeasured: int = 0  # instances whose CPU never came back (a VM's, a remote host's): unknown, not 0
 
     def out_path(self, i: int) -> Path:
-        return self.out_dir / f"instance-{i:03d}.out"
+        return self.out_dir / f"{_name(i)}.out"
 
     def err_path(self, i: int) -> Path:
-        return self.out_dir / f"instance-{i:03d}.err"
+        return self.out_dir / f"{_name(i)}.err"
 
     def spawn(self, ready_timeout: float = 30.0) -> None:
-        """Start every launcher and wait until all are blocked on the release pipe."""
+        """Start every instance and wait until all are blocked at the barrier."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        go_r, self._go_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        try:
-            self._spawn_all(go_r, ready_w, ready_r, ready_timeout)
-        finally:
-            os.close(ready_r)
+        self.group = self.endpoint.group(self.host, self.runner, self.out_dir, "batch")
+        self.group.start([self._job(i, argv) for i, argv in enumerate(self.argvs)], ready_timeout=ready_timeout)
+        self.ready = self.group.ready
 
-    def _spawn_all(self, go_r: int, ready_w: int, ready_r: int, ready_timeout: float) -> None:
-        try:
-            launcher = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(go_r), str(ready_w)]
-            env = None
-            if self.endpoint.in_vm:
-                # The launcher waits on the host and becomes the channel client; netperf runs in the
-                # guest, whose CPU comes back on the client's last stderr line.
-                env = {"HVNET_GEXEC_CPU": "1"}
-            for i, argv in enumerate(self.argvs):
-                if self.endpoint.in_vm:
-                    cmd = [*launcher, *self.endpoint.wrap(argv)]
-                else:
-                    cmd = self.endpoint.wrap([*launcher, *argv])
-                with open(self.out_path(i), "wb") as out, open(self.err_path(i), "wb") as err:
-                    self.popens.append(
-                        self.runner.popen(
-                            cmd, stdout=out, stderr=err, pass_fds=(go_r, ready_w), start_new_session=True, env=env
-                        )
-                    )
-        finally:
-            os.close(go_r)
-            os.close(ready_w)
-        got = 0
-        deadline = time.monotonic() + ready_timeout
-        os.set_blocking(ready_r, False)
-        while got < len(self.argvs) and time.monotonic() < deadline:
-            try:
-                chunk = os.read(ready_r, 4096)
-            except BlockingIOError:
-                time.sleep(0.002)
-                continue
-            if not chunk:  # every launcher has exited or closed its end
-                break
-            got += len(chunk)
-        self.ready = got
+    def _job(self, i: int, argv: list[str]) -> Job:
+        if self.endpoint.in_vm:
+            # The launcher waits on the host and becomes the channel client; netperf runs in the
+            # guest, whose CPU comes back on the client's last stderr line.
+            return Job(_name(i), tuple(self.endpoint.wrap(argv)), env={"HVNET_GEXEC_CPU": "1"})
+        return Job(_name(i), tuple(argv), netns=self.endpoint.netns)
 
-    def release(self) -> int:
-        """Let every ready launcher go; returns the release time (monotonic ns)."""
-        assert self._go_w is not None
-        self.released_ns = time.monotonic_ns()
-        os.write(self._go_w, b"g" * len(self.popens))  # one byte each: at most 256, far below the pipe's capacity
-        self._close_go()
+    def release(self) -> Optional[int]:
+        """Let every ready instance go; returns the release time (the group's clock, ns)."""
+        assert self.group is not None
+        self.released_ns = self.group.release()
         return self.released_ns
 
-    def _close_go(self) -> None:
-        if self._go_w is not None:
-            os.close(self._go_w)
-            self._go_w = None
-
     def wait(self, deadline_s: float, should_stop: Callable[[], bool], quiet_s: float = 0.0) -> None:
-        """Reap every instance (rusage included); stop the ones still running at the deadline or on request.
+        """Reap every instance; stop the ones still running at the deadline or on request (see wait_all).
 
-        Each PID is waited for by number (``wait4(pid, WNOHANG)``), never
-        ``wait(-1)``: other threads' subprocesses must keep their exit status.
-        For the first ``quiet_s`` seconds (the test length) hvnet looks only
-        every half second: on a small host every wake-up of hvnet's process
-        can move netperf, netserver or the switch to another core, which
-        changes a request/response rate; an instance that ends early is
-        reaped a little later, its rusage kept by the kernel meanwhile.
+        A remote group's outputs and stamps are read back into ``out_dir`` and its work dir removed.
         """
-        pending = dict(enumerate(self.popens))
-        start = time.monotonic()
-        end = start + deadline_s
-        stopped: Optional[float] = None  # seconds after which instances were stopped
-        killed = False
-        while pending:
-            for i, p in list(pending.items()):
-                try:
-                    pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-                except ChildProcessError:
-                    pid, status, usage = p.pid, 0, None
-                if pid == 0:
-                    continue
-                p.returncode = os.waitstatus_to_exitcode(status) if usage is not None else p.returncode
-                cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
-                self.outcomes[i] = Outcome(p.returncode, cpu, stopped)
-                del pending[i]
-            if not pending:
-                break
-            now = time.monotonic()
-            if stopped is None and (now > end or should_stop()):
-                stopped = deadline_s if now > end else 0.0
-                for p in pending.values():
-                    _signal(p, signal.SIGTERM)
-                end = now + 2.0
-            elif stopped is not None and not killed and now > end:
-                for p in pending.values():
-                    _signal(p, signal.SIGKILL)
-                killed = True
-            time.sleep(QUIET_POLL_S if now < start + quiet_s and stopped is None else REAP_POLL_S)
-        self.finished_ns = time.monotonic_ns()
-        for i in range(len(self.popens)):
-            stamp = read_start(self.err_path(i))
-            if stamp is not None:
-                self.outcomes[i].started_ns, self.outcomes[i].launcher_cpu_s = stamp
+        assert self.group is not None
+        names = [_name(i) for i in range(len(self.argvs))]
+        results = wait_all(self.group, names, deadline_s, should_stop, quiet_s)
+        self.finished_ns = time.monotonic_ns() if self.group.clock == "monotonic" else time.time_ns() + (
+            getattr(self.group, "offset_ns", None) or 0)  # fmt: skip
+        if self.endpoint.remote:
+            self.group.fetch(self.out_dir)
+            self.group.close()
+        for i, name in enumerate(names):
+            r = results.get(name) or JobResult()
+            self.outcomes[i] = Outcome(r.returncode, r.cpu_s or 0.0, r.stopped, r.started_ns, r.launcher_cpu_s)
             if self.endpoint.in_vm:
                 # Host rusage is the channel client's, not netperf's: use what the guest measured, or nothing.
                 guest_cpu = read_guest_cpu(self.err_path(i))
                 self.outcomes[i].cpu_s = guest_cpu if guest_cpu is not None else 0.0
                 self.outcomes[i].launcher_cpu_s = 0.0
                 self.cpu_unmeasured += guest_cpu is None
+            elif r.cpu_s is None:
+                self.cpu_unmeasured += 1
 
     def kill(self) -> None:
         """Stop every instance still running (error paths); by PID, only ours."""
-        self._close_go()  # launchers not yet released see end-of-file and exit without running netperf
-        for p in self.popens:
-            if p.poll() is None:
-                _signal(p, signal.SIGKILL)
-                p.wait()
+        if self.group is None:
+            return
+        kill = getattr(self.group, "kill", None)
+        if kill is not None:
+            kill()  # launchers not yet released see end-of-file and exit without running netperf
+        else:
+            self.group.close()
 
 
-def _signal(p: subprocess.Popen, sig: int) -> None:
-    try:
-        p.send_signal(sig)
-    except ProcessLookupError:
-        pass
-
-
-def read_start(err: Path) -> Optional[tuple[int, float]]:
-    """The launcher's stamp: (start time in monotonic ns, its own CPU seconds before becoming netperf)."""
-    try:
-        for line in err.read_text(errors="replace").splitlines():
-            if line.startswith(START_MARK):
-                ns, cpu = line[len(START_MARK) :].split()
-                return int(ns), float(cpu)
-    except (OSError, ValueError):
-        pass
-    return None
+def _name(i: int) -> str:
+    return f"instance-{i:03d}"
 
 
 def read_guest_cpu(err: Path) -> Optional[float]:

@@ -161,8 +161,10 @@ class Runner:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
         client, server, address = self._endpoints()
-        pf = check(self.host.local_runner, self.suite, client, managed_server=server is not None)
+        pf = check(client.runner_for(self.host), self.suite, client, managed_server=server is not None)
         pf.failures += self._plan_fragments() + self._pps_preflight()
+        if any(e is not None and e.remote for e in (client, server)) and any(t.is_pps for t in self.suite.tests):
+            pf.failures.append("UDP_PPS tests need iperf3 started on this machine: not yet on a remote host's guests")
         pf.raise_if_failed()
         self.client, self.server_ep, self.address = client, server, address
         self.netperf = client.tool("netperf", pf.netperf)
@@ -326,7 +328,8 @@ class Runner:
                 self.suite.server.port,
                 self.out_dir / "netserver.log",
                 self.netserver_path,
-                self.host.local_runner,
+                self.server_ep.runner_for(self.host),
+                host=self.host,
             )
             self.netserver.start()
             self.doc.meta.server.netserver_pid = self.netserver.pid
@@ -335,7 +338,7 @@ class Runner:
         while time.monotonic() < deadline:
             probe = omni.reachability_argv(self.netperf, self.address, self.suite.server.port)
             try:
-                res = self.host.local_runner.run(self.client.wrap(probe), check=False, timeout=10.0)
+                res = self.client.runner_for(self.host).run(self.client.wrap(probe), check=False, timeout=10.0)
                 out = (res.returncode, res.stdout, res.stderr)
             except HvnetError as exc:  # no answer within the timeout
                 out = (-1, "", str(exc))
@@ -519,7 +522,7 @@ class Runner:
         argvs = self._argvs(step, seconds, warmup)
         tag = f"rep{rep}-warmup" if warmup else f"rep{rep}"
         raw = self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
-        batch = Batch(argvs, self.client, raw, runner=self.host.local_runner)
+        batch = Batch(argvs, self.client, raw, runner=self.host.local_runner, host=self.host)
         bridge, ofport = self._client_port() if not warmup else (None, None)
         policing = cs.policing or setup.policing
         metered = not warmup and policing is not None and policing.mechanism == "meter"
@@ -579,6 +582,9 @@ class Runner:
             cpu["netperf_cpu_measured_in"] = f"QEMU guest {self.client.name} (its own accounting of its CPU)"
             if batch.cpu_unmeasured:
                 cpu["netperf_pct_of_core"] = None  # unknown, never a made-up 0
+        elif self.client.remote:
+            cpu["netperf_pct_of_core"] = None  # started by a shell on that host: its rusage is not ours to read
+            cpu["netperf_cpu_measured_in"] = f"not measured: netperf ran on {self.host.label or 'the host'}"
         counters = _deltas(before, after)
         if t.is_pps:
             agg = pps.step_figures(step, instances, cs.mirrors, counters)
@@ -641,7 +647,7 @@ class Runner:
     def _batch_notes(self, step: Step, batch: Batch) -> list[str]:
         """What the batch itself says of its figures: CPU not measured, a ragged start, a dead netserver."""
         notes = []
-        if batch.cpu_unmeasured:
+        if batch.cpu_unmeasured and not self.client.remote:
             notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
         if batch.ready < step.concurrency:
             notes.append(f"only {batch.ready} of {step.concurrency} instances were ready at the synchronised start")
@@ -670,7 +676,7 @@ class Runner:
     def _receiver_pid(self, step: Step) -> Callable[[], Optional[int]]:
         """The receiving process whose CPU is sampled: the netserver, or for a packet-rate step with one
         sender its iperf3 server (several: which one served which sender is not known, so none)."""
-        if self.server_ep is not None and self.server_ep.in_vm:
+        if self.server_ep is not None and (self.server_ep.in_vm or self.server_ep.remote):
             return lambda: None  # a process in a VM is not a host process: its CPU is not sampled (not reported)
         if step.test.is_pps:
             pids = self.iperf3_servers.pids if self.iperf3_servers is not None else []

@@ -498,6 +498,11 @@ def main() -> int:
     for line in bench_netperf():
         print(line)
     print()
+    from endpoints_bench import bench_remote_launch
+
+    for line in bench_remote_launch():
+        print(line)
+    print()
     from ovn_bench import bench_ovn, bench_ovn_1000
 
     for line in bench_ovn():
