@@ -209,10 +209,11 @@ def _where(host: Host) -> str:
     return f" on {host.label}" if host.label else ""
 
 
-def endpoint(pl: Placement) -> GuestEndpoint:
-    """A probe as the engine sees a guest: a namespace on the host, its veth's host end the VIF."""
+def endpoint(pl: Placement, *, remote: bool) -> GuestEndpoint:
+    """A probe as the engine sees a guest: a namespace on the host, its veth's host end the VIF
+    (``remote``: on a hypervisor over SSH, whose processes the endpoint interface starts there)."""
     s = pl.spec
-    return GuestEndpoint(name=s.name, kind="netns", ip=s.ip, mac=s.hwaddr, vif=s.dev, netns=s.netns)
+    return GuestEndpoint(name=s.name, kind="netns", ip=s.ip, mac=s.hwaddr, vif=s.dev, netns=s.netns, remote=remote)
 
 
 # -- renew, find, remove ------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class ProbeSource:
         if missing:
             raise UsageError(f"no probe {', '.join(missing)} is up on {where(self.host)}",
                              hint="probes: " + (", ".join(by_name) or "none"))  # fmt: skip
-        return {n: lifecycle.endpoint(by_name[n]) for n in names}
+        return {n: lifecycle.endpoint(by_name[n], remote=not self.host.runner.local) for n in names}
 
     # -- life cycle ------------------------------------------------------------------------------
 
