@@ -166,3 +166,16 @@ def test_status_verify_plan_and_exporter_ignore_probes(lab: Lab, tmp_path: Path)
     finally:
         run_hvnet("rollback")
     assert probe_ports(lab) == []
+
+
+def test_a_hostile_probe_mark_is_shown_escaped_and_never_names_a_namespace(lab: Lab) -> None:
+    hostile = "\x1b[31m../../run/netns/hvnet-VM1"
+    vsctl(lab, "add-port", "xenbr0", "hvp-evil", "--", "set", "Interface", "hvp-evil",
+          f'external_ids:hvnet-probe="{hostile}"', "external_ids:hvnet-probe-expires=1",
+          "external_ids:hvnet-probe-netns=hvnet-VM1")  # fmt: skip
+    listed = run_hvnet("probes", "list")
+    assert "\x1b" not in listed.stdout and "\\x1b[31m" in listed.stdout, listed.stdout
+    res = run_hvnet("probes", "clean")
+    assert res.returncode == 0 and "\x1b" not in res.stdout, res.stdout + res.stderr
+    assert "hvp-evil" not in vsctl(lab, "list-ports", "xenbr0")  # the expired row is removed ...
+    assert "hvnet-VM1" in netns_list()  # ... and no namespace but one hvnet would have named is touched
