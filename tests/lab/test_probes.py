@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from appliance import inventory
+from appliance.errors import UsageError
 from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from appliance.probes.spec import ProbeSpec
@@ -70,6 +71,7 @@ def test_suite_runs_on_probes_and_removes_them(lab: Lab, tmp_path: Path) -> None
     doc = json.loads((out / "results.json").read_text())
     rep = doc["steps"][0]["repetitions"][0]["aggregate"]
     assert rep["instances"] == 1 and rep["lost"] == 0 and rep["sum"] > 0
+    assert doc["meta"]["client"]["runs_in"] == doc["meta"]["server"]["runs_in"] == "probe"
     assert probe_ports(lab) == [] and probe_leftovers() == set()
 
 
@@ -179,3 +181,52 @@ def test_a_hostile_probe_mark_is_shown_escaped_and_never_names_a_namespace(lab: 
     assert res.returncode == 0 and "\x1b" not in res.stdout, res.stdout + res.stderr
     assert "hvp-evil" not in vsctl(lab, "list-ports", "xenbr0")  # the expired row is removed ...
     assert "hvnet-VM1" in netns_list()  # ... and no namespace but one hvnet would have named is touched
+
+
+SCENARIO = """\
+name: probes-iso
+probes:
+  - {name: P1, like: vif1.0, ip: 192.168.0.201/24}
+  - {name: P2, like: vif2.0, ip: 192.168.0.202/24}
+  - {name: P3, like: vif3.0, ip: 192.168.0.203/24}
+expect:
+  matrix:
+    P1: {P2: yes, P3: no}
+    P2: {P1: yes, P3: no}
+    P3: {P1: no, P2: no}
+"""
+
+
+def test_an_isolation_scenario_runs_on_probes(lab: Lab, tmp_path: Path) -> None:
+    f = tmp_path / "probes-iso.yaml"
+    f.write_text(SCENARIO)
+    res = run_hvnet("isolation", "check", str(f), "--json", "--out", str(tmp_path / "caps"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert set(doc["methods"]) == {"traffic", "trace"}
+    assert probe_ports(lab) == [] and probe_leftovers() == set()
+
+
+def test_a_long_run_renews_its_probes_expiry(lab: Lab) -> None:
+    host = build_host(lab.db, discover_lab=False)
+    spec = ProbeSpec("P1", "192.168.0.201/24", like="vif1.0")
+    with ProbeSource(host, [spec], tools=(), lease_s=4) as src:
+        first = json.loads(run_hvnet("probes", "list", "--json").stdout)["probes"][0]["expires"]
+        time.sleep(5)  # longer than the lease: only renewal keeps it
+        now = json.loads(run_hvnet("probes", "list", "--json").stdout)["probes"][0]
+        assert now["expires"] > first and not now["stale"], now
+        assert src.require(None, ["P1"])["P1"].vif == "hvp-P1"  # type: ignore[arg-type]
+    assert probe_ports(lab) == []
+
+
+def test_ovn_controllers_bridge_is_refused(lab: Lab) -> None:
+    host = build_host(lab.db, discover_lab=False)
+    vsctl(lab, "set", "Open_vSwitch", ".", "external_ids:ovn-remote=tcp:192.0.2.1:6642",
+          "external_ids:ovn-bridge=xenbr0")  # fmt: skip
+    try:
+        with pytest.raises(UsageError, match="ovn-controller's integration bridge"):
+            ProbeSource(host, [ProbeSpec("P1", "192.168.0.201/24", like="vif1.0")], tools=()).up()
+    finally:
+        vsctl(lab, "remove", "Open_vSwitch", ".", "external_ids", "ovn-remote", "--", "remove", "Open_vSwitch", ".",
+              "external_ids", "ovn-bridge")  # fmt: skip
+    assert probe_ports(lab) == [] and probe_leftovers() == set()
