@@ -27,6 +27,7 @@ from . import (
     cli_suite,
     cli_tap,
     render,
+    validate,
 )
 from .cli_common import add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
@@ -91,9 +92,8 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
             ]
         )
     if rows:
-        lines.append(
-            render.table(["VM", "PORT", "MAC", "VLAN", "INGRESS", "EGRESS", "LINK", rx_head, tx_head, "DROP/ERR"], rows)
-        )
+        heads = ["VM", "PORT", "MAC", "VLAN", "INGRESS", "EGRESS", "LINK", rx_head, tx_head, "DROP/ERR"]
+        lines += render.table(heads, rows).split("\n")
     else:
         lines.append("no VIFs on this switch" + ("" if all_ports else " (--all shows every port)"))
     notes = []
@@ -125,7 +125,7 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
         notes += [f"{b.name}: {line}" for line in b.sampling_text()]
     if notes:
         lines += ["", *notes]
-    return "\n".join(lines)
+    return render.lines(lines)  # one line each: a name cannot steer nor add a line
 
 
 POOL_VERBS = ("status", "plan", "apply", "verify", "export", "rollback")  # on an OVN pool (and isolation check)
@@ -418,8 +418,38 @@ ONE_SHOT = frozenset({"status", "plan", "verify", "export", "hosts"})  # verbs t
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its text output shown through :class:`render.TerminalStream` (names cannot steer
+    the terminal), except the console's, which draws the terminal itself and escapes what it shows."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = render.TerminalStream(sys.stdout), render.TerminalStream(sys.stderr)
+    try:
+        return _main(argv, streams)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _refuse_control(argv: Sequence[str]) -> str | None:
+    """Why an argument cannot be taken (a name holding control characters), checked before anything else;
+    what follows ``--`` (a command for ``lab exec``) is passed on as given."""
+    for i, arg in enumerate(argv, start=1):
+        if arg == "--":
+            return None
+        try:
+            validate.no_control(arg)
+        except ValueError as exc:
+            return f"argument {i} ('{render.terminal(arg)}'): {exc}"
+    return None
+
+
+def _main(argv: Sequence[str] | None, streams: tuple[object, object]) -> int:
+    refused = _refuse_control(sys.argv[1:] if argv is None else argv)
+    if refused:
+        print(f"hvnet: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "tui":
+        sys.stdout, sys.stderr = streams  # type: ignore[assignment]
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         handlers=[log_handler("hvnet")],  # "<N>message" when stderr is the journal, else "hvnet: level: message"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import render
-from .capture.spec import Limits
+from .capture.spec import DEFAULT_MAX_MB, DEFAULT_RING, RING_MAX_MB, Limits
 from .cli_common import lazy
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 from .frontdoor import host_of
@@ -33,9 +33,10 @@ def cmd_capture_start(args: argparse.Namespace) -> int:
     limits = Limits(
         snaplen=args.snaplen, duration=args.duration, count=args.count,
         rotate_mb=args.rotate_mb, rotate_files=args.rotate_files, rotate_seconds=args.rotate_seconds,
+        max_mb=args.max_mb,
     )  # fmt: skip
     record = captures.start(host_of(args), port=args.port, guest=guest, name=args.name, bpf=args.filter,
-                            limits=limits)  # fmt: skip
+                            limits=limits, free_floor=args.free_floor)  # fmt: skip
     if args.json:
         render.print_json(record.to_json())
     else:
@@ -85,6 +86,8 @@ def cmd_capture_show(args: argparse.Namespace) -> int:
     )
     print(f"  filter    {rec.spec.bpf or '-'}")
     print(f"  limits    {_limits(rec.spec.limits)}")
+    if rec.disk is not None:
+        print(f"  disk      {_disk(rec.disk)}")
     print(f"  started   {_time(rec.started)}   stopped {_time(rec.stopped)}")
     print(f"  pids      capture {rec.supervisor_pid or '-'}, tcpdump {rec.tcpdump_pid or '-'}")
     print(f"  directory {rec.directory}")
@@ -165,6 +168,16 @@ def _limits(lim: Limits) -> str:
     return ", ".join(parts) or "none"
 
 
+def _disk(d: dict[str, Any]) -> str:
+    text = (
+        f"worst case {render.si(d['worst_case'], 'B')} ({d['bound']}); floor {render.si(d['floor'], 'B')} "
+        f"({d['floor_setting']}, {d['floor_source']}); {render.si(d['free_at_start'], 'B')} free at start"
+    )
+    if d.get("free_at_stop") is not None:
+        text += f", {render.si(d['free_at_stop'], 'B')} when stopped"
+    return text
+
+
 def _time(ts: float | None) -> str:
     return "-" if ts is None else f"{datetime.fromtimestamp(ts):%H:%M:%S}"
 
@@ -173,7 +186,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("capture", help="packet captures on switch ports or in lab guests: start, stop, list, show")
     cs = p.add_subparsers(dest="capture_command", metavar="COMMAND", required=True)
 
-    s = cs.add_parser("start", help="start a detached capture (pcaps and capture.json under $HVNET_PCAP_DIR)")
+    s = cs.add_parser("start", help="start a detached capture (pcaps and capture.json under $HVNET_PCAP_DIR)",
+                      description=f"Every capture is bounded: by default a ring of {DEFAULT_RING[1]} files of "
+                      f"{DEFAULT_RING[0]} MB (tcpdump -C {DEFAULT_RING[0]} -W {DEFAULT_RING[1]}), the oldest "
+                      "overwritten; it is refused (exit 2) when that worst case would leave less free space than the "
+                      "floor, and stopped if free space falls under the floor while it runs.")  # fmt: skip
     on = s.add_mutually_exclusive_group(required=True)
     on.add_argument("--port", metavar="PORT", help="a port of the switch: a VIF, a mirror's or TAP's output port")
     on.add_argument("--guest", metavar="GUEST", help="a lab guest: tcpdump on its eth0 inside its namespace")
@@ -182,9 +199,38 @@ def register(sub: Any) -> None:
     s.add_argument("--snaplen", type=int, metavar="BYTES", help="bytes kept per packet (14..262144; default all)")
     s.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds (1..604800)")
     s.add_argument("--count", type=int, metavar="N", help="stop after this many packets (tcpdump -c)")
-    s.add_argument("--rotate-mb", type=int, metavar="MB", help="a new file every MB million bytes (tcpdump -C)")
-    s.add_argument("--rotate-files", type=int, metavar="N", help="keep a ring of N files (tcpdump -W)")
-    s.add_argument("--rotate-seconds", type=int, metavar="S", help="a new file every S seconds (tcpdump -G)")
+    s.add_argument(
+        "--rotate-mb",
+        type=int,
+        metavar="MB",
+        help=f"a ring of files of MB million bytes each (tcpdump -C; default {DEFAULT_RING[0]})",
+    )
+    s.add_argument(
+        "--rotate-files",
+        type=int,
+        metavar="N",
+        help=f"how many files the ring keeps, the oldest overwritten (tcpdump -W; default "
+        f"{DEFAULT_RING[1]}; MB x N at most {RING_MAX_MB})",
+    )
+    s.add_argument(
+        "--rotate-seconds",
+        type=int,
+        metavar="S",
+        help="instead of a ring: a new file every S seconds (tcpdump -G), stopped at --max-mb",
+    )
+    s.add_argument(
+        "--max-mb",
+        type=int,
+        metavar="MB",
+        help=f"with --rotate-seconds: stop when the files hold MB million bytes (default {DEFAULT_MAX_MB})",
+    )
+    s.add_argument(
+        "--free-floor",
+        metavar="FLOOR",
+        help="free space to leave on the captures' file system: N%% of it or a size (500MB, 2GB); refused "
+        "when the worst case does not fit above it, stopped when free space falls under it "
+        "(default: $HVNET_CAPTURE_FREE_FLOOR, hvnet.conf's capture_free_floor, 10%%)",
+    )
     s.add_argument("--json", action="store_true", help="the capture's record as JSON")
     s.set_defaults(func=lazy("cli_capture", "cmd_capture_start"))
 

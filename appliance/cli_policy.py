@@ -250,7 +250,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         Path(args.out).write_text(out.yaml, encoding="utf-8")
         print(f"wrote {args.out} ({out.vifs} VIFs, {out.mirrors} mirrors)")
     else:
-        sys.stdout.write(out.yaml)
+        render.exact_stdout().write(out.yaml)  # YAML quotes what it must itself
     return EXIT_OK
 
 
@@ -294,6 +294,8 @@ def _watch(args: argparse.Namespace) -> int:
     the record stays overdue and the next hvnet run on this switch rolls it
     back (``settle_overdue``).  Its output is its log, never JSON.
     """
+    from .ssh import AuthRefused, HostUnreachable
+
     at = float(args.at)
     svc.wait_until(at)  # before connecting: a connection idle for the whole window goes stale
     delay = 1.0
@@ -302,7 +304,10 @@ def _watch(args: argparse.Namespace) -> int:
             with _engine(args) as eng:
                 result = svc.rollback(eng, pending_id=args.pending, at=at)
             break
-        except (OvsdbUnreachable, ConflictError) as exc:
+        except (OvsdbUnreachable, ConflictError, HostUnreachable) as exc:
+            if isinstance(exc, AuthRefused):
+                raise
+            # a host cut off by the change itself: its own timer undoes it, and this learns it once it answers
             if time.time() > at + WATCHER_PATIENCE_S:
                 print(f"gave up after {WATCHER_PATIENCE_S:.0f} s: {exc.message}; the next hvnet run rolls it back")
                 return exc.exit_code

@@ -58,8 +58,10 @@ def register(sub: Any) -> None:
     a.add_argument("--no-verify", action="store_true", help="skip the post-apply check of ovs-vswitchd's state")
     a.add_argument("--no-wait", action="store_true", help="do not wait for ovs-vswitchd (implies --no-verify)")
     a.add_argument(
-        "--no-commit", action="store_true", help="roll back automatically unless 'hvnet commit' comes in time"
-    )
+        "--no-commit", action="store_true",
+        help="roll back automatically unless 'hvnet commit' comes in time (with --host/--hosts the undo is armed "
+        "on the host itself, so a change that cuts SSH is still undone)",
+    )  # fmt: skip
     a.add_argument(
         "--timeout", dest="commit_timeout", type=_commit_timeout, default=60.0, metavar="S",
         help="with --no-commit: seconds before the automatic rollback (default 60)",

@@ -62,7 +62,9 @@ def format_pool(v: PoolView) -> str:
     lines = [f"pool {v.name}  NB {v.nb} (schema {v.nb_version or '?'})", f"  SB {v.sb}",
              f"  nb_cfg {v.nb_cfg}, hv_cfg {v.hv_cfg}: {caught_up}", ""]  # fmt: skip
     rows = [[c.name, c.hostname, ", ".join(c.encaps) or "-", str(c.ports), _cfg(c.nb_cfg)] for c in v.chassis]
-    lines.append(render.table(["CHASSIS", "HOSTNAME", "ENCAP", "PORTS", "NB_CFG"], rows) if rows else "no chassis")
+    lines += (
+        render.table(["CHASSIS", "HOSTNAME", "ENCAP", "PORTS", "NB_CFG"], rows).split("\n") if rows else ["no chassis"]
+    )
     for s in v.switches:
         vlan = f" (VLAN {s.vlan})" if s.vlan is not None else ""
         lines += ["", f"switch {s.name}{vlan}: {len(s.ports)} port{'s' if len(s.ports) != 1 else ''}"]
@@ -72,7 +74,7 @@ def format_pool(v: PoolView) -> str:
                 for p in sorted(s.ports, key=lambda p: (p.vm is None, p.vm or "", p.name))]  # fmt: skip
         if rows:
             heads = ["VM", "PORT", "CHASSIS", "ADDRESSES", "UP", "QOS"] + (["MIRRORS"] if mirrored else [])
-            lines.append(render.table(heads, rows))
+            lines += render.table(heads, rows).split("\n")
         for q in s.qos:
             limit = f"rate {q.rate_kbps} kbit/s burst {q.burst_kbit} kbit" if q.rate_kbps else ""
             mark = f"dscp {q.dscp}" if q.dscp is not None else ""
@@ -81,7 +83,7 @@ def format_pool(v: PoolView) -> str:
     for m in v.mirrors:
         lines.append(f"mirror {m.name}: {m.type} to {m.sink} (index {m.index}, {m.filter})")
     lines += [f"note: {n}" for n in v.notes]
-    return "\n".join(lines)
+    return render.lines(lines)  # one line each: a name cannot steer nor add a line
 
 
 def _short(name: str) -> str:
@@ -178,7 +180,7 @@ def cmd_pool_export(args: argparse.Namespace) -> int:
         Path(args.out).write_text(out.yaml, encoding="utf-8")
         print(f"wrote {args.out} ({out.vifs} VIF rules, {out.mirrors} mirrors)")
     else:
-        sys.stdout.write(out.yaml)
+        render.exact_stdout().write(out.yaml)  # YAML quotes what it must itself
     return EXIT_OK
 
 
@@ -227,7 +229,7 @@ def format_outcome(out: pools.PoolOutcome, verb: str) -> str:
     for m in out.mirrored:
         mark = {"present": "mirrored", "missing": "NOT MIRRORED", "unknown": "unknown"}[m.state]
         lines.append(f"  {mark}: {m.vm or m.port} by {m.row} ({m.detail})")
-    return "\n".join(lines)
+    return render.lines(lines)  # one line each: a name cannot steer nor add a line
 
 
 def check_pool_scenario(args: argparse.Namespace, sc: Scenario, guests: GuestSource) -> CheckResult:

@@ -19,8 +19,7 @@ from .errors import EXIT_OK
 
 def _shown(text: Any) -> str:
     """A value read from the switch, printed literally: control characters escaped, never interpreted."""
-    text = "" if text is None else str(text)
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return render.terminal("" if text is None else str(text))
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ class Progress:
     """One status line redrawn in place on a terminal; plain lines otherwise (logs, CI)."""
 
     def __init__(self, stream: Any = sys.stderr, quiet: bool = False) -> None:
-        self.stream = stream
+        self.stream = getattr(stream, "exact", stream)  # it redraws with \r and escapes its own text
         self.tty = stream.isatty()
         self.quiet = quiet
         self.step = 0
@@ -44,7 +44,7 @@ class Progress:
         if e.kind in ("warning", "info", "done") or not self.tty:
             self._clear()
             prefix = "warning: " if e.kind == "warning" else ""
-            print(f"{prefix}{e.message}", file=self.stream, flush=True)
+            print(render.terminal(f"{prefix}{e.message}"), file=self.stream, flush=True)
             return
         self.last = e.message if e.kind == "repetition" else self.last
         self._draw(e)
@@ -55,7 +55,7 @@ class Progress:
         frac = max(0.0, min(1.0, done / e.steps_total)) if e.steps_total else 0.0
         bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
         eta = "-" if e.eta_s is None else time.strftime("%H:%M:%S", time.gmtime(e.eta_s))
-        line = f"[{bar}] step {self.step}/{e.steps_total} ETA {eta} | {self.last or e.message}"
+        line = render.terminal(f"[{bar}] step {self.step}/{e.steps_total} ETA {eta} | {self.last or e.message}")
         self.stream.write("\r" + line[: width - 1].ljust(width - 1))
         self.stream.flush()
 

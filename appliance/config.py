@@ -37,6 +37,7 @@ from typing import Callable, Optional
 
 from . import trusted
 from .errors import ConfigError, Problem, UsageError
+from .render import si
 
 CONFIG_VARIABLE = "HVNET_CONFIG"
 DEFAULT_FILE = Path("/etc/hvnet/hvnet.conf")
@@ -100,6 +101,21 @@ def _seconds_up_to_300(text: str) -> str:
     return text
 
 
+def _free_floor(text: str) -> str:
+    parse_floor(text)
+    return text
+
+
+def _seconds_up_to_60(text: str) -> str:
+    try:
+        ok = 0 < float(text) <= 60
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError("a number of seconds greater than 0 and at most 60")
+    return text
+
+
 GUEST_SOURCES = ("lab", "probes")  # where suites and isolation checks find their endpoints (--guests)
 
 
@@ -113,6 +129,45 @@ def _policing(text: str) -> str:
     if text not in ("auto", "tc", "meter"):
         raise ValueError("auto, tc or meter")
     return text
+
+
+FLOOR_PERCENT_RANGE = (0, 90)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The free space a capture must leave: a share of the file system, or a size in bytes."""
+
+    text: str  # as given ("10%", "2048MB")
+    percent: float | None = None
+    size: int | None = None  # bytes
+
+    def bytes_of(self, total: int) -> int:
+        """The floor in bytes on a file system of ``total`` bytes."""
+        if self.percent is not None:
+            return int(total * self.percent / 100)
+        return int(self.size or 0)
+
+    def describe(self, total: int) -> str:
+        if self.percent is not None:
+            return f"{si(self.bytes_of(total), 'B')} ({self.text} of {si(total, 'B')})"
+        return si(self.bytes_of(total), "B")
+
+
+def parse_floor(text: str) -> Floor:
+    """``10%``, ``500MB`` or ``2GB`` (decimal units, as tcpdump's -C) -> a :class:`Floor`; ValueError saying
+    what is allowed."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(%|MB|GB)\s*", text, re.I)
+    low, high = FLOOR_PERCENT_RANGE
+    allowed = f"a share of the file system ({low}% to {high}%) or a size (500MB, 2GB)"
+    if not m:
+        raise ValueError(allowed)
+    value, unit = float(m.group(1)), m.group(2).upper()
+    if unit == "%":
+        if not FLOOR_PERCENT_RANGE[0] <= value <= FLOOR_PERCENT_RANGE[1]:
+            raise ValueError(allowed)
+        return Floor(text.strip(), percent=value)
+    return Floor(text.strip(), size=int(value * (1e6 if unit == "MB" else 1e9)))
 
 
 @dataclass(frozen=True)
@@ -177,6 +232,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("data", "runs_dir", "HVNET_RUNS_DIR", _absolute_path, "/var/lib/hvnet/runs", None, "suite runs"),
     _S("data", "pcap_dir", "HVNET_PCAP_DIR", _absolute_path, "/var/lib/hvnet/captures", None,
        "'hvnet capture' captures"),
+    _S("data", "capture_free_floor", "HVNET_CAPTURE_FREE_FLOOR", _free_floor, "10%", None,
+       "free space a capture leaves on its file system: N% of it or a size (500MB, 2GB); --free-floor"),
     _S("data", "isolation_dir", "HVNET_CAPTURES_DIR", _absolute_path, "/var/lib/hvnet/isolation", None,
        "isolation checks' pcaps"),
     _S("names", "libvirt_uri", "HVNET_LIBVIRT_URI", _libvirt_uri, "qemu:///system", "--libvirt",
@@ -203,6 +260,14 @@ SETTINGS: tuple[Setting, ...] = (
        "force the agent's ingress policing mechanism (--policing); unset: each rule's own"),
     _S("exporter", "listen", "HVNET_EXPORTER_LISTEN", _listen, DEFAULT_EXPORTER_LISTEN, None,
        "where 'hvnet exporter' serves /metrics"),
+    _S("exporter", "scrape_timeout", "HVNET_EXPORTER_SCRAPE_TIMEOUT", _seconds_up_to_60, "5", None,
+       "seconds within which every scrape answers (--scrape-timeout)"),
+    _S("exporter", "tls_cert", "HVNET_EXPORTER_TLS_CERT", _absolute_path, None, None,
+       "serve HTTPS with this PEM certificate (--tls-cert); unset: plain HTTP"),
+    _S("exporter", "tls_key", "HVNET_EXPORTER_TLS_KEY", _absolute_path, None, None,
+       "the certificate's PEM private key (--tls-key)"),
+    _S("exporter", "client_ca", "HVNET_EXPORTER_CLIENT_CA", _absolute_path, None, None,
+       "serve only clients with a certificate this CA signed (--client-ca)"),
     _S("measure", "guests", "HVNET_GUESTS", _guest_source, None, "--guests",
        "where suites and isolation checks find their endpoints: lab or probes; unset: the probes the file "
        "names, else the lab when no --host/--db/--hosts/--pool names a real target"),

@@ -163,6 +163,10 @@ class CommandFailed(HvnetError):
         self.stderr = stderr
 
 
+class CommandTimedOut(CommandFailed):
+    """A system program gave no result within its timeout (and was killed)."""
+
+
 class LabError(HvnetError):
     """The lab could not be brought up or down as asked."""
 

@@ -73,7 +73,8 @@ def data_paths(environ: Mapping[str, str], lab_run_dir: Path | None = None) -> D
             continue
         if environ.get(name):
             overrides[field] = Path(environ[name])
-    return replace(paths, **overrides)
+    floor = environ.get("HVNET_CAPTURE_FREE_FLOOR")
+    return replace(paths, **overrides, **({"pcap_free_floor": floor} if floor else {}))
 
 
 def build_host(

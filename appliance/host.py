@@ -46,6 +46,7 @@ class DataPaths:
     pcap_dir: Path = DEFAULT_DATA_DIR / "captures"  # 'hvnet capture': one directory per capture
     # a measurement's processes on the host (appliance.endpoints): one private work dir per group, removed after
     endpoints_dir: Path = DEFAULT_DATA_DIR / "endpoints"
+    pcap_free_floor: str = "10%"  # free space a capture leaves on pcap_dir's file system (capture.disk)
     cache_dir: Path = DEFAULT_CACHE_DIR  # answers kept per boot (is tc policing enforced here?)
 
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import counters as ctr
 from . import sampling
-from .names import NameSource, resolve_vms
+from .names import NameSource, VmInfo, resolve_vms
 from .ovsdb import Connection, c_json_parser_in_use
 from .ovsdb import column as col
 from .runner import CommandRunner, LocalRunner
@@ -371,13 +371,23 @@ def attach_vms(vifs: list[Vif], names: list[NameSource]) -> None:
     Every source is asked once for all VIFs together: libvirt answers a whole
     refresh with one listing (and a domain's XML only for the domains asked about).
     """
+    wanted = wanted_vms(vifs)
+    if wanted:
+        apply_vms(vifs, resolve_vms(names, wanted))
+
+
+def wanted_vms(vifs: list[Vif]) -> dict[str, set[str]]:
+    """The VMs the name sources are asked about: each VM uuid with its VIFs' MACs."""
     wanted: dict[str, set[str]] = {}
     for v in vifs:
         if v.vm_uuid:
             wanted.setdefault(v.vm_uuid, set()).update(m for m in (v.mac,) if m)
-    if not wanted:
-        return
-    resolved = resolve_vms(names, wanted)
+    return wanted
+
+
+def apply_vms(vifs: list[Vif], resolved: Mapping[str, VmInfo]) -> None:
+    """Put what the name sources said (:func:`~appliance.names.resolve_vms`) on the VIFs (a lookup may run
+    in a thread of its own, bounded by a timeout, and its answer be applied here afterwards)."""
     for v in vifs:
         info = resolved.get(v.vm_uuid) if v.vm_uuid else None
         if info is None:

@@ -21,10 +21,12 @@ run-loop (TUI, agent) and foreground transactions can share one connection.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +53,11 @@ T = TypeVar("T")
 # must re-apply policy after an ovsdb-server restart wants to be back fast.
 _MIN_BACKOFF_MS = 250
 _MAX_BACKOFF_MS = 1000
+
+# The largest reply a one-shot read accepts.  A select of every column hvnet reads on a
+# 1000-VIF switch is about 1 MB (1,073,973 bytes on tests/bench's switch); this is room
+# for a hundred of those, not for a server that never stops sending.
+MAX_REPLY_BYTES = 128 << 20
 
 
 def c_json_parser_in_use() -> bool:
@@ -109,8 +116,11 @@ def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float
     return results
 
 
-def exchange(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float) -> list[dict[str, Any]]:
-    """The whole JSON-RPC replies (``result`` or ``error``) to ``calls``, in order, on one new stream."""
+def exchange(
+    target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float, *, limit: int = MAX_REPLY_BYTES
+) -> list[dict[str, Any]]:
+    """The whole JSON-RPC replies (``result`` or ``error``) to ``calls``, in order, on one new stream, all
+    within ``timeout``; a reply past ``limit`` bytes is an error (see :func:`_receive`)."""
     _configure_ssl(target)
     stream = _open_stream(target, timeout)
     deadline = time.monotonic() + timeout
@@ -118,7 +128,7 @@ def exchange(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: floa
         ids = list(range(1, len(calls) + 1))
         out = "".join(json.dumps({"method": m, "params": p, "id": i}) for i, (m, p) in zip(ids, calls))
         _send_all(target, stream, out.encode(), deadline)
-        replies = _receive(target, stream, set(ids), deadline, timeout)
+        replies = _receive(target, stream, set(ids), deadline, timeout, limit)
     finally:
         stream.close()
     return [replies[i] for i in ids]
@@ -176,39 +186,93 @@ def _send_all(target: DbTarget, stream: Any, data: bytes, deadline: float) -> No
         _wait(target, stream, deadline, "send", 0)
 
 
-def _receive(target: DbTarget, stream: Any, pending: set[int], deadline: float, timeout: float) -> dict[int, Any]:
-    """Read until every id in ``pending`` has its reply (concatenated JSON objects, no delimiter)."""
-    buf = bytearray()
+def _receive(
+    target: DbTarget, stream: Any, pending: set[int], deadline: float, timeout: float, limit: int = MAX_REPLY_BYTES
+) -> dict[int, Any]:
+    """Read until every id in ``pending`` has its reply (concatenated JSON objects, no delimiter).
+
+    The server is not trusted to be well-behaved: the deadline holds while
+    data keeps arriving (a server trickling bytes is cut off on time), no
+    message may grow past ``limit`` bytes, the bytes are decoded once as they
+    arrive (invalid UTF-8 becomes U+FFFD) and a lone surrogate that a
+    ``\\udXXX`` escape smuggles in becomes U+FFFD too, so every string read
+    here can be encoded again (a metric label, a JSON line, a terminal).
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    parts: list[str] = []  # decoded text not parsed yet
+    size = 0  # its length in bytes as received
     replies: dict[int, Any] = {}
-    decoder = json.JSONDecoder()
     while pending:
+        if time.monotonic() >= deadline:
+            raise _unreachable(target, f"no answer within {timeout:g} s")
         stream.run()
         err, chunk = stream.recv(1 << 20)
         if err == 0 and chunk:
-            buf += chunk
-            continue  # drain what is there before trying to decode
+            size += len(chunk)
+            if size > limit:
+                raise OvsdbError(
+                    f"{target.describe()}: a reply grew past {limit >> 20} MiB without ending; not reading more",
+                    hint="a database that large is not one hvnet reads; check that the target is an ovsdb-server",
+                )
+            parts.append(decoder.decode(chunk))
+            continue  # drain what is there before trying to parse
         if err not in (0, errno.EAGAIN):
             raise _unreachable(target, os.strerror(err))
         closed = err == 0
-        # A reply can only end where the data ends with '}': only then is a decode tried
-        # (a failed one costs a pass over the buffer, a few per reply at most).
-        if buf.rstrip().endswith(b"}"):
-            text = buf.decode("utf-8", errors="replace").lstrip()
-            while text:
-                try:
-                    msg, used = decoder.raw_decode(text)
-                except ValueError:
-                    break
-                if isinstance(msg, dict) and msg.get("id") in pending:
-                    pending.discard(msg["id"])
-                    replies[msg["id"]] = msg
-                text = text[used:].lstrip()
-            buf = bytearray(text.encode("utf-8"))
+        # A reply can only end where the data ends with '}': only then is a parse tried
+        # (a failed one costs a pass over the text, a few per reply at most).
+        if parts and parts[-1].rstrip().endswith("}"):
+            text = _parse_replies("".join(parts), pending, replies)
+            parts = [text] if text else []
+            size = len(text)  # characters: a close enough count of its bytes
         if pending and closed:
             raise _unreachable(target, "connection closed before the reply")
         if pending:
             _wait(target, stream, deadline, f"no answer within {timeout:g} s", 1)
     return replies
+
+
+def _parse_replies(text: str, pending: set[int], replies: dict[int, Any]) -> str:
+    """Take the complete messages at the start of ``text`` (those answering ``pending`` into ``replies``);
+    what is left: the start of a message still arriving."""
+    decoder = json.JSONDecoder()
+    text = text.lstrip()
+    while text:
+        try:
+            msg, used = decoder.raw_decode(text)
+        except ValueError:
+            break
+        if _may_hold_surrogates(text, used):
+            msg = without_lone_surrogates(msg)
+        if isinstance(msg, dict) and msg.get("id") in pending:
+            pending.discard(msg["id"])
+            replies[msg["id"]] = msg
+        text = text[used:].lstrip()
+    return text
+
+
+# An escape that can decode to a surrogate (a valid pair decodes to one character; a lone one stays).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _may_hold_surrogates(text: str, end: int) -> bool:
+    """Whether ``text[:end]`` has an escape that can decode to a surrogate (two plain searches first: a
+    megabyte of reply without ``\\ud`` is passed over at memory speed)."""
+    if text.find("\\ud", 0, end) < 0 and text.find("\\uD", 0, end) < 0:
+        return False
+    return _SURROGATE_ESCAPE.search(text, 0, end) is not None
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """``value`` (decoded JSON) with every lone surrogate in its strings, keys included, replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _wait(target: DbTarget, stream: Any, deadline: float, what: str, direction: int) -> None:

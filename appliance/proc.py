@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from .errors import CommandFailed, MissingTool
+from .errors import CommandFailed, CommandTimedOut, MissingTool
 
 # The Debian/EL package that provides each program, for "install X" hints.
 PACKAGE_OF = {
@@ -67,7 +67,11 @@ def run(
     """Run ``argv`` and return the completed process (text mode).
 
     ``env`` entries are added to the current environment.  With ``check`` a
-    non-zero exit raises :class:`CommandFailed` carrying stderr.
+    non-zero exit raises :class:`CommandFailed` carrying stderr.  So do the
+    failures that are not the program's exit: output that is not UTF-8 (a
+    name the program prints as bytes hvnet cannot read) and an argument list
+    the kernel refuses (E2BIG: a policy with thousands of names in one call),
+    so every caller that handles hvnet's errors handles these too.
     """
     args = [which(argv[0]), *argv[1:]]
     full_env = None
@@ -85,10 +89,23 @@ def run(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise CommandFailed(list(argv), -1, f"no result within {timeout:g} s") from None
+        raise CommandTimedOut(list(argv), -1, f"no result within {timeout:g} s") from None
+    except UnicodeDecodeError as exc:
+        raise CommandFailed(shown_argv(argv), -1, f"its output is not UTF-8 text ({exc.reason} at byte "
+                            f"{exc.start}); hvnet reads only UTF-8") from None  # fmt: skip
+    except OSError as exc:  # E2BIG, ENOEXEC, EACCES: the program never ran
+        raise CommandFailed(shown_argv(argv), -1, f"could not be started: {exc.strerror or exc}") from None
     if check and proc.returncode != 0:
         raise CommandFailed(list(argv), proc.returncode, proc.stderr or proc.stdout)
     return proc
+
+
+_SHOWN_ARG = 200  # characters of one argument an error message repeats
+
+
+def shown_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` for an error message: an argument too long to read (the one E2BIG is about) cut short."""
+    return [a if len(a) <= _SHOWN_ARG else f"{a[:_SHOWN_ARG]}...({len(a)} characters)" for a in argv]
 
 
 def in_netns(netns: str, argv: Sequence[str]) -> list[str]:

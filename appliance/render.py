@@ -1,19 +1,58 @@
 """Plain-text rendering for the CLI: aligned tables and human units.
 
 Every number carries its unit; a value that was not measured is shown as
-``-`` (never as 0).
+``-`` (never as 0).  Text from outside (VM, port, mirror and logical port
+names, audit lines, tool output, error messages) goes through
+:func:`terminal` before it reaches a terminal; ``--json`` stays exact.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+# What a terminal obeys or reorders instead of showing: C0 (ESC included), DEL and C1 (0x9b is CSI on
+# some terminals), the line and paragraph separators, the bidirectional marks, embeddings, overrides and
+# isolates, and lone surrogates (which cannot even be encoded to write them).
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal(text: str, keep: str = "") -> str:
+    """``text`` with every character a terminal would act on shown as an escape (``\\x1b``, ``\\u202e``).
+
+    A VM named ``"\\x1b[2J"`` must not clear the operator's screen nor set the window title: the
+    operator sees the name is odd.  ``keep``: characters left as they are (``"\\n"`` for whole
+    blocks of text whose lines hvnet itself made).
+    """
+    if not _UNSHOWN.search(text):
+        return text
+    if keep:
+        return "".join(
+            terminal(part) if part not in keep else part for part in re.split(f"([{re.escape(keep)}])", text)
+        )
+    return _UNSHOWN.sub(_escape, text)
+
+
+def lines(parts: Sequence[str]) -> str:
+    """Lines joined, each :func:`terminal`-safe: a line end inside one (from a name) is shown, not obeyed."""
+    text = "\n".join(parts)
+    plain = text.count("\n") == len(parts) - 1 and not _UNSHOWN.search(text.replace("\n", ""))
+    return text if plain else "\n".join(map(terminal, parts))
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces (no trailing blanks)."""
+    """Left-aligned columns separated by two spaces (no trailing blanks); every cell :func:`terminal`-safe."""
+    if _UNSHOWN.search("".join(headers) + "".join("".join(r) for r in rows)):  # one pass when all is plain
+        headers = [terminal(h) for h in headers]
+        rows = [[terminal(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -51,10 +90,35 @@ def kbps(value: float | None) -> str:
     return f"{value:g} kbit/s"
 
 
+class TerminalStream:
+    """A text stream that shows what it is given through :func:`terminal` (line ends kept).
+
+    The command line wraps stdout and stderr in it, so no message, table or
+    note of any command -- whatever names it quotes -- can steer the
+    terminal.  What must stay exact (``--json``, an exported policy) is
+    written to :attr:`exact`, the stream underneath.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.exact = stream
+
+    def write(self, text: str) -> int:
+        self.exact.write(terminal(text, keep="\n"))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the stream's own
+        return getattr(self.exact, name)
+
+
+def exact_stdout() -> Any:
+    """Standard output as given, even when the command line shows text through :class:`TerminalStream`."""
+    return getattr(sys.stdout, "exact", sys.stdout)
+
+
 def print_json(obj: Any) -> None:
-    """``--json`` output: indented, key order kept, anything unusual as text.
+    """``--json`` output: indented, key order kept, anything unusual as text; exact (never escaped).
 
     Encoded whole, then written once: ``json.dump`` to a stream writes every
     token separately (200,000 writes for a 1000-VIF host).
     """
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    exact_stdout().write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")

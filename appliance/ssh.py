@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import EXIT_UNREACHABLE, CommandFailed, HvnetError, MissingTool, UsageError
+from .errors import EXIT_UNREACHABLE, CommandFailed, CommandTimedOut, HvnetError, MissingTool, UsageError
+from .proc import shown_argv
 from .runner import LocalRunner
 
 SSH_FAILED = 255  # ssh's own exit status when the connection, not the remote program, failed
@@ -435,8 +436,10 @@ class SshRunner:
         command = self.session.command(argv, env, stdin=input_text is not None)
         try:
             res = self.session.local.run(command, check=False, timeout=timeout, input_text=input_text)
-        except CommandFailed:  # the local ssh ran out of time: say it of the remote program
-            raise CommandFailed([f"{self.host}:", *argv], -1, f"no result within {timeout:g} s") from None
+        except CommandTimedOut:  # the local ssh ran out of time: say it of the remote program
+            raise CommandTimedOut([f"{self.host}:", *argv], -1, f"no result within {timeout:g} s") from None
+        except CommandFailed as exc:  # output that is not UTF-8, an argument list too long for ssh
+            raise CommandFailed([f"{self.host}:", *shown_argv(argv)], exc.returncode, exc.stderr) from None
         if res.returncode == SSH_FAILED and _ssh_failed(res.stderr) and not self.session.alive():
             # ssh's own failure; with the master still up it was the remote program's exit 255
             raise self.session.failure(res.stderr)

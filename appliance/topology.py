@@ -27,7 +27,7 @@ _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
 _HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,7}$")
 MAX_HOSTS = 16
 _TOP_KEYS = {"name", "description", "hypervisor", "hosts", "bridges", "guests", "ovn"}
-_HOST_KEYS = {"name"}
+_HOST_KEYS = {"name", "management"}
 _OVN_KEYS = {"switches"}
 # A logical switch's name: ovn-nbctl takes it as an argument and the lab names nothing else after it.
 _LSWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
@@ -119,6 +119,9 @@ class Topology:
     # Lab hypervisors reached over SSH, each with every bridge, joined in this order by trunk links;
     # none: the guests share the lab's one switch.
     hosts: tuple[str, ...] = ()
+    # (host, bridge): the host's management link (its SSH address) is a port of that bridge, the address on
+    # the bridge's own interface -- as on a XenServer whose management interface is on xenbr0.
+    management: tuple[tuple[str, str], ...] = ()
     # An OVN pool: the logical switches the guests join (the hosts are chassis joined by Geneve
     # over an underlay, not by trunks).  Empty: plain OVS.
     ovn_switches: tuple[str, ...] = ()
@@ -182,6 +185,7 @@ def from_document(doc: yamldoc.Document) -> Topology:
 
     seen_ifnames: dict[str, yamldoc.PathKey] = {}  # bridges and VIFs share the kernel's interface names
     hosts = _hosts(doc, data.get("hosts"), problems)
+    managed = _management(doc, data.get("hosts"), hosts, data.get("bridges"), problems)
     switches = _ovn(doc, data, hosts, problems)
     raw_bridges = data.get("bridges")
     if switches and raw_bridges is None:
@@ -197,7 +201,7 @@ def from_document(doc: yamldoc.Document) -> Topology:
     if problems:
         raise ConfigError(problems)
     return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests),
-                    hosts=tuple(hosts), ovn_switches=tuple(switches))  # fmt: skip
+                    hosts=tuple(hosts), ovn_switches=tuple(switches), management=tuple(managed))  # fmt: skip
 
 
 def _ovn(doc: yamldoc.Document, data: dict[str, Any], hosts: list[str], problems: list[Problem]) -> list[str]:
@@ -254,6 +258,23 @@ def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> list[str
         else:
             names.append(hname)
     return names
+
+
+def _management(
+    doc: yamldoc.Document, raw: Any, hosts: list[str], raw_bridges: Any, problems: list[Problem]
+) -> list[tuple[str, str]]:
+    """Hosts whose management link is a port of one of the topology's bridges (``management: BRIDGE``)."""
+    names = [b.get("name") for b in raw_bridges if isinstance(b, dict)] if isinstance(raw_bridges, list) else []
+    out = []
+    for i, rh in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(rh, dict) or "management" not in rh or rh.get("name") not in hosts:
+            continue
+        if rh["management"] not in names:
+            problems.append(doc.problem(("hosts", i, "management"),
+                                        f"one of the topology's bridges: {', '.join(map(str, names))}"))  # fmt: skip
+        else:
+            out.append((rh["name"], rh["management"]))
+    return out
 
 
 def _bridges(

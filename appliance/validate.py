@@ -17,6 +17,25 @@ VLAN_MODES = ("access", "trunk", "native-tagged", "native-untagged")
 # the kernel or by OVS tools; a leading '-' would read as an option.
 _IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,14}$")
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+# What no name given to hvnet may hold: C0 (tab and newline included), DEL, C1, the line and paragraph
+# separators, bidi marks, embeddings, overrides and isolates, lone surrogates (render.terminal's set).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+TEXT_ALLOWS = "\n\t"  # what longer text (a description, a filter) may hold besides
+
+
+def no_control(value: str, allow: str = "") -> str:
+    """``value`` when it holds no control character (but those in ``allow``); else a ValueError naming it.
+
+    Such a name would steer the terminal it is shown on, or select nothing an
+    operator can type; a real port named so is selected by its MAC or VM.
+    """
+    for i, c in enumerate(value):
+        if c not in allow and _CONTROL.match(c):
+            raise ValueError(
+                f"holds the control character U+{ord(c):04X} at position {i + 1}: names given to hvnet may not "
+                "(select a port named so by its MAC or VM)"
+            )
+    return value
 
 
 def ifname(value: Any) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Union
 import yaml
 
 from . import trusted as trusted_files
+from . import validate
 from .errors import ConfigError, Problem
 
 # (typing forms: this module is evaluated at run time on Python 3.9 too)
@@ -118,7 +119,7 @@ def _convert(node: yaml.Node, path: PathKey, doc: Document, problems: list[Probl
 def _mapping(node: yaml.MappingNode, path: PathKey, doc: Document, problems: list[Problem], budget: _Budget) -> Any:
     result: dict[Any, Any] = {}
     for key_node, value_node in node.value:
-        key = _scalar(key_node, path, doc, problems) if isinstance(key_node, yaml.ScalarNode) else None
+        key = _scalar(key_node, path, doc, problems, key=True) if isinstance(key_node, yaml.ScalarNode) else None
         if not isinstance(key, (str, int, float, bool)) or key is None:
             problems.append(Problem(doc.file, key_node.start_mark.line + 1, dotted(path), "keys must be plain scalars"))
             continue
@@ -138,8 +139,9 @@ def _mapping(node: yaml.MappingNode, path: PathKey, doc: Document, problems: lis
     return result
 
 
-def _scalar(node: yaml.ScalarNode, path: PathKey, doc: Document, problems: list[Problem]) -> Any:
-    """A plain scalar's value; a number out of range or not finite is a problem, not an exception."""
+def _scalar(node: yaml.ScalarNode, path: PathKey, doc: Document, problems: list[Problem], key: bool = False) -> Any:
+    """A plain scalar's value; a number out of range or not finite, or text holding control characters
+    (:func:`validate.no_control`), is a problem, not an exception."""
     line = node.start_mark.line + 1
     if node.tag not in PLAIN_TAGS:
         problems.append(Problem(doc.file, line, dotted(path), f"unsupported tag {node.tag!r}; allowed: plain YAML"))
@@ -152,6 +154,11 @@ def _scalar(node: yaml.ScalarNode, path: PathKey, doc: Document, problems: list[
     if isinstance(value, float) and not math.isfinite(value):
         problems.append(Problem(doc.file, line, dotted(path), f"{node.value[:40]!r} is not a finite number"))
         return None
+    if isinstance(value, str):
+        try:  # a key is a name (a mirror's, a bridge's): no tab nor newline either
+            validate.no_control(value, allow="" if key else validate.TEXT_ALLOWS)
+        except ValueError as exc:  # the value is kept: the file's own checks go on without a second complaint
+            problems.append(Problem(doc.file, line, dotted(path), str(exc)))
     return value
 
 

@@ -10,19 +10,19 @@ from typing import Any
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.markup import escape
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from textual.widgets import Static
 
 from appliance.errors import HvnetError
 from appliance.host import Host
 from appliance.ovsdb import Connection
+from appliance.render import terminal
 from appliance.services.policy import Pending
 
 from .backend import Backend, fleet
 from .screens import available
 from .widgets.banner import ConnectionBanner
+from .widgets.literal import Literal, notice
 
 CONNECTION_CHECK_S = 0.5
 _SWITCHING = "_switching"  # the mode shown while the screens are rebuilt on another host
@@ -171,7 +171,7 @@ class HvnetApp(App[int]):
     def _committed(self, done: Pending | None, error: str | None) -> None:
         if error is not None:
             self.pending = None
-            self.notify(escape(error), severity="error")
+            self.notify(notice(error), severity="error")
         elif done is None:
             self.notify("nothing to confirm: no change is waiting")
         else:
@@ -211,7 +211,7 @@ class HvnetApp(App[int]):
     # -- the host the console works on ---------------------------------------------------
 
     def _show_host(self) -> None:
-        self.sub_title = f"{self.host_name} · {self.backend.describe()}"
+        self.sub_title = terminal(f"{self.host_name} · {self.backend.describe()}")  # plain text: escaped
 
     def action_pick_host(self) -> None:
         """Open the host picker (the Fleet screen's enter does the same for its row)."""
@@ -232,13 +232,13 @@ class HvnetApp(App[int]):
             return
         refused = self._cannot_switch()
         if refused is not None:
-            self.notify(escape(refused), severity="warning")
+            self.notify(notice(refused), severity="warning")
             return
         if self._switching is not None:
-            self.notify(escape(f"already connecting to {self._switching}"), severity="warning")
+            self.notify(notice(f"already connecting to {self._switching}"), severity="warning")
             return
         self._switching = name
-        self.notify(escape(f"connecting to {name}..."), timeout=2)
+        self.notify(notice(f"connecting to {name}..."), timeout=2)
         self._open_host(name, then)
 
     def _cannot_switch(self) -> str | None:
@@ -268,7 +268,7 @@ class HvnetApp(App[int]):
         self._switching = None
         text = f"✗ cannot switch to {name}: {error}; still on {self.host_name}"
         self.backend.note(text, logging.WARNING)
-        self.notify(escape(text), severity="error", timeout=8)
+        self.notify(notice(text), severity="error", timeout=8)
 
     def exit(self, *args: Any, **kwargs: Any) -> None:
         self.leaving = True  # a host switch under way stops rebuilding the screens Textual is closing
@@ -280,7 +280,7 @@ class HvnetApp(App[int]):
         if refused is not None or self.leaving:
             self._switching = None
             if refused is not None:
-                self.notify(escape(f"not switched to {name}: {refused}"), severity="warning")
+                self.notify(notice(f"not switched to {name}: {refused}"), severity="warning")
             self._close_host(conn, host)  # quick: its replica never started
             return
         old = self.backend
@@ -340,7 +340,7 @@ class Switching(Screen[None]):
         self.host = name
 
     def compose(self) -> ComposeResult:
-        yield Static(f"switching to {self.host}...", markup=False)
+        yield Literal(f"switching to {self.host}...")
 
 
 def run(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HvnetError
+from ..safedirs import FILE_MODE
 from .spec import CaptureSpec
 
 META_FILE = "capture.json"
@@ -48,6 +49,7 @@ class CaptureRecord:
     tcpdump: dict[str, Any] | None = None  # tcpdump's counts at stop
     completeness: dict[str, Any] | None = None
     files: list[str] = field(default_factory=list)
+    disk: dict[str, Any] | None = None  # its worst case, the free-space floor, free space at start and stop
 
     @property
     def path(self) -> Path:
@@ -70,7 +72,7 @@ class CaptureRecord:
 def save(record: CaptureRecord) -> None:
     """Replace ``capture.json`` atomically (never following a link planted in the directory)."""
     tmp = record.path / f".{META_FILE}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     with os.fdopen(fd, "w") as fh:
         json.dump(record.to_json(), fh, indent=2, sort_keys=True)
         fh.write("\n")
@@ -78,12 +80,18 @@ def save(record: CaptureRecord) -> None:
 
 
 def load(directory: Path) -> CaptureRecord:
-    """The record in ``directory``, or an :class:`HvnetError` naming the file."""
+    """The record in ``directory``, or an :class:`HvnetError` naming the file.
+
+    Its directory is where it was read from, whatever the file says: what hvnet later writes,
+    signals or removes for it is found from hvnet's captures directory and the capture's checked
+    name, never from a path stored in a file."""
     path = directory / META_FILE
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd) as fh:
-            return CaptureRecord.from_json(json.load(fh))
+            record = CaptureRecord.from_json(json.load(fh))
+            record.directory = str(directory)
+            return record
     except FileNotFoundError:
         raise HvnetError(f"{path}: no such capture record") from None
     except (OSError, ValueError, TypeError, KeyError) as exc:

@@ -15,7 +15,7 @@ their processes run, the end the wrapper recorded, tcpdump's log, the files'
 sizes), asking running tcpdumps for their counts with SIGUSR1 when told.
 The parsing here is pure; the workflows are :mod:`appliance.services.captures_remote`.
 
-Tools used on the host: sh (its ``kill``), mkdir, mv, rm, cat, grep, stat, sleep, tcpdump.
+Tools used on the host: sh (its ``kill``), id, df, readlink, mkdir, mv, rm, cat, grep, stat, sleep, tcpdump.
 """
 
 from __future__ import annotations
@@ -27,14 +27,28 @@ from typing import Any
 
 from ..counters import Counters, parse_kernel_many
 from ..isolation.pcap import TcpdumpCounts, parse_tcpdump_counts
+from ..safedirs import judge_dir, judge_link
 from .completeness import completeness
+from .disk import under_floor_reason
 from .record import CaptureRecord, final_counts_text
+from .spec import ended_by_itself
 
 STOP_SIGNAL = "TERM"  # tcpdump prints its counts and closes its file on SIGTERM as on SIGINT
 
+# df -P -k's output on stdin -> the KiB still free (its "Available") on stdout.  The figure before the
+# first all-digit "N%" word: a file system's name may hold spaces (as parse_df reads it).
+DF_AVAILABLE = r"""{ read -r _; read -r l; set -f; set -- $l; p=
+  for w; do case $w in [0-9]*%) case ${w%\%} in *[!0-9]*) ;; *) echo "$p"; break ;; esac ;; esac; p=$w; done; }"""
+
 # $1 the capture's directory, $2 the port whose counters are read at the end, $3 the duration in
-# seconds or "-", then tcpdump's argv.  Detached by START (its output goes nowhere, ssh returns).
-WRAPPER = r"""d=$1 port=$2 dur=$3; shift 3
+# seconds or "-", $4 the free-space floor in KiB, $5 the cap on the files' bytes or "-" (a capture
+# rotated by time), then tcpdump's argv.  Detached by START (its output goes nowhere, ssh returns).
+# umask 077: what tcpdump creates is root's alone.  A watcher checks every second that free space
+# (df's "Available") is not under the floor and the files not over their cap; either stops tcpdump
+# and says why in ended-by ("floor KIB", "size BYTES").
+WRAPPER = (
+    r"""umask 077
+d=$1 port=$2 dur=$3 floor=$4 cap=$5; shift 5
 cd -- "$d" || exit 1
 echo $$ >wrapper.pid
 "$@" </dev/null >/dev/null 2>>tcpdump.log &
@@ -44,26 +58,79 @@ if [ "$dur" != - ]; then
   ( sleep "$dur" & echo $! >timer.pid; wait $!
     [ -e status ] || { [ -e ended-by ] || echo duration >ended-by; kill -TERM "$tp"; } ) </dev/null >/dev/null 2>&1 &
 fi
+( while kill -0 "$tp" 2>/dev/null && [ ! -e status ]; do
+    free=$(df -P -k -- . | """
+    + DF_AVAILABLE
+    + r""")
+    case $free in ''|*[!0-9]*) free= ;; esac
+    if [ -n "$free" ] && [ "$free" -lt "$floor" ]; then
+      [ -e ended-by ] || echo "floor $free" >ended-by; kill -TERM "$tp"; break
+    fi
+    if [ "$cap" != - ]; then
+      total=0
+      for f in ./*.pcap*; do [ -f "$f" ] && [ ! -L "$f" ] && total=$((total + $(stat -c %s -- "$f"))); done
+      if [ "$total" -ge "$cap" ]; then
+        [ -e ended-by ] || echo "size $total" >ended-by; kill -TERM "$tp"; break
+      fi
+    fi
+    sleep 1
+  done ) </dev/null >/dev/null 2>&1 &
+echo $! >watch.pid
 wait "$tp"; st=$?
 grep -r -H "" -- "/sys/class/net/$port/statistics" >counters-after 2>/dev/null
 echo "$st" >status.tmp && mv -f status.tmp status
 [ -f timer.pid ] && kill "$(cat timer.pid)" 2>/dev/null
+kill "$(cat watch.pid)" 2>/dev/null
 exit 0
 """
+)
 
 # $1 WRAPPER, then its arguments: start it detached, print its pid.
 START = 'w=$1; shift; sh -c "$w" hvnet-capture "$@" </dev/null >/dev/null 2>&1 & echo $!'
 
-# $1 hvnet's captures directory: made if missing; prints its owner, mode and type for hvnet to judge.
-PREPARE = 'umask 022; mkdir -p -- "$1" && stat -c "%u %a %F" -- "$1"'
+# $1 an absolute path: walked from / one component at a time (nothing created), printing the host's
+# uid ("me UID"), each directory entered ("dir UID MODE PATH"), each symlink followed ("link UID PATH",
+# its target then walked the same way), and how the walk ended ("end", "missing PATH", "notdir PATH",
+# "loop PATH", "unreadable PATH").  hvnet judges each line as it judges its own directories.
+WALK = r"""rest=$1 hops=0
+echo "me $(id -u)"
+cd / || exit 1
+echo "dir $(stat -c '%u %a' .) /"
+while :; do
+  while :; do case $rest in /*) rest=${rest#/} ;; *) break ;; esac; done
+  [ -n "$rest" ] || break
+  c=${rest%%/*}
+  case $rest in */*) rest=${rest#*/} ;; *) rest= ;; esac
+  [ "$c" = . ] && continue
+  here=$(pwd -P); here=${here%/}/$c
+  if [ -L "./$c" ]; then
+    hops=$((hops+1))
+    [ $hops -le 40 ] || { echo "loop $here"; exit 0; }
+    echo "link $(stat -c %u -- "./$c") $here"
+    t=$(readlink -- "./$c") || { echo "unreadable $here"; exit 0; }
+    case $t in /*) cd / || exit 1 ;; esac
+    rest=$t/$rest
+    continue
+  fi
+  [ -e "./$c" ] || { echo "missing $here"; exit 0; }
+  [ -d "./$c" ] || { echo "notdir $here"; exit 0; }
+  cd -P -- "./$c" || { echo "unreadable $here"; exit 0; }
+  echo "dir $(stat -c '%u %a' .) $(pwd -P)"
+done
+echo end
+"""
 
-# $1 the capture's directory, $2 its record: a new directory (never an existing one), then the record.
+# $1 hvnet's captures directory, every existing part of it judged safe: the missing ones made, 0700.
+MAKE = 'umask 077; mkdir -p -- "$1"'
+
+# $1 the capture's directory, $2 its record: a new private directory (never an existing one), then the record.
 CREATE = (
-    'mkdir -m 0755 -- "$1" || exit 17; cat >"$1/.capture.json.tmp" && mv -f -- "$1/.capture.json.tmp" "$1/capture.json"'
+    'umask 077; mkdir -m 0700 -- "$1" || exit 17; '
+    'cat >"$1/.capture.json.tmp" && mv -f -- "$1/.capture.json.tmp" "$1/capture.json"'
 )
 
 # $1 a file, replaced whole with stdin (a reader sees the old record or the new one).
-WRITE = 'cat >"$1.tmp" && mv -f -- "$1.tmp" "$1"'
+WRITE = 'umask 077; cat >"$1.tmp" && mv -f -- "$1.tmp" "$1"'
 
 # $1 the capture's directory: wait up to 10 s for tcpdump to listen (or to have ended).
 WAIT_LISTENING = r"""d=$1; i=0
@@ -76,8 +143,9 @@ echo timeout
 """
 
 # $1 the capture's directory: SIGTERM its tcpdump (if it is still that capture's), wait up to 20 s for the
-# wrapper to record the end (not at all when the wrapper is gone: killed behind hvnet's back).
-STOP = r"""d=$1
+# wrapper to record the end (not at all when the wrapper is gone: killed behind hvnet's back), and end
+# the wrapper's disk watcher (left behind when the wrapper was killed).
+STOP = r"""umask 077; d=$1
 tp=$(cat "$d/tcpdump.pid" 2>/dev/null); wp=$(cat "$d/wrapper.pid" 2>/dev/null)
 if [ -n "$tp" ] && kill -0 "$tp" 2>/dev/null && grep -qF -- "$d/" "/proc/$tp/cmdline" 2>/dev/null; then
   [ -e "$d/ended-by" ] || echo stop >"$d/ended-by"
@@ -87,6 +155,9 @@ i=0
 while [ ! -e "$d/status" ] && [ $i -lt 200 ] && { [ -n "$wp" ] && kill -0 "$wp" 2>/dev/null; }; do
   sleep 0.1; i=$((i+1))
 done
+wt=$(cat "$d/watch.pid" 2>/dev/null)
+[ -n "$wt" ] && grep -qF -- "$d/" "/proc/$wt/cmdline" 2>/dev/null && kill "$wt" 2>/dev/null
+exit 0
 """
 
 # $1 hvnet's captures directory, $2 1 to ask running tcpdumps for counts, $3 the section marker, then
@@ -124,6 +195,39 @@ exit 0
 
 # $1 the capture's directory: removed.
 DELETE = 'rm -rf -- "$1"'
+
+
+def judge_walk(text: str, path: str) -> tuple[str | None, bool]:
+    """WALK's output for ``path`` -> (why another user could choose where hvnet writes, or None; whether
+    a part of ``path`` is missing).  Judged as :mod:`appliance.safedirs` judges this machine's (pure)."""
+    me: int | None = None
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        try:
+            if kind == "me":
+                me = int(rest)
+                continue
+            if me is None:
+                break
+            if kind == "dir":
+                uid, mode, where = rest.split(" ", 2)
+                problem = judge_dir(where, int(uid), int(mode, 8), me)
+            elif kind == "link":
+                uid, where = rest.split(" ", 1)
+                problem = judge_link(where, int(uid), me)
+            elif kind == "end":
+                return None, False
+            elif kind == "missing":
+                return None, True
+            else:
+                why = {"notdir": "is not a directory", "loop": "has too many symlinks on the way",
+                       "unreadable": "cannot be entered"}.get(kind, f"could not be checked ({line!r})")  # fmt: skip
+                return f"{rest or path} {why}", False
+        except ValueError:
+            break
+        if problem is not None:
+            return problem, False
+    return f"{path} could not be checked: the host's walk printed {text.strip()[-200:]!r}", False
 
 
 def marker() -> str:
@@ -210,10 +314,15 @@ def outcome(record: CaptureRecord, probe: Probe) -> tuple[str, str]:
         return "stopped", "stopped by 'hvnet capture stop'"
     if probe.ended_by == "duration":
         return "finished", f"its duration of {record.spec.limits.duration:g} s passed"
+    kind, _, figure = (probe.ended_by or "").partition(" ")
+    if kind == "floor" and figure.isdigit() and record.disk is not None:
+        return "stopped", under_floor_reason(int(figure) * 1024, record.disk)
+    if kind == "size":
+        return "finished", f"its files reached their cap of {record.spec.limits.max_mb} MB"
     if probe.status == 0:
         if record.spec.limits.count is not None:
             return "finished", f"tcpdump stopped at its limit of {record.spec.limits.count} packets"
-        return "finished", "tcpdump ended by itself (its ring of files was full)"
+        return "finished", ended_by_itself(record.spec.limits)
     if probe.status is not None and probe.status > 128:
         return "dead", f"tcpdump was killed by signal {probe.status - 128}, not by hvnet"
     lines = [line for line in probe.log.strip().splitlines() if line.strip()]
@@ -223,6 +332,9 @@ def outcome(record: CaptureRecord, probe: Probe) -> tuple[str, str]:
 def finished(record: CaptureRecord, probe: Probe, before: Counters | None, now: float) -> CaptureRecord:
     """The final record of a capture whose wrapper recorded its end (figures taken then, not now)."""
     counts = parse_tcpdump_counts(final_counts_text(probe.log))
+    kind, _, figure = (probe.ended_by or "").partition(" ")
+    if kind == "floor" and figure.isdigit() and record.disk is not None:
+        record.disk["free_at_stop"] = int(figure) * 1024
     record.stopped = probe.ended_at or now
     record.counters_after = None if probe.counters_after is None else counters_json(probe.counters_after)
     record.tcpdump = None if counts is None else vars(counts).copy()

@@ -11,7 +11,7 @@ elsewhere.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,13 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SNAPLEN_RANGE = (14, 262144)  # an Ethernet header at least; tcpdump's own maximum
 DURATION_RANGE = (1, 7 * 86400)  # seconds
 COUNT_RANGE = (1, 10**9)  # packets
-ROTATE_MB_RANGE = (1, 100_000)  # tcpdump -C: millions of bytes per file
-ROTATE_FILES_RANGE = (2, 10_000)  # tcpdump -W: a ring of this many files
+ROTATE_MB_RANGE = (1, 10_000)  # tcpdump -C: millions of bytes per file
+ROTATE_FILES_RANGE = (2, 1000)  # tcpdump -W: a ring of this many files
 ROTATE_SECONDS_RANGE = (1, 86400)  # tcpdump -G
+MAX_MB_RANGE = (1, 100_000)  # a time-rotated capture's cap (its supervisor stops it there)
+RING_MAX_MB = 100_000  # --rotate-mb x --rotate-files: 100 GB at most
+DEFAULT_RING = (100, 10)  # MB per file, files: every capture is bounded (1 GB) unless told otherwise
+DEFAULT_MAX_MB = DEFAULT_RING[0] * DEFAULT_RING[1]
 PCAP_SUFFIX = ".pcap"
 
 
@@ -37,6 +41,7 @@ class Limits:
     rotate_mb: int | None = None  # a new file every this many MB (-C)
     rotate_files: int | None = None  # keep only this many files, oldest overwritten (-W)
     rotate_seconds: int | None = None  # a new file every this many seconds (-G)
+    max_mb: int | None = None  # a time-rotated capture stops when its files hold this many MB
 
 
 @dataclass(frozen=True)
@@ -87,16 +92,32 @@ def _in_range(what: str, value: float | None, bounds: tuple[float, float], unit:
 
 
 def check_limits(limits: Limits) -> Limits:
-    """``limits`` if every value is in range and they make sense together."""
+    """``limits`` with their bound filled in, if every value is in range and they make sense together.
+
+    Every capture is bounded: a ring of files (tcpdump -C/-W, :data:`DEFAULT_RING` for what is not
+    given), or, rotated by time (-G), a cap on its files' total that its supervisor enforces --
+    tcpdump ignores -W when -C and -G are both given, so that pair is refused.
+    """
     _in_range("--snaplen", limits.snaplen, SNAPLEN_RANGE, "bytes")
     _in_range("--duration", limits.duration, DURATION_RANGE, "seconds")
     _in_range("--count", limits.count, COUNT_RANGE, "packets")
     _in_range("--rotate-mb", limits.rotate_mb, ROTATE_MB_RANGE, "MB")
     _in_range("--rotate-files", limits.rotate_files, ROTATE_FILES_RANGE, "files")
     _in_range("--rotate-seconds", limits.rotate_seconds, ROTATE_SECONDS_RANGE, "seconds")
-    if limits.rotate_files is not None and limits.rotate_mb is None and limits.rotate_seconds is None:
-        raise UsageError("--rotate-files needs --rotate-mb or --rotate-seconds (what makes a new file)")
-    return limits
+    _in_range("--max-mb", limits.max_mb, MAX_MB_RANGE, "MB")
+    if limits.rotate_seconds is not None:
+        if limits.rotate_mb is not None:
+            raise UsageError("--rotate-mb and --rotate-seconds together: tcpdump then ignores --rotate-files and "
+                             "keeps every file, so nothing would bound the capture; give one of them")  # fmt: skip
+        return replace(limits, max_mb=limits.max_mb or DEFAULT_MAX_MB)
+    if limits.max_mb is not None:
+        raise UsageError("--max-mb bounds a capture rotated by time (--rotate-seconds); a ring is bounded by "
+                         "--rotate-mb x --rotate-files")  # fmt: skip
+    mb, files = limits.rotate_mb or DEFAULT_RING[0], limits.rotate_files or DEFAULT_RING[1]
+    if mb * files > RING_MAX_MB:
+        raise UsageError(f"a ring of {files} files of {mb} MB holds {mb * files} MB: at most {RING_MAX_MB} MB "
+                         "(--rotate-mb x --rotate-files)")  # fmt: skip
+    return replace(limits, rotate_mb=mb, rotate_files=files)
 
 
 def check_filter_text(bpf: str | None) -> str | None:
@@ -164,3 +185,10 @@ def pcap_files(directory: Path, spec: CaptureSpec) -> list[Path]:
         found,
         key=lambda p: (p.stat().st_mtime_ns, [int(t) if t.isdigit() else t for t in re.split(r"([0-9]+)", p.name)]),
     )
+
+
+def ended_by_itself(limits: Limits) -> str:
+    """Why tcpdump exited 0 on its own when no packet limit stopped it."""
+    if limits.rotate_seconds is not None and limits.rotate_files is not None:
+        return f"tcpdump ended by itself after its {limits.rotate_files} files of {limits.rotate_seconds} s"
+    return "tcpdump ended by itself"

@@ -8,6 +8,11 @@ files, or tcpdump dying.  In order: the port's counters, tcpdump started and
 listening ("listening on" in its log), waiting, tcpdump stopped with SIGINT
 (it then prints its counts), the port's counters again, the record with its
 completeness.
+
+While it waits it watches the disk (every :data:`DISK_CHECK_S`): free space
+under the capture's floor, or a time-rotated capture's files reaching their
+cap, stops it, and its record says which (see :mod:`.disk`).  tcpdump runs
+under umask 077, so the pcaps it creates are root's alone.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from typing import Any
 from ..counters import Counters, read_kernel_many
 from ..host import Host
 from ..isolation.pcap import parse_tcpdump_counts
+from ..safedirs import FILE_MODE
+from . import disk
 from . import record as rec_mod
 from .completeness import completeness
 from .record import CaptureRecord
-from .spec import pcap_files
+from .spec import ended_by_itself, pcap_files
 
+DISK_CHECK_S = 0.5
 LISTEN_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
@@ -51,6 +59,7 @@ def _counters_of(data: dict[str, Any] | None) -> Counters | None:
 
 def supervise(host: Host, directory: Path) -> int:
     """Run the capture recorded in ``directory`` to its end; 0 unless tcpdump failed to start."""
+    os.umask(0o077)  # tcpdump's files (created with the umask it inherits) hold tenants' traffic
     record = rec_mod.load(directory)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -58,7 +67,7 @@ def supervise(host: Host, directory: Path) -> int:
     runner = host.runner if record.spec.kind == "port" else host.local_runner
     record.supervisor_pid = os.getpid()
     record.counters_before = _counters_json(read_port_counters(host, record.spec.port))
-    fd = os.open(directory / rec_mod.LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    fd = os.open(directory / rec_mod.LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
     with os.fdopen(fd, "wb") as log:
         proc = runner.popen(record.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
     record.tcpdump_pid = proc.pid
@@ -93,15 +102,36 @@ def _wait_listening(proc: subprocess.Popen[bytes], directory: Path, stop: thread
 
 
 def _wait_end(proc: subprocess.Popen[bytes], record: CaptureRecord, stop: threading.Event) -> str | None:
-    """Wait for the capture's end: "stop", "duration", or None when tcpdump ended by itself."""
+    """Wait for the capture's end: "stop", "duration", "floor", "size", or None when tcpdump ended by itself."""
     duration = record.spec.limits.duration
     deadline = None if duration is None else (record.started or time.time()) + duration
+    next_disk_check = 0.0
     while proc.poll() is None:
         if stop.is_set():
             return "stop"
         if deadline is not None and time.time() >= deadline:
             return "duration"
+        if time.monotonic() >= next_disk_check:
+            next_disk_check = time.monotonic() + DISK_CHECK_S
+            ended_by = _disk_full(record)
+            if ended_by is not None:
+                return ended_by
         stop.wait(POLL_S)
+    return None
+
+
+def _disk_full(record: CaptureRecord) -> str | None:
+    """Why the disk ends the capture: "floor" when free space fell under its floor (noted in the record),
+    "size" when a time-rotated capture's files reached their cap; None while neither."""
+    if record.disk is None:
+        return None
+    free = disk.local_space(record.path).free
+    if free < record.disk["floor"]:
+        record.disk["free_at_stop"] = free
+        return "floor"
+    cap = record.spec.limits.max_mb
+    if cap is not None and sum(p.stat().st_size for p in pcap_files(record.path, record.spec)) >= cap * 1_000_000:
+        return "size"
     return None
 
 
@@ -121,12 +151,16 @@ def _why(record: CaptureRecord, status: int | None, ended_by: str | None) -> tup
         return "stopped", "stopped by 'hvnet capture stop'"
     if ended_by == "duration":
         return "finished", f"its duration of {record.spec.limits.duration:g} s passed"
+    if ended_by == "floor" and record.disk is not None:
+        return "stopped", disk.under_floor_reason(record.disk["free_at_stop"], record.disk)
+    if ended_by == "size":
+        return "finished", f"its files reached their cap of {record.spec.limits.max_mb} MB"
     if ended_by == "gone":
         return "dead", "its supervising process was gone; tcpdump was stopped by 'hvnet capture stop'"
     if status == 0:
         if record.spec.limits.count is not None:
             return "finished", f"tcpdump stopped at its limit of {record.spec.limits.count} packets"
-        return "finished", "tcpdump ended by itself (its ring of files was full)"
+        return "finished", ended_by_itself(record.spec.limits)
     if status is not None and status < 0:
         name = signal.Signals(-status).name if -status in signal.valid_signals() else str(-status)
         return "dead", f"tcpdump was killed by {name}, not by hvnet"

@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .. import ovnmatch as ovn_match
+
 _SECTION = re.compile(
     r'^\s*(?P<kind>ingress|egress)\(dp="(?P<dp>[^"]*)", inport="(?P<inport>[^"]*)"'
     r'(?:, outport="(?P<outport>[^"]*)")?\)\s*$'
@@ -120,8 +122,11 @@ def _drop(t: Trace, section: tuple[str, str | None] | None, why: str) -> None:
 
 
 def arp_broadcast(port: str, mac: str, ip: str, target_ip: str) -> str:
-    """The microflow of a broadcast ARP who-has for ``target_ip`` from ``mac``/``ip`` entering ``port``."""
+    """The microflow of a broadcast ARP who-has for ``target_ip`` from ``mac``/``ip`` entering ``port``.
+
+    The port's name is quoted and the addresses checked (ValueError), so no value can add a clause."""
+    mac, ip, target_ip = ovn_match.mac(mac), ovn_match.ipv4(ip), ovn_match.ipv4(target_ip)
     return (
-        f'inport == "{port}" && eth.src == {mac} && eth.dst == ff:ff:ff:ff:ff:ff && arp.op == 1 && '
-        f"arp.sha == {mac} && arp.spa == {ip} && arp.tpa == {target_ip}"
+        f"{ovn_match.port_is('inport', port)} && eth.src == {mac} && eth.dst == ff:ff:ff:ff:ff:ff && "
+        f"arp.op == 1 && arp.sha == {mac} && arp.spa == {ip} && arp.tpa == {target_ip}"
     )

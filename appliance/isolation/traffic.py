@@ -234,18 +234,15 @@ def _arm_captures(
     opts = ["-i", "eth0", "-U", "--immediate-mode", "-nn", "-s", "128"]
     for ep in endpoints:
         pcap = out_dir / f"{ep.name}.pcap"
-        if ep.channel:
-            # The pcap streams out of the VM on tcpdump's stdout, into the same file on the host.
-            pcap.unlink(missing_ok=True)  # a capture of an earlier run into the same directory (or a link)
-            with os.fdopen(create_new(pcap), "wb") as sink:
-                p = runner.popen(
-                    ep.guest.argv(["tcpdump", *opts, "-w", "-", CAPTURE_FILTER], stdin=False),
-                    stdout=sink,
-                    stderr=subprocess.PIPE,
-                )
-        else:
-            argv = ep.guest.argv([tcpdump, *opts, "-w", str(pcap), CAPTURE_FILTER])
-            p = runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The pcap streams out on tcpdump's stdout into a file hvnet creates, private (0600) whatever the
+        # umask -- from a VM over its channel, or from a namespace's tcpdump.
+        pcap.unlink(missing_ok=True)  # a capture of an earlier run into the same directory (or a link)
+        argv = ["tcpdump", *opts, "-w", "-", CAPTURE_FILTER]
+        with os.fdopen(create_new(pcap), "wb") as sink:
+            if ep.channel:
+                p = runner.popen(ep.guest.argv(argv, stdin=False), stdout=sink, stderr=subprocess.PIPE)
+            else:
+                p = runner.popen(ep.guest.argv([tcpdump, *argv[1:]]), stdout=sink, stderr=subprocess.PIPE)
         running[ep.name] = (p, Capture(ep.name, pcap))
     # tcpdump says "listening on ..." once its socket is open: only then is a
     # probe sure to be seen.

@@ -288,6 +288,9 @@ class Lab:
         for name, h in hosts.items():
             self._configure_switch(h.switch.remote, t, t.guests_on(name), multihost.uplinks(t, name),
                                    DataPaths.for_lab(h.dir), report, hostname=name)  # fmt: skip
+        for name, bridge in t.management:
+            if multihost.manage_through_bridge(hosts[name], bridge):
+                report.actions.append(f"moved {name}'s management link onto {bridge} ({hosts[name].address})")
         if t.ovn:
             self._up_ovn(t, hosts, report)
         multihost.write_client_files(self.run_dir, t, hosts)

@@ -139,3 +139,25 @@ def start_host(host: SshHost) -> bool:
     if not host.running():
         raise LabError(f"the lab host {host.name} did not start (see {host.dir})")
     return True
+
+
+def manage_through_bridge(host: SshHost, bridge: str) -> bool:
+    """Put ``host``'s management link on ``bridge``: the veth becomes a port, its address moves to the
+    bridge's own interface (sshd, bound to the address, answers there).  True if moved now."""
+    ns, veth = host.netns, host.veth[1]
+    address = f"{host.address}/30"
+    shown = proc.run(["ip", "-n", ns, "-o", "addr", "show", "dev", bridge], check=False).stdout
+    if f" {address} " in shown:
+        return False
+    host.switch.vsctl("--may-exist", "add-port", bridge, veth)
+    proc.run(["ip", "-n", ns, "addr", "del", address, "dev", veth], check=False)
+    proc.run(["ip", "-n", ns, "addr", "add", address, "dev", bridge])
+    proc.run(["ip", "-n", ns, "link", "set", bridge, "up"])
+    # the userspace datapath sends TCP with bad checksums through devices that offload them
+    for argv in (
+        proc.in_netns(ns, ["ethtool", "-K", bridge, "tx", "off"]),
+        proc.in_netns(ns, ["ethtool", "-K", veth, "tx", "off"]),
+        ["ethtool", "-K", host.veth[0], "tx", "off"],
+    ):
+        proc.run(argv)  # fmt: skip
+    return True

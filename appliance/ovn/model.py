@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import ovnmatch as ovn_match
+
 # QoS rows' direction -> the policy's word for it
 DIRECTION_WORD = {"from-lport": "ingress", "to-lport": "egress"}
 # A policy mirror's src selectors become a from-lport Mirror row (what the VM sends: OVS select_src_port),
@@ -32,8 +34,8 @@ class Limit:
 
     @property
     def match(self) -> str:
-        field_name = "inport" if self.direction == "from-lport" else "outport"
-        return f'{field_name} == "{self.port}"'
+        """The rule's own match: this one port, its name quoted (whatever characters it holds)."""
+        return ovn_match.port_is("inport" if self.direction == "from-lport" else "outport", self.port)
 
     def describe(self) -> str:
         who = self.vm or self.port

@@ -138,8 +138,8 @@ def _diff_limits(view: PoolView, want: Desired, final: dict[str, str], vms: dict
         elif have[1] != lim.switch:
             out.delete.append(have)
             out.add.append(lim)
-        elif (have[2].rate_kbps, have[2].burst_kbit) != (lim.rate_kbps, lim.burst_kbit):
-            out.modify.append((have[0], lim))
+        elif (have[2].rate_kbps, have[2].burst_kbit, have[2].match) != (lim.rate_kbps, lim.burst_kbit, lim.match):
+            out.modify.append((have[0], lim))  # a rule whose match is not its port's own is rewritten too
         else:
             out.unchanged.append(lim)
 

@@ -114,7 +114,7 @@ def operations(view: PoolView, plan: PoolPlan, comment: str, marker: str | None 
                     "mutations": [["qos_rules", "insert", ["set", [["named-uuid", f"rule{i}"]]]]]})  # fmt: skip
     for uuid, lim in plan.modify:
         ops.append({"op": "update", "table": "QoS", "where": [["_uuid", "==", ["uuid", uuid]]],
-                    "row": {"bandwidth": _bandwidth(lim)}})  # fmt: skip
+                    "row": {"bandwidth": _bandwidth(lim), "match": lim.match}})  # fmt: skip
     for uuid, switch, _ in plan.delete:
         ops.append({"op": "mutate", "table": "Logical_Switch", "where": _switch(view, switch),
                     "mutations": [["qos_rules", "delete", ["set", [["uuid", uuid]]]]]})  # fmt: skip

@@ -179,11 +179,17 @@ class Agent:
             self._last_error = ""
             self.notifier.set_ready(f"enforcing {self.policy_path} on {self.where} ({self.applied} re-applies)")
         except HvnetError as exc:
-            text = str(exc)
-            if text != self._last_error:  # say it once, not on every wake-up
-                log.error("could not apply the policy: %s", text)
-                self._last_error = text
-            self.notifier.set_status(f"could not apply the policy: {text}"[:400])
+            self._failed(str(exc))
+        except Exception as exc:  # one bad pass must not end the enforcement of every other port
+            self._failed(f"{type(exc).__name__}: {exc}", exc)
+
+    def _failed(self, text: str, unexpected: BaseException | None = None) -> None:
+        """Say once what stopped this pass (with its traceback when it is not one of hvnet's errors); the
+        next wake-up or tick tries again."""
+        if text != self._last_error:  # say it once, not on every wake-up
+            log.error("could not apply the policy: %s", text, exc_info=unexpected)
+            self._last_error = text
+        self.notifier.set_status(f"could not apply the policy: {text}"[:400])
 
     def _holds_lock(self) -> bool:
         """Whether this agent may write: it holds :data:`AGENT_LOCK`.  Each change of that is said once."""

@@ -120,6 +120,9 @@ class PolicyEngine:
         self.lenient = False  # the agent's planning mode (see PlanOptions.lenient)
         self.pool = False  # one of several hosts given the same policy (see PlanOptions.pool)
         self.audit_unchanged = True  # an operator's apply that changed nothing is audited; the agent's idle passes not
+        # Called with the record of each attempt's changes before it is written (a --no-commit apply on a host
+        # over SSH arms the host's own undo there); raising refuses the commit.
+        self.before_commit: Callable[[dict[str, Any]], None] | None = None
 
     def __enter__(self) -> PolicyEngine:
         return self
@@ -271,6 +274,9 @@ class PolicyEngine:
                 self.host.runner.which("ovs-ofctl")
             if plan.changes and self.audit:
                 attempts[calls[0]] = (plan, self._intend(label, plan.changes, keep=record))
+            if plan.changes and self.before_commit is not None:
+                rec = attempts[calls[0]][1] if calls[0] in attempts else self.journal.new_record(label, plan.changes)
+                self.before_commit(rec)
             writer.write(ctx, plan.changes)
             if plan.changes:
                 self.host.checkpoint("before-commit")

@@ -87,6 +87,8 @@ def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
         raise ValueError(f"a selector is a string like 'vm:VM1' or 'vif1.0', not {value!r}")
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"{kind} selector needs a non-empty string")
+    if any(c in pattern for c in validate.TEXT_ALLOWS):  # the rest of what names may not hold: yamldoc's
+        validate.no_control(pattern)
     if kind == "mac":
         pattern = pattern.lower()
         if not any(c in pattern for c in "*?["):

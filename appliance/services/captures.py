@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ..capture import disk
 from ..capture import record as rec_mod
 from ..capture.record import CaptureRecord
 from ..capture.spec import (
@@ -42,7 +43,7 @@ from ..errors import HvnetError, UsageError
 from ..guests import GuestEndpoint
 from ..host import Host
 from ..isolation.pcap import parse_tcpdump_counts
-from ..safedirs import make_private
+from ..safedirs import DIR_MODE, FILE_MODE, make_private
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
@@ -93,8 +94,14 @@ def start(
     name: str | None = None,
     bpf: str | None = None,
     limits: Limits | None = None,
+    free_floor: str | None = None,
 ) -> CaptureRecord:
-    """Check everything, then start a detached capture and return its record once tcpdump listens."""
+    """Check everything, then start a detached capture and return its record once tcpdump listens.
+
+    ``free_floor`` (``--free-floor``) overrides the host's ``capture_free_floor``: the capture is
+    refused when its worst case would leave less free space than that (see :mod:`..capture.disk`).
+    """
+    floor, floor_source = _floor(host, free_floor)
     if (port is None) == (guest is None):
         raise UsageError("give a port (--port) or a lab guest (--guest), one of them")
     limits = check_limits(limits or Limits())
@@ -119,18 +126,21 @@ def start(
     if not host.runner.local:
         from . import captures_remote
 
-        return captures_remote.start(host, spec, tcpdump)
+        return captures_remote.start(host, spec, tcpdump, floor, floor_source)
     base = captures_dir(host)
+    running = disk.running_bounds(list_captures(host, live=False))
+    figures = disk.check_fits(str(base), disk.local_space(base), limits, floor, floor_source, running)
     directory = base / name
     try:
-        os.mkdir(directory, 0o755)  # never an existing directory, nor through a link planted under that name
+        os.mkdir(directory, DIR_MODE)  # never an existing directory, nor through a link planted under that name
     except FileExistsError:
         raise UsageError(f"a capture named {name!r} exists ({directory})",
                          hint=f"choose another --name, or 'hvnet capture delete {name}'") from None  # fmt: skip
     argv = tcpdump_argv(tcpdump, spec, directory)
     if guest is not None:
         argv = guest.argv(argv)
-    record = CaptureRecord(spec=spec, directory=str(directory), host=host.identity, argv=argv, created=time.time())
+    record = CaptureRecord(spec=spec, directory=str(directory), host=host.identity, argv=argv, created=time.time(),
+                           disk=figures)  # fmt: skip
     rec_mod.save(record)
     _spawn(host, directory)
     return _wait_started(directory)
@@ -139,12 +149,21 @@ def start(
 def _spawn(host: Host, directory: Path) -> None:
     """Start the capture's own process (a new session: it outlives this command, as the --no-commit watcher)."""
     env = {"HVNET_PCAP_DIR": str(host.paths.pcap_dir)}
-    fd = os.open(directory / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    fd = os.open(directory / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
     with os.fdopen(fd, "wb") as log:
         host.local_runner.popen(
             [sys.executable, "-m", "appliance", *_target_options(host), "capture", "_supervise", str(directory)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
         )  # fmt: skip
+
+
+def _floor(host: Host, flag: str | None) -> tuple[disk.Floor, str]:
+    """The free-space floor asked for and where it came from, or a :class:`UsageError` saying what is allowed."""
+    text, source = (flag, "--free-floor") if flag is not None else (host.paths.pcap_free_floor, "capture_free_floor")
+    try:
+        return disk.parse_floor(text), source
+    except ValueError as exc:
+        raise UsageError(f"{source} {text!r} is not a free-space floor; allowed: {exc}") from None
 
 
 def _wait_started(directory: Path) -> CaptureRecord:

@@ -17,9 +17,11 @@ capture whose host rebooted is only known to be gone ("dead").
 from __future__ import annotations
 
 import json
+import posixpath
 import time
 from pathlib import PurePosixPath
 
+from ..capture import disk
 from ..capture import remote as rc
 from ..capture.record import LIVE_STATES, CaptureRecord, final_counts_text
 from ..capture.spec import CaptureSpec, check_name, tcpdump_argv
@@ -28,12 +30,19 @@ from ..capture.view import CaptureView
 from ..errors import HvnetError, UsageError
 from ..host import Host
 from ..isolation.pcap import parse_tcpdump_counts
+from ..safedirs import UnsafeDirectory
 
 STOP_WAIT_S = 30.0
 
 
 def base_dir(host: Host) -> PurePosixPath:
-    return PurePosixPath(str(host.paths.pcap_dir))
+    return PurePosixPath(posixpath.normpath(str(host.paths.pcap_dir)))
+
+
+def capture_dir(host: Host, name: str) -> PurePosixPath:
+    """A capture's directory on the host: hvnet's captures directory and the capture's checked name (never a
+    path read from a file there)."""
+    return base_dir(host) / check_name(name)
 
 
 def _sh(host: Host, script: str, *args: str, timeout: float = 30.0, input_text: str | None = None) -> str:
@@ -45,29 +54,47 @@ def _sh(host: Host, script: str, *args: str, timeout: float = 30.0, input_text: 
 
 
 def _prepare(host: Host) -> PurePosixPath:
-    """hvnet's captures directory on the host, made if missing, refused when another user controls it."""
+    """hvnet's captures directory on the host, its missing parts made (0700), refused when another user
+    controls any part of the way to it (each directory and symlink, walked by a shell there)."""
     base = base_dir(host)
-    words = _sh(host, rc.PREPARE, str(base)).split(maxsplit=2)
-    if len(words) < 3 or words[2].strip() != "directory":
-        raise HvnetError(f"{host.label}: {base} is not a directory")
-    uid, mode = words[0], int(words[1], 8)
-    if uid != "0" or (mode & 0o022 and not mode & 0o1000):
-        raise HvnetError(f"{host.label}: {base} is owned by uid {uid} with mode {mode:o}: another user could "
-                         "choose where hvnet writes", hint="point $HVNET_PCAP_DIR elsewhere")  # fmt: skip
-    return base
+    for attempt in range(2):
+        problem, missing = rc.judge_walk(_sh(host, rc.WALK, str(base)), str(base))
+        if problem is not None:
+            raise UnsafeDirectory(f"{host.label}: {problem}", hint="point $HVNET_PCAP_DIR elsewhere")
+        if not missing:
+            return base
+        if attempt == 0:
+            _sh(host, rc.MAKE, str(base))
+    raise HvnetError(f"{host.label}: {base} could not be made")
+
+
+def _space(host: Host, base: PurePosixPath) -> disk.Space:
+    res = host.runner.run(disk.df_argv(str(base)), check=False, timeout=30)
+    space = disk.parse_df(res.stdout) if res.returncode == 0 else None
+    if space is None:
+        why = res.stderr.strip() or res.stdout.strip()
+        hint = "a capture is started only when its worst case fits above the free-space floor"
+        raise HvnetError(f"{host.label}: the free space under {base} is unknown: {why}", hint=hint)
+    return space
 
 
 def save(host: Host, record: CaptureRecord) -> None:
     """Replace the record on the host (whole: a reader sees the old one or the new one)."""
     text = json.dumps(record.to_json(), sort_keys=True) + "\n"
-    _sh(host, rc.WRITE, f"{record.directory}/capture.json", input_text=text)
+    _sh(host, rc.WRITE, str(capture_dir(host, record.name) / "capture.json"), input_text=text)
 
 
-def start(host: Host, spec: CaptureSpec, tcpdump: str) -> CaptureRecord:
-    """Create the capture's directory and record on the host, start it detached, return once tcpdump listens."""
-    directory = _prepare(host) / spec.name
+def start(host: Host, spec: CaptureSpec, tcpdump: str, floor: disk.Floor, floor_source: str) -> CaptureRecord:
+    """Create the capture's directory and record on the host, start it detached, return once tcpdump listens
+    (refused first when its worst case would take free space there under the floor)."""
+    base = _prepare(host)
+    running = disk.running_bounds(list_captures(host, live=False))
+    figures = disk.check_fits(f"{base} on {host.label}", _space(host, base), spec.limits, floor, floor_source,
+                              running)  # fmt: skip
+    directory = capture_dir(host, spec.name)
     argv = tcpdump_argv(tcpdump, spec, directory)  # type: ignore[arg-type]
-    record = CaptureRecord(spec=spec, directory=str(directory), host=host.identity, argv=argv, created=time.time())
+    record = CaptureRecord(spec=spec, directory=str(directory), host=host.identity, argv=argv, created=time.time(),
+                           disk=figures)  # fmt: skip
     before = read_port_counters(host, spec.port)
     record.counters_before = None if before is None else rc.counters_json(before)
     text = json.dumps(record.to_json(), sort_keys=True) + "\n"
@@ -78,7 +105,9 @@ def start(host: Host, spec: CaptureSpec, tcpdump: str) -> CaptureRecord:
     if res.returncode != 0:
         raise HvnetError(f"{host.label}: cannot create {directory}: {res.stderr.strip() or res.returncode}")
     duration = "-" if spec.limits.duration is None else f"{spec.limits.duration:g}"
-    pid = _sh(host, rc.START, rc.WRAPPER, str(directory), spec.port, duration, *argv).strip()
+    floor_kib = str(-(-figures["floor"] // 1024))
+    cap = "-" if spec.limits.max_mb is None else str(spec.limits.max_mb * 1_000_000)
+    pid = _sh(host, rc.START, rc.WRAPPER, str(directory), spec.port, duration, floor_kib, cap, *argv).strip()
     record.supervisor_pid = int(pid) if pid.isdigit() else None
     started = _sh(host, rc.WAIT_LISTENING, str(directory), timeout=30).strip()
     probe = _probe(host, [spec.name], live=False).get(spec.name, rc.Probe(spec.name))
@@ -104,10 +133,23 @@ def _pid(host: Host, directory: PurePosixPath) -> int | None:
 
 
 def _probe(host: Host, names: list[str] | None, *, live: bool) -> dict[str, rc.Probe]:
+    """The captures as the host reports them, by name; a record is taken to be in the directory it was read
+    from (a record naming another capture is not one)."""
     base = base_dir(host)
     mark = rc.marker()
-    dirs = [str(base / check_name(n)) for n in names or []]
-    return rc.parse_probe(_sh(host, rc.PROBE, str(base), "1" if live else "0", mark, *dirs, timeout=60), mark)
+    dirs = [str(capture_dir(host, n)) for n in names or []]
+    probes = rc.parse_probe(_sh(host, rc.PROBE, str(base), "1" if live else "0", mark, *dirs, timeout=60), mark)
+    for name, probe in list(probes.items()):
+        try:
+            directory = capture_dir(host, name)
+        except UsageError:
+            del probes[name]  # not a directory hvnet made
+            continue
+        if probe.record is not None and probe.record.name != name:
+            probe.record, probe.error = None, f"its record names another capture ({probe.record.name!r})"
+        elif probe.record is not None:
+            probe.record.directory = str(directory)
+    return probes
 
 
 def _view(host: Host, probe: rc.Probe) -> CaptureView:
@@ -154,13 +196,13 @@ def stop(host: Host, name: str) -> CaptureView:
     assert record is not None
     if record.state not in LIVE_STATES or probe.ended:
         return _view(host, probe)
-    _sh(host, rc.STOP, record.directory, timeout=STOP_WAIT_S)
+    _sh(host, rc.STOP, str(capture_dir(host, name)), timeout=STOP_WAIT_S)
     probe = _one(host, name)
     if not probe.ended and not probe.tcpdump_alive:
         _record_dead(host, probe)  # its wrapper was gone: what tcpdump printed as it stopped, and its files
     view = _view(host, probe)
     if view.state in LIVE_STATES:
-        raise HvnetError(f"capture {name} on {host.label} did not stop within 20 s", hint=record.directory)
+        raise HvnetError(f"capture {name} on {host.label} did not stop within 20 s", hint=str(capture_dir(host, name)))
     return view
 
 
@@ -193,5 +235,6 @@ def delete(host: Host, name: str, *, if_exists: bool = False) -> str | None:
     view = _view(host, probe)
     if view.state in LIVE_STATES:
         raise UsageError(f"capture {name} is {view.state}", hint=f"hvnet --host {host.label} capture stop {name}")
-    _sh(host, rc.DELETE, view.record.directory)
-    return view.record.directory
+    directory = str(capture_dir(host, name))
+    _sh(host, rc.DELETE, directory)
+    return directory

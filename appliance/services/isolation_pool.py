@@ -112,9 +112,8 @@ def trace_method(sc: Scenario, ports: dict[str, PoolPort], unused_ip: str, trace
     failed: dict[str, str] = {}
     for guest in sc.guests:
         p = ports[guest]
-        expr = ovntrace.arp_broadcast(p.port, p.mac, p.ip, unused_ip)
-        try:
-            traced[guest] = ovntrace.parse(trace(p.switch, expr))
+        try:  # a MAC or address that is not one (ValueError) is not traced: its cells stay unknown
+            traced[guest] = ovntrace.parse(trace(p.switch, ovntrace.arp_broadcast(p.port, p.mac, p.ip, unused_ip)))
         except (CommandFailed, ValueError) as exc:
             failed[guest] = f"ovn-trace of {guest}'s broadcast could not be read: {exc}"
             continue

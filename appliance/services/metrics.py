@@ -13,6 +13,8 @@ This module knows nothing of Prometheus: it returns :class:`Family` values
 (name, type, help, samples) that :mod:`.exporter` renders, so the figures are
 tested without an HTTP server.  Every family the exporter can emit is listed
 in :data:`FAMILIES`; a figure that is not known is left out, never exported as 0.
+How one scrape is bounded in time (its deadline, the collection thread) is
+:mod:`.scrape`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -33,7 +34,7 @@ from .. import inventory, snapshot
 from ..errors import HvnetError
 from ..host import Host, daemon_pid
 from ..inventory import Inventory, Vif
-from ..ovsdb import fetch_schema, lock_held
+from ..ovsdb import without_lone_surrogates
 
 log = logging.getLogger("hvnet.exporter")
 
@@ -133,7 +134,17 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "ovs-vswitchd CPU time per thread name and mode",
         THREAD_LABELS,
     ),
-    "hvnet_exporter_scrape_duration_seconds": ("gauge", "how long this scrape's collection took", ("host",)),
+    "hvnet_exporter_scrape_duration_seconds": (
+        "gauge",
+        "how long the collection this scrape shows took (or this scrape waited, when it timed out)",
+        ("host",),
+    ),
+    "hvnet_exporter_scrape_timed_out": (
+        "gauge",
+        "1 when no collection finished within the scrape deadline: hvnet_up is 0 and nothing else about the "
+        "switch is exported",
+        ("host",),
+    ),
     "hvnet_exporter_scrapes_total": ("counter", "scrapes served", ("host",)),
     "hvnet_exporter_scrape_errors_total": ("counter", "collection steps that failed, by step", ("host", "stage")),
 }
@@ -171,6 +182,8 @@ class Families:
             return
         fam = self.by_name.setdefault(name, Family(name))
         labels = tuple(labels)
+        if not all(map(str.isascii, labels)):  # the common case checked without a call per label
+            labels = tuple(map(label_text, labels))
         assert len(labels) == len(fam.labels), (name, labels)
         fam.samples.append((labels, float(value)))
 
@@ -179,6 +192,19 @@ class Families:
 
     def get(self, name: str) -> Optional[Family]:
         return self.by_name.get(name)
+
+
+def label_text(text: str) -> str:
+    """A label value as exported: itself, except that a lone surrogate (which no UTF-8 text can hold, and
+    which would end the whole scrape with an encoding error) becomes U+FFFD.  Control characters stay:
+    the exposition format escapes newline, backslash and quote, and carries the others as they are."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return str(without_lone_surrogates(text))
+    return text
 
 
 # -- the switch: VIFs, limits, mirrors, sampling ---------------------------------------------------
@@ -438,107 +464,3 @@ def add_checks(out: Families, host: str, inv: Optional[Inventory], checks: Check
     if policy is not None:
         out.add("hvnet_policy_drift", (host, policy), checks.drift)
         out.add("hvnet_policy_check_timestamp_seconds", (host, policy), checks.drift_at)
-
-
-# -- one scrape ---------------------------------------------------------------------------------------
-
-
-class Collector:
-    """Collects one host's families per scrape: the OVSDB read bounded by ``timeout``."""
-
-    def __init__(
-        self,
-        host: Host,
-        *,
-        timeout: float = 2.0,
-        policy: Optional[str] = None,
-        check_interval: float = 60.0,
-    ) -> None:
-        self.host = host
-        self.timeout = timeout
-        self.policy = policy
-        self.checks = SlowChecks(host, policy, check_interval, timeout)
-        self.scrapes = 0
-        self.errors: dict[str, int] = {}
-        self._schema: Optional[dict[str, Any]] = None
-        # the host label: the same whether or not OVSDB answers (an alert on hvnet_up 0 must match its series)
-        self.name = host.label or socket.gethostname()
-        self._lock = threading.Lock()  # one collection at a time: two scrapes at once queue, never race
-
-    def start(self) -> None:
-        self.checks.start()
-
-    def stop(self) -> None:
-        self.checks.stop()
-
-    def _error(self, stage: str, exc: BaseException) -> None:
-        self.errors[stage] = self.errors.get(stage, 0) + 1
-        log.warning("scrape: %s: %s", stage, getattr(exc, "message", None) or exc)
-
-    def read(self) -> Inventory:
-        """The inventory from one consistent read (the schema fetched once, again after a failure)."""
-        try:
-            if self._schema is None:
-                self._schema = fetch_schema(self.host.target, self.timeout)
-            snap = snapshot.take(self.host.target, inventory.COLUMNS, self.timeout, schema_json=self._schema)
-        except HvnetError:
-            self._schema = None
-            raise
-        return inventory.read(snap, names=self.host.name_sources(), runner=self.host.runner)  # type: ignore[arg-type]
-
-    def collect(self) -> Families:
-        with self._lock:
-            return self._collect()
-
-    def _collect(self) -> Families:
-        started = time.monotonic()
-        out = Families()
-        self.scrapes += 1
-        inv: Optional[Inventory] = None
-        try:
-            inv = self.read()
-        except HvnetError as exc:
-            self._error("ovsdb", exc)
-        host = self.name
-        out.add("hvnet_up", (host,), 1 if inv is not None else 0)
-        if inv is not None:
-            add_inventory(out, host, inv)
-            add_checks(out, host, inv, self.checks.latest(), self.policy)
-            self._agent(out, host)
-        self._audit(out, host)
-        if inv is not None or self.host.runner.local:  # a remote host whose read failed: its link likely did
-            self._threads(out, host)
-        self._finish(out, host, started)
-        return out
-
-    def _threads(self, out: Families, host: str) -> None:
-        try:
-            for name, (user, system) in sorted((vswitchd_threads(self.host, self.timeout) or {}).items()):
-                out.add("hvnet_ovs_vswitchd_cpu_seconds_total", (host, name, "user"), user)
-                out.add("hvnet_ovs_vswitchd_cpu_seconds_total", (host, name, "system"), system)
-        except (HvnetError, OSError) as exc:
-            self._error("vswitchd", exc)
-
-    def _finish(self, out: Families, host: str, started: float) -> None:
-        """The exporter's own figures, last: the duration covers everything before them."""
-        out.add("hvnet_exporter_scrapes_total", (host,), self.scrapes)
-        errors = {**self.errors, **{f"checks-{k}": n for k, n in self.checks.latest().errors.items()}}
-        for stage, n in sorted(errors.items()):
-            out.add("hvnet_exporter_scrape_errors_total", (host, stage), n)
-        out.add("hvnet_exporter_scrape_duration_seconds", (host,), time.monotonic() - started)
-
-    def _agent(self, out: Families, host: str) -> None:
-        from ..policy.agent import AGENT_LOCK
-
-        try:
-            held = lock_held(self.host.target, AGENT_LOCK, self.timeout)
-        except HvnetError as exc:
-            self._error("agent", exc)
-            return
-        out.add("hvnet_agent_running", (host,), None if held is None else int(held))
-
-    def _audit(self, out: Families, host: str) -> None:
-        times = audit_times(audit_tail(self.host.paths.audit_log), self.host.identity)
-        out.add("hvnet_agent_last_change_timestamp_seconds", (host,), times.get("agent_change"))
-        out.add("hvnet_agent_last_failure_timestamp_seconds", (host,), times.get("agent_failure"))
-        out.add("hvnet_last_apply_timestamp_seconds", (host,), times.get("apply"))

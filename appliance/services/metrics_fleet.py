@@ -1,6 +1,6 @@
 """``hvnet exporter --hosts``: one scrape covers many hypervisors, each collected on its own.
 
-Each host gets its own :class:`~.metrics.Collector` on its own Host (one SSH
+Each host gets its own :class:`~.scrape.Collector` on its own Host (one SSH
 master), opened on the first scrape and kept.  A scrape collects every host
 in parallel and waits at most its deadline: a host that cannot be reached,
 or is still busy from an earlier scrape (a hung SSH connection), is exported
@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 from ..errors import HvnetError
 from ..host import Host
-from .metrics import Collector, Families
+from .metrics import Families
+from .scrape import Collector
 
 log = logging.getLogger("hvnet.exporter")
 Opener = Callable[[str, float], Host]  # (inventory name, timeout) -> an open Host
@@ -40,15 +41,23 @@ class FleetCollector:
     """The :class:`Collector` interface (start, stop, collect) over several hosts."""
 
     def __init__(
-        self, policies: Mapping[str, Optional[str]], opener: Opener, *, timeout: float = 2.0, **options: Any
+        self,
+        policies: Mapping[str, Optional[str]],
+        opener: Opener,
+        *,
+        timeout: float = 2.0,
+        deadline: Optional[float] = None,
+        **options: Any,
     ) -> None:
-        """``policies``: each host's name and the policy file whose drift is exported for it (or None)."""
+        """``policies``: each host's name and the policy file whose drift is exported for it (or None);
+        ``timeout``: each connection and OVSDB call; ``deadline``: the whole scrape (default: twice the
+        timeout, the schema and the read, plus a second for the answer)."""
         self.policies = dict(policies)
         self.slots = [_HostSlot(n) for n in policies]
         self.opener = opener
         self.timeout = timeout
         self.options = options
-        self.deadline = 2 * timeout + 1.0  # the schema and the read, each within the timeout, then the answer
+        self.deadline = 2 * timeout + 1.0 if deadline is None else deadline
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(16, len(self.slots))), thread_name_prefix="hvnet-scrape")
         self._lock = threading.Lock()
 
@@ -68,7 +77,9 @@ class FleetCollector:
             c.host.link.reconnect()  # HvnetError when it cannot: this scrape says so
         if c is None:
             host = self.opener(slot.name, self.timeout)
-            c = slot.collector = Collector(host, timeout=self.timeout, policy=self.policies[slot.name], **self.options)
+            c = slot.collector = Collector(
+                host, timeout=self.timeout, deadline=self.deadline, policy=self.policies[slot.name], **self.options
+            )
             c.name = slot.name
             c.start()
         return c.collect()

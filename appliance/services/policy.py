@@ -50,6 +50,7 @@ from ..policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
 from ..policy.model import SamplingRule
 from ..policy.planner import describe_mirror
 from ..policy.state import State
+from . import deadman
 
 # What front ends show and build, named here so that they depend on this module
 # and not on the engine's inside.
@@ -72,6 +73,7 @@ __all__ = [
 ]
 
 WATCHER_LOG = "rollback-watcher.log"
+HOST_GRACE_S = 3.0  # past a host timer's deadline before the console acts: the host's own undo goes first
 OVERDUE_GRACE_S = 2.0  # past the deadline, with its watcher gone (a live watcher, even one retrying, is left alone)
 
 
@@ -99,6 +101,9 @@ def apply(
     N seconds; otherwise a watcher process rolls it back (a lost console or
     SSH session cannot leave a half-tested change behind).  One such change is
     pending at a time, so a later one cannot make the first impossible to undo.
+    On a host over SSH the undo is also armed on the host itself, before the
+    commit (:mod:`appliance.services.deadman`): a change that cuts SSH is
+    still undone in time.
     """
     if confirm_within is None or dry_run:
         return engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait, guard=guard)
@@ -108,10 +113,24 @@ def apply(
         engine.journal.reserve_pending(slot)  # atomic: of two such applies at once, one goes ahead
     except HvnetError as exc:
         raise UsageError(exc.message, hint=exc.hint) from None
+    arming = deadman.Arming(engine, confirm_within, _pend) if engine.host.label is not None else None
+    engine.before_commit = arming
     try:
-        result = engine.apply(policy, verify=verify, wait=wait, guard=guard)
+        try:
+            result = engine.apply(policy, verify=verify, wait=wait, guard=guard)
+        except HvnetError as exc:
+            if arming is not None:
+                arming.failed(exc)
+            raise
+        finally:
+            engine.before_commit = None
+        timer = arming.timer if arming is not None else None
         if result.status == "applied" and result.record_id:
-            _arm_watcher(engine, result, confirm_within)  # the pending record replaces the reservation
+            _arm_watcher(engine, result, confirm_within, timer)  # the pending record replaces the reservation
+            if timer is not None and time.time() >= timer.deadline:
+                _late_apply(engine, result, timer)
+        elif arming is not None:
+            arming.disarm()  # nothing of it stayed (the meters failed and the change was undone)
     finally:
         engine.journal.release_pending(slot)  # a no-op once replaced
     return result
@@ -161,19 +180,35 @@ def outcome(engine: PolicyEngine, waiting: Pending, grace: float = 15.0) -> Opti
     return None
 
 
-def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> None:
-    """Record the apply as pending, then start the process that rolls it back at the deadline.
+def _arm_watcher(
+    engine: PolicyEngine, result: ApplyResult, timeout: float, timer: Optional[deadman.Timer] = None
+) -> None:
+    """Record the apply as pending, say so in its warnings (see :func:`_pend`)."""
+    record = engine.journal.load_last()
+    assert record is not None and record["id"] == result.record_id
+    deadline = _pend(engine, record, timer, timeout)
+    result.plan.warnings.append(
+        f"not committed: rolls back automatically at {datetime.fromtimestamp(deadline):%H:%M:%S} "
+        f"({timeout:g} s) unless 'hvnet commit' runs first"
+    )
+    if timer is not None:
+        result.plan.warnings.append(deadman.coverage(timer))
+
+
+def _pend(engine: PolicyEngine, record: dict[str, Any], timer: Optional[deadman.Timer], timeout: float = 0.0) -> float:
+    """Record the apply as pending, then start the process that rolls it back at the deadline; the deadline.
 
     The watcher is ``python -m appliance ... rollback --pending ID --at T``, a
     process of its own on this machine (also for a host over SSH, which it
     reaches with ``--host`` as this process did) so it outlives the front end.
     It finds the package as this process did (the installed launcher hands
     ``PYTHONPATH`` down), reaches the database with the same target and SSL
-    files, and reads the same journal.
+    files, and reads the same journal.  A host timer's deadline is the
+    host's: a commit is in time exactly when it disarms the timer there.
     """
-    record = engine.journal.load_last()
-    assert record is not None and record["id"] == result.record_id
-    deadline = time.time() + timeout
+    deadline = timer.deadline if timer is not None else time.time() + timeout
+    if timer is not None:
+        record = {**record, "host_timer": timer.to_json()}
     engine.journal.save_pending(record, deadline, None)
     host = engine.host
     log_path = engine.journal.state_dir / WATCHER_LOG
@@ -188,10 +223,20 @@ def _arm_watcher(engine: PolicyEngine, result: ApplyResult, timeout: float) -> N
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, start_new_session=True,
         )  # fmt: skip
     engine.journal.save_pending(record, deadline, watcher.pid)
-    result.plan.warnings.append(
-        f"not committed: rolls back automatically at {datetime.fromtimestamp(deadline):%H:%M:%S} "
-        f"({timeout:g} s) unless 'hvnet commit' runs first"
-    )
+    return deadline
+
+
+def _late_apply(engine: PolicyEngine, result: ApplyResult, timer: deadman.Timer) -> None:
+    """An apply that ended after its own deadline (its SSH cut by the change until the host undid it): say
+    what the host did now, rather than promise a rollback that has happened."""
+    wait_until(timer.deadline + 1.0)
+    record = engine.journal.load_pending()
+    if record is None or record["id"] != result.record_id:
+        return
+    settled = deadman.settle(engine, record, timer, force=False)
+    if settled is not None:
+        result.status = "rolled back"
+        result.problems.append(f"{deadman.late(settled[0])}, before this apply ended")
 
 
 def _target_options(engine: PolicyEngine) -> list[str]:
@@ -213,17 +258,36 @@ def commit(engine: PolicyEngine) -> Optional[Pending]:
     """
     late = settle_overdue(engine)
     if late is not None:
-        raise HvnetError(
-            f"too late: {late['id']} was not confirmed in time; its watcher was gone, so it has been rolled back now"
-        )
+        raise HvnetError(f"too late: {deadman.late(late)}")
     record = engine.journal.load_pending()
     if record is None:
+        gone = _rolled_back_by_host(engine)
+        if gone is not None:  # learned already (by the watcher, or the apply itself): still too late to keep
+            raise HvnetError(f"too late: {deadman.late(gone)}")
         return None
-    if journal.seconds_left(record) <= 0 or not engine.journal.clear_pending(record["id"]):
+    timer = deadman.Timer.of(record)
+    said = deadman.claim(engine.host, timer, "committed") if timer is not None else "gone"
+    if said == "fired":
+        settled = deadman.settle(engine, record, timer, force=True)
+        raise HvnetError(f"too late: {deadman.late(settled[0]) if settled else 'the host is rolling it back now'}")
+    if said in ("taken", "superseded"):
+        raise HvnetError("too late: the pending change is being rolled back by hvnet")
+    if (said == "gone" and journal.seconds_left(record) <= 0) or not engine.journal.clear_pending(record["id"]):
         raise HvnetError("too late: the pending change has already been rolled back (or is being)")
     _stop_watcher(record)
+    if timer is not None:
+        deadman.remove(engine.host, timer)
     engine.journal.audit(engine.command, [], f"committed {record['id']}")
     return Pending.of(record)
+
+
+def _rolled_back_by_host(engine: PolicyEngine) -> Optional[dict[str, Any]]:
+    """The last --no-commit apply, when its host rolled it back and nothing was applied since."""
+    done = engine.journal.load_rolled_back()
+    if done is None or done.get("rolled_back_by") != "host":
+        return None
+    last = engine.journal.load_last()
+    return done if last is None or str(last.get("time")) <= str(done.get("time")) else None
 
 
 def settle_overdue(engine: PolicyEngine, grace: float = OVERDUE_GRACE_S) -> Optional[dict[str, Any]]:
@@ -236,7 +300,14 @@ def settle_overdue(engine: PolicyEngine, grace: float = OVERDUE_GRACE_S) -> Opti
     None.
     """
     record = engine.journal.load_pending()
-    if record is None or journal.seconds_left(record) > -grace or _watcher_alive(record):
+    if record is None:
+        return None
+    timer = deadman.Timer.of(record)
+    if timer is not None and time.time() >= timer.deadline + HOST_GRACE_S:
+        settled = deadman.settle(engine, record, timer, force=not _watcher_alive(record))
+        if settled is not None or deadman.probe(engine.host, timer).token != "gone":
+            return settled[0] if settled else None
+    if journal.seconds_left(record) > -grace or _watcher_alive(record):
         return None
     label = f"hvnet automatic rollback of {record['id']} (late: watcher gone)"
     engine.undo(journal.record_changes(record), label=label, record=False)
@@ -286,12 +357,21 @@ def rollback(
     engine.settle_interrupted()  # an apply killed after its commit becomes the record to undo
     late = settle_overdue(engine)
     if late is not None:
-        raise HvnetError(f"{late['id']} was not confirmed in time and its watcher was gone: rolled back now")
+        raise HvnetError(deadman.late(late))
     record = engine.journal.load_pending()
     if record is not None:
-        if not engine.journal.clear_pending(record["id"]):
+        timer = deadman.Timer.of(record)
+        said = deadman.claim(engine.host, timer, "taken") if timer is not None else "gone"
+        if said == "fired":
+            settled = deadman.settle(engine, record, timer, force=True)
+            if settled is None:
+                raise HvnetError("the host is rolling the pending change back now", hint="run this again shortly")
+            return settled[1]
+        if said not in ("claimed", "gone") or not engine.journal.clear_pending(record["id"]):
             raise HvnetError("the pending change is being rolled back already")
         _stop_watcher(record)
+        if timer is not None:
+            deadman.remove(engine.host, timer)
     else:
         record = engine.journal.load_last()
         if record is None:
@@ -312,6 +392,11 @@ def _rollback_when_due(engine: PolicyEngine, pending_id: str, deadline: float) -
     record = engine.journal.load_pending()
     if record is None or record["id"] != pending_id:
         return None  # committed (or rolled back by hand) in time
+    timer = deadman.Timer.of(record)
+    if timer is not None:  # the host's own undo goes first; this one learns what it did and finishes the job
+        wait_until(timer.deadline + HOST_GRACE_S)
+        settled = deadman.settle(engine, record, timer, force=True)
+        return settled[1] if settled else None
     engine.command = f"hvnet (automatic rollback of {pending_id}: not committed in time)"
     result = engine.undo(journal.record_changes(record), label="hvnet automatic rollback", record=False)
     # Only now is the record dropped: a watcher killed during the undo leaves it overdue,

@@ -109,7 +109,8 @@ def _name_vms(view: PoolView, chassis: list[InventoryHost], connect: Connect, ti
 
 @dataclass
 class Enforced:
-    """Whether the chassis binding a port carries a limit in its OpenFlow: a meter with that band."""
+    """Whether a limit holds: the NB rule for its port with the port's own match and its band, and on the
+    chassis binding the port a meter with that band."""
 
     limit: Limit
     chassis: str | None
@@ -157,7 +158,7 @@ def apply_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, poli
         out.settled = history.settle(journal, out.view, comment)
     if out.plan.changed:
         _commit(pool, inventory, connect, out, ssl, timeout, wait_s, journal, comment, keep=True, stop_at=stop_at)
-    _check(out, inventory, pool, connect, timeout)
+    _check(out, inventory, pool, connect, timeout, ssl)
     return out
 
 
@@ -183,7 +184,7 @@ def rollback_pool(pool: InventoryPool, inventory: Inventory, connect: Connect, j
         journal.audit(comment, [], f"nothing to undo for {record['id']}: the pool already has its values",
                       pool=pool.name)  # fmt: skip
     journal.mark_rolled_back(record)
-    _check(out, inventory, pool, connect, timeout)
+    _check(out, inventory, pool, connect, timeout, ssl)
     return out
 
 
@@ -224,9 +225,35 @@ def _commit(pool: InventoryPool, inventory: Inventory, connect: Connect, out: Po
         journal.clear_intent(record["id"])
 
 
-def _check(out: PoolOutcome, inventory: Inventory, pool: InventoryPool, connect: Connect, timeout: float) -> None:
-    """Each limit's meter and each mirror's OVS mirror on the chassis that binds its port."""
-    out.enforced = enforcement(out.view, out.plan.wanted(), inventory, pool, connect, timeout)
+def _rule_differs(view: PoolView, lim: Limit) -> str:
+    """Why the NB's rule for ``lim`` is not the rule hvnet wants ("" when it is): absent, or another match
+    or band -- a rule matching more than its port (a name pasted into it) polices traffic not its own."""
+    rules = [q for s in view.switches if s.name == lim.switch for q in s.qos
+             if ovn_plan.owned(q.external_ids) and q.direction == lim.direction
+             and q.external_ids.get("hvnet-port") == lim.port]  # fmt: skip
+    if not rules:
+        return f"no {lim.direction} rule for the port on logical switch {lim.switch} in the NB"
+    q = rules[0]
+    if q.match != lim.match:
+        return f"the NB rule matches {q.match!r}, not the port's own {lim.match!r}"
+    if (q.rate_kbps, q.burst_kbit) != (lim.rate_kbps, lim.burst_kbit):
+        return f"the NB rule's band is {q.rate_kbps} kbit/s burst {q.burst_kbit} kbit"
+    return ""
+
+
+def _check(out: PoolOutcome, inventory: Inventory, pool: InventoryPool, connect: Connect, timeout: float,
+           ssl: SslOptions | None) -> None:  # fmt: skip
+    """Each limit's NB rule (as read after the commit) and meter, and each mirror's OVS mirror, on the
+    chassis that binds its port."""
+    view = out.view
+    if out.plan.changed:
+        try:
+            view = status(pool, inventory, connect, timeout=timeout, ssl=ssl, vms=False)
+        except HvnetError as exc:  # committed, but what the NB holds now is not known: said, not assumed
+            out.enforced = [Enforced(lim, None, "unknown", f"the NB could not be read again: {exc.message}")
+                            for lim in out.plan.wanted()]  # fmt: skip
+    if not out.enforced:
+        out.enforced = enforcement(view, out.plan.wanted(), inventory, pool, connect, timeout)
     out.mirrored = mirror_checks.check(out.view, out.plan.wanted_mirrors(), inventory, pool, connect, timeout)
 
 
@@ -260,7 +287,10 @@ def enforcement(view: PoolView, limits: list[Limit], inventory: Inventory, pool:
     for lim in limits:
         chassis = bound.get(lim.port)
         o = bands.get(chassis or "")
-        if chassis is None:
+        wrong = _rule_differs(view, lim)
+        if wrong:  # a meter of the same band elsewhere (another rule's) says nothing about this port
+            result.append(Enforced(lim, chassis, "missing", wrong))
+        elif chassis is None:
             result.append(Enforced(lim, None, "unknown", "the port is bound to no chassis"))
         elif o is None:
             result.append(Enforced(lim, chassis, "unknown", f"chassis {chassis} is not a host of the inventory"))

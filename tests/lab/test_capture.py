@@ -110,10 +110,25 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     assert text.returncode == 0 and f"complete  {comp['ratio']:.1%}" in text.stdout, text.stdout + text.stderr
     meta = json.loads((Path(port["directory"]) / "capture.json").read_text())
     assert meta["counters_before"]["tx_packets"] is not None and meta["stopped"] > meta["started"]
+    assert_private(Path(pcaps["HVNET_PCAP_DIR"]))
+
+
+def assert_private(base: Path) -> None:
+    """Directories 0700, files 0600 (the test runs under umask 022): tenants' pcaps are root's alone."""
+    assert base.stat().st_mode & 0o777 == 0o700
+    for directory in base.iterdir():
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+        modes = {f.name: oct(f.stat().st_mode & 0o777) for f in directory.iterdir()}
+        assert any(".pcap" in name for name in modes) and set(modes.values()) == {"0o600"}, modes
 
 
 def test_rotation_by_size_and_by_time_with_a_duration(lab: Lab, pcaps: dict[str, str]) -> None:
     rec = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "rot", "--rotate-mb", "1")
+    capped = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "capped", "--rotate-seconds", "1",
+                "--max-mb", "1")  # fmt: skip
+    assert (
+        capped["spec"]["limits"]["max_mb"] == 1 and capped["disk"]["bound"] == "at most 1 MB of files rotated every 1 s"
+    )
     timed = hv(pcaps, "capture", "start", "--guest", "VM2", "--name", "timed", "--rotate-seconds", "1",
                "--duration", "2", "--snaplen", "64")  # fmt: skip
     ping(lab, 1200, "-s", "1400", "-i", "0.002")  # about 3.5 MB both ways, over 2.4 s at least
@@ -129,6 +144,10 @@ def test_rotation_by_size_and_by_time_with_a_duration(lab: Lab, pcaps: dict[str,
     assert all(f.stat().st_size <= 1_000_000 + 1600 for f in files)
     assert rec["files"] == [f.name for f in sorted(files, key=lambda f: (f.stat().st_mtime, f.name))]
     assert icmp_requests(Path(rec["directory"])) == 1200
+    capped = hv(pcaps, "capture", "show", "capped")  # stopped by its supervisor at its cap, long before the pings ended
+    assert capped["state"] == "finished" and capped["reason"] == "its files reached their cap of 1 MB", capped
+    assert 1_000_000 <= capped["bytes"] < 2_500_000, capped  # checked twice a second: ~0.7 MB of pings meanwhile
+    assert rec["spec"]["limits"]["rotate_files"] == 10  # --rotate-mb alone: a ring of the default 10 files
 
 
 def test_a_capture_killed_behind_hvnets_back_is_dead(lab: Lab, pcaps: dict[str, str]) -> None:
@@ -136,11 +155,16 @@ def test_a_capture_killed_behind_hvnets_back_is_dead(lab: Lab, pcaps: dict[str, 
     os.kill(rec["supervisor_pid"], signal.SIGKILL)
     os.kill(rec["tcpdump_pid"], signal.SIGKILL)
     time.sleep(0.2)
+    elsewhere = Path(pcaps["HVNET_PCAP_DIR"]).parent / "elsewhere"
+    elsewhere.mkdir()
+    meta_file = Path(rec["directory"]) / "capture.json"
+    meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), "directory": str(elsewhere)}))
     views = hv(pcaps, "capture", "list")["captures"]
     assert [(v["spec"]["name"], v["state"]) for v in views] == [("victim", "dead")]
     assert "killed behind hvnet's back" in views[0]["reason"]
     stopped = hv(pcaps, "capture", "stop", "victim", code=1)
     assert stopped["state"] == "dead"
+    assert stopped["directory"] == rec["directory"] and list(elsewhere.iterdir()) == []  # not the record's word
 
     # tcpdump alone killed: its supervisor sees it and says so
     rec = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "victim2")
@@ -165,7 +189,9 @@ def test_bad_input_starts_nothing(lab: Lab, pcaps: dict[str, str], tmp_path: Pat
         (["--port", VM2_VIF, "--name", "/tmp/abs"], "absolute path"),
         (["--port", VM2_VIF, "--snaplen", "5"], "--snaplen 5 is out of range"),
         (["--port", VM2_VIF, "--duration", "0"], "--duration 0 is out of range"),
-        (["--port", VM2_VIF, "--rotate-files", "3"], "--rotate-files needs"),
+        (["--port", VM2_VIF, "--rotate-mb", "1", "--rotate-seconds", "1"], "--rotate-mb and --rotate-seconds"),
+        (["--port", VM2_VIF, "--rotate-mb", "10000", "--rotate-files", "20"], "at most 100000 MB"),
+        (["--port", VM2_VIF, "--free-floor", "95%"], "--free-floor '95%' is not a free-space floor; allowed: a share"),
     ]
     for extra, message in cases:
         res = run_hvnet("capture", "start", *extra, env=pcaps)
@@ -191,3 +217,62 @@ def test_capture_on_a_mirrors_output_port(lab: Lab, pcaps: dict[str, str]) -> No
     assert icmp_requests(Path(rec["directory"])) == 50
     comp = rec["completeness"]
     assert comp["ratio"] is not None and 0.95 <= comp["ratio"] <= 1.0, comp
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 8 MiB, mounted for one test (and unmounted, once no capture process uses it)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "hvnet-captest", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        left = _processes_under(mnt)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+        subprocess.run(["umount", str(mnt)], check=True)
+        assert not left, f"capture processes left running: {left}"
+
+
+def test_a_capture_that_could_fill_the_disk_is_refused_and_one_running_stops_at_the_floor(
+    lab: Lab, small_disk: Path
+) -> None:
+    env = {"HVNET_PCAP_DIR": str(small_disk / "captures")}
+    res = run_hvnet("capture", "start", "--port", VM2_VIF, "--name", "big", env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert (f"the capture could leave {small_disk / 'captures'} under its free-space floor: its worst case is 1.0 GB "
+            "(a ring of 10 files of 100 MB), 8.4 MB is free and the floor is 838.9 kB (10% of 8.4 MB) "
+            "(capture_free_floor)") in res.stderr, res.stderr  # fmt: skip
+    assert list((small_disk / "captures").iterdir()) == []  # nothing started, nothing made
+
+    rec = hv(env, "capture", "start", "--port", VM2_VIF, "--name", "small", "--rotate-mb", "1", "--rotate-files", "2",
+             "--free-floor", "4MB")  # fmt: skip
+    assert rec["disk"]["worst_case"] == 2 * (1_000_000 + 16 + 262144) and rec["disk"]["floor"] == 4_000_000
+    res = run_hvnet(
+        "capture",
+        "start",
+        "--port",
+        VM2_VIF,
+        "--name",
+        "second",
+        "--rotate-mb",
+        "1",
+        "--rotate-files",
+        "2",
+        "--free-floor",
+        "4MB",
+        env=env,
+    )  # fits alone, not beside what "small" may still write
+    assert res.returncode == 2 and "still to be written by 1 running capture" in res.stderr, res.stderr
+    ping(lab, 20)
+    (small_disk / "filler").write_bytes(b"\0" * 4_500_000)  # another writer takes the disk under the floor
+    deadline = time.monotonic() + 5
+    while (view := hv(env, "capture", "show", "small"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert view["state"] == "stopped" and view["reason"].startswith("stopped: free space fell to "), view
+    assert view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop"] < 4_000_000
+    assert view["tcpdump"]["captured"] >= 40 and icmp_requests(Path(view["directory"])) == 20
+    text = run_hvnet("capture", "show", "small", env=env).stdout
+    assert "  disk      worst case 2.5 MB (a ring of 2 files of 1 MB); floor 4.0 MB (4MB, --free-floor)" in text, text

@@ -30,9 +30,10 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 class Exporter:
     """The exporter as an operator starts it, stopped by its PID."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         argv = [*HVNET, "exporter", "--listen", "127.0.0.1:0", "--policy", "none", *args]
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})  # fmt: skip
         line = self.proc.stdout.readline() if self.proc.stdout else ""  # blocks until it listens (or exits)
         assert "serving http://" in line, line + (self.proc.stderr.read() if self.proc.stderr else "")
         self.url = line.split("serving ", 1)[1].split()[0]
@@ -218,3 +219,32 @@ def test_agent_health_and_drift(lab: Lab, tmp_path: Path) -> None:
         err = exp.stop()
         assert exp.proc.returncode == 0 and "Traceback" not in err, err
         reset(lab, TAGS)
+
+
+def test_a_libvirt_that_never_answers_costs_names_not_the_scrape(lab: Lab, tmp_path: Path) -> None:
+    """libvirt's socket accepts and says nothing (a hung libvirtd): every scrape still answers within
+    --scrape-timeout with the switch's figures, the VIFs labelled with their VM's uuid, and says so."""
+    import socket
+
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(tmp_path / "libvirt-sock"))
+    silent.listen(16)  # connections complete in the backlog; nothing is ever read or written
+    uri = f"qemu+unix:///system?socket={tmp_path}/libvirt-sock"
+    exp = Exporter("--scrape-timeout", "2", env={"HVNET_LIBVIRT_URI": uri})
+    try:
+        for _ in range(3):
+            start = time.monotonic()
+            got = exp.scrape(timeout=10)
+            took = time.monotonic() - start
+            print(f"scrape with a silent libvirt: {took:.2f} s")
+            assert took < 2.5
+            assert value(got, "hvnet_up") == 1 and value(got, "hvnet_exporter_scrape_timed_out") == 0
+            (vm,) = [
+                dict(ls)["vm"] for (n, ls), _ in got.items() if n == "hvnet_vif_link_up" and ("vif", "vif1.0") in ls
+            ]
+            assert len(vm) == 36 and vm.count("-") == 4, vm  # its uuid: the name was not known in time
+        assert (value(got, "hvnet_exporter_scrape_errors_total", stage="names") or 0) >= 3
+    finally:
+        err = exp.stop()
+        silent.close()
+    assert exp.proc.returncode == 0 and "Traceback" not in err, err

@@ -44,7 +44,7 @@ def exporter(fleet: list[SshHost], tmp_path: Path, monkeypatch: pytest.MonkeyPat
                  "HVNET_STATE_DIR": str(tmp_path / "state"), "HVNET_AUDIT_LOG": str(tmp_path / "audit.jsonl"),
                  "HVNET_LAB_DIR": str(tmp_path / "no-lab")}.items():  # fmt: skip
         monkeypatch.setenv(k, v)
-    exp = Exporter("--hosts", "ex", "--scrape-timeout", "1")
+    exp = Exporter("--hosts", "ex", "--scrape-timeout", "3")
     try:
         yield exp
     finally:
@@ -64,7 +64,7 @@ def test_every_host_in_one_scrape_and_a_dead_one_is_up_0(fleet: list[SshHost], e
         assert value(g, "hvnet_up", host="ex1") == 1 and value(g, "hvnet_up", host="ex2") == 1
         assert value(g, "hvnet_up", host="ghost") == 0
         assert value(g, "hvnet_vifs", host="ex1") == 2 and value(g, "hvnet_vifs", host="ex2") == 2
-    assert time.monotonic() - start < 4.0  # the ghost costs its deadline (2 x 1 s + 1 s), not more
+    assert time.monotonic() - start < 4.0  # the ghost costs at most the deadline (3 s), not more
     for h in fleet:  # each host's own counters, as its ovs-vsctl says (internal ports: nothing moves)
         text = subprocess.run(["ovs-vsctl", f"--db={h.switch.remote}", "--format=json", "--columns=statistics",
                                "find", "Interface", "name=vif1.0"], capture_output=True, text=True, check=True,

@@ -42,6 +42,9 @@ def test_seed_three_vm_both_methods(lab: Lab, tmp_path) -> None:
     assert stats["dropped"] == {"VM1": 0, "VM2": 0, "VM3": 0}  # every tcpdump's own counts were read
     human = run_hvnet("isolation", "check", str(VLAN_TESTS / "seed-three-vm.yaml"), "--out", str(tmp_path / "h"))
     assert "PASS" in human.stdout and "hears" in human.stdout
+    # the pcaps hold what the guests sent: root's alone, whatever the umask (the test runs under 022)
+    assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir() if p.is_file()} == {"0o600"}
+    assert (tmp_path / "h").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_leak_introduced_between_runs_is_caught_by_both_methods(lab: Lab, tmp_path) -> None:

@@ -170,3 +170,39 @@ def test_agent_repairs_leave_the_operators_rollback_and_idle_passes_unaudited(
         assert vsctl(lab, "get", "port", "vif3.0", "tag") == "2"  # the operator's change is what was undone
     finally:
         vsctl(lab, "set", "port", "vif3.0", "tag=2")
+
+
+def test_a_pass_that_fails_outside_hvnets_errors_is_logged_and_the_agent_keeps_going(lab: Lab, tmp_path: Path) -> None:
+    """ovs-ofctl printing bytes that are not UTF-8 (a real program on PATH, in front of the real one while
+    a flag file exists): the pass fails with a clear message, the agent lives on and, once ovs-ofctl
+    answers again, enforces the policy."""
+    import shutil
+
+    real = shutil.which("ovs-ofctl") or "/usr/bin/ovs-ofctl"
+    flag = tmp_path / "garble"
+    flag.touch()
+    shim = tmp_path / "bin" / "ovs-ofctl"
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nif [ -e '{flag}' ]; then printf 'NXST_FLOW reply \\377\\n'; exit 0; fi\n"
+                    f"exec '{real}' \"$@\"\n")  # fmt: skip
+    shim.chmod(0o755)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    log = tmp_path / "agent.log"
+    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*HVNET, "agent", "--policy", str(policy), "--tick", "0.5"], cwd=ROOT, env=env,
+                                stdout=out, stderr=out)  # fmt: skip
+    try:
+        said = wait_until(lambda: "not UTF-8" in log.read_text(), 15)
+        assert said is not None and proc.poll() is None, log.read_text()
+        assert "dump-flows" in log.read_text() and "will retry" in log.read_text()
+        flag.unlink()
+        assert wait_until(lambda: meter_flow(lab, "vif1.0"), 10) is not None, log.read_text()
+        vsctl(lab, "set", "port", "vif1.0", "tag=7")
+        assert wait_until(lambda: vsctl(lab, "get", "port", "vif1.0", "tag") == "5", 5) is not None, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert proc.returncode == 0 and "Traceback" not in log.read_text(), log.read_text()

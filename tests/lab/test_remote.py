@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import MissingTool
+from appliance.errors import CommandFailed, CommandTimedOut, MissingTool
 from appliance.lab.sshhost import SshHost
 from appliance.ssh import HostKeyRefused, SshOptions, SshRunner, SshSession, SshTarget
 
@@ -72,6 +72,23 @@ def test_arguments_reach_the_remote_as_data(hv2: SshHost) -> None:
     finally:
         session.close()
     assert not session.work_dir.exists()
+
+
+def test_remote_failures_outside_the_exit_status_are_command_failures(hv2: SshHost) -> None:
+    """Bytes that are not UTF-8 from the remote program, and a remote program that outlives its timeout:
+    CommandFailed naming the host, the second told apart as CommandTimedOut."""
+    session = SshSession(SshTarget.parse("hv2"), SshOptions(config=hv2.ssh_config))
+    try:
+        runner = SshRunner(session)
+        with pytest.raises(CommandFailed) as err:
+            runner.run(["printf", "\\377"])
+        assert not isinstance(err.value, CommandTimedOut)
+        assert str(err.value).startswith("hv2: printf") and "not UTF-8" in str(err.value)
+        with pytest.raises(CommandTimedOut, match=r"no result within 0\.5 s"):
+            runner.run(["sleep", "5"], timeout=0.5)
+        assert runner.run(["printf", "still here"]).stdout == "still here"
+    finally:
+        session.close()
 
 
 def test_unknown_host_key_is_refused_with_its_fingerprint(hv2: SshHost, env: dict[str, str], tmp_path: Path) -> None:

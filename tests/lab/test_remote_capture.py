@@ -106,11 +106,14 @@ def test_remote_capture_counts_live_stops_and_ends_by_its_duration(tc1: SshHost,
 
     stopped = hv(env, "stop", "r1")
     assert stopped["state"] == "stopped" and stopped["packets"] == 42 and stopped["dropped"] == 0, stopped
-    assert stopped["tcpdump"]["captured"] == 42 and stopped["files"] == ["r1.pcap"], stopped
+    assert stopped["tcpdump"]["captured"] == 42 and stopped["files"] == ["r1.pcap0"], stopped  # the default ring's
     assert stopped["completeness"]["ratio"] is None and "filter" in stopped["completeness"]["reason"]
-    out = subprocess.run(["tcpdump", "-nn", "-r", str(pcaps / "r1" / "r1.pcap"), "icmp[icmptype] == icmp-echo"],
+    out = subprocess.run(["tcpdump", "-nn", "-r", str(pcaps / "r1" / "r1.pcap0"), "icmp[icmptype] == icmp-echo"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert len(out.splitlines()) == 21  # written on the host, where the capture ran
+    assert {oct(d.stat().st_mode & 0o777) for d in (pcaps, pcaps / "r1")} == {"0o700"}  # made there, under umask 022
+    modes = {f.name: oct(f.stat().st_mode & 0o777) for f in (pcaps / "r1").iterdir()}
+    assert {"r1.pcap0", "capture.json", "tcpdump.log", "ended-by"} <= set(modes) and set(modes.values()) == {"0o600"}
     assert _processes_naming(pcaps) == []  # nothing of the capture left, here or there
 
     # ended by its duration, on the host's own timer; completeness from the host's counters
@@ -158,5 +161,80 @@ def test_a_capture_whose_shell_was_killed_is_dead_and_stop_ends_its_tcpdump(tc1:
     res = run_hvnet("--host", "tc1", "capture", "stop", "k1", "--json", env=env)
     assert res.returncode == 1, res.stdout + res.stderr  # it had died: said, and its tcpdump ended
     done = json.loads(res.stdout)
-    assert done["state"] == "dead" and done["tcpdump"]["captured"] == 6 and done["files"] == ["k1.pcap"], done
+    assert done["state"] == "dead" and done["tcpdump"]["captured"] == 6 and done["files"] == ["k1.pcap0"], done
     assert _processes_naming(Path(env["HVNET_PCAP_DIR"])) == []
+
+
+def test_remote_commands_find_a_capture_by_its_name_never_by_its_records_word(tc1: SshHost, env: dict[str, str],
+                                                                              tmp_path: Path) -> None:  # fmt: skip
+    """A record saying its directory is elsewhere is not believed: delete removes the capture's own directory."""
+    pcaps = Path(env["HVNET_PCAP_DIR"])
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("not hvnet's")
+    hv(env, "start", "--port", "vif2.0", "--name", "t1", "--count", "2")
+    ping(2)
+    meta_file = pcaps / "t1" / "capture.json"
+    meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), "directory": str(victim)}))
+    view = hv(env, "show", "t1")
+    assert view["state"] == "finished" and view["directory"] == str(pcaps / "t1"), view
+    assert not (victim / "capture.json").exists()  # the completed record was saved where the capture is
+    res = run_hvnet("--host", "tc1", "capture", "delete", "t1", env=env)
+    assert res.returncode == 0 and f"removed {pcaps / 't1'}" in res.stdout, res.stdout + res.stderr
+    assert (victim / "keep").exists() and not (pcaps / "t1").exists()
+
+
+@pytest.fixture()
+def host_disk(tc1: SshHost, tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
+    """A tmpfs of 8 MiB in the host's own mount namespace (its sshd's): a small root file system as a dom0's,
+    seen by what runs there and not by this machine; the argv prefix that runs a program there."""
+    mnt = tmp_path / "host-disk"
+    mnt.mkdir(mode=0o700)
+    there = ["nsenter", "-t", str(tc1.sshd_pid()), "-m", "--"]
+    run(*there, "mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "hvnet-host-disk", str(mnt))
+    try:
+        yield mnt, there
+    finally:
+        left = _processes_naming(mnt)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+        run(*there, "umount", str(mnt))
+        assert not left, f"capture processes left running: {left}"
+
+
+def test_remote_capture_is_refused_above_the_hosts_floor_and_stopped_at_it(
+    tc1: SshHost, env: dict[str, str], host_disk: tuple[Path, list[str]]
+) -> None:
+    mnt, there = host_disk
+    env = {**env, "HVNET_PCAP_DIR": str(mnt / "captures")}
+    res = run_hvnet("--host", "tc1", "capture", "start", "--port", "vif2.0", "--name", "big", env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert (f"the capture could leave {mnt / 'captures'} on tc1 under its free-space floor: its worst case is 1.0 GB "
+            "(a ring of 10 files of 100 MB), 8.4 MB is free and the floor is 838.9 kB (10% of 8.4 MB) "
+            "(capture_free_floor)") in res.stderr, res.stderr  # fmt: skip
+    listing = subprocess.run([*there, "ls", "-A", str(mnt / "captures")], capture_output=True, text=True, check=True)
+    assert listing.stdout == ""  # nothing started, nothing made
+
+    rec = hv(env, "start", "--port", "vif2.0", "--name", "r5", "--rotate-mb", "1", "--rotate-files", "2",
+             "--free-floor", "4MB")  # fmt: skip
+    assert rec["disk"]["floor"] == 4_000_000 and rec["disk"]["free_at_start"] > 8_000_000, rec["disk"]
+    ping(5)
+    run(*there, "sh", "-c", 'head -c 4500000 /dev/zero >"$1"', "sh", str(mnt / "filler"))  # another writer
+    deadline = time.monotonic() + 6
+    while (view := hv(env, "show", "r5"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert view["state"] == "stopped" and view["reason"].startswith("stopped: free space fell to "), view
+    assert view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop"] < 4_000_000
+    assert view["tcpdump"]["captured"] >= 10, view
+
+
+def test_a_remote_capture_rotated_by_time_stops_at_its_cap(tc1: SshHost, env: dict[str, str]) -> None:
+    rec = hv(env, "start", "--port", "vif2.0", "--name", "g1", "--rotate-seconds", "1", "--max-mb", "1")
+    assert rec["disk"]["bound"] == "at most 1 MB of files rotated every 1 s", rec["disk"]
+    run("ip", "netns", "exec", GUEST_NS, "ping", "-q", "-c", "1000", "-i", "0.002", "-s", "1400", HOST_IP)
+    deadline = time.monotonic() + 5
+    while (view := hv(env, "show", "g1"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert view["state"] == "finished" and view["reason"] == "its files reached their cap of 1 MB", view
+    assert 1_000_000 <= view["bytes"] < 3_000_000 and len(view["files"]) >= 1, view  # checked every second there

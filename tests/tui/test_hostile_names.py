@@ -10,6 +10,7 @@ names appear as written.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -63,4 +64,32 @@ async def test_every_screen_shows_hostile_names_literally(hostile: Lab, size: tu
             assert await wait_until(pilot, lambda: MARKUP in screen_text(app), 10), screen_text(app)
     finally:
         conn.close()
+    assert app.return_code in (None, 0)
+
+
+ESC_VM = "vm\x1b[2J\x1b]0;owned\x07"  # clears the screen and sets the window title when written raw
+AUDITED = "hvnet mirror add x[/] --bridge xenbr0 --src vif1.0 --output-port vif3.0"
+
+
+async def test_the_log_screen_shows_markup_and_control_characters_of_the_audit_log_literally(lab: Lab) -> None:
+    """The audit log's command column was read as markup: ``x[/]`` closed the console with a MarkupError."""
+    vs = lab.switch.vsctl
+    old = vs("get", "Interface", "vif2.0", "external_ids")
+    vs("set", "Interface", "vif2.0", 'external_ids:xs-vm-uuid="vm\\u001b[2J\\u001b]0;owned\\u0007"')
+    conn = api.connect(build_host())
+    app = HvnetApp(conn, start="log")
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await asyncio.to_thread(lambda: app.backend.engine.journal.audit(AUDITED, [], "applied \x1b[31mred"))
+            await asyncio.to_thread(lambda: app.backend.engine.journal.audit(f"hvnet vif set {ESC_VM}", [], "ok"))
+            app.screen.action_refresh()
+            assert await wait_until(pilot, lambda: "vif set vm\\x1b[2J" in screen_text(app), 10), screen_text(app)
+            text = screen_text(app)
+            assert "hvnet mirror add x[/]" in text and "applied \\x1b[31mred" in text, text
+            await pilot.press("2")  # the VIFs: the VM's name as escapes, not obeyed
+            assert await wait_until(pilot, lambda: "vm\\x1b[2J" in screen_text(app), 10), screen_text(app)
+            assert "\x1b" not in screen_text(app) and "\x07" not in screen_text(app)
+    finally:
+        conn.close()
+        vs("set", "Interface", "vif2.0", f"external_ids={old.strip()}")
     assert app.return_code in (None, 0)

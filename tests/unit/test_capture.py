@@ -84,7 +84,12 @@ def test_a_default_name_is_safe_whatever_the_target() -> None:
         (Limits(rotate_mb=0), "--rotate-mb 0"),
         (Limits(rotate_mb=1, rotate_files=1), "--rotate-files 1"),
         (Limits(rotate_seconds=0), "--rotate-seconds 0"),
-        (Limits(rotate_files=4), "--rotate-files needs --rotate-mb or --rotate-seconds"),
+        (Limits(rotate_mb=100_001), "--rotate-mb 100001 is out of range: 1..10000"),
+        (Limits(rotate_files=10_000), "--rotate-files 10000 is out of range: 2..1000"),
+        (Limits(rotate_mb=10_000, rotate_files=11), "holds 110000 MB: at most 100000 MB"),
+        (Limits(rotate_mb=1, rotate_seconds=60), "--rotate-mb and --rotate-seconds together"),
+        (Limits(max_mb=10), "--max-mb bounds a capture rotated by time"),
+        (Limits(rotate_seconds=60, max_mb=0), "--max-mb 0 is out of range"),
     ],
 )
 def test_limits_out_of_range_are_refused(limits: Limits, why: str) -> None:
@@ -93,8 +98,22 @@ def test_limits_out_of_range_are_refused(limits: Limits, why: str) -> None:
 
 
 def test_limits_in_range_are_kept() -> None:
-    ok = Limits(snaplen=96, duration=1, count=10**9, rotate_mb=1, rotate_files=2, rotate_seconds=86400)
+    ok = Limits(snaplen=96, duration=1, count=10**9, rotate_mb=1, rotate_files=2)
     assert check_limits(ok) == ok
+    timed = Limits(rotate_seconds=86400, rotate_files=3, max_mb=5)
+    assert check_limits(timed) == timed
+
+
+def test_every_capture_is_bounded_by_default() -> None:
+    """No limit given: a ring of 10 files of 100 MB; half a ring given: the other half's default; rotated by
+    time: a cap its supervisor enforces."""
+    assert check_limits(Limits()) == Limits(rotate_mb=100, rotate_files=10)
+    assert check_limits(Limits(count=5, duration=3)) == Limits(count=5, duration=3, rotate_mb=100, rotate_files=10)
+    assert check_limits(Limits(rotate_mb=1)) == Limits(rotate_mb=1, rotate_files=10)
+    assert check_limits(Limits(rotate_files=4)) == Limits(rotate_mb=100, rotate_files=4)
+    assert check_limits(Limits(rotate_seconds=1)) == Limits(rotate_seconds=1, max_mb=1000)
+    argv = tcpdump_argv("tcpdump", CaptureSpec("c", "port", "p", "p", "p", None, check_limits(Limits())), Path("/d"))
+    assert argv[argv.index("-C") + 1] == "100" and argv[argv.index("-W") + 1] == "10"
 
 
 def test_filter_text_is_one_argument_and_tcpdump_judges_it() -> None:

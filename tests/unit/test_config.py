@@ -17,6 +17,7 @@ from appliance import config, frontdoor, hosts, labstate, names, xapi
 from appliance.errors import ConfigError, UsageError
 from appliance.host import DEFAULT_POLICY_FILE, DataPaths
 from appliance.lab.vm.image import DEFAULT_CACHE
+from appliance.services import scrape
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "rpm/hvnet.conf"
@@ -167,7 +168,8 @@ def test_the_shipped_examples_uncommented_are_valid_and_the_defaults_are_the_cod
         "HVNET_XAPI_TIMEOUT": f"{xapi.DEFAULT_XAPI_TIMEOUT:g}", "HVNET_INVENTORY": str(hosts.DEFAULT_INVENTORY),
         "HVNET_REMOTE_OVS_RUNDIR": "/var/run/openvswitch", "HVNET_POLICY": DEFAULT_POLICY_FILE,
         "HVNET_EXPORTER_LISTEN": config.DEFAULT_EXPORTER_LISTEN, "HVNET_LAB_DIR": labstate.DEFAULT_LAB_DIR,
-        "HVNET_IMAGE_CACHE": str(DEFAULT_CACHE),
+        "HVNET_EXPORTER_SCRAPE_TIMEOUT": f"{scrape.DEFAULT_DEADLINE:g}",
+        "HVNET_IMAGE_CACHE": str(DEFAULT_CACHE), "HVNET_CAPTURE_FREE_FLOOR": paths.pcap_free_floor,
     }  # fmt: skip
 
 
@@ -309,3 +311,12 @@ def test_a_broken_file_stops_every_command_with_exit_2(tmp_path: Path) -> None:
         assert "did you mean policy?" in res.stderr and "Traceback" not in res.stderr
     res = _show("config", "show", env={**env, "HVNET_CONFIG": str(tmp_path / "none.conf")})
     assert res.returncode == 2 and "HVNET_CONFIG: no such file" in res.stderr
+
+
+def test_a_capture_floor_that_means_nothing_is_refused_at_its_line(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, "[data]\ncapture_free_floor = 95%\n")
+    assert len(problems) == 1 and ":2: data.capture_free_floor:" in problems[0], problems
+    assert "allowed: a share of the file system (0% to 90%) or a size (500MB, 2GB)" in problems[0], problems
+    env = {"HVNET_CONFIG": str(_file(tmp_path, "[data]\ncapture_free_floor = 2GB\n"))}
+    assert frontdoor.data_paths(config.environ(env)).pcap_free_floor == "2GB"
+    assert frontdoor.data_paths(config.environ({**env, "HVNET_CAPTURE_FREE_FLOOR": "5%"})).pcap_free_floor == "5%"

@@ -19,7 +19,7 @@ import pytest
 from appliance.errors import EXIT_CONFLICT, EXIT_USAGE, UsageError
 from appliance.host import DataPaths, Host
 from appliance.policy.journal import Journal
-from appliance.services import exporter, metrics
+from appliance.services import exporter, metrics, scrape
 from appliance.target import DbTarget
 
 DATA = Path(__file__).parent / "data"
@@ -105,7 +105,7 @@ def test_audit_tail_reads_only_the_end(tmp_path: Path) -> None:
 
 def test_an_unreachable_switch_is_up_0_and_nothing_else_about_it(tmp_path: Path) -> None:
     host = Host(DbTarget(f"unix:{tmp_path}/db.sock", "--db"), paths=DataPaths.for_lab(tmp_path))
-    collector = metrics.Collector(host, timeout=0.5)
+    collector = scrape.Collector(host, timeout=0.5)
     fams = {f.name: f for f in collector.collect()}
     assert fams["hvnet_up"].samples == [((collector.name,), 0.0)]
     assert fams["hvnet_exporter_scrape_errors_total"].samples == [((collector.name, "ovsdb"), 1.0)]
@@ -166,9 +166,13 @@ def _hvnet(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 @pytest.mark.parametrize(
     ("args", "env", "said"),
     [
-        (("--listen", "0.0.0.0:9477"), {}, "--listen 0.0.0.0: not a loopback address"),
+        (("--listen", "0.0.0.0:9477"), {}, "flag --listen: 0.0.0.0: not a loopback address"),
         ((), {"HVNET_EXPORTER_LISTEN": "9477"}, "env HVNET_EXPORTER_LISTEN: '9477': no HOST:PORT"),
         (("--check-interval", "0"), {}, "--check-interval 0: allowed 1-3600 seconds"),
+        (("--scrape-timeout", "0"), {}, "flag --scrape-timeout: '0': allowed more than 0, at most 60 seconds"),
+        ((), {"HVNET_EXPORTER_SCRAPE_TIMEOUT": "soon"}, "env HVNET_EXPORTER_SCRAPE_TIMEOUT: 'soon': allowed"),
+        (("--tls-key", "/etc/k.pem"), {}, "flag --tls-key: /etc/k.pem: HTTPS needs both a certificate and its key"),
+        ((), {"HVNET_EXPORTER_CLIENT_CA": "ca.pem"}, "env HVNET_EXPORTER_CLIENT_CA: 'ca.pem' is not allowed"),
         (("--policy", "/nonexistent.yaml"), {}, "--policy /nonexistent.yaml: no such file"),
     ],
 )

@@ -126,6 +126,12 @@ def test_the_two_hosts_topology_places_the_2010_guests_on_two_hosts_joined_by_a_
     assert link.peer("hv1", "eth0-hv2") == ("hv2", "eth0-hv1") and link.peer("hv2", "vif2.0") is None
 
 
+def test_a_hosts_management_link_may_be_a_port_of_one_of_its_bridges() -> None:
+    t = topology.load(Path(topology.DEFAULT_TOPOLOGY).parent / "managed-host.yaml")
+    assert (t.hosts, t.management) == (("hm1",), (("hm1", "xenbr0"),))
+    assert topology.load(Path(topology.DEFAULT_TOPOLOGY).parent / "two-hosts.yaml").management == ()
+
+
 def test_three_hosts_are_a_chain_per_bridge(tmp_path) -> None:
     text = GOOD.replace(
         "bridges:\n  - name: br0\n",
@@ -153,7 +159,12 @@ def test_three_hosts_are_a_chain_per_bridge(tmp_path) -> None:
         ("hosts: [{name: HV1}]\n", "", "hosts[0].name: required: 1-8 characters, a lower-case letter first"),
         ("hosts: [{name: hv1}, {name: hv1}]\n", "", "hosts[1].name: duplicate host name 'hv1'"),
         ("hosts: [{name: A}]\n", "", "hosts[0].name"),
-        ("hosts: [{name: hv1, ip: 1}]\n", "", "hosts[0].ip: unknown key; allowed: name"),
+        ("hosts: [{name: hv1, ip: 1}]\n", "", "hosts[0].ip: unknown key; allowed: management, name"),
+        (
+            "hosts: [{name: hv1, management: xenbr0}]\n",
+            "",
+            "topo.yaml:1: hosts[0].management: one of the topology's bridges: br0",
+        ),
         ("hosts: []\n", "", "hosts: a list of 1..16 hosts"),
     ],
 )

@@ -18,6 +18,7 @@ from appliance.errors import HvnetError
 
 from ..backend import captures as cb
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal
 
 FIELDS = (
     ("name", "Name", "default: PORT-TIME"),
@@ -50,7 +51,7 @@ class CaptureDialog(ModalScreen[str | None]):
                     with Horizontal(classes="row"):
                         yield Label(label, classes="label")
                         yield Input(placeholder=hint, id=key, compact=True)
-            yield VerticalScroll(Static("", id="message", markup=False), id="plan")
+            yield VerticalScroll(Literal("", id="message"), id="plan")
             with Horizontal(id="buttons"):
                 yield Button("Start (^S)", id="start-button", variant="primary", compact=True)
                 yield Button("Cancel (Esc)", id="cancel-button", compact=True)

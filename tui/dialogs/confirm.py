@@ -6,7 +6,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button
+
+from ..widgets.literal import Literal
 
 
 class ConfirmDialog(ModalScreen[bool]):
@@ -56,8 +58,8 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.title_text, id="confirm-title", markup=False)
-            yield Static(self.body_text, id="confirm-body", markup=False)
+            yield Literal(self.title_text, id="confirm-title")
+            yield Literal(self.body_text, id="confirm-body")
             with Horizontal():
                 yield Button(f"{self.yes_label} (y)", id="yes", variant="error")
                 yield Button(f"{self.no_label} (n)", id="no", variant="primary")

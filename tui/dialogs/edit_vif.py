@@ -30,6 +30,7 @@ from appliance.services.policy import MODES, ApplyResult, Pending, Plan, Policy,
 
 from ..backend.plans import pending_line, plan_lines, result_lines
 from ..widgets.banner import ConnectionBanner
+from ..widgets.literal import Literal
 
 # form field -> (input id, label)
 FIELDS = {
@@ -90,10 +91,10 @@ class EditVifDialog(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"Edit VIF {self.port}", id="title", markup=False)
+            yield Literal(f"Edit VIF {self.port}", id="title")
             yield ConnectionBanner()
             with VerticalScroll(id="body"):
-                yield Static("reading the switch...", id="details", markup=False)
+                yield Literal("reading the switch...", id="details")
                 with Horizontal(classes="row"):
                     yield Label(FIELDS["mode"][1])
                     yield Select([(m, m) for m in MODES], id="mode", allow_blank=False, compact=True)
@@ -105,10 +106,10 @@ class EditVifDialog(ModalScreen[None]):
                 with Horizontal(classes="row"):
                     yield Label("")
                     yield Checkbox(self._rollback_label(), id="auto-rollback", compact=True)
-                yield Static("", id="problems", markup=False)
-                yield Static("", id="plan", markup=False)
-                yield Static("", id="result", markup=False)
-                yield Static("", id="pending", markup=False)
+                yield Literal("", id="problems")
+                yield Literal("", id="plan")
+                yield Literal("", id="result")
+                yield Literal("", id="pending")
             with Horizontal(id="buttons"):
                 yield Button("Apply… ^s", id="apply", variant="primary", disabled=True)
                 yield Button("Confirm ^y", id="confirm", variant="warning")

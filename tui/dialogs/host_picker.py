@@ -17,6 +17,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..backend import fleet as fb
+from ..widgets.literal import Literal
 
 
 class HostPicker(ModalScreen[str | None]):
@@ -49,9 +50,9 @@ class HostPicker(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"Switch host (now: {self.current})", id="picker-title", markup=False)
+            yield Literal(f"Switch host (now: {self.current})", id="picker-title")
             yield OptionList(id="picker-hosts")
-            yield Static("reading the inventory...", id="picker-note", markup=False)
+            yield Literal("reading the inventory...", id="picker-note")
 
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()

@@ -24,6 +24,7 @@ from appliance.services.policy import MirrorRule, Pending
 from ..backend import mirrors as mb
 from ..backend.plans import refusal_lines
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal
 from .planflow import PlanApplyDialog
 
 FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
@@ -71,7 +72,7 @@ class MirrorDialog(PlanApplyDialog):
                 yield from self._row("Bridge", Select([], prompt="choose a bridge", id="bridge", compact=True))
                 yield from self._row("Name", Input(placeholder="mirror name", id="name", compact=True))
                 yield from self._row("Sources", SelectionList[str](id="sources", compact=True))
-                yield Static("selected: none", id="sources-chosen", classes="note", markup=False)
+                yield Literal("selected: none", id="sources-chosen", classes="note")
                 directions = [(text, key) for key, text in mb.DIRECTIONS.items()]
                 yield from self._row(
                     "Direction", Select(directions, value="both", allow_blank=False, id="direction", compact=True)
@@ -83,7 +84,7 @@ class MirrorDialog(PlanApplyDialog):
                     yield Select(kinds, value="port", allow_blank=False, id="output-kind", compact=True)
                     yield Select([], prompt="output port", id="output-port", compact=True)
                     yield Input(id="output-value", compact=True)
-                yield Static("", id="error-output", classes="error", markup=False)
+                yield Literal("", id="error-output", classes="error")
                 yield from self._row(
                     "Tunnel key", Input(placeholder="GRE/ERSPAN key (optional)", id="key", compact=True, disabled=True)
                 )
@@ -94,7 +95,7 @@ class MirrorDialog(PlanApplyDialog):
                     yield Label("", classes="label")
                     window = self.app.backend.confirm_within_s  # type: ignore[attr-defined]
                     yield Checkbox(f"roll back in {window:g} s unless confirmed", id="auto-rollback", compact=True)
-            yield VerticalScroll(Static("", id="plan-text", markup=False), id="plan")
+            yield VerticalScroll(Literal("", id="plan-text"), id="plan")
             with Horizontal(id="buttons"):
                 yield Button("Plan (F5)", id="plan-button", compact=True)
                 yield Button("Apply (^S)", id="apply-button", variant="primary", compact=True, disabled=True)
@@ -105,7 +106,7 @@ class MirrorDialog(PlanApplyDialog):
         with Horizontal(classes="row"):
             yield Label(label, classes="label")
             yield widget
-        yield Static("", id=f"error-{widget.id}", classes="error", markup=False)
+        yield Literal("", id=f"error-{widget.id}", classes="error")
 
     # -- loading -----------------------------------------------------------------
 

@@ -27,8 +27,8 @@ STALE = "the form changed: Plan (F5) again before applying"
 class PlanApplyDialog(ModalScreen[str | None]):
     """Dismisses with a one-line summary of what was applied, or None when cancelled.
 
-    Subclasses compose ``#plan-text`` (a Static with ``markup=False``: refusals
-    are shown literally) and the ``#plan-button``/``#apply-button``/
+    Subclasses compose ``#plan-text`` (a :class:`~tui.widgets.literal.Literal`:
+    refusals are shown literally) and the ``#plan-button``/``#apply-button``/
     ``#cancel-button`` buttons.
     """
 

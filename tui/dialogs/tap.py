@@ -22,6 +22,7 @@ from appliance.errors import HvnetError
 from ..backend import taps as tb
 from ..backend.plans import refusal_lines
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal
 from .planflow import PlanApplyDialog
 
 PLACEHOLDERS = {
@@ -81,7 +82,7 @@ class TapDialog(PlanApplyDialog):
                 with Horizontal(classes="row"):
                     yield Label("", classes="label")
                     yield Checkbox(ALLOW_LABEL.format("no"), id="allow", compact=True)
-            yield VerticalScroll(Static("", id="plan-text", markup=False), id="plan")
+            yield VerticalScroll(Literal("", id="plan-text"), id="plan")
             with Horizontal(id="buttons"):
                 yield Button("Plan (F5)", id="plan-button", compact=True)
                 yield Button("Apply (^S)", id="apply-button", variant="primary", compact=True, disabled=True)

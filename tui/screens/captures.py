@@ -24,6 +24,7 @@ from ..dialogs.capture import CaptureDialog
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
 from ..widgets.keyed_table import KeyedTable
+from ..widgets.literal import Literal
 
 REFRESH_S = 2.0
 COLUMNS = ("Capture", "State", "On", "Packets", "Rate", "Drops", "Size", "Complete", "Files")
@@ -50,10 +51,10 @@ class CapturesScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("reading captures...", id="captures-line", markup=False)
+        yield Literal("reading captures...", id="captures-line")
         yield ConnectionBanner()
         yield CaptureTable(id="captures", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="captures-status", markup=False)
+        yield Literal("", id="captures-status")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -25,6 +25,7 @@ from ..backend import fleet as fb
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
 from ..widgets.keyed_table import KeyedTable
+from ..widgets.literal import Literal
 
 COLUMNS = (("HOST", 10), ("GROUP", 7), ("KIND", 9), ("UP", 3), ("OVS", 7), ("VIFS", 4), ("DRIFT", 8),
            ("AGENT", 6), ("PROBLEM", 60))  # fmt: skip
@@ -99,9 +100,9 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield ConnectionBanner()
-        yield Static("reading the inventory...", id="fleet-line", markup=False)
+        yield Literal("reading the inventory...", id="fleet-line")
         yield FleetTable(id="fleet", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="fleet-status", markup=False)
+        yield Literal("", id="fleet-status")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -19,6 +19,7 @@ from appliance import render
 from ..backend.host import HostSample, HostSampler, TapRow
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal
 
 SAMPLE_INTERVAL_S = 1.0
 BAR = 10
@@ -117,7 +118,7 @@ class HostScreen(Screen[None]):
         with VerticalScroll(id="host"):
             for key in self.SECTIONS:
                 yield Static(self.TITLES[key], classes="heading")
-                yield Static("...", id=f"host-{key}", classes="section", markup=False)
+                yield Literal("...", id=f"host-{key}", classes="section")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -28,6 +28,7 @@ from appliance.services.isolation import CheckResult
 from ..backend import isolation as iso
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal
 from ..widgets.matrix import MatrixTable
 
 TICK_S = 0.2
@@ -89,13 +90,13 @@ class IsolationScreen(Screen[None]):
             )
             yield Input(value=_shown(seed) if seed else "", placeholder="scenario file (YAML)", id="path")
             yield Select([(m, m) for m in iso.METHOD_CHOICES], value="both", allow_blank=False, id="method")
-        yield Static("choose a scenario and a method, then r to run", id="status", markup=False)
+        yield Literal("choose a scenario and a method, then r to run", id="status")
         with Horizontal(id="matrices"):
             for method in ("traffic", "trace"):
                 with Vertical(id=f"col-{method}", classes="matrix-col"):
                     yield Static(f"{method} (row sends, column hears)", classes="matrix-title")
                     yield MatrixTable(method, id=f"matrix-{method}")
-        yield Static("", id="evidence", markup=False)
+        yield Literal("", id="evidence")
         yield Static(self._legend(), id="legend")
         yield Footer()
 

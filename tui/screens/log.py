@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Header, Input, Static
 from ..backend import MESSAGES_KEPT, LogLine
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal, literal
 
 AUDIT_KEPT = 200
 AUDIT_POLL_S = 5.0
@@ -47,6 +48,11 @@ class MessageArrived(Message):
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _one_line(value: Any) -> str:
+    """A value of the audit log on one line of the detail: its own line ends shown escaped."""
+    return str(value).replace("\n", "\\x0a")
 
 
 def _when(iso_time: str) -> str:
@@ -117,7 +123,7 @@ class LogScreen(Screen[None]):
         with Vertical(id="audit-pane", classes="pane"):
             yield Static("audit log (newest at the bottom)", id="audit-title", classes="pane-title")
             yield DataTable(id="audit", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="audit-detail", markup=False)
+            yield Literal("", id="audit-detail")
         with Vertical(id="messages-pane", classes="pane"):
             yield Static("hvnet messages", id="messages-title", classes="pane-title")
             yield DataTable(id="messages", cursor_type="row", zebra_stripes=True)
@@ -168,7 +174,7 @@ class LogScreen(Screen[None]):
         rows = [r for _, r in shown]
         table.clear()
         for cells in rows:
-            table.add_row(*cells)
+            table.add_row(*map(literal, cells))
         self._show_detail()
         self.query_one("#audit-title", Static).update(
             f"audit log: {len(rows)} of the last {len(self.entries)} entries (newest at the bottom)"
@@ -190,9 +196,9 @@ class LogScreen(Screen[None]):
             detail.update("no audit entries yet" if not self.entries else "")
             return
         entry = self.shown_entries[row]
-        detail.update(
-            f"{_when(entry.get('time', ''))} {entry.get('user', '?')}: {entry.get('command', '?')}\n"
-            f"  {entry.get('result', '?')}: {changes_summary(entry)}"
+        detail.update(  # a Literal: audit lines are text from any hvnet run, never markup, never obeyed
+            f"{_when(entry.get('time', ''))} {entry.get('user', '?')}: {_one_line(entry.get('command', '?'))}\n"
+            f"  {_one_line(entry.get('result', '?'))}: {_one_line(changes_summary(entry))}"
         )
 
     # -- messages ------------------------------------------------------------
@@ -208,7 +214,7 @@ class LogScreen(Screen[None]):
             return
         table = self.query_one("#messages", DataTable)
         follow = table.cursor_row >= table.row_count - 1
-        table.add_row(*cells)
+        table.add_row(*map(literal, cells))
         if table.row_count > MESSAGES_KEPT:
             table.remove_row(next(iter(table.rows)))
         if follow:
@@ -221,7 +227,7 @@ class LogScreen(Screen[None]):
             rows = [r for r in rows if matches(r, self.filter_text)]
         table.clear()
         for cells in rows:
-            table.add_row(*cells)
+            table.add_row(*map(literal, cells))
         if rows:
             table.move_cursor(row=len(rows) - 1)
 

@@ -28,6 +28,7 @@ from ..dialogs.tap import TapDialog
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
 from ..widgets.keyed_table import KeyedTable
+from ..widgets.literal import Literal
 
 STATS_INTERVAL_S = 2.0
 COLUMNS = ("Bridge", "Mirror", "Owner", "Selects", "Output", "TX", "Bytes", "Rate")
@@ -55,10 +56,10 @@ class MirrorsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("reading mirrors...", id="mirrors-line", markup=False)
+        yield Literal("reading mirrors...", id="mirrors-line")
         yield ConnectionBanner()
         yield MirrorTable(id="mirrors", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="mirrors-status", markup=False)
+        yield Literal("", id="mirrors-status")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -39,6 +39,7 @@ from textual.widgets import (
 )
 
 from appliance.errors import HvnetError
+from appliance.render import terminal
 from appliance.services.suites import Aggregate, Event, Result, Row, Suite, SuiteResult
 
 from ..backend import suites as engine
@@ -46,6 +47,7 @@ from ..backend.suites import InputError, Overrides, StepFigures, SuiteChoice, Su
 from ..widgets.banner import ConnectionBanner
 from ..widgets.chart import Chart
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal, literal
 
 TABS = ("tab-run", "tab-chart", "tab-runs", "tab-compare")
 REGRESSION_MARK = "!!"
@@ -208,23 +210,23 @@ class SuitesScreen(Screen[None]):
                     yield Input(placeholder="suite's", id="repetitions", compact=True)
                     yield Button("Run", id="run", variant="primary", compact=True)
                     yield Button("Stop", id="stop", variant="error", compact=True, disabled=True)
-                yield Static("loading suites...", id="status")
+                yield Literal("loading suites...", id="status")
                 with Horizontal(classes="row"):
                     yield Label("overall", id="overall-label", classes="bar-label")
                     yield ProgressBar(total=1, id="overall", show_eta=False)
                 with Horizontal(classes="row"):
                     yield Label("step", id="step-label", classes="bar-label")
                     yield ProgressBar(total=1, id="step", show_eta=False)
-                yield Static("results of the running (or opened) suite appear here", id="showing")
+                yield Literal("results of the running (or opened) suite appear here", id="showing")
                 yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
             with TabPane("Chart", id="tab-chart"):
                 yield Chart(id="chart")
             with TabPane("Past runs", id="tab-runs"):
                 yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
                 with ScrollableContainer(id="report-box"):  # wide report tables scroll sideways
-                    yield Static("o: open the highlighted run · b: mark it as base · c: compare it", id="report")
+                    yield Literal("o: open the highlighted run · b: mark it as base · c: compare it", id="report")
             with TabPane("Compare", id="tab-compare"):
-                yield Static("mark a base run (b) in Past runs, highlight another and press c", id="compare-summary")
+                yield Literal("mark a base run (b) in Past runs, highlight another and press c", id="compare-summary")
                 yield DataTable(id="compare", cursor_type="row", zebra_stripes=True)
         yield Footer(compact=True)  # every binding fits in 80 columns
 
@@ -350,7 +352,7 @@ class SuitesScreen(Screen[None]):
         if e.kind == "step" and e.step is not None:
             f = StepFigures.from_step(e.step)
             self.figures[f.key] = f
-            self.query_one("#results", DataTable).add_row(*_row(f), key=f.key)
+            self.query_one("#results", DataTable).add_row(*map(literal, _row(f)), key=f.key)
             self.query_one("#step", ProgressBar).update(total=f.repetitions_planned, progress=0)
             self.query_one("#step-label", Label).update(f"step {e.step.index + 1}/{e.steps_total}")
             self._status(e.message)
@@ -359,7 +361,7 @@ class SuitesScreen(Screen[None]):
             f.add(e.aggregate or Aggregate(), e.verdict)
             table = self.query_one("#results", DataTable)
             for column, value in zip(RESULT_COLUMNS, _row(f)):
-                table.update_cell(f.key, column, value)
+                table.update_cell(f.key, column, literal(value))
             self.reps_done += 1
             self.query_one("#step", ProgressBar).update(progress=f.done)
             self.query_one("#overall", ProgressBar).update(progress=self.reps_done)
@@ -434,7 +436,7 @@ class SuitesScreen(Screen[None]):
         table = self.query_one("#results", DataTable)
         table.clear()
         for f in figures:
-            table.add_row(*_row(f), key=f.key)
+            table.add_row(*map(literal, _row(f)), key=f.key)
         self.showing = what
         self.query_one("#showing", Static).update(f"showing {what}")
         self._update_chart()
@@ -485,7 +487,7 @@ class SuitesScreen(Screen[None]):
         table = self.query_one("#runs", DataTable)
         table.clear()
         for r in message.runs:
-            table.add_row(*self._run_row(r), key=r["run"])
+            table.add_row(*map(literal, self._run_row(r)), key=r["run"])
         if not message.runs:
             self.query_one("#report", Static).update("no past runs in the runs directory yet")
 
@@ -518,9 +520,9 @@ class SuitesScreen(Screen[None]):
 
     def on_run_opened(self, message: RunOpened) -> None:
         if message.error is not None or message.doc is None:
-            self.query_one("#report", Static).update(Text(f"cannot open: {message.error}"))
+            self.query_one("#report", Static).update(f"cannot open: {message.error}")
             return
-        self.query_one("#report", Static).update(Text(message.report))
+        self.query_one("#report", Static).update(message.report)
         self._show_figures(engine.figures_of(message.doc), f"past run {Path(message.path).name}")
 
     @on(DataTable.RowSelected, "#runs")
@@ -570,7 +572,7 @@ class SuitesScreen(Screen[None]):
         self.compare_result = message.result
         r = message.result
         if r is None:
-            summary.update(Text(f"cannot compare: {message.error}"))
+            summary.update(f"cannot compare: {message.error}")
             return
         n = len(r.regressions)
         head = f"base {Path(message.base).name} -> new {Path(message.new).name}: "
@@ -586,14 +588,14 @@ class SuitesScreen(Screen[None]):
         lines += [f"warning: {w}" for w in r.warnings[:WARNINGS_SHOWN]]
         if len(r.warnings) > WARNINGS_SHOWN:
             lines.append(f"... and {len(r.warnings) - WARNINGS_SHOWN} more warning(s) (hvnet suite compare lists all)")
-        summary.update(Text("\n".join(lines), style="bold red" if n else ""))
+        summary.update(Text(terminal("\n".join(lines), keep="\n"), style="bold red" if n else ""))
         for row in r.rows:
             cells, style = compare_cells(row)
-            table.add_row(*(Text(c, style=style) for c in cells))
+            table.add_row(*(Text(terminal(c), style=style) for c in cells))
 
     # -- helpers ------------------------------------------------------------------------------------
 
     def _status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)
-        status.update(Text(text))
+        status.update(text)
         status.set_class(error, "error")

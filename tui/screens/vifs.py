@@ -26,6 +26,7 @@ from appliance.services.inventory import Inventory, Vif, filter_vifs
 from ..backend import Backend
 from ..widgets.banner import ConnectionBanner
 from ..widgets.footer import Footer
+from ..widgets.literal import Literal, notice
 from ..widgets.spark import WIDTH as SPARK_WIDTH
 from ..widgets.vif_table import COLUMNS, SORT_KEYS, VifTable, row_for
 
@@ -81,7 +82,7 @@ class VifsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield ConnectionBanner()
-        yield Static("connecting...", id="host-line", markup=False)
+        yield Literal("connecting...", id="host-line")
         yield Input(placeholder="filter: VM name, port, MAC, uuid", id="filter")
         yield VifTable(id="vifs")
         yield Footer()
@@ -158,7 +159,7 @@ class VifsScreen(Screen[None]):
             kept = {k: v for k, v in self.checked.items() if k[0] not in message.ports}
             self.checked = {**kept, **message.checked}
         if message.error:
-            self.notify(message.error, severity="warning")
+            self.notify(notice(message.error), severity="warning")
         self._show()
 
     # -- showing -------------------------------------------------------------

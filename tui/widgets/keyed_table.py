@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Union
 
-from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
-Cell = Union[str, Text]
+from .literal import Cell, literal
 
-
-def literal(cell: Cell) -> Text:
-    """A cell as shown: text from VMs, operators and files is never read as markup.
-
-    DataTable parses a plain ``str`` cell as Rich markup: a mirror named
-    ``x[/]`` would raise ``MarkupError`` and ``[b]VM`` would print bold.
-    Parsing markup for every cell is also most of a 1000-row table's fill.
-    """
-    return Text(cell) if isinstance(cell, str) else cell
+__all__ = ["Cell", "KeyedTable", "literal"]
 
 
 class KeyedTable(DataTable):

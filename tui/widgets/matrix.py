@@ -12,9 +12,11 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from appliance.render import terminal
 from appliance.services.isolation import CheckResult
 
 from ..backend import isolation as iso
+from .literal import literal
 
 CORNER = "from↓ to→"
 
@@ -44,9 +46,9 @@ class MatrixTable(DataTable):
         verdicts = result.verdicts(self.method)
         self.add_column(CORNER, key="sender")
         for g in self.guests:
-            self.add_column(g, key=g)
+            self.add_column(literal(g), key=g)
         for sender in self.guests:
-            cells: list[Text] = [Text(sender, style="bold")]
+            cells: list[Text] = [Text(terminal(sender), style="bold")]
             for listener in self.guests:
                 if listener == sender:
                     cells.append(Text(iso.SELF, justify="center"))
