@@ -79,8 +79,16 @@ def real_target(args: Any) -> Optional[str]:
 
 
 def choice_of(args: Any) -> Optional[str]:
-    """``--guests``, else ``$HVNET_GUESTS`` / ``[measure] guests``, else None (decided by :func:`choose`)."""
-    return getattr(args, "guests", None) or config.environ().get("HVNET_GUESTS") or None
+    """``--guests``, else ``$HVNET_GUESTS`` / ``[measure] guests``, else None (decided by :func:`choose`);
+    a setting that is neither lab nor probes is refused naming where it came from (exit 2)."""
+    if getattr(args, "guests", None):
+        return str(args.guests)  # argparse's choices checked it
+    env = config.environ()
+    value = env.get("HVNET_GUESTS") or None
+    if value is not None and value not in config.GUEST_SOURCES:
+        raise UsageError(f"{env.where('HVNET_GUESTS')}: guests {value!r} is not allowed; allowed: "
+                         f"{' or '.join(config.GUEST_SOURCES)}")  # fmt: skip
+    return value
 
 
 @contextmanager

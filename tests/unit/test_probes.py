@@ -126,3 +126,19 @@ def test_the_guest_source_is_chosen_once() -> None:
         choose("probes", names_probes=False, real_target=None, what="suite q")
     with pytest.raises(UsageError, match="names probes"):
         choose("lab", names_probes=True, real_target=None, what="suite q")
+
+
+def test_a_bad_guests_setting_is_refused_naming_where(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from appliance.frontdoor_guests import choice_of
+
+    (tmp_path / "hvnet.conf").write_text("")
+    (tmp_path / "hvnet.conf").chmod(0o644)
+    monkeypatch.setenv("HVNET_CONFIG", str(tmp_path / "hvnet.conf"))
+    monkeypatch.setenv("HVNET_GUESTS", "vms")
+    with pytest.raises(UsageError, match=r"HVNET_GUESTS.*'vms' is not allowed; allowed: lab or probes"):
+        choice_of(SimpleNamespace(guests=None))
+    monkeypatch.setenv("HVNET_GUESTS", "probes")
+    assert choice_of(SimpleNamespace(guests=None)) == "probes"
+    assert choice_of(SimpleNamespace(guests="lab")) == "lab"  # the flag outranks the variable
