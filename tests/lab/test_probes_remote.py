@@ -77,3 +77,28 @@ def test_netperf_missing_on_the_probes_host_exits_4_naming_host_and_tool(two_hos
 def test_a_real_target_is_not_measured_on_the_lab_unless_asked(two_hosts: Lab, tmp_path: Path) -> None:
     res = hv2(two_hosts, "isolation", "check", str(ROOT / "vlan-tests" / "seed-three-vm.yaml"))
     assert res.returncode == 2 and "does not fall back to the lab" in res.stderr  # type: ignore[attr-defined]
+
+
+SCENARIO = """\
+name: probes-remote-iso
+probes:
+  - {name: P1, like: vif2.0, ip: 192.168.0.201/24}
+  - {name: P2, vlan: 1, bridge: xenbr0, ip: 192.168.0.202/24}
+  - {name: P3, vlan: 2, bridge: xenbr0, ip: 192.168.0.203/24}
+expect:
+  matrix:
+    P1: {P2: yes, P3: no}
+    P2: {P1: yes, P3: no}
+    P3: {P1: no, P2: no}
+"""
+
+
+def test_an_isolation_scenario_on_probes_over_ssh(two_hosts: Lab, tmp_path: Path) -> None:
+    f = tmp_path / "iso.yaml"
+    f.write_text(SCENARIO)
+    res = hv2(two_hosts, "isolation", "check", str(f), "--method", "trace")
+    assert res.returncode == 0, res.stdout + res.stderr  # type: ignore[attr-defined]
+    assert "PASS" in res.stdout  # type: ignore[attr-defined]
+    res = hv2(two_hosts, "isolation", "check", str(f))  # the traffic method's senders and captures are local
+    assert res.returncode == 2 and "--method trace" in res.stderr  # type: ignore[attr-defined]
+    assert no_probes(two_hosts)
