@@ -24,6 +24,7 @@ from . import (
     cli_config,
     cli_exporter,
     cli_policy_args,
+    cli_probes,
     cli_suite,
     cli_tap,
     render,
@@ -31,7 +32,7 @@ from . import (
 )
 from .cli_common import add_hosts_option, lazy
 from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
-from .frontdoor import configured_host, host_of, lab_switches, local_host_of
+from .frontdoor import configured_host, host_of, local_host_of
 from .host import Host
 from .services import inventory
 from .services.inventory import Inventory, Vif
@@ -186,28 +187,27 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from . import htmlpage
+    from .frontdoor_guests import scenario_measurement
     from .isolation import report
-    from .lab import Lab
     from .services import isolation
 
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
-    lab = Lab()
     if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
         from .cli_pool import check_pool_scenario
+        from .lab import Lab
 
-        result = check_pool_scenario(args, sc, lab)
-        switches: dict = {f"pool {args.pool or sc.topology.name}": None}
+        result = check_pool_scenario(args, sc, Lab())
+        where = f"pool {args.pool or sc.topology.name}"
     else:
-        # The check drives the lab's own switch (or its hosts' switches), whatever --db or HVNET_DB say.
-        if sc.topology.hosts:  # the lab that is up must be this one before its hosts are reached
-            lab.require_guests(sc.topology, list(sc.guests))
-        switches = lab_switches(sc.topology, lab.db, libvirt=args.libvirt, timeout=args.timeout)
-        result = isolation.run_check(
-            next(iter(switches.values())), lab, sc, args.method, Path(args.out) if args.out else None,
-            root_hint="run as root, or use --method trace", timeout=args.timeout,
-            hosts={n: h for n, h in switches.items() if n is not None},
-        )  # fmt: skip
+        # The guests (the lab's, or probes on the target's bridge) and the switches: chosen once.
+        with scenario_measurement(sc, args, method=args.method) as m:
+            result = isolation.run_check(
+                m.host, m.guests, sc, args.method, Path(args.out) if args.out else None,
+                root_hint="run as root, or use --method trace", timeout=args.timeout,
+                hosts={n: h for n, h in m.switches.items() if n is not None},
+            )  # fmt: skip
+            where = m.where
     if args.json:
         render.print_json(report.to_json(result))
     else:
@@ -215,7 +215,6 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     if html_target is not None:
         from .isolation import html
 
-        where = ", ".join(n for n in switches if n) or "the lab's switch on this machine"
         htmlpage.write(html_target, html.page(result, source=f"checked on {where}", scenario=sc))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_code
@@ -310,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --pool apply or rollback: wait up to S seconds for every chassis to acknowledge (default 30)",
     )
     p.add_argument(
+        "--guests", choices=("lab", "probes"),
+        help="where suite run and isolation check find their endpoints: the built-in lab's guests, or probe "
+        "ports hvnet adds to the target's bridge for the run (the file's 'probes:'); default: probes when the "
+        "file names them, else the lab -- but never the lab silently when --host/--db/--hosts/--pool names a "
+        "real target ($HVNET_GUESTS)",
+    )  # fmt: skip
+    p.add_argument(
         "--no-lab",
         action="store_true",
         help="never use a running hvnet lab as the target: --db, $HVNET_DB, else the system OVS "
@@ -398,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_exporter.register(sub)
     cli_config.register(sub)
     cli_tap.register(sub)
+    cli_probes.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
     t.add_argument(

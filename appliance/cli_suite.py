@@ -87,8 +87,7 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .frontdoor import host_of, lab_switches
-    from .lab import Lab
+    from .frontdoor_guests import suite_measurement
     from .netperf import report
     from .services import suites
 
@@ -101,40 +100,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         client=args.client,
         server=args.server,
     )  # fmt: skip  (validated whole before anything is touched)
-    lab = Lab()
-    # The suite drives the lab's own switch, or in a lab of several hosts the client's host's;
-    # data paths and name sources as the options say.
-    client_host = s.topology.guest(s.client).host
-    if client_host is not None:
-        lab.require_guests(s.topology, [s.client])  # the lab that is up must be this one before it is reached
-    (host,) = lab_switches(s.topology, lab.db, hosts=(client_host,) if client_host else None,
-                           libvirt=host_of(args).names.libvirt_uri, timeout=args.timeout).values()  # fmt: skip
-    run = suites.SuiteRun(host, lab, s, suites.run_dir(host, s, Path(args.out) if args.out else None),
-                          Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
-    out_dir = run.out_dir
-    run.check()  # endpoints are lab guests: refuse a missing or different lab before connecting anywhere
-    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.getsignal(sig) for sig in stop_signals}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        # Stop cleanly: instances stopped by PID, policy restored, netserver stopped, partial
-        # results saved. The handler stays: a second signal must not cut the clean-up short.
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        run.stop(f"interrupted ({name})")
-
-    for sig in stop_signals:
-        signal.signal(sig, on_signal)
-    try:
-        doc = run.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    # The guests (the lab's, or probes on the target's bridge) and the switch the suite drives: chosen once.
+    with suite_measurement(s, args) as m:
+        run = suites.SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s, Path(args.out) if args.out else None),
+                              Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
+        out_dir = run.out_dir
+        run.check()  # refuse missing or different guests before connecting anywhere
+        doc = _run_stoppable(run)
     if args.json:
         render.print_json({"run": str(out_dir), "state": doc.state, "steps": len(doc.steps)})
     else:
         print(report.text(doc))
         print(f"\nrun directory: {out_dir}  (hvnet suite report {out_dir})")
     return EXIT_OK if doc.state == "complete" else EXIT_FAILED
+
+
+def _run_stoppable(run: Any) -> Any:
+    """Run with SIGINT/SIGTERM/SIGHUP stopping it cleanly: instances stopped by PID, policy restored,
+    netserver stopped, partial results saved (and the probes removed by the caller's ``with``)."""
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in stop_signals}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # The handler stays: a second signal must not cut the clean-up short.
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        run.stop(f"interrupted ({name})")
+
+    for sig in stop_signals:
+        signal.signal(sig, on_signal)
+    try:
+        return run.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -116,6 +116,15 @@ def _seconds_up_to_60(text: str) -> str:
     return text
 
 
+GUEST_SOURCES = ("lab", "probes")  # where suites and isolation checks find their endpoints (--guests)
+
+
+def _guest_source(text: str) -> str:
+    if text not in GUEST_SOURCES:
+        raise ValueError(" or ".join(GUEST_SOURCES))
+    return text
+
+
 def _policing(text: str) -> str:
     if text not in ("auto", "tc", "meter"):
         raise ValueError("auto, tc or meter")
@@ -259,6 +268,9 @@ SETTINGS: tuple[Setting, ...] = (
        "the certificate's PEM private key (--tls-key)"),
     _S("exporter", "client_ca", "HVNET_EXPORTER_CLIENT_CA", _absolute_path, None, None,
        "serve only clients with a certificate this CA signed (--client-ca)"),
+    _S("measure", "guests", "HVNET_GUESTS", _guest_source, None, "--guests",
+       "where suites and isolation checks find their endpoints: lab or probes; unset: the probes the file "
+       "names, else the lab when no --host/--db/--hosts/--pool names a real target"),
     _S("lab", "dir", "HVNET_LAB_DIR", _absolute_path, "/run/hvnet/lab", None, "the built-in lab's run directory"),
     _S("lab", "image_cache", "HVNET_IMAGE_CACHE", _absolute_path, "/var/cache/hvnet/image", None,
        "the lab's QEMU guest image cache"),

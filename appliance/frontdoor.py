@@ -296,7 +296,7 @@ def hosts_by_name(names: tuple[str, ...] | list[str], timeout: float = 10.0) -> 
 
 
 GLOBAL_FLAGS = {"--db": "db", "--host": "host", "--ssl-key": "ssl_key", "--ssl-cert": "ssl_cert",
-                "--ssl-ca": "ssl_ca", "--libvirt": "libvirt"}  # fmt: skip
+                "--ssl-ca": "ssl_ca", "--libvirt": "libvirt", "--guests": "guests"}  # fmt: skip
 
 
 def effective_settings(args: Any) -> list[config.Resolved]:

@@ -92,6 +92,7 @@ COLUMNS: dict[str, list[str]] = {
 _XEN_PORT = re.compile(r"^(?P<kind>vif|tap)(?P<domid>[0-9]{1,10})\.(?P<devid>[0-9]{1,10})$")
 _LIBVIRT_PORT = re.compile(r"^(?:vnet|macvtap)\d+$")
 _VM_ID_KEYS = ("xs-vm-uuid", "vm-id")
+PROBE_MARK = "hvnet-probe"  # a probe port's mark (see appliance.probes): its value is the probe's name
 _VIF_ID_KEYS = ("attached-mac", "iface-id", "vm-id", "xs-vif-uuid", "xs-vm-uuid")
 
 
@@ -121,8 +122,10 @@ def port_vlan(port: Any) -> VlanCols:
 
 def is_vif_port(name: str, ids: Mapping[str, str], n_interfaces: int) -> bool:
     """A VM's interface: one interface, and a hypervisor's identity on it or a hypervisor's port name.
-    (The planner's state uses this rule too: what the display calls a VIF is what a policy selects.)"""
-    return n_interfaces == 1 and (
+    (The planner's state uses this rule too: what the display calls a VIF is what a policy selects.)
+    hvnet's own probe ports (marked :data:`PROBE_MARK`) are never VIFs: no policy selects them, the
+    agent and ``verify`` leave them alone, ``status`` and the exporter count no VM behind them."""
+    return n_interfaces == 1 and PROBE_MARK not in ids and (
         any(k in ids for k in _VIF_ID_KEYS) or parse_xen_port(name) is not None or bool(_LIBVIRT_PORT.match(name))
     )
 

@@ -16,11 +16,13 @@ from typing import Any
 
 from .. import validate, yamldoc
 from ..errors import ConfigError, Problem
+from ..probes import spec as probe_spec
+from ..probes.spec import ProbeSpec
 from ..topology import Topology
 from ..topology import load as load_topology
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_TOP = {"name", "description", "topology", "guests", "vlans", "mirrors", "probes_per_target", "expect"}
+_TOP = {"name", "description", "topology", "probes", "guests", "vlans", "mirrors", "probes_per_target", "expect"}
 _VLAN_KEYS = {"tag", "trunks", "vlan_mode"}
 _MIRROR_KEYS = {"name", "select_src", "select_dst", "select_all", "select_vlans", "output"}
 _UNSET = object()
@@ -58,6 +60,8 @@ class Scenario:
     probes_per_target: int = 1
     matrix: dict[tuple[str, str], str] | None = None  # None: derive
     guest_lines: dict[str, int] = field(default_factory=dict)  # where each guest is named, for later errors
+    # Probe ports hvnet adds to the host's bridge as the check's senders and listeners (``probes:``).
+    probes: tuple[ProbeSpec, ...] = ()
 
     @property
     def derive(self) -> bool:
@@ -106,7 +110,18 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         # The name becomes part of the captures' directory: it must never be a path.
         problems.bad(("name",), "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
         name = "scenario"
-    topology = _topology(doc, data.get("topology"), problems.items)
+    probes: tuple[ProbeSpec, ...] = ()
+    if "probes" in data:  # senders and listeners hvnet adds to the host's bridge, not lab guests
+        specs, found = probe_spec.parse(doc, data["probes"], ("probes",))
+        problems.items += found
+        probes = tuple(specs)
+        topology = probe_spec.topology_of(specs, str(name), doc.file)
+        for key in ("topology", "vlans", "mirrors"):
+            if key in data:
+                problems.bad((key,), f"a scenario on probes takes no {key}: each probe joins a VIF's VLAN "
+                                     "('like') or a VLAN ('vlan') as its entry says")  # fmt: skip
+    else:
+        topology = _topology(doc, data.get("topology"), problems.items)
     known = {g.name for g in topology.guests}
 
     guests = list(_guest_list(data.get("guests", [g.name for g in topology.guests]), ("guests",), known, problems.bad))
@@ -123,10 +138,10 @@ def from_document(doc: yamldoc.Document) -> Scenario:
                 problems.bad((key,), f"on an OVN pool ({topology.file}) a port's network is its logical switch: "
                                      f"no {key} for the run; allowed: name, description, topology, guests, "
                                      "probes_per_target, expect")  # fmt: skip
-    probes = data.get("probes_per_target", 1)
-    if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 100:
+    per_target = data.get("probes_per_target", 1)
+    if isinstance(per_target, bool) or not isinstance(per_target, int) or not 1 <= per_target <= 100:
         problems.bad(("probes_per_target",), "must be an integer 1..100")
-        probes = 1
+        per_target = 1
     matrix = _expectation(data.get("expect"), guests, problems.bad)
 
     if problems.items:
@@ -139,9 +154,10 @@ def from_document(doc: yamldoc.Document) -> Scenario:
         guests=guests,
         vlans=vlans,
         mirrors=mirrors,
-        probes_per_target=probes,
+        probes_per_target=per_target,
         matrix=matrix,
         guest_lines=_guest_lines(doc, data, guests),
+        probes=probes,
     )
 
 

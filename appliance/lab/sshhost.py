@@ -32,6 +32,7 @@ REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "
                 "ovs-dpctl", "ip", "tc", "tcpdump", "netperf", "netserver", "ethtool",
                 "mkdir", "mv", "rm", "stat", "sleep",  # coreutils, as every dom0 has: remote captures
                 "mkfifo", "date",  # and endpoints (appliance.endpoints.remote)
+                "arping", "kill", "ping",  # iputils and procps, as a dom0 has: probe ports
                 "id", "df", "readlink",  # and the walk of their directory, their free space
                 "ovsdb-client", "setsid")  # the host's own rollback of a --no-commit apply  # fmt: skip
 

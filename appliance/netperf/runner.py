@@ -273,15 +273,13 @@ class Runner:
             netperf_version=pf.netperf_version,
             suite=SuiteInfo(s.name, str(Path(s.file).resolve()), s.sha256, s.description),
             command=sys.argv,
-            client=ClientInfo(
-                self.client.name, self.client.address, self.client.vif, "qemu" if self.client.in_vm else "netns"
-            ),
+            client=ClientInfo(self.client.name, self.client.address, self.client.vif, self._runs_in(self.client)),
             server=ServerInfo(
                 s.server.guest,
                 self.address,
                 s.server.port,
                 s.server.managed,
-                None if self.server_ep is None else ("qemu" if self.server_ep.in_vm else "netns"),
+                None if self.server_ep is None else self._runs_in(self.server_ep),
             ),
             preflight={"warnings": pf.warnings, "facts": pf.facts},
             started=_now(),
@@ -291,6 +289,13 @@ class Runner:
             meta.path = path.pool_path(self.conn, self.host.runner, self.host.local_runner, self.client,
                                        self.server_ep, server_chassis)  # fmt: skip
         return SuiteResult(results.SCHEMA, results.SCHEMA_VERSION, "running", True, meta)
+
+    def _runs_in(self, ep: Endpoint) -> str:
+        """qemu, netns, or probe (a namespace hvnet added to the host's bridge for this run)."""
+        if ep.in_vm:
+            return "qemu"
+        kinds = {g.name: g.kind for g in self.suite.topology.guests}
+        return "probe" if kinds.get(ep.name) == "probe" else "netns"
 
     def _same_kernel(self) -> bool:
         """Whether the host's switch runs on this machine's kernel (this machine, or a lab host in a

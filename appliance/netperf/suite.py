@@ -25,6 +25,8 @@ from .. import yamldoc
 from ..errors import ConfigError, Problem
 from ..policy import Policy
 from ..policy.document import from_document as policy_from_document
+from ..probes import spec as probe_spec
+from ..probes.spec import ProbeSpec
 from ..topology import DEFAULT_TOPOLOGY, Topology
 from ..topology import load as load_topology
 from .frames import MAX_FRAME, MAX_OFFERED_MBPS, MAX_OFFERED_PPS, MIN_FRAME, Offered
@@ -54,6 +56,7 @@ _TOP = {
     "name",
     "description",
     "topology",
+    "probes",
     "endpoints",
     "netserver_port",
     "defaults",
@@ -215,6 +218,8 @@ class Suite:
     setup: Optional[Policy] = None
     cases: list[Case] = field(default_factory=lambda: [Case("default")])
     tests: list[Test] = field(default_factory=list)
+    # Probe ports hvnet adds to the host's bridge for the run (``probes:``); empty: the topology's lab guests.
+    probes: tuple[ProbeSpec, ...] = ()
 
     def steps(self) -> list[Step]:
         """Every measured point in run order: case-major, so each case's policy is applied once."""
@@ -270,7 +275,8 @@ class Suite:
         if server_guest is not None and server_guest == client:
             raise ValueError(f"client and server are both {client!r}: netperf needs two guests")
         new_server = dataclasses.replace(self.server, guest=server_guest) if server_guest else self.server
-        return dataclasses.replace(self, topology=topology, client=client, server=new_server)
+        probes = self.probes if topology is self.topology else ()  # another topology: its lab guests
+        return dataclasses.replace(self, topology=topology, client=client, server=new_server, probes=probes)
 
 
 # -- loading -------------------------------------------------------------------
@@ -397,7 +403,16 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         ck.bad(("name",), "must be 1-64 letters, digits, '_', '.', '-'")
         name = Path(doc.file).stem
 
-    topology = _topology(ck, data.get("topology"))
+    probes: tuple[ProbeSpec, ...] = ()
+    if "probes" in data:  # endpoints that hvnet adds to the host's bridge for the run, not lab guests
+        if "topology" in data:
+            ck.bad(("topology",), "a suite runs on a lab topology's guests or on probes: give one of the two")
+        specs, problems = probe_spec.parse(doc, data["probes"], ("probes",))
+        ck.problems += problems
+        probes = tuple(specs)
+        topology: Optional[Topology] = probe_spec.topology_of(specs, str(name), doc.file)
+    else:
+        topology = _topology(ck, data.get("topology"))
     client: Optional[str] = None
     server: Optional[Server] = None
     if topology is not None:  # endpoints are checked against the topology's guests
@@ -427,8 +442,9 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         raise ConfigError(list(dict.fromkeys(ck.problems)))
     assert topology is not None and client is not None and server is not None
     return Suite(
-        name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests
-    )
+        name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests,
+        probes,
+    )  # fmt: skip
 
 
 def _refuse_pool_policy(ck: _Checker, data: dict[str, Any], topology: Topology) -> None:

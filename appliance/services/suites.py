@@ -105,8 +105,10 @@ class SuiteRun:
         on_event: Callable[[Event], None],
         *,
         timeout: float = 5.0,
+        release: Optional[Callable[[], None]] = None,
     ) -> None:
         self.host = host
+        self.release = release  # what the run's guests hold (probes on the bridge): let go when it ends
         self.guests = guests
         self.suite = suite
         self.out_dir = out_dir
@@ -122,6 +124,13 @@ class SuiteRun:
 
     def run(self) -> SuiteResult:
         """Connect, run, disconnect; the results (also saved in :attr:`out_dir`)."""
+        try:
+            return self._run()
+        finally:
+            if self.release is not None:
+                self.release()
+
+    def _run(self) -> SuiteResult:
         with self.host.connect(COLUMNS, timeout=self.timeout) as conn:
             runner = Runner(
                 self.suite, host=self.host, guests=self.guests, conn=conn, out_dir=self.out_dir,

@@ -516,6 +516,11 @@ def main() -> int:
     for line in bench_ovn_1000():
         print(line)
     print()
+    from probes_bench import bench_probes
+
+    for line in bench_probes():
+        print(line)
+    print()
     from vm_bench import bench_boot, bench_vm_rr
 
     for line in bench_boot():

@@ -65,7 +65,7 @@ def test_every_problem_names_file_line_key_and_what_is_allowed(tmp_path: Path) -
     assert got[1:] == [
         f"{where}:4: target.dbb: unknown key; [target] takes db, host, ssl_key, ssl_cert, ssl_ca; did you mean db?",
         f"{where}:6: data.runs_dir: 'runs' is not allowed; allowed: an absolute path (starting with /)",
-        f"{where}:7: [exporterr]: unknown section; allowed: target, data, names, remote, agent, exporter, lab; "
+        f"{where}:7: [exporterr]: unknown section; allowed: target, data, names, remote, agent, exporter, measure, lab; "
         "did you mean exporter?",
         f"{where}:10: names.xapi_timeout: '301' is not allowed; allowed: a number of seconds greater than 0 and "
         "at most 300",
@@ -85,7 +85,7 @@ def test_every_problem_names_file_line_key_and_what_is_allowed(tmp_path: Path) -
         ("[target]\ndb =\n", 2, "target.db: empty"),
         ("[target]\ndb = unix:/x\ndb = unix:/y\n", 3, "target.db: given twice (first on line 2)"),
         ("[target]\ndb = unix:/x\nhost = xs01\n", 3, "target: db and host name two different switches"),
-        ("[Target]\n", 1, "[Target]: unknown section; allowed: target, data, names, remote, agent, exporter, lab; "
+        ("[Target]\n", 1, "[Target]: unknown section; allowed: target, data, names, remote, agent, exporter, measure, lab; "
                           "did you mean target?"),
         ("[exporter]\nlisten = 0.0.0.0:99999\n", 2, "exporter.listen: '0.0.0.0:99999' is not allowed"),
         ("[names]\nlibvirt_uri = system\n", 2, "names.libvirt_uri: 'system' is not allowed"),

@@ -401,7 +401,7 @@ BAD = [
         "colour",
         "colour",
         [
-            "unknown key; allowed: cases, defaults, description, endpoints, name, netserver_port, setup, tests, "
+            "unknown key; allowed: cases, defaults, description, endpoints, name, netserver_port, probes, setup, tests, "
             "topology, version"
         ],
         id="unknown-top-level-key",

@@ -1,10 +1,9 @@
 """The Isolation screen's calls into the engine, and the pure rules for showing a result.
 
 The run follows ``hvnet isolation check`` step for step (scenario validated
-whole first, root and tcpdump checked for the traffic method, the lab's
-guests checked against the scenario's topology, the check driven on the
-lab's own switch), so the console and the CLI cannot disagree about what a
-scenario means.  Everything after the run -- which state a cell is in, which
+whole first, root and tcpdump checked for the traffic method, the guests
+from the one guest source the front door chooses), so the console and the
+CLI cannot disagree about what a scenario means.  Everything after the run -- which state a cell is in, which
 marker and words it gets, what evidence explains it -- is pure, so it is unit
 tested without a lab.
 """
@@ -47,30 +46,22 @@ def load(path: str | Path) -> Scenario:
 def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
     """Run one scenario as ``hvnet isolation check`` does; call from a worker thread.
 
-    The check changes the lab's switch for its duration (scenario VLANs and
-    mirrors, undone afterwards), so it drives the lab's own database even when
-    the console watches another one -- exactly like the CLI.
+    The guests come from the front door's guest source, as for the CLI: the
+    lab's (its own switch, changed for the check's duration and restored), or
+    probes on the switch the console watches; a console watching a real host
+    never falls back to the lab silently (``[measure] guests = lab`` says so).
     """
-    from appliance.frontdoor import lab_switches
-    from appliance.lab import Lab
+    from appliance.frontdoor_guests import console_target, scenario_measurement
 
     sc = load(path)
-    lab = Lab()
-    if sc.topology.hosts:  # a lab of several hypervisors: each host's switch (see the CLI's check)
-        lab.require_guests(sc.topology, list(sc.guests))
-    switches = lab_switches(sc.topology, lab.db, libvirt=backend.host.names.libvirt_uri, reuse=backend.host)
-    host = next(iter(switches.values()))
-    backend.note(f"isolation check {sc.name} ({', '.join(methods_for(choice))}) started")
-    try:
+    args, real = console_target(backend.host)
+    with scenario_measurement(sc, args, method=choice, reuse=backend.host, real=real) as m:
+        backend.note(f"isolation check {sc.name} ({', '.join(methods_for(choice))}) started")
         result = isolation.run_check(
-            host, lab, sc, choice, root_hint="run the console as root, or choose the trace method",
-            conn=backend.conn if host is backend.host else None,
-            hosts={n: h for n, h in switches.items() if n is not None},
+            m.host, m.guests, sc, choice, root_hint="run the console as root, or choose the trace method",
+            conn=backend.conn if m.host is backend.host else None,
+            hosts={n: h for n, h in m.switches.items() if n is not None},
         )  # fmt: skip
-    finally:
-        for h in switches.values():
-            if h is not backend.host:
-                h.close()
     backend.note(f"isolation check {sc.name}: {VERDICT[result.exit_code]} in {result.duration_s:.1f} s")
     return result
 

@@ -93,19 +93,22 @@ def prepare(path: str, overrides: Overrides) -> Suite:
 
 
 def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun:
-    """A run of ``s`` on the lab's switch (in a lab of several hosts, its client's host's), in a new run
-    directory (named as the CLI names it)."""
-    from appliance.frontdoor import lab_switches
-    from appliance.lab import Lab
+    """A run of ``s`` where the front door's guest source puts it (the lab's switch, or probes on the
+    console's switch; see :mod:`appliance.frontdoor_guests`), in a new run directory (named as the CLI
+    names it).  The guests are held until the run ends."""
+    from contextlib import ExitStack
 
-    lab = Lab()
-    client_host = s.topology.guest(s.client).host
-    if client_host is not None:
-        lab.require_guests(s.topology, [s.client])
-    (lab_host,) = lab_switches(s.topology, lab.db, hosts=(client_host,) if client_host else None,
-                               libvirt=host.names.libvirt_uri, reuse=host).values()  # fmt: skip
-    run = SuiteRun(lab_host, lab, s, suites.run_dir(lab_host, s), on_event)
-    run.check()
+    from appliance.frontdoor_guests import console_target, suite_measurement
+
+    args, real = console_target(host)
+    stack = ExitStack()
+    try:
+        m = stack.enter_context(suite_measurement(s, args, reuse=host, real=real))
+        run = SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s), on_event, release=stack.close)
+        run.check()
+    except BaseException:
+        stack.close()
+        raise
     return run
 
 
