@@ -125,8 +125,10 @@ def is_vif_port(name: str, ids: Mapping[str, str], n_interfaces: int) -> bool:
     (The planner's state uses this rule too: what the display calls a VIF is what a policy selects.)
     hvnet's own probe ports (marked :data:`PROBE_MARK`) are never VIFs: no policy selects them, the
     agent and ``verify`` leave them alone, ``status`` and the exporter count no VM behind them."""
-    return n_interfaces == 1 and PROBE_MARK not in ids and (
-        any(k in ids for k in _VIF_ID_KEYS) or parse_xen_port(name) is not None or bool(_LIBVIRT_PORT.match(name))
+    return (
+        n_interfaces == 1
+        and PROBE_MARK not in ids
+        and (any(k in ids for k in _VIF_ID_KEYS) or parse_xen_port(name) is not None or bool(_LIBVIRT_PORT.match(name)))
     )
 
 

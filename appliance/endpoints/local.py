@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..runner import CommandRunner, LocalRunner, in_netns
-from . import STOP_GRACE_S, Job, JobResult, check_name
+from .jobs import STOP_GRACE_S, Job, JobResult, check_name
 
 # The launcher: ready byte, wait for the release, stamp the time, become the program.
 # A release is one byte per launcher; end-of-file means hvnet went away: exit without running the program.

@@ -45,7 +45,7 @@ from typing import IO, Optional
 
 from ..errors import HvnetError
 from ..runner import CommandRunner
-from . import Job, JobResult, check_name
+from .jobs import Job, JobResult, check_name
 
 # Run in each job (by bash where the host has it: its $EPOCHREALTIME stamps without a fork, so 70 jobs
 # woken at once are not queued behind 70 runs of date): $1 work dir, $2 name, $3 hold (1: wait at the

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..host import Host
 from ..safedirs import create_new, make_private
-from .audittraffic import Listen, _finish, tcpdump_argv
+from .auditcapture import Listen, finish, tcpdump_argv
 from .pcap import ArpFrame, parse_frame
 
 MARKER = "@@hvnet-audit-pcap@@"
@@ -124,7 +124,7 @@ class RemoteCaptures:
             lst = self.listens[label]
             if name not in codes:
                 lst.error = lst.error or f"tcpdump on {lst.device} did not stop"
-            _finish(lst, errs.get(f"{name}.err") or "", codes.get(name, 0))
+            finish(lst, errs.get(f"{name}.err") or "", codes.get(name, 0))
             if lst.error is None:
                 lst.frames = frames.get(label, [])
 
