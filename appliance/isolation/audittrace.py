@@ -192,3 +192,50 @@ def _control(p: AuditPort, result: tuple[int, str], odp: dict[int, str]) -> str 
     if reached:
         return None
     return f"a control trace straight to {p.port} does not show it leaving there, so the trace's 'No' is not proven"
+
+
+def sender_checks(hosts: dict[str | None, Host], ports: list[AuditPort], plan: list[Probe], run: int) -> dict[str, str]:
+    """The traffic method's sender-side control: each probe's exact packet-out (``in_port`` = its VIF,
+    ``resubmit(,0)``) traced on its sender's host, one shell per host.  Returns, by probe key, why a
+    probe is not shown reaching the switch's forwarding decision (dropped in a table -- a VIF locking
+    mode's ``arp_spa`` allow-list, an operator's flow -- or the trace failed); a probe that does is absent.
+    """
+    by_label = {p.label: p for p in ports}
+    jobs: dict[str | None, list[tuple[Probe, tuple[str, str, str, str]]]] = {h: [] for h in hosts}
+    for probe in plan:
+        s = by_label[probe.sender]
+        if s.vif.mac is None or s.vif.ofport is None or s.vif.ofport < 1:
+            continue  # no probe was injected: its cells are unknown for that already
+        vlan = probe.vlan if probe.tagged else None
+        tha = inject.mark_mac(run, probe.vlan)
+        flow = trace.probe_flow(s.vif.ofport, s.vif.mac.lower(), tha, PROBE_TARGET, vlan)
+        jobs[s.host].append((probe, ("p", s.vif.bridge, flow, "resubmit(,0)")))
+    out: dict[str, str] = {}
+    for name, todo in jobs.items():
+        if not todo:
+            continue
+        where = f" on {name}" if name else ""
+        results: list[tuple[int, str]] | None = None
+        failed = ""
+        try:
+            results = batch(hosts[name], [item for _p, item in todo])
+        except (CommandFailed, ValueError) as exc:
+            failed = str(exc)[:200]
+        for i, (probe, _item) in enumerate(todo):
+            sender = by_label[probe.sender].port + (f" (tagged VLAN {probe.vlan})" if probe.tagged else "")
+            if results is None:
+                out[probe.key] = (
+                    f"the trace of {sender}'s probe{where} could not be run ({failed}), so a 'No' is not proven"
+                )
+                continue
+            rc, text = results[i]
+            if rc != 0:
+                out[probe.key] = (
+                    f"the trace of {sender}'s probe{where} failed ({text.strip()[:200]}), so a 'No' is not proven"
+                )
+            elif (stop := trace.forwarding_stop(text)) is not None:
+                out[probe.key] = (
+                    f"{sender}'s probe does not reach the switch's forwarding decision{where}: {stop}, "
+                    "so its 'No' is not proven"
+                )
+    return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..host import Host
-from . import inject, model
+from . import audittrace, inject, model
 from .audit import AuditPort, Probe
 from .auditcapture import Captures, Listen, LocalCaptures
 from .auditremote import RemoteCaptures
@@ -48,6 +48,7 @@ class Injection:
     closing: set[str] = field(default_factory=set)
     window_s: float = 0.0
     settle_s: float = 0.0
+    unreached: dict[str, str] = field(default_factory=dict)  # probe key -> why it is not shown reaching forwarding
 
 
 def remote_captures(host: Host, keep_dir: Path | None) -> Captures:
@@ -153,6 +154,8 @@ def run_hosts(
             inj.window_s = time.monotonic() - started
             for c in caps.values():
                 c.stop()
+        # The sender-side control: a probe dropped in a table before forwarding is heard by no one.
+        inj.unreached = audittrace.sender_checks(hosts, ports, plan, inj.run)
     finally:
         for c in caps.values():
             c.close(keep)
@@ -276,6 +279,8 @@ def _cell(
         return model.UNKNOWN, f"the probes on {s.vif.bridge} were refused by the switch: {why}"
     if s.vif.ofport is None or s.vif.ofport < 1:
         return model.UNKNOWN, f"{s.port} has no OpenFlow port number, so no probe could enter there"
+    if probe.key in inj.unreached:
+        return model.UNKNOWN, inj.unreached[probe.key]
     if doubt_:
         return model.UNKNOWN, doubt_
     if s.host != p.host and (s.host, p.host) not in inj.links_closed:

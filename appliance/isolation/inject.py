@@ -59,11 +59,17 @@ def frame(src_mac: str, run: int, kind: int, vlan: int | None = None, send_tagge
     mac = bytes.fromhex(src_mac.replace(":", ""))
     if len(mac) != 6:
         raise ValueError(f"not a MAC address: {src_mac!r}")
-    mark = MARK_PREFIX + struct.pack("!HH", run, UNTAGGED if vlan is None else vlan)
+    mark = bytes.fromhex(mark_mac(run, vlan).replace(":", ""))
     tag = struct.pack("!HH", 0x8100, vlan) if send_tagged and vlan is not None else b""
     arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + mac + bytes(4) + mark + (MARK_NET[kind]).packed
     body = b"\xff" * 6 + mac + tag + b"\x08\x06" + arp
     return body + bytes(max(0, 60 + len(tag) - len(body)))
+
+
+def mark_mac(run: int, vlan: int | None) -> str:
+    """The ARP target MAC that marks a frame of audit ``run`` sent in ``vlan`` (None: untagged)."""
+    raw = MARK_PREFIX + struct.pack("!HH", run, UNTAGGED if vlan is None else vlan)
+    return ":".join(f"{b:02x}" for b in raw)
 
 
 def mark_of(f: ArpFrame) -> Mark | None:

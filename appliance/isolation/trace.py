@@ -205,3 +205,40 @@ def control_flow(mac: str, target_ip: str) -> str:
         f"in_port=controller,dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
         f"arp_op=1,arp_sha={mac},arp_spa=0.0.0.0,arp_tpa={target_ip}"
     )
+
+
+_TABLE_LINE = re.compile(r"^\s*(?P<table>[0-9]{1,3})\. (?P<rule>.*)$")
+# OpenFlow actions that hand the frame to the switch's forwarding: its MAC learning (NORMAL), a flood or an
+# output to a port.  A trace that reaches none of them dropped the frame before any forwarding decision.
+FORWARDING = ("NORMAL", "FLOOD", "ALL", "IN_PORT", "LOCAL", "output", "enqueue")
+
+
+def forwarding_stop(trace_output: str) -> str | None:
+    """None when an ``ofproto/trace`` output reaches a forwarding action (NORMAL, a flood, an output);
+    otherwise what stopped the frame: the last table and rule the trace shows, and its last action."""
+    rule = action = None
+    for line in trace_output.splitlines():
+        if m := _TABLE_LINE.match(line):
+            what = m.group("rule").rstrip(".")
+            rule = f"table {m.group('table')}" + (": no flow matches" if what == "No match" else f" rule '{what}'")
+            action = None
+            continue
+        text = line.strip()
+        if text.startswith("Translation failed"):
+            action = text
+        if not line.startswith("    ") or not text or text.startswith(("->", ">>")):
+            continue
+        if re.split(r"[:(,]", text, maxsplit=1)[0] in FORWARDING:
+            return None
+        action = text
+    return f"{rule or 'the trace'} ({action or 'drop'})"
+
+
+def probe_flow(in_port: int, mac: str, tha: str, target_ip: str, vlan: int | None = None) -> str:
+    """The flow of the audit's packet-out probe, every field of its frame: a broadcast ARP who-has from
+    ``mac`` with sender address 0.0.0.0 and target MAC ``tha`` (tagged ``vlan``, if given)."""
+    tag = "" if vlan is None else f"dl_vlan={vlan},"
+    return (
+        f"in_port={in_port},{tag}dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
+        f"arp_op=1,arp_sha={mac},arp_spa=0.0.0.0,arp_tha={tha},arp_tpa={target_ip}"
+    )

@@ -33,6 +33,10 @@ __all__ = ["load_expect", "run_audit", "run_audit_hosts"]
 
 _IP_LINK = re.compile(r"^(?P<index>[0-9]{1,10}): (?P<name>[^:@\s]+)[@:]")
 TC_NOTE = "tc ingress policing is not crossed: injected probes enter the switch after it"
+SENDER_NOTE = (
+    "a sender's 'No' counts only when a trace of its exact packet-out reaches the switch's forwarding "
+    "(NORMAL, a flood, an output); a probe dropped in a table before it leaves that sender's cells unknown"
+)
 CAPTURE_NOTE = "a capture records what the switch handed to the VM's device, not what the VM's driver accepted"
 
 
@@ -143,10 +147,11 @@ def _traffic(
         "controls_sent": len(inj.controls),
         "closing_controls_sent": len(inj.closing),
         "settle_s": round(inj.settle_s, 3),
+        "senders_not_reaching_forwarding": dict(inj.unreached),
         "captures": len(listens),
         "dropped": {lbl: lst.counts.dropped if lst.counts else None for lbl, lst in listens.items()},
         "pcaps_kept": keep,
-        "notes": [TC_NOTE, CAPTURE_NOTE],
+        "notes": [TC_NOTE, CAPTURE_NOTE, SENDER_NOTE],
     }
     if len(hosts) > 1:
         res.stats["links_closed"] = sorted(f"{x} -> {y}" for x, y in inj.links_closed)

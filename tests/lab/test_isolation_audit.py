@@ -113,3 +113,32 @@ def test_a_vif_replugged_mid_audit_has_its_cells_unknown_and_named(tn, monkeypat
     assert t.cells[("vif2.0", "vif3.0")] == "unknown"
     assert t.cells[("vif2.0", "vif1.0")] == "yes"
     assert result.exit_code == 7
+
+
+def test_a_locked_vifs_dropped_probes_are_unknown_not_no(tn) -> None:
+    """XenServer's VIF locking mode on a10's port: its ARP is allowed only from its own address, so the
+    audit's probe (sender 0.0.0.0) is dropped in table 0 and no listener can hear it.  Those cells are
+    unknown, naming the sender and the rule, not a "No" that would read as isolation holding."""
+    sock = f"unix:{tn.switch.run_dir / 'br-tn.mgmt'}"
+    locking = ["priority=200,in_port=vif1.0,arp,arp_spa=10.30.0.1,actions=NORMAL",
+               "priority=199,in_port=vif1.0,arp,actions=drop"]  # fmt: skip
+    for flow in locking:
+        subprocess.run(["ovs-ofctl", "add-flow", sock, flow], check=True, timeout=10)
+    try:
+        code, out = audit(tn, "vif1.0", "vif2.0", "vif3.0", "--method", "traffic")
+    finally:
+        for flow in locking:
+            match = flow.rpartition(",actions=")[0]
+            subprocess.run(["ovs-ofctl", "--strict", "del-flows", sock, match], check=True, timeout=10)
+    assert code == 7, out
+    t = out["methods"]["traffic"]
+    observed = {(c["listener"], c["sender"]): c["value"] for c in t["observed"]}
+    reasons = {(c["listener"], c["sender"]): c["value"] for c in t["unknown_reasons"]}
+    for listener in ("b10", "c20"):
+        assert observed[(listener, "a10")] == "unknown"
+        why = reasons[(listener, "a10")]
+        assert "vif1.0's probe does not reach the switch's forwarding decision" in why
+        assert "table 0 rule 'arp,in_port=" in why and ", priority 199' (drop)" in why, why
+    assert "a10" in t["stats"]["senders_not_reaching_forwarding"]
+    # The other senders are measured as before: b10 heard by a10, c20 by no one.
+    assert observed[("a10", "b10")] == "yes" and observed[("a10", "c20")] == observed[("b10", "c20")] == "no"

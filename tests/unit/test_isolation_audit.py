@@ -14,8 +14,8 @@ from appliance import yamldoc
 from appliance.counters import Counters
 from appliance.errors import EXIT_USAGE, ConfigError, UsageError
 from appliance.inventory import HostInfo, Inventory, MirrorInfo, Vif
-from appliance.isolation import audit, audittrace, audittraffic, inject, model
-from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, read_arp
+from appliance.isolation import audit, audittrace, audittraffic, inject, model, trace
+from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, parse_frame, read_arp
 
 
 def vif(port: str, *, tag: int | None = None, mode: str | None = None, trunks: tuple[int, ...] = (),
@@ -240,6 +240,68 @@ def test_traffic_cells_yes_no_and_unknown_with_reasons(tmp_path: Path) -> None:
     assert res.cells[("vif1.0", "vif3.0")] == "unknown" and "positive control" in res.reasons[("vif1.0", "vif3.0")]
     assert res.cells[("vif3.0", "vif2.0")] == "unknown" and "replugged" in res.reasons[("vif3.0", "vif2.0")]
     assert res.cells[("vif2.0", "vif1.0")] == "unknown"  # a replugged listener decides nothing
+
+
+# -- the sender-side control -----------------------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "stop"),
+    [
+        ("normal", None),  # table 0's NORMAL: flooded
+        ("tagged", None),  # a trunk's tagged probe, NORMAL
+        ("output", None),  # an operator's flow sending it straight out of a port
+        # XenServer's VIF locking mode: an arp_spa allow-list, then a drop of every other ARP from the port
+        ("locked", "table 0 rule 'arp,in_port=1, priority 199' (drop)"),
+        ("no-match", "table 1: no flow matches (drop)"),  # resubmitted to a table with no flow for it
+    ],
+)
+def test_a_probe_trace_shows_whether_it_reaches_forwarding(name: str, stop: str | None) -> None:
+    """Real ``ofproto/trace-packet-out BR FLOW resubmit(,0)`` outputs of Open vSwitch 3.1."""
+    text = (DATA / f"trace-packet-out-probe-{name}.txt").read_text()
+    assert trace.forwarding_stop(text) == stop
+
+
+def test_the_traced_flow_is_the_injected_frame() -> None:
+    """Every field the probe's frame carries is in the flow traced for it (tagged too)."""
+    for vlan, tagged in ((None, False), (20, True)):
+        data = inject.frame("02:00:00:00:00:04", 0x1234, inject.KIND_PROBE, vlan, send_tagged=tagged)
+        f = parse_frame(0.0, data)
+        assert f is not None
+        flow = trace.probe_flow(
+            4, "02:00:00:00:00:04", inject.mark_mac(0x1234, vlan), "192.0.2.1", vlan if tagged else None
+        )
+        fields = dict(kv.split("=", 1) for kv in flow.split(","))
+        assert fields["arp_tha"] == f.target_mac and fields["arp_spa"] == f.sender_ip == "0.0.0.0"
+        assert fields["arp_sha"] == fields["dl_src"] == f.sender_mac and fields["arp_tpa"] == f.target_ip
+        assert fields.get("dl_vlan") == (str(vlan) if tagged else None) and f.vlan == (vlan if tagged else None)
+        assert fields["in_port"] == "4"
+
+
+def test_a_sender_whose_probe_is_dropped_before_forwarding_has_no_no(tmp_path: Path) -> None:
+    """A listener that did not hear a locked sender proves nothing: unknown, naming the sender and the rule."""
+    ports = audit.label([vif("vif1.0", tag=10), vif("vif2.0", tag=10), vif("vif3.0", tag=20)])
+    plan = audit.probes(ports)
+    run = 7
+    ok = TcpdumpCounts(3, 3, 0, 0)
+    ctl = [inject.frame(inject.CONTROL_MAC, run, k) for k in (inject.KIND_CONTROL, inject.KIND_CLOSING)]
+    probe2 = inject.frame(ports[1].vif.mac or "", run, inject.KIND_PROBE)
+    listens = {
+        "vif1.0": _listen("vif1.0", run, [ctl[0], probe2, ctl[1]], ok, tmp_path),
+        "vif2.0": _listen("vif2.0", run, ctl, ok, tmp_path),
+        "vif3.0": _listen("vif3.0", run, ctl, ok, tmp_path),
+    }
+    why = "vif1.0's probe does not reach the switch's forwarding decision: table 0 rule 'arp,in_port=1, priority 199' (drop)"
+    everyone = {"vif1.0", "vif2.0", "vif3.0"}
+    inj = audittraffic.Injection(run=run, probes_sent=3, controls=everyone, closing=everyone,
+                                 unreached={"vif1.0": why, "vif2.0": "vif2.0's probe ..."})  # fmt: skip
+    res = audittraffic.cells(ports, plan, inj, listens, {})
+    assert res.cells[("vif2.0", "vif1.0")] == res.cells[("vif3.0", "vif1.0")] == "unknown"
+    assert res.reasons[("vif3.0", "vif1.0")] == why
+    assert res.cells[("vif1.0", "vif2.0")] == "yes"  # heard: a trace's doubt does not undo a capture
+    assert res.cells[("vif1.0", "vif3.0")] == res.cells[("vif2.0", "vif3.0")] == "no"  # vif3.0 reached forwarding
 
 
 def test_a_port_without_a_kernel_device_is_unknown_with_the_reason() -> None:
