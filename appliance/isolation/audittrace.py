@@ -171,6 +171,9 @@ def _read(
     rc, text = result
     if rc != 0:
         return [], f"the trace of {probe.key}'s probe failed: {text.strip()[:200]}"
+    if first and (stop := trace.forwarding_stop(text)) is not None:  # a VM's own frames may not stop there
+        return [], (f"{probe.key}'s probe (sender 0.0.0.0) stops before the switch's forwarding, at {stop}: "
+                    "what the VM's own frames meet is not shown")  # fmt: skip
     try:
         passes = trace.passes(text)
         if first:

@@ -49,6 +49,7 @@ def _cycle(host: Host) -> tuple[float, float]:
 def bench_probes() -> list[str]:
     if not os.path.exists("/usr/sbin/sshd"):
         return ["probe set-up and teardown: not measured (openssh-server is not installed; make setup installs it)"]
+    saved = dict(os.environ)  # the benches after this one run with the environment they were given
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-probes-") as tmp:
         local_sw = Switch(Path(tmp) / "local")
         remote = SshHost("hvpb", Path(tmp), index=7)
@@ -73,6 +74,8 @@ def bench_probes() -> list[str]:
                 h.close()
             remote.stop()
             local_sw.stop()
+            os.environ.clear()
+            os.environ.update(saved)
     lines = [f"probe ports: 2 probes added (set-up incl. DAD) and removed (median of {REPEAT}, alternated, one run)"]
     for name, label in (("local", "this machine's switch  "), ("remote", "--host H (over SSH)    ")):
         up = statistics.median(t[0] for t in times[name])

@@ -125,7 +125,7 @@ def test_a_locked_vifs_dropped_probes_are_unknown_not_no(tn) -> None:
     for flow in locking:
         subprocess.run(["ovs-ofctl", "add-flow", sock, flow], check=True, timeout=10)
     try:
-        code, out = audit(tn, "vif1.0", "vif2.0", "vif3.0", "--method", "traffic")
+        code, out = audit(tn, "vif1.0", "vif2.0", "vif3.0", "--method", "both")
     finally:
         for flow in locking:
             match = flow.rpartition(",actions=")[0]
@@ -142,3 +142,11 @@ def test_a_locked_vifs_dropped_probes_are_unknown_not_no(tn) -> None:
     assert "a10" in t["stats"]["senders_not_reaching_forwarding"]
     # The other senders are measured as before: b10 heard by a10, c20 by no one.
     assert observed[("a10", "b10")] == "yes" and observed[("a10", "c20")] == observed[("b10", "c20")] == "no"
+    # The trace method meets the same drop: its cells for a10 are unknown too, not a traced "No".
+    tr = out["methods"]["trace"]
+    traced = {(c["listener"], c["sender"]): c["value"] for c in tr["observed"]}
+    why = {(c["listener"], c["sender"]): c["value"] for c in tr["unknown_reasons"]}
+    for listener in ("b10", "c20"):
+        assert traced[(listener, "a10")] == "unknown", tr
+        assert "stops before the switch's forwarding" in why[(listener, "a10")], why
+    assert traced[("a10", "b10")] == "yes" and traced[("a10", "c20")] == "no", tr
