@@ -325,18 +325,7 @@ def _mirrored(
 def mirror_specs(inv: Inventory, ports: list[AuditPort]) -> list[model.MirrorSpec]:
     """The bridges' mirrors in audit labels (ports outside the audit left out)."""
     by_port = {p.port: p.label for p in ports}
-    return [
-        model.MirrorSpec(
-            name=m.name,
-            bridge=m.bridge,
-            output=by_port.get(m.output_port or ""),
-            select_all=m.select_all,
-            select_src=frozenset(by_port[x] for x in m.select_src_ports if x in by_port),
-            select_dst=frozenset(by_port[x] for x in m.select_dst_ports if x in by_port),
-            select_vlans=frozenset(m.select_vlans),
-        )
-        for m in inv.mirrors
-    ]
+    return [model.MirrorSpec.of(m, by_port) for m in inv.mirrors]
 
 
 def given(doc: yamldoc.Document, ports: list[AuditPort], plan: list[Probe]) -> model.Expected:

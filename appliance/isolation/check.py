@@ -169,18 +169,7 @@ def port_vlans(inv: Inventory, vif_of: dict[str, str]) -> dict[str, model.PortVl
 
 def mirror_specs(inv: Inventory, vif_of: dict[str, str]) -> list[model.MirrorSpec]:
     guest_of = {port: guest for guest, port in vif_of.items()}
-    return [
-        model.MirrorSpec(
-            name=m.name,
-            bridge=m.bridge,
-            output=guest_of.get(m.output_port or ""),
-            select_all=m.select_all,
-            select_src=frozenset(guest_of[p] for p in m.select_src_ports if p in guest_of),
-            select_dst=frozenset(guest_of[p] for p in m.select_dst_ports if p in guest_of),
-            select_vlans=frozenset(m.select_vlans),
-        )
-        for m in inv.mirrors
-    ]
+    return [model.MirrorSpec.of(m, guest_of) for m in inv.mirrors]
 
 
 MAX_UNUSED_CANDIDATES = 256

@@ -56,6 +56,20 @@ class MirrorSpec:
     select_dst: frozenset[str] = frozenset()
     select_vlans: frozenset[int] = frozenset()
 
+    @classmethod
+    def of(cls, mirror: Any, name_of: dict[str, str]) -> MirrorSpec:
+        """``mirror`` (an inventory mirror) in the names ``name_of`` gives its ports (ports without one left
+        out): the isolation check's guests, the audit's labels."""
+        return cls(
+            name=mirror.name,
+            bridge=mirror.bridge,
+            output=name_of.get(mirror.output_port or ""),
+            select_all=mirror.select_all,
+            select_src=frozenset(name_of[p] for p in mirror.select_src_ports if p in name_of),
+            select_dst=frozenset(name_of[p] for p in mirror.select_dst_ports if p in name_of),
+            select_vlans=frozenset(mirror.select_vlans),
+        )
+
 
 def ingress_vlan(port: PortVlan) -> int | None:
     """VLAN of an untagged frame a guest sends, or None if the port drops it."""
