@@ -28,7 +28,7 @@ from ..ovn import write
 from ..ovn.model import Desired
 from ..ovn.plan import Limit, PoolPlan
 from ..ovn.read import read_pool
-from ..ovn.view import PoolView
+from ..ovn.view import PoolView, QosView
 from ..ovn.write import Acks
 from ..policy.journal import Journal
 from ..policy.model import Policy
@@ -225,15 +225,22 @@ def _commit(pool: InventoryPool, inventory: Inventory, connect: Connect, out: Po
         journal.clear_intent(record["id"])
 
 
-def _rule_differs(view: PoolView, lim: Limit) -> str:
+def _owned_rules(view: PoolView) -> dict[tuple[str, str, str], QosView]:
+    """hvnet's QoS rules in the NB by (logical switch, direction, port): the first of each, read once."""
+    rules: dict[tuple[str, str, str], QosView] = {}
+    for s in view.switches:
+        for q in s.qos:
+            if ovn_plan.owned(q.external_ids):
+                rules.setdefault((s.name, q.direction, q.external_ids.get("hvnet-port", "")), q)
+    return rules
+
+
+def _rule_differs(rules: dict[tuple[str, str, str], QosView], lim: Limit) -> str:
     """Why the NB's rule for ``lim`` is not the rule hvnet wants ("" when it is): absent, or another match
     or band -- a rule matching more than its port (a name pasted into it) polices traffic not its own."""
-    rules = [q for s in view.switches if s.name == lim.switch for q in s.qos
-             if ovn_plan.owned(q.external_ids) and q.direction == lim.direction
-             and q.external_ids.get("hvnet-port") == lim.port]  # fmt: skip
-    if not rules:
+    q = rules.get((lim.switch, lim.direction, lim.port))
+    if q is None:
         return f"no {lim.direction} rule for the port on logical switch {lim.switch} in the NB"
-    q = rules[0]
     if q.match != lim.match:
         return f"the NB rule matches {q.match!r}, not the port's own {lim.match!r}"
     if (q.rate_kbps, q.burst_kbit) != (lim.rate_kbps, lim.burst_kbit):
@@ -271,6 +278,7 @@ def enforcement(view: PoolView, limits: list[Limit], inventory: Inventory, pool:
                 connect: Connect, timeout: float) -> list[Enforced]:  # fmt: skip
     """Each limit checked on the chassis that binds its port (the chassis' meters, over its Host)."""
     bound = {p.name: p.chassis for _, p in view.ports()}
+    rules = _owned_rules(view)
     entries = inventory.select(pool.chassis) if pool.chassis else []
     by_chassis = {c.name: e for c in view.chassis for e in entries if e.name in (c.name, c.hostname)}
     wanted = sorted({bound.get(lim.port) for lim in limits} & set(by_chassis), key=str)
@@ -287,7 +295,7 @@ def enforcement(view: PoolView, limits: list[Limit], inventory: Inventory, pool:
     for lim in limits:
         chassis = bound.get(lim.port)
         o = bands.get(chassis or "")
-        wrong = _rule_differs(view, lim)
+        wrong = _rule_differs(rules, lim)
         if wrong:  # a meter of the same band elsewhere (another rule's) says nothing about this port
             result.append(Enforced(lim, chassis, "missing", wrong))
         elif chassis is None:
