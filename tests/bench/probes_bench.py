@@ -73,6 +73,8 @@ def bench_probes() -> list[str]:
             for h in hosts:
                 h.close()
             remote.stop()
+            # the netdev bridge's tap outlives ovs-vswitchd unless the bridge is deleted first
+            local_sw.vsctl("--if-exists", "del-br", "br0", check=False)
             local_sw.stop()
             os.environ.clear()
             os.environ.update(saved)
