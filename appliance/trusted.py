@@ -26,6 +26,7 @@ import stat
 from pathlib import Path
 
 from .errors import UsageError
+from .safedirs import judge_dir
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
@@ -48,8 +49,7 @@ def _refuse(path: str, what: str, why: str, hint: str) -> UntrustedFile:
 
 
 def _check_dir(path: str, st: os.stat_result, what: str, file: str) -> None:
-    shared = st.st_mode & stat.S_IWOTH and st.st_mode & stat.S_ISVTX
-    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & _WRITABLE_BY_OTHERS and not shared):
+    if judge_dir(path, st.st_uid, st.st_mode, os.geteuid()) is not None:  # the rule hvnet's data dirs follow
         raise _refuse(file, what, f"its directory {path} is owned by uid {st.st_uid} with mode "
                       f"{stat.S_IMODE(st.st_mode):o}", f"chown root {path}; chmod go-w {path}")  # fmt: skip
 
