@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from . import inventory
-from .counters import RateMeter
-from .host import Host
-from .inventory import Inventory
-from .ovsdb import Connection
+from appliance import inventory
+from appliance.counters import RateMeter
+from appliance.host import Host
+from appliance.inventory import Inventory
+from appliance.ovsdb import Connection
 
 # OVS writes Interface.statistics every 5 s by default (other_config:
 # stats-update-interval); rates from those counters need at least that long.
@@ -37,7 +37,7 @@ def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True
 
 def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
     """The inventory from one consistent read, without a replica (one-shot verbs: ``status``)."""
-    from . import snapshot
+    from appliance import snapshot
 
     snap = snapshot.take(host.target, inventory.COLUMNS, timeout)
     return inventory.read(snap, names=host.name_sources(), runner=host.runner)  # type: ignore[arg-type]
@@ -65,7 +65,7 @@ class LiveInventory:
         the replica is built; see :func:`read_inventory_once`).
         """
         if once:
-            from . import snapshot
+            from appliance import snapshot
 
             source = snapshot.take(self.conn.target, inventory.COLUMNS, timeout, schema_json=self.conn.schema_json)
             inv = inventory.read(source, names=self._sources, runner=self._runner)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import (
+from appliance import (
     __version__,
     cli_audit,
     cli_capture,
@@ -30,14 +30,14 @@ from . import (
     render,
     validate,
 )
-from .cli_common import add_hosts_option, lazy
-from .errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
-from .frontdoor import configured_host, host_of, local_host_of
-from .host import Host
-from .services import inventory
-from .services.inventory import Inventory, Vif
-from .systemd import log_handler
-from .topology import DEFAULT_TOPOLOGY
+from appliance.cli_common import add_hosts_option, lazy
+from appliance.errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
+from appliance.frontdoor import configured_host, host_of, local_host_of
+from appliance.host import Host
+from appliance.services import inventory
+from appliance.services.inventory import Inventory, Vif
+from appliance.systemd import log_handler
+from appliance.topology import DEFAULT_TOPOLOGY
 
 log = logging.getLogger("hvnet")
 
@@ -134,11 +134,11 @@ POOL_VERBS = ("status", "plan", "apply", "verify", "export", "rollback")  # on a
 
 def cmd_status(args: argparse.Namespace) -> int:
     if getattr(args, "pool", None):
-        from .cli_pool import cmd_pool_status
+        from appliance.cli_pool import cmd_pool_status
 
         return cmd_pool_status(args)
     if getattr(args, "hosts", None):
-        from . import cli_fleet
+        from appliance import cli_fleet
 
         verb = cli_fleet.Verb(
             work=lambda host, _entry: (status_of(host, args), EXIT_OK),
@@ -174,7 +174,7 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
                 hint=f"bridges: {', '.join(b.name for b in inv.bridges) or 'none'}",
             )
         inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
-    from .services.taps import host_taps
+    from appliance.services.taps import host_taps
 
     inv.taps = [t.to_json() for t in host_taps(host) if not args.bridge or t.bridge == args.bridge]
     return inv
@@ -186,16 +186,16 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
 def cmd_isolation_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from . import htmlpage
-    from .frontdoor_guests import scenario_measurement
-    from .isolation import report
-    from .services import isolation
+    from appliance import htmlpage
+    from appliance.frontdoor_guests import scenario_measurement
+    from appliance.isolation import report
+    from appliance.services import isolation
 
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
     if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
-        from .cli_pool import check_pool_scenario
-        from .lab import Lab
+        from appliance.cli_pool import check_pool_scenario
+        from appliance.lab import Lab
 
         result = check_pool_scenario(args, sc, Lab())
         where = f"pool {args.pool or sc.topology.name}"
@@ -213,7 +213,7 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     else:
         print(report.format_result(result))
     if html_target is not None:
-        from .isolation import html
+        from appliance.isolation import html
 
         htmlpage.write(html_target, html.page(result, source=f"checked on {where}", scenario=sc))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
@@ -222,9 +222,9 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
 
 def cmd_isolation_report(args: argparse.Namespace) -> int:
     """A saved result (``isolation check --json``) printed again, or written as an HTML page."""
-    from . import htmlpage
-    from .isolation import html, report
-    from .services import isolation
+    from appliance import htmlpage
+    from appliance.isolation import html, report
+    from appliance.services import isolation
 
     html_target = htmlpage.check_target(args.html) if args.html else None
     result = isolation.load_result(args.result)
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     h.add_argument("--hosts", metavar="NAME,NAME|GROUP|all", help="only these hosts (default: all); " + HOSTS_EXIT_HELP)
     h.add_argument("--json", action="store_true", help="machine-readable output")
-    h.set_defaults(func=lazy("cli_hosts", "cmd_hosts"))
+    h.set_defaults(func=lazy("appliance.cli_hosts", "cmd_hosts"))
 
     s = sub.add_parser("status", help="show the host's bridges and VIFs (VM, VLAN, QoS, mirrors, counters)")
     s.add_argument("--json", action="store_true", help="machine-readable output (units in key names)")
@@ -364,22 +364,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--topology", default=str(DEFAULT_TOPOLOGY), metavar="FILE", help="topology YAML (default: the 2010 study's)"
     )
     up.add_argument("--json", action="store_true", help="machine-readable output")
-    up.set_defaults(func=lazy("cli_lab", "cmd_lab_up"))
+    up.set_defaults(func=lazy("appliance.cli_lab", "cmd_lab_up"))
     down = lsub.add_parser("down", help="remove every namespace, veth, daemon and file the lab created")
     down.add_argument("--json", action="store_true", help="machine-readable output")
-    down.set_defaults(func=lazy("cli_lab", "cmd_lab_down"))
+    down.set_defaults(func=lazy("appliance.cli_lab", "cmd_lab_down"))
     st = lsub.add_parser("status", help="show whether the lab is up and what it holds (exit 1 if not up)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.set_defaults(func=lazy("cli_lab", "cmd_lab_status"))
+    st.set_defaults(func=lazy("appliance.cli_lab", "cmd_lab_status"))
     im = lsub.add_parser("image", help="build the probe guest image for QEMU guests (or find it in the cache)")
     im.add_argument("--force", action="store_true", help="rebuild even when the cached image is current")
     im.add_argument("--cache", metavar="DIR", help="cache directory (default /var/cache/hvnet/image)")
     im.add_argument("--json", action="store_true", help="machine-readable output")
-    im.set_defaults(func=lazy("cli_lab", "cmd_lab_image"))
+    im.set_defaults(func=lazy("appliance.cli_lab", "cmd_lab_image"))
     ex = lsub.add_parser("exec", help="run a command inside a lab guest (namespace or QEMU VM); its exit status")
     ex.add_argument("guest", metavar="GUEST", help="guest name from the topology")
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
-    ex.set_defaults(func=lazy("cli_lab", "cmd_lab_exec"))
+    ex.set_defaults(func=lazy("appliance.cli_lab", "cmd_lab_exec"))
 
     iso = sub.add_parser("isolation", help="ARP/VLAN isolation checks: who hears whom, versus the VLAN config")
     isub = iso.add_subparsers(dest="isolation_command", metavar="ACTION", required=True, parser_class=_Parser)

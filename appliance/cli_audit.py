@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import render
-from .errors import UsageError
-from .frontdoor import host_of, hosts_by_name
+from appliance import render
+from appliance.errors import UsageError
+from appliance.frontdoor import host_of, hosts_by_name
 
 
 def register(isub: argparse._SubParsersAction) -> None:
@@ -51,9 +51,9 @@ def _hosts(args: argparse.Namespace) -> dict:
 
 
 def cmd_isolation_audit(args: argparse.Namespace) -> int:
-    from . import htmlpage
-    from .isolation import report
-    from .services import isolation_audit
+    from appliance import htmlpage
+    from appliance.isolation import report
+    from appliance.services import isolation_audit
 
     expect = isolation_audit.load_expect(args.expect) if args.expect else None  # file errors before anything runs
     html_target = htmlpage.check_target(args.html) if args.html else None
@@ -68,7 +68,7 @@ def cmd_isolation_audit(args: argparse.Namespace) -> int:
     else:
         print(report.format_result(result))
     if html_target is not None:
-        from .isolation import html
+        from appliance.isolation import html
 
         where = ", ".join(str(n) for n in hosts) if args.hosts else host_of(args).label or "this host"
         htmlpage.write(html_target, html.page(result, source=f"audited on {where}"))

@@ -11,23 +11,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import render
-from .capture.spec import DEFAULT_MAX_MB, DEFAULT_RING, RING_MAX_MB, Limits
-from .cli_common import lazy
-from .errors import EXIT_FAILED, EXIT_OK, UsageError
-from .frontdoor import host_of
+from appliance import render
+from appliance.capture.spec import DEFAULT_MAX_MB, DEFAULT_RING, RING_MAX_MB, Limits
+from appliance.cli_common import lazy
+from appliance.errors import EXIT_FAILED, EXIT_OK, UsageError
+from appliance.frontdoor import host_of
 
 if TYPE_CHECKING:  # the services (and tcpdump's parsers) load when a capture verb runs, not with every hvnet
-    from .capture.completeness import Completeness
-    from .services.captures import CaptureView
+    from appliance.capture.completeness import Completeness
+    from appliance.services.captures import CaptureView
 
 
 def cmd_capture_start(args: argparse.Namespace) -> int:
-    from .services import captures
+    from appliance.services import captures
 
     guest = None
     if args.guest is not None:
-        from .lab import Lab
+        from appliance.lab import Lab
 
         guest = Lab().endpoint(args.guest)
     limits = Limits(
@@ -48,7 +48,7 @@ def cmd_capture_start(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_stop(args: argparse.Namespace) -> int:
-    from .services import captures
+    from appliance.services import captures
 
     view = captures.stop_view(host_of(args), args.name)
     record = view.record
@@ -61,7 +61,7 @@ def cmd_capture_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_list(args: argparse.Namespace) -> int:
-    from .services import captures
+    from appliance.services import captures
 
     views = captures.list_captures(host_of(args))
     if args.json:
@@ -73,7 +73,7 @@ def cmd_capture_list(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_show(args: argparse.Namespace) -> int:
-    from .services import captures
+    from appliance.services import captures
 
     view = captures.show(host_of(args), args.name)
     if args.json:
@@ -98,7 +98,7 @@ def cmd_capture_show(args: argparse.Namespace) -> int:
 
 
 def cmd_capture_delete(args: argparse.Namespace) -> int:
-    from .services import captures
+    from appliance.services import captures
 
     removed = captures.delete(host_of(args), args.name, if_exists=args.if_exists)
     print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
@@ -107,8 +107,8 @@ def cmd_capture_delete(args: argparse.Namespace) -> int:
 
 def cmd_capture_supervise(args: argparse.Namespace) -> int:
     """The detached process of one capture (started by 'capture start', never by hand)."""
-    from .capture.supervise import supervise
-    from .services import captures
+    from appliance.capture.supervise import supervise
+    from appliance.services import captures
 
     host = host_of(args)
     directory = Path(args.directory)
@@ -121,7 +121,7 @@ def cmd_capture_supervise(args: argparse.Namespace) -> int:
 
 
 def _completeness(view: CaptureView) -> Completeness | None:
-    from .capture.completeness import Completeness
+    from appliance.capture.completeness import Completeness
 
     data = view.record.completeness
     return Completeness(**data) if data else None
@@ -232,7 +232,7 @@ def register(sub: Any) -> None:
         "(default: $HVNET_CAPTURE_FREE_FLOOR, hvnet.conf's capture_free_floor, 10%%)",
     )
     s.add_argument("--json", action="store_true", help="the capture's record as JSON")
-    s.set_defaults(func=lazy("cli_capture", "cmd_capture_start"))
+    s.set_defaults(func=lazy("appliance.cli_capture", "cmd_capture_start"))
 
     for verb, text, func in (
         ("stop", "stop a capture; its tcpdump counts and completeness (exit 1 if it had died)", "cmd_capture_stop"),
@@ -245,12 +245,12 @@ def register(sub: Any) -> None:
             v.add_argument("--json", action="store_true", help="as JSON")
         else:
             v.add_argument("--if-exists", action="store_true", help="no capture of that name is success")
-        v.set_defaults(func=lazy("cli_capture", func))
+        v.set_defaults(func=lazy("appliance.cli_capture", func))
 
     ls = cs.add_parser("list", help="every capture: state, packets so far, rate, drops, completeness")
     ls.add_argument("--json", action="store_true", help="as JSON")
-    ls.set_defaults(func=lazy("cli_capture", "cmd_capture_list"))
+    ls.set_defaults(func=lazy("appliance.cli_capture", "cmd_capture_list"))
 
     sv = cs.add_parser("_supervise")  # no help: left out of the listing (started by hvnet itself)
     sv.add_argument("directory")
-    sv.set_defaults(func=lazy("cli_capture", "cmd_capture_supervise"))
+    sv.set_defaults(func=lazy("appliance.cli_capture", "cmd_capture_supervise"))

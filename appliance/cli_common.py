@@ -6,14 +6,14 @@ import argparse
 import importlib
 from typing import Callable
 
-from .errors import HOSTS_EXIT_HELP
+from appliance.errors import HOSTS_EXIT_HELP
 
 
 def lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """A command whose module is imported only when it runs (start-up loads what the verb needs)."""
 
     def call(args: argparse.Namespace) -> int:
-        return int(getattr(importlib.import_module(f"{__package__}.{module}"), name)(args))
+        return int(getattr(importlib.import_module(module), name)(args))
 
     call.__name__ = name
     return call

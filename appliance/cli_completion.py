@@ -17,9 +17,9 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .cli_common import lazy
-from .errors import EXIT_OK, HvnetError, MissingTool
-from .frontdoor import host_of, inventory_file
+from appliance.cli_common import lazy
+from appliance.errors import EXIT_OK, HvnetError, MissingTool
+from appliance.frontdoor import host_of, inventory_file
 
 SHELLS = ("bash", "zsh")
 # The lists the scripts ask ``hvnet _complete`` for; "files" and "dirs" are the shells' own.
@@ -123,8 +123,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def names(kind: str, args: argparse.Namespace) -> list[str]:
     """What ``kind`` lists now (see :mod:`appliance.services.completion`)."""
-    from . import labstate
-    from .services import completion as svc
+    from appliance import labstate
+    from appliance.services import completion as svc
 
     if kind in svc.SWITCH_KINDS:
         return svc.switch_names(host_of(args), kind, COMPLETE_TIMEOUT_S)
@@ -163,9 +163,9 @@ def register(sub: Any, build_parser: Callable[[], argparse.ArgumentParser]) -> N
         "save 'hvnet completion zsh' as _hvnet in a directory of $fpath.",
     )
     c.add_argument("shell", choices=SHELLS, help="the shell")
-    c.set_defaults(func=lazy("cli_completion", "cmd_completion"), build_parser=build_parser)
+    c.set_defaults(func=lazy("appliance.cli_completion", "cmd_completion"), build_parser=build_parser)
     m = sub.add_parser("_manpage")  # hvnet(1) in roff, for the package build
-    m.set_defaults(func=lazy("cli_manpage", "cmd_manpage"), build_parser=build_parser)
+    m.set_defaults(func=lazy("appliance.cli_manpage", "cmd_manpage"), build_parser=build_parser)
     h = sub.add_parser("_complete")
     h.add_argument("kind", choices=KINDS)
-    h.set_defaults(func=lazy("cli_completion", "cmd_complete"))
+    h.set_defaults(func=lazy("appliance.cli_completion", "cmd_complete"))

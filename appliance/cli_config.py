@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .errors import EXIT_OK
+from appliance.errors import EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from . import config, render
-    from .frontdoor import effective_settings
+    from appliance import config, render
+    from appliance.frontdoor import effective_settings
 
     path, named = config.config_path()
     file = config.load()  # a broken file stops here: file:line, exit 2

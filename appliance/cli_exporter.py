@@ -15,15 +15,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import config
-from .cli_common import lazy
-from .errors import EXIT_OK, UsageError
-from .frontdoor import build_host, host_of, inventory_file
-from .host import DEFAULT_POLICY_FILE
+from appliance import config
+from appliance.cli_common import lazy
+from appliance.errors import EXIT_OK, UsageError
+from appliance.frontdoor import build_host, host_of, inventory_file
+from appliance.host import DEFAULT_POLICY_FILE
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    from .services import exporter, scrape
+    from appliance.services import exporter, scrape
 
     # each: the flag, $HVNET_EXPORTER_*, hvnet.conf's [exporter], the default -- in that order
     chosen = config.resolve("exporter.listen", args.listen, flag_name="--listen")
@@ -41,8 +41,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     if args.hosts:
         if args.host or args.db:
             raise UsageError("--hosts names the hypervisors to export: not with --host or --db")
-        from .hosts import load
-        from .services.metrics_fleet import FleetCollector
+        from appliance.hosts import load
+        from appliance.services.metrics_fleet import FleetCollector
 
         entries = load(inventory_file()).select(args.hosts)
         # each host's drift from its own policy (the inventory's), unless --policy names one for all
@@ -85,7 +85,7 @@ def _scrape_timeout(flag: Any) -> float:
 
 def _tls(args: argparse.Namespace) -> Any:
     """The HTTPS settings (flags over the variables over the file), checked; None for plain HTTP."""
-    from .services import exporter
+    from appliance.services import exporter
 
     files = {}
     for key, flag in (("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"), ("client_ca", "--client-ca")):
@@ -143,4 +143,4 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--hosts", metavar="NAME,NAME|GROUP|all",
         help="export these inventory hosts (over SSH, each on its own; label host=NAME) instead of one switch",
     )  # fmt: skip
-    e.set_defaults(func=lazy("cli_exporter", "cmd_exporter"))
+    e.set_defaults(func=lazy("appliance.cli_exporter", "cmd_exporter"))

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import render
-from .errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError, exit_word
-from .frontdoor import build_host, inventory_file
-from .host import Host
-from .hosts import InventoryHost, load
-from .services import fleet, pool
+from appliance import render
+from appliance.errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError, exit_word
+from appliance.frontdoor import build_host, inventory_file
+from appliance.host import Host
+from appliance.hosts import InventoryHost, load
+from appliance.services import fleet, pool
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from . import render
-from .errors import EXIT_OK
-from .frontdoor import build_host, inventory_file
-from .hosts import InventoryHost, load
-from .services import fleet
+from appliance import render
+from appliance.errors import EXIT_OK
+from appliance.frontdoor import build_host, inventory_file
+from appliance.hosts import InventoryHost, load
+from appliance.services import fleet
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:

@@ -12,10 +12,10 @@ import os
 import sys
 from typing import Any
 
-from . import render
-from .errors import EXIT_FAILED, EXIT_OK, UsageError
-from .lab import Lab
-from .topology import load as load_topology
+from appliance import render
+from appliance.errors import EXIT_FAILED, EXIT_OK, UsageError
+from appliance.lab import Lab
+from appliance.topology import load as load_topology
 
 log = logging.getLogger("hvnet")
 
@@ -134,7 +134,7 @@ def cmd_lab_image(args: argparse.Namespace) -> int:
     """Build the probe guest image, or find it in the cache; say which, and how long it took."""
     from pathlib import Path
 
-    from .lab.vm.image import build_image
+    from appliance.lab.vm.image import build_image
 
     image = build_image(Path(args.cache) if args.cache else None, force=args.force)
     if args.json:

@@ -16,8 +16,8 @@ import re
 import time
 from collections.abc import Iterator
 
-from . import __version__
-from .errors import EXIT_CODES, EXIT_OK, HOSTS_EXIT_HELP
+from appliance import __version__
+from appliance.errors import EXIT_CODES, EXIT_OK, HOSTS_EXIT_HELP
 
 SEE_ALSO = ("ovs-vsctl(8)", "ovsdb-server(1)", "ovs-vswitchd(8)", "tcpdump(8)", "netperf(1)")
 

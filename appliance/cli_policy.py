@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import api, config, render
-from .errors import EXIT_FAILED, EXIT_OK, ConfigError, ConflictError, OvsdbUnreachable, Problem, UsageError
-from .frontdoor import configured_host, host_of
-from .host import Host
-from .policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, Policy, PolicyEngine, describe, intents, load
-from .policy.engine import change_json
-from .policy.fields import FieldError
-from .services import policy as svc
-from .services import pool
-from .systemd import Notifier, log_handler
+from appliance import api, config, render
+from appliance.errors import EXIT_FAILED, EXIT_OK, ConfigError, ConflictError, OvsdbUnreachable, Problem, UsageError
+from appliance.frontdoor import configured_host, host_of
+from appliance.host import Host
+from appliance.policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, Policy, PolicyEngine, describe, intents, load
+from appliance.policy.engine import change_json
+from appliance.policy.fields import FieldError
+from appliance.services import policy as svc
+from appliance.services import pool
+from appliance.systemd import Notifier, log_handler
 
 WATCHER_PATIENCE_S = 600.0
 
@@ -99,7 +99,7 @@ def _finish(args: argparse.Namespace, result: ApplyResult) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     policy = load(policy_file(args))
     if getattr(args, "pool", None):
-        from .cli_pool import cmd_pool_policy
+        from appliance.cli_pool import cmd_pool_policy
 
         return cmd_pool_policy(args, "plan", policy)  # validated before connecting
     if getattr(args, "hosts", None):
@@ -138,7 +138,7 @@ def plan_text(plan: Plan) -> str:
 def cmd_apply(args: argparse.Namespace) -> int:
     policy = load(policy_file(args))
     if getattr(args, "pool", None):
-        from .cli_pool import cmd_pool_policy
+        from appliance.cli_pool import cmd_pool_policy
 
         return cmd_pool_policy(args, "apply", policy)
     if getattr(args, "hosts", None):
@@ -165,7 +165,7 @@ def apply_on(
 def cmd_verify(args: argparse.Namespace) -> int:
     policy = load(policy_file(args))
     if getattr(args, "pool", None):
-        from .cli_pool import cmd_pool_policy
+        from appliance.cli_pool import cmd_pool_policy
 
         return cmd_pool_policy(args, "verify", policy)
     if getattr(args, "hosts", None):
@@ -202,8 +202,8 @@ def drift_text(found: svc.Drift, path: str) -> str:
 
 def _on_hosts(args: argparse.Namespace, name: str, policy: Policy) -> int:
     """``plan|apply|verify --hosts``: the one-host function on each host, side by side (see cli_fleet)."""
-    from . import cli_fleet
-    from .cli_fleet import tally
+    from appliance import cli_fleet
+    from appliance.cli_fleet import tally
 
     gate = pool.PlanGate(policy, timeout=args.host_timeout)
     if name == "plan":
@@ -239,7 +239,7 @@ def _on_hosts(args: argparse.Namespace, name: str, policy: Policy) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     if getattr(args, "pool", None):
-        from .cli_pool import cmd_pool_export
+        from appliance.cli_pool import cmd_pool_export
 
         return cmd_pool_export(args)
     with _engine(args) as eng:
@@ -277,7 +277,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if args.pending:
         return _watch(args)
     if getattr(args, "pool", None):
-        from .cli_pool import cmd_pool_rollback
+        from appliance.cli_pool import cmd_pool_rollback
 
         return cmd_pool_rollback(args)
     with _engine(args) as eng:
@@ -294,7 +294,7 @@ def _watch(args: argparse.Namespace) -> int:
     the record stays overdue and the next hvnet run on this switch rolls it
     back (``settle_overdue``).  Its output is its log, never JSON.
     """
-    from .ssh import AuthRefused, HostUnreachable
+    from appliance.ssh import AuthRefused, HostUnreachable
 
     at = float(args.at)
     svc.wait_until(at)  # before connecting: a connection idle for the whole window goes stale
@@ -438,7 +438,7 @@ def cmd_mirror_list(args: argparse.Namespace) -> int:
 def cmd_agent(args: argparse.Namespace) -> int:
     import logging
 
-    from .policy.agent import ENFORCED, Agent
+    from appliance.policy.agent import ENFORCED, Agent
 
     if args.prepare:
         return _agent_prepare(args)
@@ -466,7 +466,7 @@ def _agent_prepare(args: argparse.Namespace) -> int:
     """What the agent's unit runs first, with the privileges its sandbox then takes away: whether this
     kernel enforces tc's police action is probed in a throwaway network namespace (which needs
     CAP_SYS_ADMIN and mounts) and cached for the boot, where the sandboxed agent reads it."""
-    from .policy.openflow import tc_police_works
+    from appliance.policy.openflow import tc_police_works
 
     host = host_of(args)
     works = tc_police_works(host.runner, host.paths.cache_dir)
@@ -482,8 +482,8 @@ def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]], noti
     import logging
     import signal
 
-    from .policy.link import Backoff
-    from .ssh import AuthRefused, HostUnreachable
+    from appliance.policy.link import Backoff
+    from appliance.ssh import AuthRefused, HostUnreachable
 
     log = logging.getLogger("hvnet.agent")
     backoff, attempt = Backoff(), 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_common import add_hosts_option, lazy
-from .host import DEFAULT_POLICY_FILE as DEFAULT_POLICY
+from appliance.cli_common import add_hosts_option, lazy
+from appliance.host import DEFAULT_POLICY_FILE as DEFAULT_POLICY
 
 
 def _commit_timeout(text: str) -> float:
@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
     common(p, dry_run=False)
     policing(p)
     add_hosts_option(p)
-    p.set_defaults(func=lazy("cli_policy", "cmd_plan"))
+    p.set_defaults(func=lazy("appliance.cli_policy", "cmd_plan"))
 
     a = sub.add_parser("apply", help="apply a policy: one transaction, meters, verified, audited")
     a.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
@@ -67,30 +67,30 @@ def register(sub: Any) -> None:
         help="with --no-commit: seconds before the automatic rollback (default 60)",
     )  # fmt: skip
     add_hosts_option(a)
-    a.set_defaults(func=lazy("cli_policy", "cmd_apply"))
+    a.set_defaults(func=lazy("appliance.cli_policy", "cmd_apply"))
 
     v = sub.add_parser("verify", help="report drift between the switch and a policy (exit 1 on drift)")
     v.add_argument("file", nargs="?", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
     common(v, dry_run=False)
     policing(v)
     add_hosts_option(v)
-    v.set_defaults(func=lazy("cli_policy", "cmd_verify"))
+    v.set_defaults(func=lazy("appliance.cli_policy", "cmd_verify"))
 
     e = sub.add_parser("export", help="write the current VIF and mirror settings as a policy file")
     e.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     e.add_argument("--by", choices=("mac", "port"), default="mac", help="select VIFs by VM MAC (default) or port")
     e.add_argument("--json", action="store_true", help="the policy as JSON")
-    e.set_defaults(func=lazy("cli_policy", "cmd_export"))
+    e.set_defaults(func=lazy("appliance.cli_policy", "cmd_export"))
 
     c = sub.add_parser("commit", help="keep a change applied with --no-commit")
     c.add_argument("--json", action="store_true", help="machine-readable output")
-    c.set_defaults(func=lazy("cli_policy", "cmd_commit"))
+    c.set_defaults(func=lazy("appliance.cli_policy", "cmd_commit"))
 
     r = sub.add_parser("rollback", help="undo the pending --no-commit change, else the last apply")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--pending", help=argparse.SUPPRESS)
     r.add_argument("--at", help=argparse.SUPPRESS)
-    r.set_defaults(func=lazy("cli_policy", "cmd_rollback"))
+    r.set_defaults(func=lazy("appliance.cli_policy", "cmd_rollback"))
 
     ag = sub.add_parser("agent", help="keep the policy in force as VIFs come and go (foreground)")
     ag.add_argument("--policy", metavar="FILE", help=f"policy YAML (default $HVNET_POLICY or {DEFAULT_POLICY})")
@@ -101,7 +101,7 @@ def register(sub: Any) -> None:
         help="probe what this kernel enforces (tc police) and cache it for the boot, then exit "
         "(the unit's privileged ExecStartPre: the agent's sandbox cannot make the probe's namespace)",
     )  # fmt: skip
-    ag.set_defaults(func=lazy("cli_policy", "cmd_agent"))
+    ag.set_defaults(func=lazy("appliance.cli_policy", "cmd_agent"))
 
     vif = sub.add_parser("vif", help="set a VIF's VLAN (mode, tag, trunks)")
     vsub = vif.add_subparsers(dest="vif_command", metavar="ACTION", required=True, parser_class=type(vif))
@@ -111,7 +111,7 @@ def register(sub: Any) -> None:
     vs.add_argument("--trunks", metavar="LIST", help="trunked VLANs, e.g. 10,20-30, or 'all'")
     vs.add_argument("--vlan-mode", choices=("access", "trunk", "native-tagged", "native-untagged"))
     common(vs)
-    vs.set_defaults(func=lazy("cli_policy", "cmd_vif_set"))
+    vs.set_defaults(func=lazy("appliance.cli_policy", "cmd_vif_set"))
 
     q = sub.add_parser("qos", help="ingress policing and egress shaping of a VIF")
     qsub = q.add_subparsers(dest="qos_command", metavar="ACTION", required=True, parser_class=type(q))
@@ -123,11 +123,11 @@ def register(sub: Any) -> None:
     qs.add_argument("--egress-burst", metavar="KB", help="shaping burst in kbit")
     qs.add_argument("--mechanism", choices=("auto", "tc", "meter"), default="auto", help="policing mechanism")
     common(qs)
-    qs.set_defaults(func=lazy("cli_policy", "cmd_qos_set"))
+    qs.set_defaults(func=lazy("appliance.cli_policy", "cmd_qos_set"))
     qc = qsub.add_parser("clear", help="remove ingress policing and egress shaping from a VIF")
     qc.add_argument("vif", metavar="VIF")
     common(qc)
-    qc.set_defaults(func=lazy("cli_policy", "cmd_qos_clear"))
+    qc.set_defaults(func=lazy("appliance.cli_policy", "cmd_qos_clear"))
 
     m = sub.add_parser("mirror", help="port mirrors: add, del, list (with statistics)")
     msub = m.add_subparsers(dest="mirror_command", metavar="ACTION", required=True, parser_class=type(m))
@@ -153,16 +153,16 @@ def register(sub: Any) -> None:
         help="a mirror of that name with these settings is success, nothing changed (as ovs-vsctl --may-exist)",
     )  # fmt: skip
     common(ma)
-    ma.set_defaults(func=lazy("cli_policy", "cmd_mirror_add"))
+    ma.set_defaults(func=lazy("appliance.cli_policy", "cmd_mirror_add"))
     md = msub.add_parser("del", help="delete a mirror (and the tunnel port hvnet made for it)")
     md.add_argument("name", metavar="NAME")
     md.add_argument("--bridge", metavar="BR")
     md.add_argument("--if-exists", action="store_true", help="no such mirror is success, nothing changed")
     common(md)
-    md.set_defaults(func=lazy("cli_policy", "cmd_mirror_del"))
+    md.set_defaults(func=lazy("appliance.cli_policy", "cmd_mirror_del"))
     ml = msub.add_parser("list", help="list mirrors with their statistics")
     ml.add_argument("--json", action="store_true", help="machine-readable output")
-    ml.set_defaults(func=lazy("cli_policy", "cmd_mirror_list"))
+    ml.set_defaults(func=lazy("appliance.cli_policy", "cmd_mirror_list"))
 
     register_sampling(sub)
 
@@ -192,9 +192,9 @@ def register_sampling(sub: Any) -> None:
             s.add_argument("--cache-max-flows", metavar="N", help="flows the cache holds, 0 = no cache")
         s.add_argument("--json", action="store_true", help="machine-readable output")
         s.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
-        s.set_defaults(func=lazy("cli_policy_sampling", "cmd_set"), kind=kind)
+        s.set_defaults(func=lazy("appliance.cli_policy_sampling", "cmd_set"), kind=kind)
         c = psub.add_parser("clear", help=f"take {title} away from BRIDGE")
         c.add_argument("bridge", metavar="BRIDGE")
         c.add_argument("--json", action="store_true", help="machine-readable output")
         c.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
-        c.set_defaults(func=lazy("cli_policy_sampling", "cmd_clear"), kind=kind)
+        c.set_defaults(func=lazy("appliance.cli_policy_sampling", "cmd_clear"), kind=kind)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 
-from . import sampling
-from .cli_policy import _engine, _finish
-from .errors import ConfigError, Problem
-from .services import policy as svc
+from appliance import sampling
+from appliance.cli_policy import _engine, _finish
+from appliance.errors import ConfigError, Problem
+from appliance.services import policy as svc
 
 # The flags of each kind, by the policy key they set.
 FLAGS = {

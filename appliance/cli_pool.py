@@ -7,17 +7,17 @@ import re
 import sys
 from pathlib import Path
 
-from . import config, labstate, render
-from .errors import EXIT_FAILED, EXIT_OK, UsageError
-from .frontdoor import build_host, data_paths, inventory_file
-from .guests import GuestSource
-from .hosts import Inventory, InventoryPool, load
-from .ovn.view import PoolView
-from .policy.journal import Journal
-from .policy.model import Policy
-from .services import isolation, isolation_pool, pool_history, pool_mirrors, pools
-from .services.isolation import CheckResult, Scenario
-from .target import SslOptions
+from appliance import config, labstate, render
+from appliance.errors import EXIT_FAILED, EXIT_OK, UsageError
+from appliance.frontdoor import build_host, data_paths, inventory_file
+from appliance.guests import GuestSource
+from appliance.hosts import Inventory, InventoryPool, load
+from appliance.ovn.view import PoolView
+from appliance.policy.journal import Journal
+from appliance.policy.model import Policy
+from appliance.services import isolation, isolation_pool, pool_history, pool_mirrors, pools
+from appliance.services.isolation import CheckResult, Scenario
+from appliance.target import SslOptions
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

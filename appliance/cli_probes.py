@@ -12,9 +12,9 @@ import argparse
 import time
 from typing import Any
 
-from . import render
-from .cli_common import lazy
-from .errors import EXIT_OK
+from appliance import render
+from appliance.cli_common import lazy
+from appliance.errors import EXIT_OK
 
 
 def _shown(text: Any) -> str:
@@ -23,8 +23,8 @@ def _shown(text: Any) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .frontdoor import host_of
-    from .services import probes
+    from appliance.frontdoor import host_of
+    from appliance.services import probes
 
     found = probes.list_probes(host_of(args), timeout=args.timeout)
     if args.json:
@@ -44,8 +44,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from .frontdoor import host_of
-    from .services import probes
+    from appliance.frontdoor import host_of
+    from appliance.services import probes
 
     done = probes.clean(host_of(args), all_probes=args.all, timeout=args.timeout)
     if args.json:
@@ -60,8 +60,8 @@ def register(sub: Any) -> None:
     ps = p.add_subparsers(dest="probes_command", metavar="ACTION", required=True, parser_class=type(p))
     ls = ps.add_parser("list", help="probe ports on the switch: owner, expiry, whether any run may remove them")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(func=lazy("cli_probes", "cmd_list"))
+    ls.set_defaults(func=lazy("appliance.cli_probes", "cmd_list"))
     c = ps.add_parser("clean", help="remove the probes left behind (owner gone or expired), with their namespaces")
     c.add_argument("--all", action="store_true", help="also the probes of a run that is still going (it fails)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
-    c.set_defaults(func=lazy("cli_probes", "cmd_clean"))
+    c.set_defaults(func=lazy("appliance.cli_probes", "cmd_clean"))

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from . import cli_suite_runs, render
-from .errors import EXIT_FAILED, EXIT_OK
+from appliance import cli_suite_runs, render
+from appliance.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from .netperf.runner import Event
+    from appliance.netperf.runner import Event
 
 # Bounds of the overrides (netperf.suite checks the same): here so that building
 # the parser loads no netperf code; a test checks they agree.
@@ -66,7 +66,7 @@ class Progress:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    from .netperf import suite as suite_mod
+    from appliance.netperf import suite as suite_mod
 
     try:
         return suite_mod.concurrency_list(text)
@@ -76,7 +76,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def _bounded(lo: int, hi: int, what: str) -> Any:
     def parse(text: str) -> int:
-        from .netperf import suite as suite_mod
+        from appliance.netperf import suite as suite_mod
 
         try:
             return suite_mod.bounded_int(text, lo, hi, what)
@@ -87,9 +87,9 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .frontdoor_guests import suite_measurement
-    from .netperf import report
-    from .services import suites
+    from appliance.frontdoor_guests import suite_measurement
+    from appliance.netperf import report
+    from appliance.services import suites
 
     s = suites.load_suite(
         args.file,
@@ -136,13 +136,13 @@ def _run_stoppable(run: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .netperf import report, results
+    from appliance.netperf import report, results
 
     target = _html_target(args)
     doc = results.load(args.run)
     if target is not None:
-        from . import htmlpage
-        from .netperf import html
+        from appliance import htmlpage
+        from appliance.netperf import html
 
         htmlpage.write(target, html.suite_page(doc, args.run, plots=not args.no_plots))
         print(f"report: {target}")
@@ -152,7 +152,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(report.text(doc))
     if not args.no_plots:
-        from .netperf import plots
+        from appliance.netperf import plots
 
         if not plots.available():
             print(f"hvnet: {plots.MISSING}", file=sys.stderr)
@@ -164,8 +164,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .netperf import compare as compare_mod
-    from .netperf import results
+    from appliance.netperf import compare as compare_mod
+    from appliance.netperf import results
 
     target = _html_target(args)
     base, new = results.load(args.base), results.load(args.new)
@@ -175,8 +175,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(compare_mod.text(result))
     if target is not None:
-        from . import htmlpage
-        from .netperf import html
+        from appliance import htmlpage
+        from appliance.netperf import html
 
         htmlpage.write(target, html.compare_page(result, base, new, (args.base, args.new)))
         print(f"report: {target}", file=sys.stderr if args.json else sys.stdout)
@@ -187,14 +187,14 @@ def _html_target(args: argparse.Namespace) -> Optional[Path]:
     """``--html FILE``, checked writable before anything is read or drawn."""
     if not getattr(args, "html", None):
         return None
-    from . import htmlpage
+    from appliance import htmlpage
 
     return htmlpage.check_target(args.html)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .frontdoor import host_of
-    from .services import suites
+    from appliance.frontdoor import host_of
+    from appliance.services import suites
 
     shipped = [x.to_json() for x in suites.shipped_suites()]
     where = Path(args.runs) if args.runs else host_of(args).paths.runs_dir
@@ -240,7 +240,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .netperf import suite as suite_mod
+    from appliance.netperf import suite as suite_mod
 
     s = suite_mod.load(args.file)
     print(

@@ -12,11 +12,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_FAILED, EXIT_OK
+from appliance.errors import EXIT_FAILED, EXIT_OK
 
 
 def _age(text: str) -> Any:
-    from .netperf.retention import parse_age
+    from appliance.netperf.retention import parse_age
 
     try:
         return parse_age(text)
@@ -31,18 +31,18 @@ def _count(text: str) -> int:
 
 
 def _runs_dir(args: argparse.Namespace) -> Path:
-    from .frontdoor import data_paths
+    from appliance.frontdoor import data_paths
 
     if args.runs:
         return Path(args.runs)
-    from . import config
+    from appliance import config
 
     return data_paths(config.environ()).runs_dir  # no switch is needed to look at saved runs
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from . import render
-    from .services import runs
+    from appliance import render
+    from appliance.services import runs
 
     result = runs.prune(_runs_dir(args), keep=args.keep, older_than=args.older_than, dry_run=not args.yes)
     if args.json:
@@ -62,7 +62,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    from .services import runs
+    from appliance.services import runs
 
     marker = runs.pin(Path(args.run), args.note or "")
     print(f"pinned: {args.run} ('hvnet suite prune' keeps it; {marker} says when and why)")
@@ -70,7 +70,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_unpin(args: argparse.Namespace) -> int:
-    from .services import runs
+    from appliance.services import runs
 
     was = runs.unpin(Path(args.run))
     print(f"unpinned: {args.run}" if was else f"{args.run} was not pinned")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from . import render
-from .cli_common import lazy
-from .errors import EXIT_OK, UsageError
-from .policy.model import TAP_DIRECTIONS, TAP_METHODS
+from appliance import render
+from appliance.cli_common import lazy
+from appliance.errors import EXIT_OK, UsageError
+from appliance.policy.model import TAP_DIRECTIONS, TAP_METHODS
 
 _MATCH_FLAGS = ("src_mac", "dst_mac", "src_ip", "dst_ip", "vlan", "protocol", "src_port", "dst_port")
 
@@ -37,16 +37,16 @@ def register(sub: Any) -> None:
     ta.add_argument("--allow-isolation-exception", action="store_true", help="allow a VM's interface as output")
     ta.add_argument("--json", action="store_true", help="machine-readable output")
     ta.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
-    ta.set_defaults(func=lazy("cli_tap", "cmd_tap_add"))
+    ta.set_defaults(func=lazy("appliance.cli_tap", "cmd_tap_add"))
     td = tsub.add_parser("del", help="delete a TAP (its flows, group and any tunnel port hvnet made)")
     td.add_argument("name", metavar="NAME")
     td.add_argument("--bridge", metavar="BR")
     td.add_argument("--json", action="store_true", help="machine-readable output")
     td.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
-    td.set_defaults(func=lazy("cli_tap", "cmd_tap_del"))
+    td.set_defaults(func=lazy("appliance.cli_tap", "cmd_tap_del"))
     tl = tsub.add_parser("list", help="list TAPs with the packets and bytes their flows matched")
     tl.add_argument("--json", action="store_true", help="machine-readable output")
-    tl.set_defaults(func=lazy("cli_tap", "cmd_tap_list"))
+    tl.set_defaults(func=lazy("appliance.cli_tap", "cmd_tap_list"))
 
 
 def spec_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,8 +73,8 @@ def spec_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_tap_add(args: argparse.Namespace) -> int:
-    from .cli_policy import _engine, _finish
-    from .services import taps
+    from appliance.cli_policy import _engine, _finish
+    from appliance.services import taps
 
     spec = spec_of(args)
     try:
@@ -90,16 +90,16 @@ def cmd_tap_add(args: argparse.Namespace) -> int:
 
 
 def cmd_tap_del(args: argparse.Namespace) -> int:
-    from .cli_policy import _engine, _finish
-    from .services import taps
+    from appliance.cli_policy import _engine, _finish
+    from appliance.services import taps
 
     with _engine(args) as eng:
         return _finish(args, taps.delete_tap(eng, args.name, args.bridge, dry_run=args.dry_run))
 
 
 def cmd_tap_list(args: argparse.Namespace) -> int:
-    from .cli_policy import _engine
-    from .services import taps
+    from appliance.cli_policy import _engine
+    from appliance.services import taps
 
     with _engine(args) as eng:
         rows = taps.list_taps(eng)

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import trusted
-from .errors import ConfigError, Problem, UsageError
-from .render import si
+from appliance import trusted
+from appliance.errors import ConfigError, Problem, UsageError
+from appliance.render import si
 
 CONFIG_VARIABLE = "HVNET_CONFIG"
 DEFAULT_FILE = Path("/etc/hvnet/hvnet.conf")
@@ -54,7 +54,7 @@ def _absolute_path(text: str) -> str:
 
 
 def _target(text: str) -> str:
-    from .target import validate_remote
+    from appliance.target import validate_remote
 
     try:
         return validate_remote(text, "db")
@@ -63,7 +63,7 @@ def _target(text: str) -> str:
 
 
 def _ssh_host(text: str) -> str:
-    from .ssh import SshTarget
+    from appliance.ssh import SshTarget
 
     try:
         SshTarget.parse(text, "host")
@@ -79,13 +79,13 @@ def _libvirt_uri(text: str) -> str:
 
 
 def _http_url(text: str) -> str:
-    from .validate import xapi_url
+    from appliance.validate import xapi_url
 
     return xapi_url(text)
 
 
 def _fingerprint(text: str) -> str:
-    from .validate import sha256_fingerprint
+    from appliance.validate import sha256_fingerprint
 
     sha256_fingerprint(text)
     return text
@@ -373,7 +373,7 @@ def _key_line(raw: str, section: Optional[str]) -> Problem | tuple[Setting, str]
     try:
         setting.check(value)
     except ValueError as exc:
-        from .validate import redact_url  # a password given in a URL is not repeated in the error
+        from appliance.validate import redact_url  # a password given in a URL is not repeated in the error
 
         return Problem("", None, setting.name, f"{redact_url(value)!r} is not allowed; allowed: {exc}")
     return setting, value

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .runner import CommandRunner
+    from appliance.runner import CommandRunner
 
 SYSFS_NET = "/sys/class/net"
 

@@ -29,13 +29,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import config, labstate
-from .errors import UsageError
-from .host import DataPaths, Host, NameConfig
-from .target import SYSTEM_DB, DbTarget, resolve
+from appliance import config, labstate
+from appliance.errors import UsageError
+from appliance.host import DataPaths, Host, NameConfig
+from appliance.target import SYSTEM_DB, DbTarget, resolve
 
 if TYPE_CHECKING:
-    from .topology import Topology
+    from appliance.topology import Topology
 
 log = logging.getLogger("hvnet.target")
 
@@ -143,7 +143,7 @@ def _remote_host(text: str, env: Mapping[str, str], libvirt: str | None, timeout
     A host named from the inventory keeps that name (the journal's and a
     --no-commit watcher's ``--host``).  The master is closed when hvnet exits.
     """
-    from .ssh import SshOptions, SshRunner, SshSession, SshTarget
+    from appliance.ssh import SshOptions, SshRunner, SshSession, SshTarget
 
     entry = _inventory_entry(text, env)
     lab = _lab_hosts(env) if entry is not None else None
@@ -191,7 +191,7 @@ def inventory_file(env: Mapping[str, str] | None = None) -> Path:
     """The host inventory: ``$HVNET_INVENTORY`` (or the file's ``[remote] inventory``), else a running
     lab's hosts, else ``/etc/hvnet/hosts.yaml``."""
     env = config.environ() if env is None else env
-    from .hosts import DEFAULT_INVENTORY
+    from appliance.hosts import DEFAULT_INVENTORY
 
     if env.get("HVNET_INVENTORY"):
         return Path(env["HVNET_INVENTORY"])
@@ -211,7 +211,7 @@ def _inventory_entry(name: str, env: Mapping[str, str]) -> Any:
     path = inventory_file(env)
     if "@" in name or ":" in name or not path.exists():
         return None
-    from .hosts import load
+    from appliance.hosts import load
 
     return load(path).get(name)
 
@@ -244,8 +244,8 @@ def check_xapi(env: Mapping[str, str], source: str) -> None:
     url = env.get("HVNET_XAPI_URL")
     if not url:
         return
-    from . import trusted
-    from .validate import redact_url, sha256_fingerprint, xapi_url
+    from appliance import trusted
+    from appliance.validate import redact_url, sha256_fingerprint, xapi_url
 
     try:
         xapi_url(url)
@@ -262,7 +262,7 @@ def check_xapi(env: Mapping[str, str], source: str) -> None:
         if path and Path(path).exists():
             fd, _ = trusted.open_checked(path, what)
             os.close(fd)
-    from .xapi import insecure_warning  # XenAPI: loaded only where XAPI is configured
+    from appliance.xapi import insecure_warning  # XenAPI: loaded only where XAPI is configured
 
     warning = insecure_warning(url, source)
     if warning is not None and url not in _warned:

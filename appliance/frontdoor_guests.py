@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import config
-from .errors import UsageError
-from .guests import GuestSource
-from .host import Host
+from appliance import config
+from appliance.errors import UsageError
+from appliance.guests import GuestSource
+from appliance.host import Host
 
 
 @dataclass
@@ -116,7 +116,7 @@ def measurement(
     """
     source = choose(choice, names_probes=bool(probes), real_target=real, what=what)
     if source == "probes":
-        from .services.probes import ProbeSource
+        from appliance.services.probes import ProbeSource
 
         host = reuse or target()
         if local_only and host.label is not None:  # the traffic method's senders and captures are local
@@ -126,8 +126,8 @@ def measurement(
             yield Measurement("probes", host, guests, {None: host},
                               f"probes on {host.label or host.describe()}")  # fmt: skip
         return
-    from .frontdoor import lab_switches
-    from .lab import Lab
+    from appliance.frontdoor import lab_switches
+    from appliance.lab import Lab
 
     lab = Lab()
     if topology.hosts:  # the lab that is up must be this one before its hosts are reached
@@ -147,7 +147,7 @@ def suite_measurement(
 ) -> contextlib.AbstractContextManager[Measurement]:
     """:func:`measurement` for a suite: the client's host in a lab of several, netperf where the probes run."""
     client_host = suite.topology.guest(suite.client).host
-    from .frontdoor import host_of
+    from appliance.frontdoor import host_of
 
     tools = ("netperf", "netserver") + (("iperf3",) if any(t.is_pps for t in suite.tests) else ())
     return measurement(
@@ -165,7 +165,7 @@ def scenario_measurement(
     """:func:`measurement` for an isolation scenario: every host of a lab of several; probes run no tool
     but the ARP senders and captures (the traffic method runs them on this machine: probes over --host
     take the trace method)."""
-    from .frontdoor import host_of
+    from appliance.frontdoor import host_of
 
     return measurement(
         sc.topology, sc.probes, f"scenario {sc.name}", choice=choice_of(args),
@@ -181,7 +181,7 @@ def console_target(host: Host) -> tuple[Any, Optional[str]]:
     its settings' choice, and the switch it watches as the real target unless that is the running lab's."""
     from types import SimpleNamespace
 
-    from . import labstate
+    from appliance import labstate
 
     env = config.environ()
     run_dir = labstate.lab_dir(env)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .topology import Topology
+    from appliance.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
-from .runner import CommandRunner, LocalRunner
-from .target import DbTarget
+from appliance.runner import CommandRunner, LocalRunner
+from appliance.target import DbTarget
 
 if TYPE_CHECKING:
-    from .names import NameSource
-    from .ovsdb import Connection
+    from appliance.names import NameSource
+    from appliance.ovsdb import Connection
 
 DEFAULT_STATE_DIR = Path("/var/lib/hvnet")
 DEFAULT_POLICY_FILE = "/etc/hvnet/policy.yaml"  # what the agent enforces; policy commands' default file
@@ -153,7 +153,7 @@ class Host:
 
         ``sync=False``: see :meth:`appliance.ovsdb.Connection.open`.
         """
-        from .ovsdb import Connection
+        from appliance.ovsdb import Connection
 
         return Connection.open(self.target, columns, timeout=timeout, sync=sync)
 
@@ -162,7 +162,7 @@ class Host:
     def name_sources(self) -> list[NameSource]:
         """libvirt, XAPI and static names, built once per Host (their connections are kept)."""
         if self._sources is None:
-            from . import names
+            from appliance import names
 
             self._sources = names.default_sources(dict(self.names.static), self.names.environ, self.names.libvirt_uri)
         return self._sources

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import validate, yamldoc
-from .errors import ConfigError, Problem, UsageError
+from appliance import validate, yamldoc
+from appliance.errors import ConfigError, Problem, UsageError
 
 DEFAULT_INVENTORY = Path("/etc/hvnet/hosts.yaml")
 KINDS = ("xenserver", "kvm")

@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from . import __version__
-from .errors import HvnetError, UsageError
+from appliance import __version__
+from appliance.errors import HvnetError, UsageError
 
 NOT_MEASURED = "-"
 PLOTS_PACKAGE = "hvnet-plots"

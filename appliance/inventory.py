@@ -20,13 +20,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from . import counters as ctr
-from . import sampling
-from .names import NameSource, VmInfo, resolve_vms
-from .ovsdb import Connection, c_json_parser_in_use
-from .ovsdb import column as col
-from .runner import CommandRunner, LocalRunner
-from .vlan import VlanCols
+from appliance import counters as ctr
+from appliance import sampling
+from appliance.names import NameSource, VmInfo, resolve_vms
+from appliance.ovsdb import Connection, c_json_parser_in_use
+from appliance.ovsdb import column as col
+from appliance.runner import CommandRunner, LocalRunner
+from appliance.vlan import VlanCols
 
 # Columns the inventory reads; registering only these keeps the replica small.
 COLUMNS: dict[str, list[str]] = {

@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import config
+from appliance import config
 
 if TYPE_CHECKING:
-    from .xapi import XapiConfig
+    from appliance.xapi import XapiConfig
 
 log = logging.getLogger("hvnet.names")
 
@@ -411,7 +411,7 @@ def default_sources(
     (:meth:`XapiConfig.from_env`); its source is the process's shared one (:func:`xapi_source`).
     """
     if xapi is None and env is not None and env.get("HVNET_XAPI_URL"):
-        from .xapi import XapiConfig  # XenAPI and its HTTP stack: loaded only where XAPI is configured
+        from appliance.xapi import XapiConfig  # XenAPI and its HTTP stack: loaded only where XAPI is configured
 
         xapi = XapiConfig.from_env(env)
     env = config.environ() if env is None else env
@@ -420,7 +420,7 @@ def default_sources(
     if uri and LibvirtDomains.available():
         sources.append(libvirt_source(uri))
     if xapi is not None:
-        from .xapi import xapi_source
+        from appliance.xapi import xapi_source
 
         sources.append(xapi_source(xapi))
     if lab_names:

@@ -39,8 +39,8 @@ import ovs.jsonrpc
 import ovs.poller
 import ovs.stream
 
-from .errors import ConflictError, HvnetError, OvsdbError, OvsdbUnreachable
-from .target import DbTarget
+from appliance.errors import ConflictError, HvnetError, OvsdbError, OvsdbUnreachable
+from appliance.target import DbTarget
 
 log = logging.getLogger("hvnet.ovsdb")
 

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from .errors import CommandFailed, CommandTimedOut, MissingTool
+from appliance.errors import CommandFailed, CommandTimedOut, MissingTool
 
 # The Debian/EL package that provides each program, for "install X" hints.
 PACKAGE_OF = {

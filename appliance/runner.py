@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, Protocol
 
-from . import proc
+from appliance import proc
 
 
 class CommandRunner(Protocol):

@@ -24,7 +24,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from .errors import HvnetError
+from appliance.errors import HvnetError
 
 _HINT = (
     "remove it, or point hvnet elsewhere ($HVNET_RUNS_DIR, $HVNET_CAPTURES_DIR, $HVNET_PCAP_DIR or hvnet.conf's [data])"

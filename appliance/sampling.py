@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .ovsdb import column as col
-from .validate import ifname
+from appliance.ovsdb import column as col
+from appliance.validate import ifname
 
 U32_MAX = 4294967295
 SFLOW_KEYS = ("targets", "sampling", "polling", "header", "agent")

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from .errors import OvsdbError
-from .ovsdb import DB_NAME, Columns, fetch_schema, request
-from .target import DbTarget
+from appliance.errors import OvsdbError
+from appliance.ovsdb import DB_NAME, Columns, fetch_schema, request
+from appliance.target import DbTarget
 
 Convert = Callable[[Any, dict[uuid.UUID, "Row"]], Any]
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import EXIT_UNREACHABLE, CommandFailed, CommandTimedOut, HvnetError, MissingTool, UsageError
-from .proc import shown_argv
-from .runner import LocalRunner
+from appliance.errors import EXIT_UNREACHABLE, CommandFailed, CommandTimedOut, HvnetError, MissingTool, UsageError
+from appliance.proc import shown_argv
+from appliance.runner import LocalRunner
 
 SSH_FAILED = 255  # ssh's own exit status when the connection, not the remote program, failed
 # How long an idle master waits for a client before exiting, should the watcher be gone too.

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import UsageError
+from appliance.errors import UsageError
 
 SYSTEM_DB = "unix:/var/run/openvswitch/db.sock"
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import validate, yamldoc
-from .errors import ConfigError, Problem
+from appliance import validate, yamldoc
+from appliance.errors import ConfigError, Problem
 
 HYPERVISORS = ("xenserver", "libvirt")
 DATAPATH_TYPES = ("netdev", "system")

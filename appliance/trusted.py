@@ -25,8 +25,8 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import UsageError
-from .safedirs import judge_dir
+from appliance.errors import UsageError
+from appliance.safedirs import judge_dir
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .validate import format_vlan_list
+from appliance.validate import format_vlan_list
 
 DEAD_VLAN = 4095  # reserved: "trunk [4095]" is hvnet's fail-closed dead VLAN
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import XenAPI
 
-from . import trusted
-from .errors import UsageError
-from .validate import sha256_fingerprint, xapi_url
+from appliance import trusted
+from appliance.errors import UsageError
+from appliance.validate import sha256_fingerprint, xapi_url
 
 log = logging.getLogger("hvnet.names")
 

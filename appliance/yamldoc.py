@@ -17,9 +17,9 @@ from typing import Any, Union
 
 import yaml
 
-from . import trusted as trusted_files
-from . import validate
-from .errors import ConfigError, Problem
+from appliance import trusted as trusted_files
+from appliance import validate
+from appliance.errors import ConfigError, Problem
 
 # (typing forms: this module is evaluated at run time on Python 3.9 too)
 PathKey = tuple[Union[str, int], ...]

@@ -18,11 +18,10 @@ from appliance.host import Host
 from appliance.ovsdb import Connection
 from appliance.render import terminal
 from appliance.services.policy import Pending
-
-from .backend import Backend, fleet
-from .screens import available
-from .widgets.banner import ConnectionBanner
-from .widgets.literal import Literal, notice
+from tui.backend import Backend, fleet
+from tui.screens import available
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.literal import Literal, notice
 
 CONNECTION_CHECK_S = 0.5
 _SWITCHING = "_switching"  # the mode shown while the screens are rebuilt on another host
@@ -215,7 +214,7 @@ class HvnetApp(App[int]):
 
     def action_pick_host(self) -> None:
         """Open the host picker (the Fleet screen's enter does the same for its row)."""
-        from .dialogs.host_picker import HostPicker  # loaded when first used
+        from tui.dialogs.host_picker import HostPicker  # loaded when first used
 
         if isinstance(self.screen, HostPicker):
             return

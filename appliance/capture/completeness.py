@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..counters import Counters
-from ..isolation.pcap import TcpdumpCounts
+from appliance.counters import Counters
+from appliance.isolation.pcap import TcpdumpCounts
 
 
 @dataclass(frozen=True)

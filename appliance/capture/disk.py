@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Floor, parse_floor
-from ..errors import UsageError
-from ..render import si
-from .spec import SNAPLEN_RANGE, Limits
+from appliance.capture.spec import SNAPLEN_RANGE, Limits
+from appliance.config import Floor, parse_floor
+from appliance.errors import UsageError
+from appliance.render import si
 
 __all__ = ["Floor", "Space", "check_fits", "local_space", "parse_df", "parse_floor", "worst_case"]
 RECORD_OVERHEAD = 16  # a pcap record header before each packet's bytes

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import HvnetError
-from ..safedirs import FILE_MODE
-from .spec import CaptureSpec
+from appliance.capture.spec import CaptureSpec
+from appliance.errors import HvnetError
+from appliance.safedirs import FILE_MODE
 
 META_FILE = "capture.json"
 LOG_FILE = "tcpdump.log"  # tcpdump's stderr: "listening on", its counts on SIGUSR1 and at exit

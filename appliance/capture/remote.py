@@ -25,13 +25,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..counters import Counters, parse_kernel_many
-from ..isolation.pcap import TcpdumpCounts, parse_tcpdump_counts
-from ..safedirs import judge_dir, judge_link
-from .completeness import completeness
-from .disk import under_floor_reason
-from .record import CaptureRecord, final_counts_text
-from .spec import ended_by_itself
+from appliance.capture.completeness import completeness
+from appliance.capture.disk import under_floor_reason
+from appliance.capture.record import CaptureRecord, final_counts_text
+from appliance.capture.spec import ended_by_itself
+from appliance.counters import Counters, parse_kernel_many
+from appliance.isolation.pcap import TcpdumpCounts, parse_tcpdump_counts
+from appliance.safedirs import judge_dir, judge_link
 
 STOP_SIGNAL = "TERM"  # tcpdump prints its counts and closes its file on SIGTERM as on SIGINT
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from appliance.errors import UsageError
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SNAPLEN_RANGE = (14, 262144)  # an Ethernet header at least; tcpdump's own maximum

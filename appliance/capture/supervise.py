@@ -25,15 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..counters import Counters, read_kernel_many
-from ..host import Host
-from ..isolation.pcap import parse_tcpdump_counts
-from ..safedirs import FILE_MODE
-from . import disk
-from . import record as rec_mod
-from .completeness import completeness
-from .record import CaptureRecord
-from .spec import ended_by_itself, pcap_files
+from appliance.capture import disk
+from appliance.capture import record as rec_mod
+from appliance.capture.completeness import completeness
+from appliance.capture.record import CaptureRecord
+from appliance.capture.spec import ended_by_itself, pcap_files
+from appliance.counters import Counters, read_kernel_many
+from appliance.host import Host
+from appliance.isolation.pcap import parse_tcpdump_counts
+from appliance.safedirs import FILE_MODE
 
 DISK_CHECK_S = 0.5
 LISTEN_TIMEOUT_S = 10.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .record import CaptureRecord
+from appliance.capture.record import CaptureRecord
 
 
 @dataclass(frozen=True)

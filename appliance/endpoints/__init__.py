@@ -25,10 +25,20 @@ from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Optional
 
-from .jobs import NAME, QUIET_POLL_S, REAP_POLL_S, STOP_GRACE_S, Group, Job, JobResult, Launcher, check_name
+from appliance.endpoints.jobs import (
+    NAME,
+    QUIET_POLL_S,
+    REAP_POLL_S,
+    STOP_GRACE_S,
+    Group,
+    Job,
+    JobResult,
+    Launcher,
+    check_name,
+)
 
 if TYPE_CHECKING:
-    from ..host import Host
+    from appliance.host import Host
 
 __all__ = ["NAME", "STOP_GRACE_S", "Group", "Job", "JobResult", "Launcher", "check_name", "launcher_for", "spread_ms",
            "wait_all"]  # fmt: skip
@@ -39,8 +49,8 @@ def launcher_for(host: Host, *, remote: Optional[bool] = None) -> Launcher:
 
     ``remote=False`` forces the local path (a lab host's namespaces are this machine's).
     """
-    from .local import LocalLauncher
-    from .remote import RemoteLauncher
+    from appliance.endpoints.local import LocalLauncher
+    from appliance.endpoints.remote import RemoteLauncher
 
     if remote is None:
         remote = not host.runner.local

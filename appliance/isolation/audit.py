@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import render, yamldoc
-from ..errors import ConfigError, Problem, UsageError
-from ..inventory import Inventory, Vif
-from ..policy.fields import parse_selector
-from ..policy.model import Selector
-from . import model
+from appliance import render, yamldoc
+from appliance.errors import ConfigError, Problem, UsageError
+from appliance.inventory import Inventory, Vif
+from appliance.isolation import model
+from appliance.policy.fields import parse_selector
+from appliance.policy.model import Selector
 
 KERNEL_TYPES = ("", "system")  # a kernel net device of the port's name (vifD.N, tapD.N, vnetN): outbound there
 # What the switch hands these shows as *inbound* on their device: a userspace datapath's tap (written to its

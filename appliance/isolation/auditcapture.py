@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..host import Host
-from ..safedirs import make_private
-from . import inject
-from .pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
+from appliance.host import Host
+from appliance.isolation import inject
+from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
+from appliance.safedirs import make_private
 
 BUFFER_KIB = "256"  # tcpdump -B: a small kernel buffer per listener (the filter keeps only probes)
 # A capture's disk bound: a listener gets one copy of each probe it hears and a few controls; a capture

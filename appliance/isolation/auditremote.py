@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..host import Host
-from ..safedirs import create_new, make_private
-from .auditcapture import Listen, finish, tcpdump_argv
-from .pcap import ArpFrame, parse_frame
+from appliance.host import Host
+from appliance.isolation.auditcapture import Listen, finish, tcpdump_argv
+from appliance.isolation.pcap import ArpFrame, parse_frame
+from appliance.safedirs import create_new, make_private
 
 MARKER = "@@hvnet-audit-pcap@@"
 READ = 't=$1; shift; for f; do echo "' + MARKER + '"; "$t" -r "$f" -nn -tt -xx 2>/dev/null; done'
@@ -51,7 +51,7 @@ class RemoteCaptures:
     """Listeners' captures on ``host`` through its endpoint launcher (one control shell)."""
 
     def __init__(self, host: Host, keep_dir: Path | None) -> None:
-        from ..endpoints import launcher_for
+        from appliance.endpoints import launcher_for
 
         self.host, self.keep_dir = host, keep_dir
         self.group: Any = launcher_for(host).group("audit")
@@ -61,7 +61,7 @@ class RemoteCaptures:
         self.tcpdump = "tcpdump"
 
     def start(self, specs: list[tuple[str, str, str]], run: int, timeout: float) -> dict[str, Listen]:
-        from ..endpoints import Job
+        from appliance.endpoints import Job
 
         self.tcpdump = self.host.runner.which("tcpdump")
         jobs = []

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CommandFailed
-from ..host import Host
-from . import inject, model, trace
-from .audit import AuditPort, Probe
-from .model import MethodResult
+from appliance.errors import CommandFailed
+from appliance.host import Host
+from appliance.isolation import inject, model, trace
+from appliance.isolation.audit import AuditPort, Probe
+from appliance.isolation.model import MethodResult
 
 MARKER = "@@hvnet-audit-trace@@"
 # Arguments come four at a time: KIND BRIDGE FLOW ACTIONS (d: dpif/show, t: trace, p: trace-packet-out).

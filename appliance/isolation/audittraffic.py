@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import Host
-from . import audittrace, inject, model
-from .audit import AuditPort, Probe
-from .auditcapture import Captures, Listen, LocalCaptures
-from .auditremote import RemoteCaptures
-from .model import Evidence, MethodResult
-from .pcap import ArpFrame
+from appliance.host import Host
+from appliance.isolation import audittrace, inject, model
+from appliance.isolation.audit import AuditPort, Probe
+from appliance.isolation.auditcapture import Captures, Listen, LocalCaptures
+from appliance.isolation.auditremote import RemoteCaptures
+from appliance.isolation.model import Evidence, MethodResult
+from appliance.isolation.pcap import ArpFrame
 
 QUIET_S = 0.1
 SETTLE_MAX_S = 2.0

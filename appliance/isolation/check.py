@@ -16,20 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .. import inventory
-from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
-from ..guests import GuestEndpoint, GuestSource
-from ..host import Host
-from ..inventory import Inventory
-from ..ovsdb import Connection
-from ..policy.engine import PolicyEngine
-from ..policy.model import OWNER_KEY as OWNER
-from ..policy.planner import Change
-from ..policy.state import MirrorCols, State, VlanCols
-from . import model, traffic
-from .model import Evidence, MethodResult
-from .scenario import _UNSET, Scenario
-from .tracing import OdpPorts, SiteView, run_trace, trace_sites
+from appliance import inventory
+from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
+from appliance.guests import GuestEndpoint, GuestSource
+from appliance.host import Host
+from appliance.inventory import Inventory
+from appliance.isolation import model, traffic
+from appliance.isolation.model import Evidence, MethodResult
+from appliance.isolation.scenario import _UNSET, Scenario
+from appliance.isolation.tracing import OdpPorts, SiteView, run_trace, trace_sites
+from appliance.ovsdb import Connection
+from appliance.policy.engine import PolicyEngine
+from appliance.policy.model import OWNER_KEY as OWNER
+from appliance.policy.planner import Change
+from appliance.policy.state import MirrorCols, State, VlanCols
 
 METHODS = ("traffic", "trace")
 __all__ = [

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from .. import htmlpage as hp
-from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
-from ..htmlpage import esc
-from . import model, report
-from .check import CheckResult
-from .scenario import _UNSET, Scenario
+from appliance import htmlpage as hp
+from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
+from appliance.htmlpage import esc
+from appliance.isolation import model, report
+from appliance.isolation.check import CheckResult
+from appliance.isolation.scenario import _UNSET, Scenario
 
 VERDICT_CSS = {"ok": "good", "leak": "bad", "blocked": "bad", "unknown": "unknown"}
 EXIT_CSS = {EXIT_OK: "good", EXIT_FAILED: "bad", EXIT_UNDECIDED: "warn"}

@@ -26,7 +26,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from .pcap import ArpFrame
+from appliance.isolation.pcap import ArpFrame
 
 MARK_NET = ipaddress.IPv4Network("192.0.2.0/24")  # TEST-NET-1 (RFC 5737)
 MARK_PREFIX = b"\x68\x76"  # "hv"

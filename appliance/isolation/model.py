@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vlan import VlanCols
+from appliance.vlan import VlanCols
 
 YES, NO, EXCEPTION, UNKNOWN = "yes", "no", "exception", "unknown"
 

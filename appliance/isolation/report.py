@@ -6,10 +6,10 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from .. import render
-from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
-from . import model
-from .check import CheckResult, Evidence, MethodResult
+from appliance import render
+from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
+from appliance.isolation import model
+from appliance.isolation.check import CheckResult, Evidence, MethodResult
 
 WORD = {model.YES: "Yes", model.NO: "No", model.EXCEPTION: "Yes*", model.UNKNOWN: "?"}
 VERDICT = {  # by the check's exit code

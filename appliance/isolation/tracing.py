@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import CommandFailed
-from ..host import Host
-from ..inventory import Inventory, Vif
-from . import model, trace, traffic
-from .model import MethodResult
-from .scenario import Scenario
+from appliance.errors import CommandFailed
+from appliance.host import Host
+from appliance.inventory import Inventory, Vif
+from appliance.isolation import model, trace, traffic
+from appliance.isolation.model import MethodResult
+from appliance.isolation.scenario import Scenario
 
 OdpPorts = Callable[[str], dict[int, str]]  # bridge -> {datapath port number: port name}
 

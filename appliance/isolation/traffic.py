@@ -40,12 +40,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CommandFailed
-from ..guests import GuestEndpoint
-from ..host import Host
-from ..runner import CommandRunner
-from ..safedirs import create_new, make_private
-from .pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
+from appliance.errors import CommandFailed
+from appliance.guests import GuestEndpoint
+from appliance.host import Host
+from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
+from appliance.runner import CommandRunner
+from appliance.safedirs import create_new, make_private
 
 CLONE_NEWNET = 0x40000000
 CONTROL_MAC = "02:68:76:6e:65:74"  # "hvnet": the positive-control frames' sender

@@ -9,6 +9,6 @@ never load it.
 
 from __future__ import annotations
 
-from .core import Lab, LabReport
+from appliance.lab.core import Lab, LabReport
 
 __all__ = ["Lab", "LabReport"]

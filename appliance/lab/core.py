@@ -24,25 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import config, labstate, proc
-from ..errors import CommandFailed, HvnetError, LabError, UsageError
-from ..guests import GuestEndpoint
-from ..host import DataPaths
-from ..inventory import port_vlan
-from ..ovsdb import Connection, TxnContext
-from ..ovsdb import column as col
-from ..policy import writer
-from ..policy.journal import Journal
-from ..policy.planner import Change
-from ..target import DbTarget
-from ..topology import Guest, Topology
-from ..vlan import VlanCols
-from . import multihost, ovn, underlay
-from .collector import Collector, free_udp_port
-from .sshhost import SshHost
-from .switch import Switch
-from .vm import labguests
-from .vm.gexec import gexec_argv
+from appliance import config, labstate, proc
+from appliance.errors import CommandFailed, HvnetError, LabError, UsageError
+from appliance.guests import GuestEndpoint
+from appliance.host import DataPaths
+from appliance.inventory import port_vlan
+from appliance.lab import multihost, ovn, underlay
+from appliance.lab.collector import Collector, free_udp_port
+from appliance.lab.sshhost import SshHost
+from appliance.lab.switch import Switch
+from appliance.lab.vm import labguests
+from appliance.lab.vm.gexec import gexec_argv
+from appliance.ovsdb import Connection, TxnContext
+from appliance.ovsdb import column as col
+from appliance.policy import writer
+from appliance.policy.journal import Journal
+from appliance.policy.planner import Change
+from appliance.target import DbTarget
+from appliance.topology import Guest, Topology
+from appliance.vlan import VlanCols
 
 DEFAULT_LAB_DIR = labstate.DEFAULT_LAB_DIR
 STATE_FILE = labstate.STATE_FILE

@@ -33,12 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import labstate, proc
-from ..errors import LabError
-from ..ovn.view import VLAN_KEY
-from ..topology import Guest, Topology
-from .sshhost import SshHost
-from .switch import stop_pid
+from appliance import labstate, proc
+from appliance.errors import LabError
+from appliance.lab.sshhost import SshHost
+from appliance.lab.switch import stop_pid
+from appliance.ovn.view import VLAN_KEY
+from appliance.topology import Guest, Topology
 
 NB_PORT = 6641
 SB_PORT = 6642

@@ -23,9 +23,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import proc
-from ..errors import LabError
-from .switch import Switch, stop_pid
+from appliance import proc
+from appliance.errors import LabError
+from appliance.lab.switch import Switch, stop_pid
 
 # The tools a hypervisor has without hvnet: what the agentless path may use.
 REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",

@@ -18,8 +18,8 @@ import signal
 import time
 from pathlib import Path
 
-from .. import labstate, proc
-from ..errors import LabError
+from appliance import labstate, proc
+from appliance.errors import LabError
 
 SCHEMA_PATHS = (
     "/usr/share/openvswitch/vswitch.ovsschema",

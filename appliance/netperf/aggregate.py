@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from . import stats
-from .omni import Instance
-from .records import (
+from appliance.netperf import stats
+from appliance.netperf.omni import Instance
+from appliance.netperf.records import (
     CPU_FIGURES,
     LATENCY_FIGURES,
     SUMMARY_FIGURES,

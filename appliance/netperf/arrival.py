@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import HvnetError
-from ..runner import CommandRunner
-from .frames import FCS
-from .launch import Endpoint
-from .records import Aggregate, MirrorInfo
+from appliance.errors import HvnetError
+from appliance.netperf.frames import FCS
+from appliance.netperf.launch import Endpoint
+from appliance.netperf.records import Aggregate, MirrorInfo
+from appliance.runner import CommandRunner
 
 INTERFACE = "eth0"  # a lab guest's interface (the VIF's peer)
 SETTLE_S = 0.5  # after the senders stop: the uplink's queue drains into the collector before it is read

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from . import aggregate, stats
-from .records import SuiteResult
+from appliance.netperf import aggregate, stats
+from appliance.netperf.records import SuiteResult
 
 FIGURES = (
     ("sum", "higher"),
@@ -193,7 +193,7 @@ def closing_lines(result: Result) -> list[str]:
 
 
 def text(result: Result) -> str:
-    from .. import render
+    from appliance import render
 
     lines = [*(f"warning: {w}" for w in result.warnings)]
     lines.append(render.table(list(HEADERS), table_rows(result)))

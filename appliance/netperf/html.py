@@ -19,14 +19,14 @@ from typing import Any
 
 import yaml
 
-from .. import htmlpage as hp
-from .. import yamldoc
-from ..errors import HvnetError
-from ..htmlpage import esc
-from . import compare as compare_mod
-from . import report, report_pps
-from .records import StepResult, SuiteResult
-from .suite import SUITES_DIR
+from appliance import htmlpage as hp
+from appliance import yamldoc
+from appliance.errors import HvnetError
+from appliance.htmlpage import esc
+from appliance.netperf import compare as compare_mod
+from appliance.netperf import report, report_pps
+from appliance.netperf.records import StepResult, SuiteResult
+from appliance.netperf.suite import SUITES_DIR
 
 VERDICT_CSS = {"REGRESSION": "bad", "NO RESULT": "bad", "improvement": "good", "not significant": "warn",
                "untestable": "warn", "new result": "warn"}  # fmt: skip
@@ -269,7 +269,7 @@ def _results(doc: SuiteResult, tables: list[report.Table], with_plots: bool) -> 
 def _suite_plots(doc: SuiteResult) -> tuple[dict[str, str], str]:
     """The plots by test, or none and the note saying why (matplotlib not installed)."""
     try:
-        from . import plots
+        from appliance.netperf import plots
     except ImportError:
         return {}, hp.plots_missing("Plots")
     try:
@@ -312,7 +312,7 @@ def _side_by_side(base: SuiteResult, new: SuiteResult, names: tuple[str, str]) -
 
 def _compare_plot(result: compare_mod.Result) -> str:
     try:
-        from . import plots
+        from appliance.netperf import plots
     except ImportError:
         return hp.plots_missing("The comparison plot")
     try:

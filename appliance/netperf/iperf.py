@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from . import frames
-from .frames import Offered
-from .omni import Instance, killed_by
+from appliance.netperf import frames
+from appliance.netperf.frames import Offered
+from appliance.netperf.omni import Instance, killed_by
 
 PPS_UNITS = "packets/s"
 DEFAULT_PORT = 5201  # iperf3's own; instance i of a step talks to the server on port + i

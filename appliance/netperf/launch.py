@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Optional
 
 import psutil
 
-from ..endpoints import Group, Job, JobResult, launcher_for, wait_all
-from ..endpoints.local import START_MARK, LocalLauncher, read_start
-from ..guests import GuestEndpoint
-from ..runner import CommandRunner, LocalRunner
+from appliance.endpoints import Group, Job, JobResult, launcher_for, wait_all
+from appliance.endpoints.local import START_MARK, LocalLauncher, read_start
+from appliance.guests import GuestEndpoint
+from appliance.runner import CommandRunner, LocalRunner
 
 if TYPE_CHECKING:
-    from ..host import Host
+    from appliance.host import Host
 
 __all__ = ["Batch", "Endpoint", "Netserver", "Outcome", "read_start", "stop_tree", "strip_start"]
 

@@ -30,10 +30,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .. import sampling
-from ..policy import Policy
-from ..policy.model import REMOVE, SamplingRule
-from . import stats
+from appliance import sampling
+from appliance.netperf import stats
+from appliance.policy import Policy
+from appliance.policy.model import REMOVE, SamplingRule
 
 MONITOR_KEYS = {
     "sflow": ("kind", "bridge", *sampling.SFLOW_KEYS[1:]),

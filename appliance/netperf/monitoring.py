@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..errors import HvnetError
-from ..guests import CollectorSource, FlowCollector
-from ..policy import Change, PolicyEngine
-from . import monitor as mon
-from .suite import Case
+from appliance.errors import HvnetError
+from appliance.guests import CollectorSource, FlowCollector
+from appliance.netperf import monitor as mon
+from appliance.netperf.suite import Case
+from appliance.policy import Change, PolicyEngine
 
 TICK_S = 0.5
 

@@ -18,7 +18,7 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from .suite import Test
+from appliance.netperf.suite import Test
 
 SELECTORS = (
     "THROUGHPUT",

@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ..ovsdb import Connection
-from ..ovsdb import column as col
-from ..runner import CommandRunner
-from .launch import Endpoint
+from appliance.netperf.launch import Endpoint
+from appliance.ovsdb import Connection
+from appliance.ovsdb import column as col
+from appliance.runner import CommandRunner
 
 _DEV = re.compile(r"\bdev (?P<dev>\S+)")
 _MTU = re.compile(r"\bmtu (?P<mtu>[0-9]{1,6})\b")

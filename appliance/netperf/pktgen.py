@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from ..errors import HvnetError
-from ..runner import CommandRunner
-from . import iperf
-from .launch import Endpoint, stop_tree
-from .preflight import PreflightFailed
-from .suite import Suite
+from appliance.errors import HvnetError
+from appliance.netperf import iperf
+from appliance.netperf.launch import Endpoint, stop_tree
+from appliance.netperf.preflight import PreflightFailed
+from appliance.netperf.suite import Suite
+from appliance.runner import CommandRunner
 
 LISTEN_TIMEOUT_S = 5.0
 

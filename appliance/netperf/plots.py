@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .compare import Result, Row
-from .records import Figure, StepResult, SuiteResult, Summary
+from appliance.netperf.compare import Result, Row
+from appliance.netperf.records import Figure, StepResult, SuiteResult, Summary
 
 PLOTS_DIR = "plots"
 # Plotting libraries are a package of their own on an RPM install (about 170 MB hvnet does without).
@@ -75,7 +75,7 @@ def write(doc: SuiteResult, run_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=90)
         plt.close(fig)
         written.append(path)
-    from . import plots_monitoring
+    from appliance.netperf import plots_monitoring
 
     written += plots_monitoring.write(plt, doc, out_dir)
     return written
@@ -110,7 +110,7 @@ def figures(doc: SuiteResult, plt: Any) -> Iterator[tuple[str, Any]]:
             by_test.setdefault(s.test, []).append(s)
     for test, steps in by_test.items():
         if steps[0].frame_size is not None:  # a packet-rate test: packets/s by frame size or offered rate
-            from . import plots_pps
+            from appliance.netperf import plots_pps
 
             yield test, plots_pps.figure(doc.meta.suite.name, test, steps, plt, label)
             continue

@@ -14,8 +14,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from .records import StepResult, SuiteResult
-from .report_monitoring import collector, cpu_per_gbit, monitoring_series, threads
+from appliance.netperf.records import StepResult, SuiteResult
+from appliance.netperf.report_monitoring import collector, cpu_per_gbit, monitoring_series, threads
 
 
 def write(plt: Any, doc: SuiteResult, out_dir: Path) -> list[Path]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
-from .records import Figure, StepResult, Summary
+from appliance.netperf.records import Figure, StepResult, Summary
 
 
 def _x(step: StepResult, by_frame: bool) -> Optional[float]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional
 
-from . import stats
-from .frames import FCS
-from .omni import Instance
-from .records import LATENCY_FIGURES, Aggregate, MirrorInfo
-from .suite import Step
+from appliance.netperf import stats
+from appliance.netperf.frames import FCS
+from appliance.netperf.omni import Instance
+from appliance.netperf.records import LATENCY_FIGURES, Aggregate, MirrorInfo
+from appliance.netperf.suite import Step
 
 
 def _round(x: Optional[float], digits: int = 3) -> Optional[float]:

@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 import psutil
 
-from ..errors import HvnetError
-from ..runner import CommandRunner
-from .launch import Endpoint
-from .suite import Suite
+from appliance.errors import HvnetError
+from appliance.netperf.launch import Endpoint
+from appliance.netperf.suite import Suite
+from appliance.runner import CommandRunner
 
 MIN_NETPERF = (2, 5)  # omni output selectors (-k) and latency percentiles (-j)
 TIME_WAIT_S = 60  # Linux TCP_TIMEWAIT_LEN: fixed, not a sysctl

@@ -15,9 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .. import render
-from . import path, report_monitoring, report_pps, verdict
-from .records import Figure, StepResult, SuiteResult, Summary
+from appliance import render
+from appliance.netperf import path, report_monitoring, report_pps, verdict
+from appliance.netperf.records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]
 

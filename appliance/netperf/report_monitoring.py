@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from typing import Any, Callable, Optional
 
-from .. import render
-from . import stats
-from .monitor import combine, ratio_verdict, thread_summary
-from .records import Figure, StepResult, SuiteResult
+from appliance import render
+from appliance.netperf import stats
+from appliance.netperf.monitor import combine, ratio_verdict, thread_summary
+from appliance.netperf.records import Figure, StepResult, SuiteResult
 
 Row = tuple[str, Callable[[StepResult], str]]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Optional
 
-from .records import Figure, StepResult, SuiteResult, Summary
+from appliance.netperf.records import Figure, StepResult, SuiteResult, Summary
 
 Cell = Callable[[StepResult], str]
 Built = tuple[str, list[str], list[list[str]], list[str], str, str]  # title, headers, rows, notes, test, case

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import HvnetError, UsageError
-from .records import RepetitionResult, StepResult, SuiteResult
-from .retention import PIN_FILE
+from appliance.errors import HvnetError, UsageError
+from appliance.netperf.records import RepetitionResult, StepResult, SuiteResult
+from appliance.netperf.retention import PIN_FILE
 
 SCHEMA = "hvnet.netperf.results"
 SCHEMA_VERSION = 1

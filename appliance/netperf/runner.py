@@ -33,20 +33,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import __version__
-from ..errors import HvnetError
-from ..guests import GuestSource
-from ..host import Host
-from ..ovsdb import Connection
-from ..policy import Change, Policy, PolicyEngine, export
-from ..policy.openflow import OpenFlow
-from ..safedirs import make_private
-from . import aggregate, arrival, iperf, monitoring, omni, path, pktgen, pps, results, verdict
-from .launch import Batch, Endpoint, Netserver, strip_start
-from .monitor import combine, thread_summary
-from .pktgen import Iperf3Servers, Listen, Listeners, listener_prefix
-from .preflight import Preflight, PreflightFailed, check, crr_ceiling
-from .records import (
+from appliance import __version__
+from appliance.errors import HvnetError
+from appliance.guests import GuestSource
+from appliance.host import Host
+from appliance.netperf import aggregate, arrival, iperf, monitoring, omni, path, pktgen, pps, results, verdict
+from appliance.netperf.launch import Batch, Endpoint, Netserver, strip_start
+from appliance.netperf.monitor import combine, thread_summary
+from appliance.netperf.pktgen import Iperf3Servers, Listen, Listeners, listener_prefix
+from appliance.netperf.preflight import Preflight, PreflightFailed, check, crr_ceiling
+from appliance.netperf.records import (
     Aggregate,
     ClientInfo,
     Meta,
@@ -58,8 +54,12 @@ from .records import (
     SuiteInfo,
     SuiteResult,
 )
-from .sampler import CpuSampler, interval_for, thread_series
-from .suite import Case, Step, Suite
+from appliance.netperf.sampler import CpuSampler, interval_for, thread_series
+from appliance.netperf.suite import Case, Step, Suite
+from appliance.ovsdb import Connection
+from appliance.policy import Change, Policy, PolicyEngine, export
+from appliance.policy.openflow import OpenFlow
+from appliance.safedirs import make_private
 
 log = logging.getLogger(__name__)
 

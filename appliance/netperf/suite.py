@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import yamldoc
-from ..errors import ConfigError, Problem
-from ..policy import Policy
-from ..policy.document import from_document as policy_from_document
-from ..probes import spec as probe_spec
-from ..probes.spec import ProbeSpec
-from ..topology import DEFAULT_TOPOLOGY, Topology
-from ..topology import load as load_topology
-from .frames import MAX_FRAME, MAX_OFFERED_MBPS, MAX_OFFERED_PPS, MIN_FRAME, Offered
-from .monitor import Monitor, Phase, parse_monitor, parse_phases, settle_seconds
+from appliance import yamldoc
+from appliance.errors import ConfigError, Problem
+from appliance.netperf.frames import MAX_FRAME, MAX_OFFERED_MBPS, MAX_OFFERED_PPS, MIN_FRAME, Offered
+from appliance.netperf.monitor import Monitor, Phase, parse_monitor, parse_phases, settle_seconds
+from appliance.policy import Policy
+from appliance.policy.document import from_document as policy_from_document
+from appliance.probes import spec as probe_spec
+from appliance.probes.spec import ProbeSpec
+from appliance.topology import DEFAULT_TOPOLOGY, Topology
+from appliance.topology import load as load_topology
 
 SUITES_DIR = Path(__file__).resolve().parent.parent.parent / "netperf-suites"
 

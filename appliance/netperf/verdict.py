@@ -33,8 +33,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .preflight import crr_ceiling
-from .records import RepetitionResult, StepResult
+from appliance.netperf.preflight import crr_ceiling
+from appliance.netperf.records import RepetitionResult, StepResult
 
 VERDICTS = ("policer", "switch", "sender-cpu", "receiver-cpu", "ports", "unknown")
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from .. import validate
-from ..policy.model import OWNER, OWNER_KEY
-from ..topology import OVN_BRIDGE
-from .model import DIRECTION_WORD, MIRROR_NAME_KEY
-from .view import PoolView, PortView
+from appliance import validate
+from appliance.ovn.model import DIRECTION_WORD, MIRROR_NAME_KEY
+from appliance.ovn.view import PoolView, PortView
+from appliance.policy.model import OWNER, OWNER_KEY
+from appliance.topology import OVN_BRIDGE
 
 
 def _owned(ids: dict[str, str]) -> bool:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import yamldoc
-from ..errors import ConfigError, Problem
-from ..policy.model import OWNER, OWNER_KEY, REMOVE, MirrorRule, Policy, Selector
-from ..topology import OVN_BRIDGE
-from .model import MIRROR_NAME_KEY, Desired, OvnMirror, mirror_row_name
-from .view import PoolView, PortView
+from appliance import yamldoc
+from appliance.errors import ConfigError, Problem
+from appliance.ovn.model import MIRROR_NAME_KEY, Desired, OvnMirror, mirror_row_name
+from appliance.ovn.view import PoolView, PortView
+from appliance.policy.model import OWNER, OWNER_KEY, REMOVE, MirrorRule, Policy, Selector
+from appliance.topology import OVN_BRIDGE
 
 DIRECTIONS = {"ingress": "from-lport", "egress": "to-lport"}
 

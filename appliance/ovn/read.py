@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import snapshot
-from ..ovsdb import fetch_schema
-from ..target import DbTarget
-from .view import NB_COLUMNS, NB_DB, SB_COLUMNS, SB_DB, PoolView, build
+from appliance import snapshot
+from appliance.ovn.view import NB_COLUMNS, NB_DB, SB_COLUMNS, SB_DB, PoolView, build
+from appliance.ovsdb import fetch_schema
+from appliance.target import DbTarget
 
 
 def read_pool(name: str, nb: DbTarget, sb: DbTarget, timeout: float = 5.0) -> PoolView:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..ovsdb import column as col
+from appliance.ovsdb import column as col
 
 NB_DB = "OVN_Northbound"
 COMMIT_KEY = "hvnet-last-commit"  # NB_Global external_ids: the record id of hvnet's last commit in this NB

@@ -62,9 +62,19 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from . import export
-    from .document import DEFAULT_POLICY, load, parse
-    from .engine import ApplyResult, PolicyEngine, require_one
-    from .model import REMOVE, Egress, Ingress, MirrorOutput, MirrorRule, Policy, Selector, VifRule, Vlan
-    from .planner import Change, Plan, PlanOptions, describe
-    from .state import COLUMNS, State
+    from appliance.policy import export
+    from appliance.policy.document import DEFAULT_POLICY, load, parse
+    from appliance.policy.engine import ApplyResult, PolicyEngine, require_one
+    from appliance.policy.model import (
+        REMOVE,
+        Egress,
+        Ingress,
+        MirrorOutput,
+        MirrorRule,
+        Policy,
+        Selector,
+        VifRule,
+        Vlan,
+    )
+    from appliance.policy.planner import Change, Plan, PlanOptions, describe
+    from appliance.policy.state import COLUMNS, State

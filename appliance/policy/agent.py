@@ -34,15 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import HvnetError
-from ..host import Host
-from ..ovsdb import Connection, TxnContext
-from ..ovsdb import column as col
-from ..systemd import Notifier
-from .document import load
-from .engine import PolicyEngine
-from .link import LinkKeeper
-from .model import TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, Policy, is_owned
+from appliance.errors import HvnetError
+from appliance.host import Host
+from appliance.ovsdb import Connection, TxnContext
+from appliance.ovsdb import column as col
+from appliance.policy.document import load
+from appliance.policy.engine import PolicyEngine
+from appliance.policy.link import LinkKeeper
+from appliance.policy.model import TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, Policy, is_owned
+from appliance.systemd import Notifier
 
 log = logging.getLogger("hvnet.agent")
 

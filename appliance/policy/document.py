@@ -12,12 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import sampling, validate, yamldoc
-from ..errors import ConfigError, Problem
-from ..host import DEFAULT_POLICY_FILE
-from ..sampling import KINDS as SAMPLING_KINDS
-from .fields import FieldError, egress_from_fields, ingress_from_fields, mirror_output, parse_selector, vlan_from_fields
-from .model import (
+from appliance import sampling, validate, yamldoc
+from appliance.errors import ConfigError, Problem
+from appliance.host import DEFAULT_POLICY_FILE
+from appliance.policy.fields import (
+    FieldError,
+    egress_from_fields,
+    ingress_from_fields,
+    mirror_output,
+    parse_selector,
+    vlan_from_fields,
+)
+from appliance.policy.model import (
     MAX_MIRRORS_PER_BRIDGE,
     MECHANISMS,
     REMOVE,
@@ -30,6 +36,7 @@ from .model import (
     VifRule,
     Vlan,
 )
+from appliance.sampling import KINDS as SAMPLING_KINDS
 
 DEFAULT_POLICY = DEFAULT_POLICY_FILE
 
@@ -159,7 +166,7 @@ def _mirrors(doc: yamldoc.Document, br: str, mirrors: Any, path: yamldoc.PathKey
 
 def _taps(br: str, taps: Any, path: yamldoc.PathKey, policy: Policy, bad: Any) -> None:
     """One bridge's TAPs (:mod:`.taps`): each a mapping, or 'remove'."""
-    from .taps import MAX_TAPS_PER_BRIDGE, TapRule, max_taps_message, rule_from_fields
+    from appliance.policy.taps import MAX_TAPS_PER_BRIDGE, TapRule, max_taps_message, rule_from_fields
 
     if not isinstance(taps, dict):
         bad((*path, "taps"), "must be a mapping of TAP name to its definition (or 'remove')")

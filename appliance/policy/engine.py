@@ -31,18 +31,18 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..errors import ConfigError, HvnetError, OutcomeUnknown, Problem
-from ..host import Host
-from ..inventory import vm_uuid_of
-from ..names import resolve_names
-from ..ovsdb import Connection, TxnContext
-from ..ovsdb import column as col
-from . import journal, openflow, planner, writer
-from .journal import Journal
-from .model import DEAD, Ingress, Policy
-from .planner import Change, Plan, PlanOptions
-from .state import State, VlanCols
-from .state import read as read_state
+from appliance.errors import ConfigError, HvnetError, OutcomeUnknown, Problem
+from appliance.host import Host
+from appliance.inventory import vm_uuid_of
+from appliance.names import resolve_names
+from appliance.ovsdb import Connection, TxnContext
+from appliance.ovsdb import column as col
+from appliance.policy import journal, openflow, planner, writer
+from appliance.policy.journal import Journal
+from appliance.policy.model import DEAD, Ingress, Policy
+from appliance.policy.planner import Change, Plan, PlanOptions
+from appliance.policy.state import State, VlanCols
+from appliance.policy.state import read as read_state
 
 log = logging.getLogger("hvnet.policy")
 
@@ -751,8 +751,8 @@ _GONE = _Gone()
 
 def require_one(state: State, text: str, what: str) -> str:
     """Resolve a CLI VIF argument (``vif1.0``, ``vm:VM3``, ``mac:...``) to exactly one port."""
-    from .fields import parse_selector
-    from .model import Selector
+    from appliance.policy.fields import parse_selector
+    from appliance.policy.model import Selector
 
     try:
         kind, pattern = parse_selector(text)

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from ..validate import format_vlan_list
-from .state import MirrorCols, PortState, State
+from appliance.policy.state import MirrorCols, PortState, State
+from appliance.validate import format_vlan_list
 
 
 def _vlan(p: PortState) -> Any:

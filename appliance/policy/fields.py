@@ -13,8 +13,8 @@ import ipaddress
 import re
 from typing import Any
 
-from .. import validate
-from .model import (
+from appliance import validate
+from appliance.policy.model import (
     MECHANISMS,
     MIN_BURST_KBIT,
     Egress,

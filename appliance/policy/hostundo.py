@@ -29,10 +29,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vlan import VlanCols
-from .model import POLICE_BURST_KEY, POLICE_RATE_KEY
-from .planner import Change
-from .state import PoliceCols
+from appliance.policy.model import POLICE_BURST_KEY, POLICE_RATE_KEY
+from appliance.policy.planner import Change
+from appliance.policy.state import PoliceCols
+from appliance.vlan import VlanCols
 
 DATABASE = "Open_vSwitch"
 COVERED = ("vlan", "ingress", "protocols")

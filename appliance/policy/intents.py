@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, Problem
-from ..validate import vlan_list
-from .fields import (
+from appliance.errors import ConfigError, Problem
+from appliance.policy.fields import (
     FieldError,
     egress_from_fields,
     ingress_from_fields,
@@ -22,8 +21,9 @@ from .fields import (
     parse_selector,
     vlan_from_fields,
 )
-from .model import REMOVE, Egress, Ingress, MirrorRule, Selector, VifRule, Vlan
-from .state import PortState
+from appliance.policy.model import REMOVE, Egress, Ingress, MirrorRule, Selector, VifRule, Vlan
+from appliance.policy.state import PortState
+from appliance.validate import vlan_list
 
 MODES = ("access", "trunk", "native-tagged", "native-untagged")
 

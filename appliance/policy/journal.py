@@ -34,14 +34,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HvnetError
-from .planner import Change, describe
+from appliance.errors import HvnetError
+from appliance.policy.planner import Change, describe
 
 if TYPE_CHECKING:
-    from ..host import Host
+    from appliance.host import Host
 
-from ..sampling import IpfixCols, SflowCols
-from .state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols, VlanCols
+from appliance.policy.state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols, VlanCols
+from appliance.sampling import IpfixCols, SflowCols
 
 
 class JournalError(HvnetError):
@@ -145,7 +145,7 @@ def value_from_json(kind: str, data: Any) -> Any:
     if kind == "protocols":
         return tuple(data)
     if kind == "tap":
-        from .taps import TapCols
+        from appliance.policy.taps import TapCols
 
         return TapCols.from_text(json.dumps(data))
     if kind == "sflow":

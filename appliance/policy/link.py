@@ -16,8 +16,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..errors import HvnetError
-from ..host import Link
+from appliance.errors import HvnetError
+from appliance.host import Link
 
 log = logging.getLogger("hvnet.agent")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Union
 
-from ..vlan import DEAD_VLAN, Vlan
+from appliance.vlan import DEAD_VLAN, Vlan
 
 OWNER_KEY = "hvnet-owner"
 OWNER = "hvnet"

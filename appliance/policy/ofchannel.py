@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HvnetError
+from appliance.errors import HvnetError
 
 OFP_VERSION = 0x04  # OpenFlow 1.3: the first with meters
 OFPT_HELLO, OFPT_ERROR, OFPT_ECHO_REQUEST, OFPT_ECHO_REPLY = 0, 1, 2, 3

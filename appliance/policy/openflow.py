@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..counters import Counters, parse_ofctl_ports
-from ..errors import HvnetError
-from ..host import daemon_ctl, daemon_pid
-from ..runner import CommandRunner, LocalRunner
-from . import ofchannel, pipeline
+from appliance.counters import Counters, parse_ofctl_ports
+from appliance.errors import HvnetError
+from appliance.host import daemon_ctl, daemon_pid
+from appliance.policy import ofchannel, pipeline
+from appliance.runner import CommandRunner, LocalRunner
 
 if TYPE_CHECKING:
-    from ..host import Host
-from .state import State
+    from appliance.host import Host
+from appliance.policy.state import State
 
 COOKIE = 0x68766E6574  # "hvnet"
 PRIORITY = 100

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model import TapMatch
-from .state import PortState, State
-from .taps import TapCols, ip_version, protocol_number
+from appliance.policy.model import TapMatch
+from appliance.policy.state import PortState, State
+from appliance.policy.taps import TapCols, ip_version, protocol_number
 
 METER_TABLE = 0
 TAP_TABLE0 = 10

@@ -13,11 +13,10 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from .. import sampling
-from ..errors import ConfigError, Problem
-from ..yamldoc import dotted
-from . import tapplan
-from .model import (
+from appliance import sampling
+from appliance.errors import ConfigError, Problem
+from appliance.policy import tapplan
+from appliance.policy.model import (
     DEAD,
     MAX_MIRRORS_PER_BRIDGE,
     OWNER,
@@ -32,7 +31,18 @@ from .model import (
     Vlan,
     is_owned,
 )
-from .state import MirrorCols, MirrorState, PoliceCols, PortState, QosCols, QueueCols, State, TunnelCols, VlanCols
+from appliance.policy.state import (
+    MirrorCols,
+    MirrorState,
+    PoliceCols,
+    PortState,
+    QosCols,
+    QueueCols,
+    State,
+    TunnelCols,
+    VlanCols,
+)
+from appliance.yamldoc import dotted
 
 KINDS = ("vlan", "ingress", "egress", "mirror", "protocols", "sflow", "ipfix", "tap")
 
@@ -94,7 +104,7 @@ def describe(kind: str, value: Any) -> str:
 
 
 def describe_mirror(m: MirrorCols) -> str:
-    from ..validate import format_vlan_list
+    from appliance.validate import format_vlan_list
 
     sel = []
     if m.select_all:

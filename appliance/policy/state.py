@@ -12,13 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import sampling
-from ..inventory import is_vif_port, port_vlan, vm_uuid_of
-from ..ovsdb import Connection
-from ..ovsdb import column as col
-from ..vlan import VlanCols
-from .model import POLICE_BURST_KEY, POLICE_RATE_KEY, TUNNEL_MIRROR_KEY, Egress, Ingress, TunnelCols, is_owned
-from .taps import read_bridge as read_taps
+from appliance import sampling
+from appliance.inventory import is_vif_port, port_vlan, vm_uuid_of
+from appliance.ovsdb import Connection
+from appliance.ovsdb import column as col
+from appliance.policy.model import (
+    POLICE_BURST_KEY,
+    POLICE_RATE_KEY,
+    TUNNEL_MIRROR_KEY,
+    Egress,
+    Ingress,
+    TunnelCols,
+    is_owned,
+)
+from appliance.policy.taps import read_bridge as read_taps
+from appliance.vlan import VlanCols
 
 # Everything the policy engine reads or writes.
 COLUMNS: dict[str, list[str]] = {

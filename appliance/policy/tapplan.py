@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .model import MAX_TAPS_PER_BRIDGE, TapRule, TunnelCols
-from .state import State
-from .taps import TapCols, max_taps_message, owner, tunnel_port_name
+from appliance.policy.model import MAX_TAPS_PER_BRIDGE, TapRule, TunnelCols
+from appliance.policy.state import State
+from appliance.policy.taps import TapCols, max_taps_message, owner, tunnel_port_name
 
 # (bridge, name, before, after) of one TAP: the planner makes it a Change of kind "tap".
 TapChange = tuple[str, str, Any, Any]

@@ -22,8 +22,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from .fields import FieldError, mirror_output, parse_selector
-from .model import (
+from appliance.policy.fields import FieldError, mirror_output, parse_selector
+from appliance.policy.model import (
     MAX_TAPS_PER_BRIDGE,
     TAP_DIRECTIONS,
     TAP_KEY_PREFIX,
@@ -153,7 +153,7 @@ def match_from_fields(m: Any) -> TapMatch:
 
 
 def _mac(value: Any, field: str) -> str:
-    from .. import validate
+    from appliance import validate
 
     try:
         return validate.mac(str(value)).lower()

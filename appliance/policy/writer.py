@@ -14,15 +14,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError, Problem
-from ..ovsdb import TxnContext
-from ..ovsdb import column as col
-from ..sampling import IPFIX_KEYS, SFLOW_KEYS, TABLES, IpfixCols, SamplingCols
-from .model import OWNER, OWNER_KEY, POLICE_BURST_KEY, POLICE_RATE_KEY, TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, is_owned
-from .planner import Change
-from .state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
-from .taps import TapCols
-from .taps import owner as tap_owner
+from appliance.errors import ConfigError, Problem
+from appliance.ovsdb import TxnContext
+from appliance.ovsdb import column as col
+from appliance.policy.model import (
+    OWNER,
+    OWNER_KEY,
+    POLICE_BURST_KEY,
+    POLICE_RATE_KEY,
+    TAP_KEY_PREFIX,
+    TUNNEL_MIRROR_KEY,
+    is_owned,
+)
+from appliance.policy.planner import Change
+from appliance.policy.state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
+from appliance.policy.taps import TapCols
+from appliance.policy.taps import owner as tap_owner
+from appliance.sampling import IPFIX_KEYS, SFLOW_KEYS, TABLES, IpfixCols, SamplingCols
 
 MAX_MIRRORS = 32  # per bridge: ofproto's MAX_MIRRORS (a mirror is a bit in a 32-bit mask)
 

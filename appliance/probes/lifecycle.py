@@ -18,17 +18,17 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import CommandFailed, HvnetError, UsageError
-from ..guests import GuestEndpoint
-from ..host import Host
-from ..inventory import ovn_bridge, port_vlan
-from ..ovsdb import Connection, TxnContext
-from ..ovsdb import column as col
-from ..policy import writer
-from ..policy.planner import Change, owned_qos
-from ..policy.state import COLUMNS, PoliceCols, VlanCols
-from . import spec as sp
-from .spec import FoundProbe, ProbeSpec
+from appliance.errors import CommandFailed, HvnetError, UsageError
+from appliance.guests import GuestEndpoint
+from appliance.host import Host
+from appliance.inventory import ovn_bridge, port_vlan
+from appliance.ovsdb import Connection, TxnContext
+from appliance.ovsdb import column as col
+from appliance.policy import writer
+from appliance.policy.planner import Change, owned_qos
+from appliance.policy.state import COLUMNS, PoliceCols, VlanCols
+from appliance.probes import spec as sp
+from appliance.probes.spec import FoundProbe, ProbeSpec
 
 OFPORT_WAIT_S = 10.0
 

@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .. import yamldoc
-from ..errors import Problem
-from ..inventory import PROBE_MARK
-from ..policy.fields import FieldError, egress_from_fields, ingress_from_fields
-from ..policy.model import Egress, Ingress
-from ..topology import Bridge, Guest, Topology
+from appliance import yamldoc
+from appliance.errors import Problem
+from appliance.inventory import PROBE_MARK
+from appliance.policy.fields import FieldError, egress_from_fields, ingress_from_fields
+from appliance.policy.model import Egress, Ingress
+from appliance.topology import Bridge, Guest, Topology
 
 # The marks on a probe port's Interface (the veth's host end) and Port.
 MARK = PROBE_MARK  # the probe's name: the port is hvnet's probe, whatever its device is called

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..capture import disk
-from ..capture import record as rec_mod
-from ..capture.record import CaptureRecord
-from ..capture.spec import (
+from appliance.capture import disk
+from appliance.capture import record as rec_mod
+from appliance.capture.record import CaptureRecord
+from appliance.capture.spec import (
     CaptureSpec,
     Limits,
     check_filter_text,
@@ -36,14 +36,14 @@ from ..capture.spec import (
     pcap_files,
     tcpdump_argv,
 )
-from ..capture.supervise import finish
-from ..capture.view import CaptureView
-from ..counters import read_kernel_many
-from ..errors import HvnetError, UsageError
-from ..guests import GuestEndpoint
-from ..host import Host
-from ..isolation.pcap import parse_tcpdump_counts
-from ..safedirs import DIR_MODE, FILE_MODE, make_private
+from appliance.capture.supervise import finish
+from appliance.capture.view import CaptureView
+from appliance.counters import read_kernel_many
+from appliance.errors import HvnetError, UsageError
+from appliance.guests import GuestEndpoint
+from appliance.host import Host
+from appliance.isolation.pcap import parse_tcpdump_counts
+from appliance.safedirs import DIR_MODE, FILE_MODE, make_private
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
@@ -124,7 +124,7 @@ def start(
         spec = CaptureSpec(name, "port", port, port, port, bpf, limits)
     _check_filter(host, tcpdump, bpf)
     if not host.runner.local:
-        from . import captures_remote
+        from appliance.services import captures_remote
 
         return captures_remote.start(host, spec, tcpdump, floor, floor_source)
     base = captures_dir(host)
@@ -192,7 +192,7 @@ def _find(host: Host, name: str) -> Path:
 def stop(host: Host, name: str) -> CaptureRecord:
     """Stop a capture and return its final record (with its completeness); one already ended is returned as is."""
     if not host.runner.local:
-        from . import captures_remote
+        from appliance.services import captures_remote
 
         return captures_remote.stop(host, name).record
     directory = _find(host, name)
@@ -224,7 +224,7 @@ def stop(host: Host, name: str) -> CaptureRecord:
 def stop_view(host: Host, name: str) -> CaptureView:
     """Stop a capture; its final figures (what ``capture stop`` and the console show)."""
     if not host.runner.local:
-        from . import captures_remote
+        from appliance.services import captures_remote
 
         return captures_remote.stop(host, name)
     return inspect(stop(host, name), live=False)
@@ -237,7 +237,7 @@ def delete(host: Host, name: str, *, if_exists: bool = False) -> Path | str | No
     script need not list first.  A live one is refused all the same: it is there.
     """
     if not host.runner.local:
-        from . import captures_remote
+        from appliance.services import captures_remote
 
         return captures_remote.delete(host, name, if_exists=if_exists)
     if if_exists and not (captures_dir(host) / check_name(name) / rec_mod.META_FILE).is_file():
@@ -289,7 +289,7 @@ def _figures(record: CaptureRecord, state: str, files: list[Path], live: bool) -
 def list_captures(host: Host, *, live: bool = True) -> list[CaptureView]:
     """Every capture in hvnet's captures directory (on the host, for one over SSH), oldest first."""
     if not host.runner.local:
-        from . import captures_remote
+        from appliance.services import captures_remote
 
         return captures_remote.list_captures(host, live=live)
     base = captures_dir(host)
@@ -307,7 +307,7 @@ def list_captures(host: Host, *, live: bool = True) -> list[CaptureView]:
 def show(host: Host, name: str) -> CaptureView:
     """One capture's record and figures."""
     if not host.runner.local:
-        from . import captures_remote
+        from appliance.services import captures_remote
 
         return captures_remote.show(host, name)
     return inspect(rec_mod.load(_find(host, name)))

@@ -21,16 +21,16 @@ import posixpath
 import time
 from pathlib import PurePosixPath
 
-from ..capture import disk
-from ..capture import remote as rc
-from ..capture.record import LIVE_STATES, CaptureRecord, final_counts_text
-from ..capture.spec import CaptureSpec, check_name, tcpdump_argv
-from ..capture.supervise import counters_of, read_port_counters
-from ..capture.view import CaptureView
-from ..errors import HvnetError, UsageError
-from ..host import Host
-from ..isolation.pcap import parse_tcpdump_counts
-from ..safedirs import UnsafeDirectory
+from appliance.capture import disk
+from appliance.capture import remote as rc
+from appliance.capture.record import LIVE_STATES, CaptureRecord, final_counts_text
+from appliance.capture.spec import CaptureSpec, check_name, tcpdump_argv
+from appliance.capture.supervise import counters_of, read_port_counters
+from appliance.capture.view import CaptureView
+from appliance.errors import HvnetError, UsageError
+from appliance.host import Host
+from appliance.isolation.pcap import parse_tcpdump_counts
+from appliance.safedirs import UnsafeDirectory
 
 STOP_WAIT_S = 30.0
 

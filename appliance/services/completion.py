@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import hosts, labstate, snapshot
-from ..capture import record as rec_mod
-from ..host import Host
-from ..netperf import results
-from ..netperf import suite as suite_mod
+from appliance import hosts, labstate, snapshot
+from appliance.capture import record as rec_mod
+from appliance.host import Host
+from appliance.netperf import results
+from appliance.netperf import suite as suite_mod
 
 # Which switch names each kind lists: (table, column).
 SWITCH_KINDS = {"bridges": "Bridge", "ports": "Port", "mirrors": "Mirror"}

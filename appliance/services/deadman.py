@@ -39,11 +39,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Optional
 
-from ..errors import HvnetError, OutcomeUnknown
-from ..host import Host
-from ..policy import ApplyResult, PolicyEngine, hostundo, journal
-from ..policy.planner import Change
-from ..ssh import HostUnreachable
+from appliance.errors import HvnetError, OutcomeUnknown
+from appliance.host import Host
+from appliance.policy import ApplyResult, PolicyEngine, hostundo, journal
+from appliance.policy.planner import Change
+from appliance.ssh import HostUnreachable
 
 SUBDIR = "no-commit"  # under hvnet's state directory path, on the host
 _TOKEN = re.compile(r"^[0-9a-f]{16}$")

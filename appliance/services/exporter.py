@@ -25,8 +25,8 @@ from socketserver import ThreadingMixIn
 from typing import Any, Optional
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from ..errors import ConflictError, UsageError
-from .scrape import Collector
+from appliance.errors import ConflictError, UsageError
+from appliance.services.scrape import Collector
 
 log = logging.getLogger("hvnet.exporter")
 

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, HvnetError, worst_exit
-from ..host import Host
-from ..hosts import InventoryHost
+from appliance.errors import EXIT_FAILED, EXIT_UNREACHABLE, HvnetError, worst_exit
+from appliance.host import Host
+from appliance.hosts import InventoryHost
 
 log = logging.getLogger("hvnet.fleet")
 T = TypeVar("T")
@@ -149,7 +149,7 @@ class _FanOut(Generic[T]):
 
 def probe(host: Host, entry: InventoryHost | None, *, timeout: float) -> dict[str, Any]:
     """What ``hvnet hosts`` shows of a reachable host, all read-only: OVS, datapaths, VIFs, agent, drift."""
-    from .. import api
+    from appliance import api
 
     inv = api.read_inventory_once(host, timeout=timeout)
     return {
@@ -169,8 +169,8 @@ def agent_state(host: Host, *, timeout: float) -> str:
     :func:`appliance.ovsdb.lock_held`), so an agent starting meanwhile merely
     waits that long.
     """
-    from ..ovsdb import lock_held
-    from ..policy.agent import AGENT_LOCK
+    from appliance.ovsdb import lock_held
+    from appliance.policy.agent import AGENT_LOCK
 
     return {True: "running", False: "none", None: "unknown"}[lock_held(host.target, AGENT_LOCK, timeout)]
 
@@ -183,8 +183,8 @@ def policy_drift(host: Host, path: str | None, *, timeout: float) -> dict[str, A
     """
     if path is None:
         return {"policy": None, "drift": None}
-    from ..policy import COLUMNS, PolicyEngine, load
-    from . import policy as svc
+    from appliance.policy import COLUMNS, PolicyEngine, load
+    from appliance.services import policy as svc
 
     try:
         rules = load(path)

@@ -14,15 +14,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import inventory
-from ..errors import UsageError
-from ..guests import GuestSource
-from ..host import Host
-from ..isolation import check, model, report
-from ..isolation import scenario as scenario_mod
-from ..isolation.check import CheckResult
-from ..isolation.scenario import Scenario
-from ..ovsdb import Connection
+from appliance import inventory
+from appliance.errors import UsageError
+from appliance.guests import GuestSource
+from appliance.host import Host
+from appliance.isolation import check, model, report
+from appliance.isolation import scenario as scenario_mod
+from appliance.isolation.check import CheckResult
+from appliance.isolation.scenario import Scenario
+from appliance.ovsdb import Connection
 
 METHODS = check.METHODS
 

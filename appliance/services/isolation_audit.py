@@ -20,14 +20,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from .. import inventory, yamldoc
-from ..errors import UsageError
-from ..host import Host
-from ..isolation import audit, audittrace, audittraffic, inject
-from ..isolation.check import METHODS, CheckResult
-from ..isolation.model import MethodResult
-from ..ovsdb import Connection
-from .isolation import methods_of
+from appliance import inventory, yamldoc
+from appliance.errors import UsageError
+from appliance.host import Host
+from appliance.isolation import audit, audittrace, audittraffic, inject
+from appliance.isolation.check import METHODS, CheckResult
+from appliance.isolation.model import MethodResult
+from appliance.ovsdb import Connection
+from appliance.services.isolation import methods_of
 
 __all__ = ["load_expect", "run_audit", "run_audit_hosts"]
 

@@ -24,22 +24,22 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import inventory
-from ..errors import CommandFailed, HvnetError, OvsdbUnreachable, UsageError
-from ..guests import GuestEndpoint, GuestSource
-from ..host import Host
-from ..hosts import Inventory, InventoryHost, InventoryPool
-from ..isolation import check, model, ovntrace
-from ..isolation.check import CheckResult
-from ..isolation.model import MethodResult
-from ..isolation.scenario import Scenario
-from ..isolation.tracing import SiteView
-from ..ovn.view import PoolView, PortView
-from ..runner import CommandRunner, LocalRunner
-from ..target import DbTarget, SslOptions
-from ..topology import Topology
-from . import pool_tunnels as tunnels
-from . import pools
+from appliance import inventory
+from appliance.errors import CommandFailed, HvnetError, OvsdbUnreachable, UsageError
+from appliance.guests import GuestEndpoint, GuestSource
+from appliance.host import Host
+from appliance.hosts import Inventory, InventoryHost, InventoryPool
+from appliance.isolation import check, model, ovntrace
+from appliance.isolation.check import CheckResult
+from appliance.isolation.model import MethodResult
+from appliance.isolation.scenario import Scenario
+from appliance.isolation.tracing import SiteView
+from appliance.ovn.view import PoolView, PortView
+from appliance.runner import CommandRunner, LocalRunner
+from appliance.services import pool_tunnels as tunnels
+from appliance.services import pools
+from appliance.target import DbTarget, SslOptions
+from appliance.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import inventory, snapshot
-from ..errors import HvnetError
-from ..host import Host, daemon_pid
-from ..inventory import Inventory, Vif
-from ..ovsdb import without_lone_surrogates
+from appliance import inventory, snapshot
+from appliance.errors import HvnetError
+from appliance.host import Host, daemon_pid
+from appliance.inventory import Inventory, Vif
+from appliance.ovsdb import without_lone_surrogates
 
 log = logging.getLogger("hvnet.exporter")
 
@@ -418,8 +418,8 @@ class SlowChecks:
 
     def run_once(self) -> None:
         """One pass of both checks; a failure is counted by its stage and keeps the previous finding."""
-        from ..policy import PolicyEngine, load
-        from . import policy as svc
+        from appliance.policy import PolicyEngine, load
+        from appliance.services import policy as svc
 
         errors = dict(self.result.errors)
         new = replace(self.result, errors=errors)

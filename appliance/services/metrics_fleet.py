@@ -18,10 +18,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Optional
 
-from ..errors import HvnetError
-from ..host import Host
-from .metrics import Families
-from .scrape import Collector
+from appliance.errors import HvnetError
+from appliance.host import Host
+from appliance.services.metrics import Families
+from appliance.services.scrape import Collector
 
 log = logging.getLogger("hvnet.exporter")
 Opener = Callable[[str, float], Host]  # (inventory name, timeout) -> an open Host

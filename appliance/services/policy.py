@@ -28,9 +28,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import sampling
-from ..errors import ConflictError, HvnetError, UsageError
-from ..policy import (
+from appliance import sampling
+from appliance.errors import ConflictError, HvnetError, UsageError
+from appliance.policy import (
     REMOVE,
     ApplyResult,
     MirrorRule,
@@ -43,14 +43,14 @@ from ..policy import (
     journal,
     require_one,
 )
-from ..policy import export as exp
-from ..policy.engine import Enforcement
-from ..policy.fields import FieldError
-from ..policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
-from ..policy.model import SamplingRule
-from ..policy.planner import describe_mirror
-from ..policy.state import State
-from . import deadman
+from appliance.policy import export as exp
+from appliance.policy.engine import Enforcement
+from appliance.policy.fields import FieldError
+from appliance.policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
+from appliance.policy.model import SamplingRule
+from appliance.policy.planner import describe_mirror
+from appliance.policy.state import State
+from appliance.services import deadman
 
 # What front ends show and build, named here so that they depend on this module
 # and not on the engine's inside.

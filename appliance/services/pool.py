@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Iterable
 
-from ..errors import ConfigError, HvnetError, Problem
-from ..policy.model import Policy
-from ..yamldoc import dotted
+from appliance.errors import ConfigError, HvnetError, Problem
+from appliance.policy.model import Policy
+from appliance.yamldoc import dotted
 
 
 def unmatched(policy: Policy, matched: Iterable[dict[str, list[str]]]) -> list[Problem]:

@@ -19,11 +19,11 @@ import signal
 import sys
 from typing import Any
 
-from ..host import DataPaths
-from ..ovn.plan import PoolPlan, undo
-from ..ovn.view import PoolView
-from ..ovn.write import Acks
-from ..policy import journal as jr
+from appliance.host import DataPaths
+from appliance.ovn.plan import PoolPlan, undo
+from appliance.ovn.view import PoolView
+from appliance.ovn.write import Acks
+from appliance.policy import journal as jr
 
 
 def pool_journal(name: str, paths: DataPaths) -> jr.Journal:

@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import api
-from ..errors import EXIT_OK
-from ..host import Host
-from ..hosts import Inventory, InventoryHost, InventoryPool
-from ..inventory import Inventory as Switch
-from ..ovn.model import OvnMirror
-from ..ovn.view import PoolView
-from ..topology import OVN_BRIDGE
-from . import fleet
+from appliance import api
+from appliance.errors import EXIT_OK
+from appliance.host import Host
+from appliance.hosts import Inventory, InventoryHost, InventoryPool
+from appliance.inventory import Inventory as Switch
+from appliance.ovn.model import OvnMirror
+from appliance.ovn.view import PoolView
+from appliance.services import fleet
+from appliance.topology import OVN_BRIDGE
 
 Connect = Callable[[InventoryHost], Host]
 

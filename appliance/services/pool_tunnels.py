@@ -17,12 +17,12 @@ import ipaddress
 import time
 from typing import Protocol
 
-from ..errors import CommandFailed
-from ..guests import GuestEndpoint
-from ..host import Host
-from ..isolation import model, traffic
-from ..isolation.model import MethodResult
-from ..ovn.view import PoolView
+from appliance.errors import CommandFailed
+from appliance.guests import GuestEndpoint
+from appliance.host import Host
+from appliance.isolation import model, traffic
+from appliance.isolation.model import MethodResult
+from appliance.ovn.view import PoolView
 
 
 class PoolPort(Protocol):

@@ -18,27 +18,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .. import api
-from ..errors import EXIT_FAILED, EXIT_OK, HvnetError, UsageError
-from ..host import Host
-from ..hosts import Inventory, InventoryHost, InventoryPool
-from ..ovn import export as ovn_export
-from ..ovn import plan as ovn_plan
-from ..ovn import write
-from ..ovn.model import Desired
-from ..ovn.plan import Limit, PoolPlan
-from ..ovn.read import read_pool
-from ..ovn.view import PoolView, QosView
-from ..ovn.write import Acks
-from ..policy.journal import Journal
-from ..policy.model import Policy
-from ..policy.openflow import OpenFlow
-from ..target import DbTarget, SslOptions
-from ..topology import OVN_BRIDGE
-from . import fleet
-from . import pool_history as history
-from . import pool_mirrors as mirror_checks
-from .policy import Exported  # a pool's intent exported is the same record as a host's
+from appliance import api
+from appliance.errors import EXIT_FAILED, EXIT_OK, HvnetError, UsageError
+from appliance.host import Host
+from appliance.hosts import Inventory, InventoryHost, InventoryPool
+from appliance.ovn import export as ovn_export
+from appliance.ovn import plan as ovn_plan
+from appliance.ovn import write
+from appliance.ovn.model import Desired
+from appliance.ovn.plan import Limit, PoolPlan
+from appliance.ovn.read import read_pool
+from appliance.ovn.view import PoolView, QosView
+from appliance.ovn.write import Acks
+from appliance.policy.journal import Journal
+from appliance.policy.model import Policy
+from appliance.policy.openflow import OpenFlow
+from appliance.services import fleet
+from appliance.services import pool_history as history
+from appliance.services import pool_mirrors as mirror_checks
+from appliance.services.policy import Exported  # a pool's intent exported is the same record as a host's
+from appliance.target import DbTarget, SslOptions
+from appliance.topology import OVN_BRIDGE
 
 Connect = Callable[[InventoryHost], Host]
 

@@ -16,15 +16,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .. import proc
-from ..errors import HvnetError, MissingTool, UsageError
-from ..guests import GuestEndpoint
-from ..host import Host
-from ..ovsdb import Connection
-from ..probes import lifecycle
-from ..probes import spec as sp
-from ..probes.spec import FoundProbe, ProbeSpec
-from ..topology import Topology
+from appliance import proc
+from appliance.errors import HvnetError, MissingTool, UsageError
+from appliance.guests import GuestEndpoint
+from appliance.host import Host
+from appliance.ovsdb import Connection
+from appliance.probes import lifecycle
+from appliance.probes import spec as sp
+from appliance.probes.spec import FoundProbe, ProbeSpec
+from appliance.topology import Topology
 
 PROBE_TOOLS = ("ip", "ethtool", "arping")  # to make a probe
 SUITE_TOOLS = ("netperf", "netserver")  # to run a suite's endpoints inside probes

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import HvnetError, UsageError
-from ..netperf import results
-from ..netperf.retention import PIN_FILE, Decision, SavedRun, decide, parse_age
+from appliance.errors import HvnetError, UsageError
+from appliance.netperf import results
+from appliance.netperf.retention import PIN_FILE, Decision, SavedRun, decide, parse_age
 
 __all__ = ["PIN_FILE", "PruneResult", "parse_age", "pin", "prune", "saved_runs", "unpin"]
 

@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .. import inventory, snapshot
-from ..errors import HvnetError
-from ..host import Host
-from ..inventory import Inventory
-from ..names import resolve_vms
-from ..ovsdb import fetch_schema, lock_held
-from .metrics import (
+from appliance import inventory, snapshot
+from appliance.errors import HvnetError
+from appliance.host import Host
+from appliance.inventory import Inventory
+from appliance.names import resolve_vms
+from appliance.ovsdb import fetch_schema, lock_held
+from appliance.services.metrics import (
     Families,
     Family,
     SlowChecks,
@@ -238,7 +238,7 @@ class Collector:
         out.add("hvnet_exporter_scrape_duration_seconds", (host,), took)
 
     def _agent(self, out: Families, host: str) -> None:
-        from ..policy.agent import AGENT_LOCK
+        from appliance.policy.agent import AGENT_LOCK
 
         try:
             held = lock_held(self.host.target, AGENT_LOCK, self._left())

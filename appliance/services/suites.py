@@ -14,19 +14,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..errors import HvnetError, UsageError
-from ..guests import GuestSource
-from ..host import Host
-from ..netperf import compare as compare_mod
-from ..netperf import report, results
-from ..netperf import suite as suite_mod
-from ..netperf.compare import Result, Row
-from ..netperf.records import Aggregate, StepResult, SuiteResult
-from ..netperf.runner import Event, Runner
-from ..netperf.suite import Step, Suite
-from ..policy import COLUMNS
-from ..topology import load as load_topology
-from .captures import SuiteListener
+from appliance.errors import HvnetError, UsageError
+from appliance.guests import GuestSource
+from appliance.host import Host
+from appliance.netperf import compare as compare_mod
+from appliance.netperf import report, results
+from appliance.netperf import suite as suite_mod
+from appliance.netperf.compare import Result, Row
+from appliance.netperf.records import Aggregate, StepResult, SuiteResult
+from appliance.netperf.runner import Event, Runner
+from appliance.netperf.suite import Step, Suite
+from appliance.policy import COLUMNS
+from appliance.services.captures import SuiteListener
+from appliance.topology import load as load_topology
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [

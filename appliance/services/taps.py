@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import HvnetError, UsageError
-from ..host import Host
-from ..policy import ApplyResult, Policy, PolicyEngine, pipeline
-from ..policy import openflow as of
-from ..policy.model import TapRule
-from ..policy.taps import TapCols, read_bridge, rule_from_fields
-from .policy import apply
+from appliance.errors import HvnetError, UsageError
+from appliance.host import Host
+from appliance.policy import ApplyResult, Policy, PolicyEngine, pipeline
+from appliance.policy import openflow as of
+from appliance.policy.model import TapRule
+from appliance.policy.taps import TapCols, read_bridge, rule_from_fields
+from appliance.services.policy import apply
 
 
 @dataclass

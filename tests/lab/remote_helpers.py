@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab.sshhost import SshHost
-
-from ..conftest import HVNET, ROOT
+from tests.conftest import HVNET, ROOT
 
 
 @contextmanager

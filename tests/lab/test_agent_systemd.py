@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import HVNET, ROOT
-from .policy_helpers import vsctl
+from tests.conftest import HVNET, ROOT
+from tests.lab.policy_helpers import vsctl
 
 UNIT = ROOT / "rpm" / "hvnet-agent.service"
 WATCHDOG_S = 1.0

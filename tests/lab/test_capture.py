@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import run_hvnet
+from tests.conftest import run_hvnet
 
 VM2_IP = "192.168.0.151"
 VM2_VIF = "vif2.0"

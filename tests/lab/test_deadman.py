@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import HVNET, ROOT, lab_up, run_hvnet
+from tests.conftest import HVNET, ROOT, lab_up, run_hvnet
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

@@ -33,8 +33,7 @@ from appliance.netperf.runner import Runner
 from appliance.netperf.suite import Test as NetperfTest
 from appliance.netperf.suite import load as load_suite
 from appliance.ovsdb import Connection
-
-from ..conftest import ROOT, lab_up
+from tests.conftest import ROOT, lab_up
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

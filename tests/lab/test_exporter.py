@@ -18,10 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.lab import Lab
-
-from ..conftest import HVNET, ROOT, run_hvnet
-from .policy_helpers import reset, vsctl
-from .test_policy_agent import AgentProc, wait_until
+from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.lab.policy_helpers import reset, vsctl
+from tests.lab.test_policy_agent import AgentProc, wait_until
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

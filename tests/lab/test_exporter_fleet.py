@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab.sshhost import SshHost
-
-from .remote_helpers import xen_ssh_host
-from .test_exporter import Exporter, value
+from tests.lab.remote_helpers import xen_ssh_host
+from tests.lab.test_exporter import Exporter, value
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import HVNET, ROOT, run_hvnet
-from .policy_helpers import config, reset, write
-from .remote_helpers import apply_stopped_at, process_state
+from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.lab.policy_helpers import config, reset, write
+from tests.lab.remote_helpers import apply_stopped_at, process_state
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 POLICY = """\

@@ -15,8 +15,7 @@ import pytest
 
 from appliance.lab.sshhost import SshHost
 from appliance.policy.agent import AGENT_LOCK
-
-from ..conftest import run_hvnet
+from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

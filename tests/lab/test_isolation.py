@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import ROOT, run_hvnet
+from tests.conftest import ROOT, run_hvnet
 
 VLAN_TESTS = ROOT / "vlan-tests"
 

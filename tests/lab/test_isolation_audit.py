@@ -14,8 +14,7 @@ from appliance.host import Host
 from appliance.isolation import audittraffic
 from appliance.services import isolation_audit
 from appliance.target import DbTarget
-
-from ..conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, lab_up, run_hvnet
 
 TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "trunk-and-native.yaml"
 

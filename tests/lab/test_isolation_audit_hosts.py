@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ..conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, lab_up, run_hvnet
 
 TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "two-hosts.yaml"
 

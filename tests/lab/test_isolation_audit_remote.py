@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab.sshhost import SshHost
-
-from ..conftest import run_hvnet
+from tests.conftest import run_hvnet
 
 VIFS = {"vif1.0": 10, "vif2.0": 10, "vif3.0": 20, "vif4.0": 10}  # port -> access VLAN
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, lab_up, run_hvnet
 
 VLAN_TESTS = ROOT / "vlan-tests"
 

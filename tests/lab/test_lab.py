@@ -12,8 +12,7 @@ from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from appliance.topology import DEFAULT_TOPOLOGY
 from appliance.topology import load as load_topology
-
-from ..conftest import run_hvnet
+from tests.conftest import run_hvnet
 
 TOPO = load_topology(DEFAULT_TOPOLOGY)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import HVNET, ROOT, links, netns_list, run_hvnet
+from tests.conftest import HVNET, ROOT, links, netns_list, run_hvnet
 
 
 def ovs_daemons_for(run_dir: Path) -> list[int]:

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import run_hvnet
-from .policy_helpers import vsctl
+from tests.conftest import run_hvnet
+from tests.lab.policy_helpers import vsctl
 
 pytestmark = pytest.mark.lab
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, lab_up, run_hvnet
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
@@ -194,8 +193,7 @@ def test_a_xenserver_hosts_vms_are_named_by_its_pools_xapi(two_hosts: Lab, tmp_p
     """An inventory entry with the pool master's XAPI: the VMs of hv2 get the names XAPI gives them (a local
     XML-RPC server answering as XAPI does; XAPI itself runs only on XenServer)."""
     from appliance.topology import load as load_topology
-
-    from ..unit.test_names_xapi import FakeXapi
+    from tests.unit.test_names_xapi import FakeXapi
 
     vm2 = load_topology(TOPOLOGY).guest("VM2").vm_uuid("two-hosts")
     xapi = FakeXapi()

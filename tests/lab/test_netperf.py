@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import HVNET, ROOT, run_hvnet
-from .policy_helpers import vsctl
+from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.lab.policy_helpers import vsctl
 
 DATA = Path(__file__).parent / "data"
 TYPES = {"TCP_STREAM", "UDP_STREAM", "TCP_RR", "TCP_CRR", "UDP_RR"}

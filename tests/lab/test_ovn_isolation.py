@@ -14,8 +14,7 @@ import pytest
 
 from appliance.lab import Lab, ovn
 from appliance.topology import load
-
-from ..conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, lab_up, run_hvnet
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-trace")),

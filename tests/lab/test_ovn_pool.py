@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab, ovn
-
-from ..conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, lab_up, run_hvnet
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-northd")),

@@ -10,8 +10,7 @@ from appliance import ovsdb
 from appliance.errors import OvsdbError, OvsdbUnreachable
 from appliance.inventory import COLUMNS
 from appliance.target import DbTarget
-
-from ..conftest import run_hvnet
+from tests.conftest import run_hvnet
 
 
 def add_bridge(name: str):

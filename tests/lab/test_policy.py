@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import HVNET, ROOT, run_hvnet
-from .policy_helpers import config, ofctl, reset, vsctl, write
+from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.lab.policy_helpers import config, ofctl, reset, vsctl, write
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 

@@ -14,9 +14,8 @@ import pytest
 
 from appliance.lab import Lab
 from appliance.lab.switch import stop_pid
-
-from ..conftest import HVNET, ROOT
-from .policy_helpers import ofctl, vsctl
+from tests.conftest import HVNET, ROOT
+from tests.lab.policy_helpers import ofctl, vsctl
 
 POLICY = """\
 vifs:

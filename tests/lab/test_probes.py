@@ -20,9 +20,8 @@ from appliance.lab import Lab
 from appliance.probes.spec import ProbeSpec
 from appliance.services import metrics
 from appliance.services.probes import ProbeSource
-
-from ..conftest import HVNET, ROOT, links, netns_list, run_hvnet
-from .policy_helpers import vsctl
+from tests.conftest import HVNET, ROOT, links, netns_list, run_hvnet
+from tests.lab.policy_helpers import vsctl
 
 pytestmark = pytest.mark.lab
 

@@ -14,9 +14,8 @@ import pytest
 from appliance.errors import CommandFailed, CommandTimedOut, MissingTool
 from appliance.lab.sshhost import SshHost
 from appliance.ssh import HostKeyRefused, SshOptions, SshRunner, SshSession, SshTarget
-
-from ..conftest import run_hvnet
-from .remote_helpers import xen_ssh_host
+from tests.conftest import run_hvnet
+from tests.lab.remote_helpers import xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

@@ -22,10 +22,9 @@ import pytest
 
 from appliance.lab.sshhost import SshHost
 from appliance.policy.agent import AGENT_LOCK
-
-from ..conftest import HVNET, ROOT
-from .policy_helpers import write
-from .remote_helpers import xen_ssh_host
+from tests.conftest import HVNET, ROOT
+from tests.lab.policy_helpers import write
+from tests.lab.remote_helpers import xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

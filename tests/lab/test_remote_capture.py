@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab.sshhost import SshHost
-
-from ..conftest import run_hvnet
-from .remote_helpers import xen_ssh_host
+from tests.conftest import run_hvnet
+from tests.lab.remote_helpers import xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

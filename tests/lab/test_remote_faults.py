@@ -25,10 +25,9 @@ import pytest
 from appliance.errors import CommandFailed
 from appliance.lab.sshhost import SshHost
 from appliance.ssh import HostUnreachable, SshOptions, SshRunner, SshSession, SshTarget
-
-from ..conftest import run_hvnet
-from .policy_helpers import config, write
-from .remote_helpers import apply_stopped_at, xen_ssh_host
+from tests.conftest import run_hvnet
+from tests.lab.policy_helpers import config, write
+from tests.lab.remote_helpers import apply_stopped_at, xen_ssh_host
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import lab_up, run_hvnet
+from tests.conftest import lab_up, run_hvnet
 
 pytestmark = pytest.mark.lab
 

@@ -14,10 +14,9 @@ import pytest
 
 from appliance.lab import Lab
 from appliance.lab.collector import Collector
-
-from ..conftest import run_hvnet
-from .policy_helpers import vsctl, write
-from .test_policy_agent import AgentProc, wait_until
+from tests.conftest import run_hvnet
+from tests.lab.policy_helpers import vsctl, write
+from tests.lab.test_policy_agent import AgentProc, wait_until
 
 POLICY = """\
 version: 1

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import run_hvnet
+from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.lab
 

@@ -21,9 +21,8 @@ import pytest
 from appliance.errors import HvnetError
 from appliance.lab import Lab
 from appliance.policy.openflow import COOKIE, OpenFlow
-
-from ..conftest import run_hvnet
-from .policy_helpers import ofctl, reset, vsctl, write
+from tests.conftest import run_hvnet
+from tests.lab.policy_helpers import ofctl, reset, vsctl, write
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 IP = {"VM1": "192.168.0.150", "VM2": "192.168.0.151", "VM3": "192.168.0.152"}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT
+from tests.conftest import ROOT
 
 PACKAGES = ("hvnet", "hvnet-plots", "netperf")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT
-from .conftest import run
+from tests.conftest import ROOT
+from tests.pkg.conftest import run
 
 pytestmark = pytest.mark.pkg
 
@@ -307,7 +307,7 @@ def _saved_run(directory: Path) -> Path:
     """A run directory as 'hvnet suite run' leaves it (results.json only)."""
     import json
 
-    from ..unit.test_netperf_results import run_doc, step_doc
+    from tests.unit.test_netperf_results import run_doc, step_doc
 
     directory.mkdir()
     doc = run_doc(step_doc("tcp-stream/default/m10000/c4", [1000.0, 1010.0, 990.0]))

@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-
-from ..conftest import ROOT
-from .conftest import run
+from tests.conftest import ROOT
+from tests.pkg.conftest import run
 
 pytestmark = [pytest.mark.pkg, pytest.mark.lab]
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from appliance.policy import load
-
-from ..conftest import ROOT
-from .conftest import run
+from tests.conftest import ROOT
+from tests.pkg.conftest import run
 
 pytestmark = pytest.mark.pkg
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run
+from tests.pkg.conftest import run
 
 pytestmark = pytest.mark.pkg
 

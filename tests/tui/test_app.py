@@ -8,11 +8,10 @@ import time
 from appliance import api
 from appliance.frontdoor import build_host
 from tests.conftest import run_hvnet
+from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog
 from tui.widgets.vif_table import VifTable
-
-from .harness import screen_text, wait_until
 
 
 def cell(table: VifTable, port: str, column: str) -> str:

@@ -19,10 +19,9 @@ from appliance import api
 from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
+from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog
-
-from .harness import screen_text, wait_until
 
 PORT = "vif1.0"
 WINDOW_S = 3.0

@@ -30,6 +30,7 @@ from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import Switch
 from appliance.services import inventory as inv_svc
 from tests.conftest import ROOT
+from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog
 from tui.dialogs.host_picker import HostPicker
@@ -40,8 +41,6 @@ from tui.screens.log import LogScreen
 from tui.screens.suites import SuitesScreen
 from tui.screens.vifs import VifsScreen
 from tui.widgets.vif_table import VifTable
-
-from .harness import SIZES, assert_snapshot, screen_text, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

@@ -6,12 +6,11 @@ import pytest
 
 from appliance import api
 from appliance.frontdoor import build_host
+from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog
 from tui.screens.host import HostScreen
 from tui.widgets.vif_table import VifTable
-
-from .harness import SIZES, assert_snapshot, screen_text, wait_until
 
 
 async def test_host_screen_shows_switch_cpu_agent_and_audit(lab) -> None:

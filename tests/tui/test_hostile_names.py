@@ -18,9 +18,8 @@ import pytest
 from appliance import api
 from appliance.frontdoor import build_host
 from appliance.lab import Lab
+from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp
-
-from .harness import screen_text, wait_until
 
 MARKUP = "x[/]"
 BOLD = "[b]VM[/b]"

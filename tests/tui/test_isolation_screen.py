@@ -9,11 +9,10 @@ import pytest
 
 from appliance import api
 from appliance.frontdoor import build_host
+from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.screens.isolation import IsolationScreen
 from tui.widgets.matrix import MatrixTable
-
-from .harness import SIZES, assert_snapshot, screen_text, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "vlan-tests" / "seed-three-vm.yaml"

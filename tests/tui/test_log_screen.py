@@ -11,11 +11,10 @@ from textual.widgets import DataTable
 
 from appliance import api
 from appliance.frontdoor import build_host
+from tests.conftest import run_hvnet
+from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.screens.log import LogScreen
-
-from ..conftest import run_hvnet
-from .harness import SIZES, assert_snapshot, screen_text, wait_until
 
 
 def rows(table: DataTable) -> list[list[str]]:

@@ -18,13 +18,12 @@ from appliance import api
 from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
+from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.backend.mirrors import MirrorPacketRates, rate_text
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.mirror import MirrorDialog
 from tui.screens.mirrors import MirrorsScreen
-
-from .harness import SIZES, assert_snapshot, screen_text, wait_until
 
 BRIDGE = "xenbr0"
 

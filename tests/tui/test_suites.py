@@ -14,11 +14,10 @@ from textual.widgets import DataTable, Input, Select, Static
 
 from appliance import api
 from appliance.frontdoor import build_host
+from tests.tui.harness import assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.screens.suites import REGRESSION_MARK, SuitesScreen
 from tui.widgets.chart import Chart
-
-from .harness import assert_snapshot, screen_text, wait_until
 
 pytestmark = pytest.mark.lab
 

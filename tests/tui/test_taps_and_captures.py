@@ -28,13 +28,12 @@ from appliance.frontdoor import build_host
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import ofctl
+from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp
 from tui.dialogs.capture import CaptureDialog
 from tui.dialogs.tap import TapDialog
 from tui.screens.captures import CapturesScreen
 from tui.screens.mirrors import MirrorsScreen
-
-from .harness import screen_text, wait_until
 
 BRIDGE = "xenbr0"
 

@@ -12,8 +12,7 @@ import pytest
 
 from appliance import cli
 from tests.conftest import ROOT
-
-from .test_completion import verbs
+from tests.unit.test_completion import verbs
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ from appliance.netperf import monitor, omni
 from appliance.netperf.monitoring import socket_drops
 from appliance.netperf.records import RepetitionResult
 from appliance.netperf.suite import Test as NetperfTest
-
-from .test_netperf_suite import line_of, load, problems
+from tests.unit.test_netperf_suite import line_of, load, problems
 
 DATA = Path(__file__).parent / "data"
 HEAD = """\

@@ -22,8 +22,7 @@ from appliance.ovn import plan as ovn_plan
 from appliance.ovn import write
 from appliance.ovn.model import Limit
 from appliance.services import pools
-
-from .test_ovn_plan import _applied, _policy
+from tests.unit.test_ovn_plan import _applied, _policy
 
 INJECTIONS = [
     'p1" || ip4 || outport == "p2',

@@ -22,8 +22,7 @@ from appliance.policy.state import (
     TunnelCols,
     VlanCols,
 )
-
-from .policy_states import OWNED, vif
+from tests.unit.policy_states import OWNED, vif
 
 
 def port(name: str, bridge: str = "xenbr0", **kw) -> PortState:

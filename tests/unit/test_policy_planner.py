@@ -23,8 +23,7 @@ from appliance.policy.state import (
     TunnelCols,
     VlanCols,
 )
-
-from .policy_states import OWNED, vif
+from tests.unit.policy_states import OWNED, vif
 
 FILE = "p.yaml"
 

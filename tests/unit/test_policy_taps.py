@@ -9,9 +9,8 @@ from appliance.policy import document, export, journal, openflow, pipeline, plan
 from appliance.policy.planner import Change, PlanOptions
 from appliance.policy.state import BridgeState, PortState, State
 from appliance.policy.taps import TapCols
-
-from .policy_states import vif
-from .test_policy_export import port
+from tests.unit.policy_states import vif
+from tests.unit.test_policy_export import port
 
 BASE = """\
 version: 1

@@ -12,8 +12,7 @@ from appliance.policy.engine import current_value, inverse
 from appliance.policy.planner import plan
 from appliance.policy.state import BridgeState, State
 from appliance.sampling import IpfixCols, SflowCols
-
-from .policy_states import OWNED
+from tests.unit.policy_states import OWNED
 
 POLICY = """\
 bridges:

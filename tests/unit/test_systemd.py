@@ -15,8 +15,7 @@ import pytest
 
 from appliance import systemd
 from appliance.systemd import JournalFormatter, LevelFormatter, Notifier, notify, priority
-
-from ..conftest import ROOT
+from tests.conftest import ROOT
 
 
 @pytest.fixture()

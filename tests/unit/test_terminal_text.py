@@ -20,10 +20,9 @@ from appliance import render
 from appliance.cli import format_status, main
 from appliance.cli_pool import format_pool
 from appliance.inventory import BridgeInfo, HostInfo, Inventory, MirrorInfo
+from tests.unit.test_inventory_rules import vif
+from tests.unit.test_ovn_view import _view as pool_view
 from tui.widgets.literal import literal, shown
-
-from .test_inventory_rules import vif
-from .test_ovn_view import _view as pool_view
 
 CONTROLS = [chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]]
 OTHERS = ["\u2028", "\u2029", "\u202e", "\u2066", "\u200f", "\u061c", "\ud800"]

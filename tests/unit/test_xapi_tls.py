@@ -18,8 +18,7 @@ import pytest
 from appliance import config, frontdoor, hosts
 from appliance import xapi as xapi_mod
 from appliance.errors import ConfigError, UsageError
-
-from .test_names_xapi import WEB, FakeXapi
+from tests.unit.test_names_xapi import WEB, FakeXapi
 
 PASSWORD = "Pa55-w0rd-x9"  # distinctive: found in a log line only if it leaked
 ROOT = Path(__file__).resolve().parents[2]

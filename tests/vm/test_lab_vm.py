@@ -21,9 +21,8 @@ from appliance.lab import Lab
 from appliance.lab.vm import libvirtd
 from appliance.lab.vm.domain import Nic, interface_xml
 from appliance.topology import load as load_topology
-
-from ..conftest import ROOT, lab_up, run_hvnet
-from ..lab.test_policy_agent import AgentProc, wait_until
+from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.lab.test_policy_agent import AgentProc, wait_until
 
 pytestmark = pytest.mark.vm
 

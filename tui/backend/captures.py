@@ -22,8 +22,7 @@ from appliance.services import captures as svc
 
 if TYPE_CHECKING:
     from appliance.capture.record import CaptureRecord
-
-    from . import Backend
+    from tui.backend import Backend
 
 LIMIT_FIELDS = ("snaplen", "duration", "count")
 

@@ -20,9 +20,8 @@ import psutil
 from appliance.runner import CommandRunner
 from appliance.services.inventory import Inventory
 from appliance.services.taps import TapRow, list_taps
-
-from . import Backend
-from .procfs import RemoteProc
+from tui.backend import Backend
+from tui.backend.procfs import RemoteProc
 
 AGENT_UNIT = "hvnet-agent.service"
 AGENT_INTERVAL_S = 5.0  # a systemctl run or a walk of every process: not with every one-second sample

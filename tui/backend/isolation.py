@@ -20,7 +20,7 @@ from appliance.services import isolation
 from appliance.services.isolation import CheckResult, Scenario, model
 
 if TYPE_CHECKING:
-    from . import Backend
+    from tui.backend import Backend
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "vlan-tests"
 METHOD_CHOICES = ("both", "traffic", "trace")

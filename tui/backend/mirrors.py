@@ -18,7 +18,7 @@ from appliance.services import policy as svc
 from appliance.services.policy import ApplyResult, FieldError, MirrorRule, Plan, State, describe_mirror, mirror_rule
 
 if TYPE_CHECKING:
-    from . import Backend
+    from tui.backend import Backend
 
 SOURCE = "Mirrors screen"
 # OVS writes Mirror statistics every stats-update-interval (5 s by default).

@@ -31,8 +31,7 @@ from appliance.services.suites import (
     suite_mod,
 )
 from appliance.services.suites import ShippedSuite as SuiteChoice
-
-from ..widgets.chart import Series
+from tui.widgets.chart import Series
 
 RR_TYPES = suite_mod.RR_TYPES
 PPS_TYPES = suite_mod.PPS_TYPES

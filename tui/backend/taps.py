@@ -18,7 +18,7 @@ from appliance.services.policy import ApplyResult, Plan
 from appliance.services.taps import TapRule
 
 if TYPE_CHECKING:
-    from . import Backend
+    from tui.backend import Backend
 
 MATCH_FIELDS = ("src_mac", "dst_mac", "src_ip", "dst_ip", "vlan", "protocol", "src_port", "dst_port")
 INT_FIELDS = ("vlan", "src_port", "dst_port")

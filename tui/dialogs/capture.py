@@ -15,10 +15,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from appliance.errors import HvnetError
-
-from ..backend import captures as cb
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal
+from tui.backend import captures as cb
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal
 
 FIELDS = (
     ("name", "Name", "default: PORT-TIME"),

@@ -8,7 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button
 
-from ..widgets.literal import Literal
+from tui.widgets.literal import Literal
 
 
 class ConfirmDialog(ModalScreen[bool]):

@@ -27,10 +27,9 @@ from appliance.errors import ConfigError, HvnetError
 from appliance.services import policy as svc
 from appliance.services.inventory import Vif
 from appliance.services.policy import MODES, ApplyResult, Pending, Plan, Policy, State, VifForm, VifRule, vif_form_rule
-
-from ..backend.plans import pending_line, plan_lines, result_lines
-from ..widgets.banner import ConnectionBanner
-from ..widgets.literal import Literal
+from tui.backend.plans import pending_line, plan_lines, result_lines
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.literal import Literal
 
 # form field -> (input id, label)
 FIELDS = {

@@ -16,8 +16,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..backend import fleet as fb
-from ..widgets.literal import Literal
+from tui.backend import fleet as fb
+from tui.widgets.literal import Literal
 
 
 class HostPicker(ModalScreen[str | None]):

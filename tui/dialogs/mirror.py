@@ -20,12 +20,11 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionLis
 
 from appliance.errors import HvnetError
 from appliance.services.policy import MirrorRule, Pending
-
-from ..backend import mirrors as mb
-from ..backend.plans import refusal_lines
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal
-from .planflow import PlanApplyDialog
+from tui.backend import mirrors as mb
+from tui.backend.plans import refusal_lines
+from tui.dialogs.planflow import PlanApplyDialog
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal
 
 FIELDS = ("bridge", "name", "sources", "vlans", "output", "key")
 # The form field each widget edits (errors show once a field is touched, or all on Plan).

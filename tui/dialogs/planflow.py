@@ -18,8 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from appliance.errors import HvnetError
-
-from ..backend.plans import plan_lines, refusal_lines, result_lines
+from tui.backend.plans import plan_lines, refusal_lines, result_lines
 
 STALE = "the form changed: Plan (F5) again before applying"
 

@@ -18,12 +18,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.errors import HvnetError
-
-from ..backend import taps as tb
-from ..backend.plans import refusal_lines
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal
-from .planflow import PlanApplyDialog
+from tui.backend import taps as tb
+from tui.backend.plans import refusal_lines
+from tui.dialogs.planflow import PlanApplyDialog
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal
 
 PLACEHOLDERS = {
     "src_mac": "src MAC",

@@ -18,13 +18,12 @@ from textual.widgets import Header, Static
 
 from appliance import render
 from appliance.errors import HvnetError
-
-from ..backend import captures as cb
-from ..dialogs.capture import CaptureDialog
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.keyed_table import KeyedTable
-from ..widgets.literal import Literal
+from tui.backend import captures as cb
+from tui.dialogs.capture import CaptureDialog
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.keyed_table import KeyedTable
+from tui.widgets.literal import Literal
 
 REFRESH_S = 2.0
 COLUMNS = ("Capture", "State", "On", "Packets", "Rate", "Drops", "Size", "Complete", "Files")

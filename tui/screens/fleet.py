@@ -20,12 +20,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from appliance.services import fleet
-
-from ..backend import fleet as fb
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.keyed_table import KeyedTable
-from ..widgets.literal import Literal
+from tui.backend import fleet as fb
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.keyed_table import KeyedTable
+from tui.widgets.literal import Literal
 
 COLUMNS = (("HOST", 10), ("GROUP", 7), ("KIND", 9), ("UP", 3), ("OVS", 7), ("VIFS", 4), ("DRIFT", 8),
            ("AGENT", 6), ("PROBLEM", 60))  # fmt: skip

@@ -15,11 +15,10 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from appliance import render
-
-from ..backend.host import HostSample, HostSampler, TapRow
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal
+from tui.backend.host import HostSample, HostSampler, TapRow
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal
 
 SAMPLE_INTERVAL_S = 1.0
 BAR = 10

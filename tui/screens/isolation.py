@@ -24,12 +24,11 @@ from textual.widgets import Header, Input, Select, Static
 
 from appliance.errors import HvnetError
 from appliance.services.isolation import CheckResult
-
-from ..backend import isolation as iso
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal
-from ..widgets.matrix import MatrixTable
+from tui.backend import isolation as iso
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal
+from tui.widgets.matrix import MatrixTable
 
 TICK_S = 0.2
 SEED = "seed-three-vm.yaml"

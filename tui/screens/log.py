@@ -21,10 +21,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static
 
-from ..backend import MESSAGES_KEPT, LogLine
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal, literal
+from tui.backend import MESSAGES_KEPT, LogLine
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal, literal
 
 AUDIT_KEPT = 200
 AUDIT_POLL_S = 5.0

@@ -19,16 +19,15 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from appliance.errors import HvnetError
-
-from ..backend import mirrors as mb
-from ..backend.plans import refusal_lines, result_lines
-from ..dialogs.confirm import ConfirmDialog
-from ..dialogs.mirror import MirrorDialog
-from ..dialogs.tap import TapDialog
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.keyed_table import KeyedTable
-from ..widgets.literal import Literal
+from tui.backend import mirrors as mb
+from tui.backend.plans import refusal_lines, result_lines
+from tui.dialogs.confirm import ConfirmDialog
+from tui.dialogs.mirror import MirrorDialog
+from tui.dialogs.tap import TapDialog
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.keyed_table import KeyedTable
+from tui.widgets.literal import Literal
 
 STATS_INTERVAL_S = 2.0
 COLUMNS = ("Bridge", "Mirror", "Owner", "Selects", "Output", "TX", "Bytes", "Rate")
@@ -125,7 +124,7 @@ class MirrorsScreen(Screen[None]):
         self.app.push_screen(MirrorDialog(), self._added)
 
     def action_captures(self) -> None:
-        from .captures import CapturesScreen  # loaded when first opened, as the screens are
+        from tui.screens.captures import CapturesScreen  # loaded when first opened, as the screens are
 
         self.app.push_screen(CapturesScreen())
 

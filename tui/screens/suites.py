@@ -41,13 +41,12 @@ from textual.widgets import (
 from appliance.errors import HvnetError
 from appliance.render import terminal
 from appliance.services.suites import Aggregate, Event, Result, Row, Suite, SuiteResult
-
-from ..backend import suites as engine
-from ..backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun
-from ..widgets.banner import ConnectionBanner
-from ..widgets.chart import Chart
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal, literal
+from tui.backend import suites as engine
+from tui.backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.chart import Chart
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal, literal
 
 TABS = ("tab-run", "tab-chart", "tab-runs", "tab-compare")
 REGRESSION_MARK = "!!"

@@ -22,13 +22,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static
 
 from appliance.services.inventory import Inventory, Vif, filter_vifs
-
-from ..backend import Backend
-from ..widgets.banner import ConnectionBanner
-from ..widgets.footer import Footer
-from ..widgets.literal import Literal, notice
-from ..widgets.spark import WIDTH as SPARK_WIDTH
-from ..widgets.vif_table import COLUMNS, SORT_KEYS, VifTable, row_for
+from tui.backend import Backend
+from tui.widgets.banner import ConnectionBanner
+from tui.widgets.footer import Footer
+from tui.widgets.literal import Literal, notice
+from tui.widgets.spark import WIDTH as SPARK_WIDTH
+from tui.widgets.vif_table import COLUMNS, SORT_KEYS, VifTable, row_for
 
 RATE_INTERVAL_S = 1.0
 ENFORCEMENT_INTERVAL_S = 60.0
@@ -200,7 +199,7 @@ class VifsScreen(Screen[None]):
         port = self.query_one(VifTable).selected_port
         if port is None:
             return
-        from ..dialogs.edit_vif import EditVifDialog  # loaded when first used
+        from tui.dialogs.edit_vif import EditVifDialog  # loaded when first used
 
         # The dialog's apply installs meters/qdiscs after its OVSDB commit, so a check triggered by the
         # commit alone can run too early: check this VIF again once the dialog is closed.

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
-from .literal import Cell, literal
+from tui.widgets.literal import Cell, literal
 
 __all__ = ["Cell", "KeyedTable", "literal"]
 

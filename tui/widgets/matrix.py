@@ -14,9 +14,8 @@ from textual.widgets import DataTable
 
 from appliance.render import terminal
 from appliance.services.isolation import CheckResult
-
-from ..backend import isolation as iso
-from .literal import literal
+from tui.backend import isolation as iso
+from tui.widgets.literal import literal
 
 CORNER = "from↓ to→"
 

@@ -7,9 +7,8 @@ from typing import Any, Callable
 
 from appliance import render
 from appliance.services.inventory import Vif
-
-from .keyed_table import KeyedTable
-from .spark import sparkline
+from tui.widgets.keyed_table import KeyedTable
+from tui.widgets.spark import sparkline
 
 # Fixed widths: live figures changing length must not shift the columns to their right.
 WIDTHS = {

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import config, proc
-from ..switch import stop_pid
-from .protocol import PORT_NAME, LineDecoder, encode
+from appliance import config, proc
+from appliance.lab.switch import stop_pid
+from appliance.lab.vm.protocol import PORT_NAME, LineDecoder, encode
 
 CACHE = Path("/run/hvnet/accel.json")
 KVM_BOOT_TIMEOUT_S = 20.0  # a KVM boot takes ~1 s; TCG ~3 s; a hung KVM never answers

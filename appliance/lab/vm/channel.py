@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from .protocol import EXIT_LOST, MAX_PENDING, IdMap, LineDecoder, encode, exit_status
+from appliance.lab.vm.protocol import EXIT_LOST, MAX_PENDING, IdMap, LineDecoder, encode, exit_status
 
 log = logging.getLogger("hvnet.vm.mux")
 

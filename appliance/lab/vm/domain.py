@@ -14,7 +14,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from .protocol import PORT_NAME
+from appliance.lab.vm.protocol import PORT_NAME
 
 CHANNEL_NAME = PORT_NAME
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ... import config, proc
-from ...errors import HvnetError
-from .protocol import PORT_NAME
+from appliance import config, proc
+from appliance.errors import HvnetError
+from appliance.lab.vm.protocol import PORT_NAME
 
 BUILDER_VERSION = "2"
 DEFAULT_CACHE = Path("/var/cache/hvnet/image")  # built in; default_cache_root() is the one in use

@@ -25,13 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ...errors import LabError
-from ...names import quiet_libvirt, state_name
-from ...topology import Guest, Topology
-from ..switch import Switch
-from . import accel, libvirtd
-from .channel import ChannelError, GuestClient, mux_pid, start_mux, stop_mux
-from .domain import DomainSpec, Nic, domain_xml
+from appliance.errors import LabError
+from appliance.lab.switch import Switch
+from appliance.lab.vm import accel, libvirtd
+from appliance.lab.vm.channel import ChannelError, GuestClient, mux_pid, start_mux, stop_mux
+from appliance.lab.vm.domain import DomainSpec, Nic, domain_xml
+from appliance.names import quiet_libvirt, state_name
+from appliance.topology import Guest, Topology
 
 READY_TIMEOUT_S = 90.0  # boot under TCG takes seconds; 2 cores booting 4 guests at once take longer
 QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
@@ -58,7 +58,7 @@ class GuestFiles:
 
 def cmdline(g: Guest) -> str:
     """The probe kernel's command line: console on the serial port, the guest's address and name."""
-    from .image import kernel_cmdline
+    from appliance.lab.vm.image import kernel_cmdline
 
     return kernel_cmdline(g.ip, extra=[f"hvnet.hostname={g.name}"])
 
@@ -111,7 +111,7 @@ def up(
     qguests = [g for g in t.guests if g.kind == "qemu"]
     if not qguests:
         return
-    from .image import build_image
+    from appliance.lab.vm.image import build_image
 
     run_dir = switch.run_dir
     why = libvirtd.available()

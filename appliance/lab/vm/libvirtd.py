@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import proc
-from ...errors import LabError
-from ..switch import stop_pid
+from appliance import proc
+from appliance.errors import LabError
+from appliance.lab.switch import stop_pid
 
 URI = "qemu:///system"
 LIBVIRT_SOCK = Path("/run/libvirt/libvirt-sock")
