@@ -2,8 +2,8 @@
 
 Layers, top to bottom (enforced by the import-linter contracts in ``make lint``):
 
-* front ends -- :mod:`appliance.cli` (``hvnet``) and the :mod:`tui` console --
-  build a :class:`~appliance.host.Host` at the front door, parse, call a
+* front ends -- :mod:`appliance.cli.main` (``hvnet``) and the :mod:`tui` console --
+  build a :class:`~appliance.switch.host.Host` at the front door, parse, call a
   service verb and render;
 * :mod:`appliance.lab` -- the built-in lab, beside the product;
 * :mod:`appliance.services` -- the one verb set every front end calls;

@@ -1,5 +1,5 @@
 import sys
 
-from appliance.cli import main
+from appliance.cli.main import main
 
 sys.exit(main())

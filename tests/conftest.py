@@ -1,40 +1,21 @@
-"""Shared fixtures: a private ovsdb-server, and the built-in lab on real OVS.
+"""What every test may use: the project's root, the ``hvnet`` command, and the machine's namespaces and links.
 
-Lab fixtures are module-scoped: each module that needs the lab gets a fresh
-one in its own run directory, torn down (and checked to be gone) even when
-its tests fail.  Tests that need root and OVS fail loudly when those are
-missing instead of being skipped, so a green run means they ran.
+The lab's fixtures (a private ovsdb-server, the built-in lab on real OVS) are in
+``tests/lab/conftest.py``: a unit test run loads no lab code.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from appliance.lab import Lab  # noqa: E402
-from appliance.lab.switch import Switch  # noqa: E402
-from appliance.topology import DEFAULT_TOPOLOGY  # noqa: E402
-from appliance.topology import load as load_topology  # noqa: E402
 
 HVNET = [sys.executable, "-m", "appliance"]
-
-
-def _require_root_and_ovs() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("lab tests need root (network namespaces, veths, OVS daemons)")
-    for tool in ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ip", "ethtool"):
-        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
-            pytest.fail(f"{tool} is not installed: run .ci/setup-host")
 
 
 def run_hvnet(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -52,45 +33,3 @@ def netns_list() -> set[str]:
 
 def links() -> set[str]:
     return set(os.listdir("/sys/class/net"))
-
-
-@pytest.fixture()
-def switch(tmp_path: Path) -> Iterator[Switch]:
-    """A private ovsdb-server only (no vswitchd, no devices): engine tests."""
-    _require_root_and_ovs()
-    sw = Switch(tmp_path / "ovs")
-    sw.start(vswitchd=False)
-    try:
-        yield sw
-    finally:
-        sw.stop()
-
-
-@contextmanager
-def lab_up(topology_file: Path, run_dir: Path) -> Iterator[Lab]:
-    """A lab on ``topology_file`` found through HVNET_LAB_DIR, torn down and
-    checked to be gone afterwards, even when the body fails."""
-    _require_root_and_ovs()
-    before_ns, before_links = netns_list(), links()
-    the_lab = Lab(run_dir)
-    old = os.environ.get("HVNET_LAB_DIR")
-    os.environ["HVNET_LAB_DIR"] = str(run_dir)
-    try:
-        the_lab.up(load_topology(topology_file))
-        yield the_lab
-    finally:
-        if old is None:
-            os.environ.pop("HVNET_LAB_DIR", None)
-        else:
-            os.environ["HVNET_LAB_DIR"] = old
-        Lab(run_dir).down()
-        leaked_ns = netns_list() - before_ns
-        leaked_links = links() - before_links
-        assert not leaked_ns and not leaked_links, f"lab left {leaked_ns} {leaked_links}"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """The default (2010 study) lab, up for the module, down afterwards."""
-    with lab_up(DEFAULT_TOPOLOGY, tmp_path_factory.mktemp("lab") / "run") as the_lab:
-        yield the_lab

@@ -13,11 +13,11 @@ from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
-from appliance.errors import HvnetError
-from appliance.host import Host
-from appliance.ovsdb import Connection
-from appliance.render import terminal
+from appliance.core.errors import HvnetError
+from appliance.core.ovsdb import Connection
+from appliance.core.render import terminal
 from appliance.services.policy import Pending
+from appliance.switch.host import Host
 from tui.backend import Backend, fleet
 from tui.screens import available
 from tui.widgets.banner import ConnectionBanner

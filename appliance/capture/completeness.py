@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from appliance.counters import Counters
 from appliance.isolation.pcap import TcpdumpCounts
+from appliance.switch.counters import Counters
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.capture.spec import SNAPLEN_RANGE, Limits
-from appliance.config import Floor, parse_floor
-from appliance.errors import UsageError
-from appliance.render import si
+from appliance.core.config import Floor, parse_floor
+from appliance.core.errors import UsageError
+from appliance.core.render import si
 
 __all__ = ["Floor", "Space", "check_fits", "local_space", "parse_df", "parse_floor", "worst_case"]
 RECORD_OVERHEAD = 16  # a pcap record header before each packet's bytes

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.capture.spec import CaptureSpec
-from appliance.errors import HvnetError
-from appliance.safedirs import FILE_MODE
+from appliance.core.errors import HvnetError
+from appliance.core.safedirs import FILE_MODE
 
 META_FILE = "capture.json"
 LOG_FILE = "tcpdump.log"  # tcpdump's stderr: "listening on", its counts on SIGUSR1 and at exit

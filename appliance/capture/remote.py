@@ -29,9 +29,9 @@ from appliance.capture.completeness import completeness
 from appliance.capture.disk import under_floor_reason
 from appliance.capture.record import CaptureRecord, final_counts_text
 from appliance.capture.spec import ended_by_itself
-from appliance.counters import Counters, parse_kernel_many
+from appliance.core.safedirs import judge_dir, judge_link
 from appliance.isolation.pcap import TcpdumpCounts, parse_tcpdump_counts
-from appliance.safedirs import judge_dir, judge_link
+from appliance.switch.counters import Counters, parse_kernel_many
 
 STOP_SIGNAL = "TERM"  # tcpdump prints its counts and closes its file on SIGTERM as on SIGINT
 
@@ -199,7 +199,7 @@ DELETE = 'rm -rf -- "$1"'
 
 def judge_walk(text: str, path: str) -> tuple[str | None, bool]:
     """WALK's output for ``path`` -> (why another user could choose where hvnet writes, or None; whether
-    a part of ``path`` is missing).  Judged as :mod:`appliance.safedirs` judges this machine's (pure)."""
+    a part of ``path`` is missing).  Judged as :mod:`appliance.core.safedirs` judges this machine's (pure)."""
     me: int | None = None
     for line in text.splitlines():
         kind, _, rest = line.partition(" ")

@@ -3,7 +3,7 @@
 Every limit has a range and every refusal says what is allowed: a capture
 that cannot be what the operator asked for is never started.  The output
 name is one path component of hvnet's captures directory, checked here and
-created there with ``O_EXCL`` semantics (see :mod:`appliance.safedirs`), so no
+created there with ``O_EXCL`` semantics (see :mod:`appliance.core.safedirs`), so no
 name -- ``..``, an absolute path, a NUL, a planted symlink -- makes root write
 elsewhere.
 """
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import UsageError
+from appliance.core.errors import UsageError
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SNAPLEN_RANGE = (14, 262144)  # an Ethernet header at least; tcpdump's own maximum

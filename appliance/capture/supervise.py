@@ -30,10 +30,10 @@ from appliance.capture import record as rec_mod
 from appliance.capture.completeness import completeness
 from appliance.capture.record import CaptureRecord
 from appliance.capture.spec import ended_by_itself, pcap_files
-from appliance.counters import Counters, read_kernel_many
-from appliance.host import Host
+from appliance.core.safedirs import FILE_MODE
 from appliance.isolation.pcap import parse_tcpdump_counts
-from appliance.safedirs import FILE_MODE
+from appliance.switch.counters import Counters, read_kernel_many
+from appliance.switch.host import Host
 
 DISK_CHECK_S = 0.5
 LISTEN_TIMEOUT_S = 10.0

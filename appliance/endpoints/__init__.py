@@ -38,7 +38,7 @@ from appliance.endpoints.jobs import (
 )
 
 if TYPE_CHECKING:
-    from appliance.host import Host
+    from appliance.switch.host import Host
 
 __all__ = ["NAME", "STOP_GRACE_S", "Group", "Job", "JobResult", "Launcher", "check_name", "launcher_for", "spread_ms",
            "wait_all"]  # fmt: skip

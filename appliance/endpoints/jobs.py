@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
-from appliance.errors import UsageError
+from appliance.core.errors import UsageError
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 QUIET_POLL_S = 0.5  # while the jobs measure: hvnet's process stays out of their way

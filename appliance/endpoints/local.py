@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from appliance.core.runner import CommandRunner, LocalRunner, in_netns
 from appliance.endpoints.jobs import STOP_GRACE_S, Job, JobResult, check_name
-from appliance.runner import CommandRunner, LocalRunner, in_netns
 
 # The launcher: ready byte, wait for the release, stamp the time, become the program.
 # A release is one byte per launcher; end-of-file means hvnet went away: exit without running the program.

@@ -43,9 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import IO, Optional
 
+from appliance.core.errors import HvnetError
+from appliance.core.runner import CommandRunner
 from appliance.endpoints.jobs import Job, JobResult, check_name
-from appliance.errors import HvnetError
-from appliance.runner import CommandRunner
 
 # Run in each job (by bash where the host has it: its $EPOCHREALTIME stamps without a fork, so 70 jobs
 # woken at once are not queued behind 70 runs of date): $1 work dir, $2 name, $3 hold (1: wait at the

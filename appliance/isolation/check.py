@@ -16,20 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from appliance import inventory
-from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
-from appliance.guests import GuestEndpoint, GuestSource
-from appliance.host import Host
-from appliance.inventory import Inventory
+from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
+from appliance.core.ovsdb import Connection
+from appliance.endpoints.guests import GuestEndpoint, GuestSource
 from appliance.isolation import model, traffic
 from appliance.isolation.model import Evidence, MethodResult
 from appliance.isolation.scenario import _UNSET, Scenario
-from appliance.isolation.tracing import OdpPorts, SiteView, run_trace, trace_sites
-from appliance.ovsdb import Connection
-from appliance.policy.engine import PolicyEngine
-from appliance.policy.model import OWNER_KEY as OWNER
-from appliance.policy.planner import Change
-from appliance.policy.state import MirrorCols, State, VlanCols
+from appliance.isolation.trace import OdpPorts, SiteView, run_trace, trace_sites
+from appliance.policy.apply.engine import PolicyEngine
+from appliance.policy.plan.model import OWNER_KEY as OWNER
+from appliance.policy.plan.planner import Change
+from appliance.policy.plan.state import MirrorCols, State, VlanCols
+from appliance.switch import inventory
+from appliance.switch.host import Host
+from appliance.switch.inventory import Inventory
 
 METHODS = ("traffic", "trace")
 __all__ = [

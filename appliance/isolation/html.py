@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from appliance import htmlpage as hp
-from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
-from appliance.htmlpage import esc
+from appliance.core import htmlpage as hp
+from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
+from appliance.core.htmlpage import esc
 from appliance.isolation import model, report
 from appliance.isolation.check import CheckResult
 from appliance.isolation.scenario import _UNSET, Scenario

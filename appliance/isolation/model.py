@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.vlan import VlanCols
+from appliance.core.vlan import VlanCols
 
 YES, NO, EXCEPTION, UNKNOWN = "yes", "no", "exception", "unknown"
 
@@ -38,7 +38,7 @@ class PortVlan:
 
     @property
     def effective_mode(self) -> str:
-        return VlanCols(self.mode, self.tag).mode  # the one rule (appliance.vlan)
+        return VlanCols(self.mode, self.tag).mode  # the one rule (appliance.core.vlan)
 
     def trunks_vlan(self, vlan: int) -> bool:
         return not self.trunks or vlan in self.trunks

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from appliance import ovnmatch as ovn_match
+from appliance.core import ovnmatch as ovn_match
 
 _SECTION = re.compile(
     r'^\s*(?P<kind>ingress|egress)\(dp="(?P<dp>[^"]*)", inport="(?P<inport>[^"]*)"'

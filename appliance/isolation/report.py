@@ -6,8 +6,8 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from appliance import render
-from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
+from appliance.core import render
+from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from appliance.isolation import model
 from appliance.isolation.check import CheckResult, Evidence, MethodResult
 

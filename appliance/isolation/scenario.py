@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance import validate, yamldoc
-from appliance.errors import ConfigError, Problem
+from appliance.core import validate, yamldoc
+from appliance.core.errors import ConfigError, Problem
+from appliance.endpoints.topology import Topology
+from appliance.endpoints.topology import load as load_topology
 from appliance.probes import spec as probe_spec
 from appliance.probes.spec import ProbeSpec
-from appliance.topology import Topology
-from appliance.topology import load as load_topology
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TOP = {"name", "description", "topology", "probes", "guests", "vlans", "mirrors", "probes_per_target", "expect"}

@@ -1,244 +1,175 @@
-"""The switch-logic method: ``ofproto/trace`` a broadcast ARP from each VIF.
+"""The trace method: every guest's broadcast ARP through the switches' flow logic (``ofproto/trace``).
 
-No traffic is sent, so it is instant and answers even for guests that are
-down.  A trace ends with the datapath actions, e.g.
-``push_vlan(vid=1,pcp=0),2,pop_vlan,3`` -- output to datapath ports 2 (tagged
-VLAN 1) and 3 (untagged).  Datapath port numbers map back to port names
-through ``dpif/show``.  Everything here is pure.
-
-What the parser must not miss (each seen in real ``ofproto/trace`` output of
-Open vSwitch 3.1, tests/unit/data/trace-*.txt; the format is written by
-``ofproto_trace()`` in ofproto/ofproto-dpif-trace.c):
-
-* outputs nested in ``clone(...)`` -- patch ports to a bridge whose flows
-  are not reversible (a meter, a truncation) are crossed in a datapath clone,
-  ``...,5,clone(meter(0),pop_vlan,3,...),100``; also ``sample(...,actions(...))``
-  and both branches of ``check_pkt_len(...)``;
-* every pass: after a ``recirc(0x1)`` (conntrack, some bonds) the trace goes
-  on in a section headed ``recirc(0x1)`` with its own ``Datapath actions:``
-  line, and a frame output in the first pass is as delivered as one output
-  in the last;
-* ports of other bridges: bridges of one datapath share its port numbers,
-  and a frame crossing a patch port leaves through the other bridge's ports.
+On one switch a sender's trace shows the ports its frame leaves by.  In a lab
+of several hosts a frame that leaves by a trunk link is traced again on the
+host at the link's other end, entering the peer port with the VLAN it left
+with, and so on along the chain (each host once per bridge): the frame's path
+through every switch, without sending it.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-_DPIF_DATAPATH = re.compile(r"^(?P<dp>\S+@\S+):")
-_DPIF_BRIDGE = re.compile(r"^  (?P<bridge>\S+):$")
-# ASCII numbers of bounded length: \d also matches other scripts' digits, and int() refuses huge ones.
-_DPIF_PORT = re.compile(r"^    (?P<name>\S+) (?P<ofport>[0-9]{1,10})/(?P<odp>[0-9]{1,10}):")
-_PASS_HEADER = re.compile(r"^recirc\((?P<id>0x[0-9a-fA-F]+)\)")
-_VID = re.compile(r"(?:^|,)vid=(?P<vid>[0-9]{1,4})(?:,|$)")
-_ODP_PORT = re.compile(r"^[0-9]{1,10}$")
-MAX_DEPTH = 32  # nested actions: OVS itself stops translating far earlier
+from appliance.core.errors import CommandFailed
+from appliance.isolation import model, traffic
+from appliance.isolation import ofproto as trace
+from appliance.isolation.model import MethodResult
+from appliance.isolation.scenario import Scenario
+from appliance.switch.host import Host
+from appliance.switch.inventory import Inventory, Vif
+
+OdpPorts = Callable[[str], dict[int, str]]  # bridge -> {datapath port number: port name}
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """A frame the trace sends out of ``port`` (None vlan: untagged)."""
+class SiteView:
+    """One switch of a check as the methods see it: its Host, its inventory read once the settings are in
+    force, the scenario's guests whose VIFs it holds and, in a lab of several hosts, the host's name."""
 
-    port: str
-    vlan: int | None
-
-
-@dataclass(frozen=True)
-class Pass:
-    """One pass through the switch: the first, or one resumed after a ``recirc``."""
-
-    recirc_id: str | None  # None for the first pass
-    actions: str  # its datapath actions, '' when it drops the frame
+    host: Host
+    inv: Inventory
+    guests: tuple[str, ...]
+    name: str | None = None
 
 
-def parse_dpif_show(text: str, bridge: str) -> dict[int, str]:
-    """``ovs-appctl dpif/show`` -> {datapath port number: port name} of ``bridge``'s datapath.
+def _odp_ports(host: Host) -> OdpPorts:
+    """``dpif/show`` read once per switch: every bridge's datapath port numbers."""
+    dpif: list[str] = []
 
-    Every bridge of the datapath is included, not only ``bridge``: they share
-    its port numbers, and a trace that crosses a patch port outputs to the
-    other bridge's ports.  Patch ports themselves (``9/none``) have no number.
+    def odp_ports(bridge: str) -> dict[int, str]:
+        if not dpif:
+            dpif.append(host.appctl("ovs-vswitchd", "dpif/show"))
+        return trace.parse_dpif_show(dpif[0], bridge)
+
+    return odp_ports
+
+
+def run_trace(host: Host, sc: Scenario, inv: Inventory, vif_of: dict[str, str]) -> MethodResult:
+    """The trace method on one switch holding every guest."""
+    return trace_sites(sc, [SiteView(host, inv, tuple(sc.guests))], vif_of)
+
+
+def trace_sites(sc: Scenario, views: list[SiteView], vif_of: dict[str, str]) -> MethodResult:
+    """Trace every guest's broadcast through the switches' logic.
+
+    A listener's "No" stands only when its positive control passes: a trace
+    of a frame put straight onto its port must show the frame leaving there.
+    Otherwise nothing the trace method could say about that port is evidence
+    (the trace, the parser or the port numbers cannot see it) and its cells
+    are unknown, like a capture that heard nothing.
     """
-    by_datapath: dict[str, dict[int, str]] = {}
-    datapath_of: dict[str, str] = {}
-    dp, current = "", None
-    for line in text.splitlines():
-        if m := _DPIF_DATAPATH.match(line):
-            dp, current = m.group("dp"), None
-        elif m := _DPIF_BRIDGE.match(line):
-            current = m.group("bridge")
-            datapath_of.setdefault(current, dp)
-        elif (m := _DPIF_PORT.match(line)) and current is not None:
-            by_datapath.setdefault(dp, {})[int(m.group("odp"))] = m.group("name")
-    if bridge not in datapath_of:
-        return {}
-    return dict(by_datapath.get(datapath_of[bridge], {}))
+    res = MethodResult("trace")
+    where = {g: v for v in views for g in v.guests}
+    odp = {id(v): _odp_ports(v.host) for v in views}
+    guest_at = {(id(where[g]), vif_of[g]): g for g in sc.guests}  # (switch, port) -> guest
+    vifs = {g: where[g].inv.vif_by_port(vif_of[g]) for g in sc.guests}
+    doubts = {
+        g: _trace_control(where[g].host, vifs[g], vif_of[g], sc.topology.guest(g).address, odp[id(where[g])])
+        for g in sc.guests
+    }
+    for sender in sc.guests:
+        view = where[sender]
+        heard, problem = _trace_sender(view.host, sc, sender, vifs[sender], vif_of[sender], odp[id(view)], res)
+        reached = {(id(view), d.port) for d in heard}
+        if problem is None and len(views) > 1:
+            more, problem = _across_links(sc, sender, views, view, heard, odp)
+            reached |= more
+        heard_by = {guest_at[k] for k in reached if k in guest_at}
+        for listener in sc.guests:
+            if listener == sender:
+                continue
+            cell = (listener, sender)
+            if problem is None and listener in heard_by:
+                res.cells[cell] = model.YES
+            elif problem is None and doubts[listener] is None:
+                res.cells[cell] = model.NO
+            else:
+                res.cells[cell] = model.UNKNOWN
+                res.reasons[cell] = problem or doubts[listener] or ""
+    return res
 
 
-def passes(trace_output: str) -> list[Pass]:
-    """Every pass of an ``ofproto/trace`` output, in order; ValueError if it has none."""
-    out: list[Pass] = []
-    recirc_id: str | None = None
-    for line in trace_output.splitlines():
-        if m := _PASS_HEADER.match(line):
-            recirc_id = m.group("id").lower()
-        elif line.startswith("Datapath actions:"):
-            actions = line.split(":", 1)[1].strip()
-            out.append(Pass(recirc_id, "" if actions == "drop" else actions))
-        elif line.startswith("Translation failed") and out:  # "..., packet is dropped."
-            out[-1] = Pass(out[-1].recirc_id, "")
-    if not out:
-        raise ValueError("no 'Datapath actions' line in the trace output")
-    return out
+def _across_links(
+    sc: Scenario,
+    sender: str,
+    views: list[SiteView],
+    start: SiteView,
+    heard: list[trace.Delivery],
+    odp: dict[int, OdpPorts],
+) -> tuple[set[tuple[int, str]], str | None]:
+    """Follow ``sender``'s frame over the trunk links: the (switch, port) pairs it leaves by on other hosts,
+    or why that is not known."""
+    by_name = {v.name: v for v in views}
+    links = sc.topology.links()
+    g = sc.topology.guest(sender)
+    target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
+    reached: set[tuple[int, str]] = set()
+    done = {(start.name, ln.bridge) for ln in links}
+    queue = [(start, d) for d in heard]
+    while queue:
+        view, d = queue.pop(0)
+        for ln in links:
+            peer = ln.peer(view.name or "", d.port)
+            if peer is None or (peer[0], ln.bridge) in done or peer[0] not in by_name:
+                continue
+            done.add((peer[0], ln.bridge))
+            other = by_name[peer[0]]
+            flow = trace.arp_flow(peer[1], g.mac, g.address, target, vlan=d.vlan)
+            try:
+                out = other.host.appctl("ovs-vswitchd", "ofproto/trace", ln.bridge, flow)
+                deliveries = trace.deliveries(trace.passes(out), odp[id(other)](ln.bridge))
+            except (CommandFailed, ValueError) as exc:
+                return reached, f"the trace of {sender}'s broadcast on {peer[0]} could not be read: {exc}"
+            reached |= {(id(other), x.port) for x in deliveries}
+            queue += [(other, x) for x in deliveries]
+    return reached, None
 
 
-def describe(trace_passes: list[Pass]) -> str:
-    """The passes' actions on one line, for the report ('drop' when none outputs anything)."""
-    parts = [(f"recirc({p.recirc_id}): " if p.recirc_id else "") + (p.actions or "drop") for p in trace_passes]
-    return "; ".join(parts) or "drop"
+def _trace_sender(
+    host: Host, sc: Scenario, sender: str, vif: Vif | None, port: str, odp_ports: OdpPorts, res: MethodResult
+) -> tuple[list[trace.Delivery], str | None]:
+    """Where ``sender``'s broadcast ARP leaves the switch, or why that is not known."""
+    if vif is None:
+        return [], f"{port} is not on the switch"
+    g = sc.topology.guest(sender)
+    target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
+    flow = trace.arp_flow(vif.port, g.mac, g.address, target)
+    try:
+        out = host.appctl("ovs-vswitchd", "ofproto/trace", vif.bridge, flow)
+        passes = trace.passes(out)
+        res.stats.setdefault("datapath_actions", {})[sender] = trace.describe(passes)
+        return trace.deliveries(passes, odp_ports(vif.bridge)), None
+    except (CommandFailed, ValueError) as exc:
+        return [], f"the trace of {sender}'s broadcast could not be read: {exc}"
 
 
-def split_actions(actions: str) -> list[str]:
-    """Split on top-level commas (not those inside parentheses); ValueError if they do not balance."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(actions):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ')' in datapath actions: {actions[:80]!r}")
-        elif ch == "," and depth == 0:
-            out.append(actions[start:i])
-            start = i + 1
-    if depth:
-        raise ValueError(f"unbalanced '(' in datapath actions: {actions[:80]!r}")
-    out.append(actions[start:])
-    return [a.strip() for a in out if a.strip()]
+def _trace_control(host: Host, vif: Vif | None, port: str, ip: str, odp_ports: OdpPorts) -> str | None:
+    """The trace method's positive control for one port: why it fails, or None when it passes.
 
-
-def _call(action: str) -> tuple[str, str | None]:
-    """``name(args)`` -> (name, args); a bare ``name`` -> (name, None)."""
-    name, paren, rest = action.partition("(")
-    if not paren:
-        return action, None
-    if not rest.endswith(")"):
-        raise ValueError(f"malformed datapath action {action[:80]!r}")
-    return name.strip(), rest[:-1]
-
-
-class _Walk:
-    """Evaluates datapath actions: where frames go, with which VLAN tags."""
-
-    def __init__(self, odp_ports: dict[int, str]) -> None:
-        self.odp_ports = odp_ports
-        self.out: list[Delivery] = []
-        self.recirc_vlans: dict[str, list[int]] = {}  # the tags a frame carries into each recirculation
-
-    def run(self, actions: str, vlans: list[int], depth: int = 0) -> None:
-        if depth > MAX_DEPTH:
-            raise ValueError(f"datapath actions nested deeper than {MAX_DEPTH} levels")
-        for action in split_actions(actions):
-            name, args = _call(action)
-            if args is None and _ODP_PORT.match(name):
-                port = self.odp_ports.get(int(name), f"dp{name}")
-                self.out.append(Delivery(port, vlans[-1] if vlans else None))
-            elif name == "push_vlan":
-                vlans.append(_vid(args or ""))
-            elif name == "pop_vlan":
-                if vlans:
-                    vlans.pop()
-            elif name == "recirc" and args is not None:
-                self.recirc_vlans[args.strip().lower()] = list(vlans)
-            elif args is not None:
-                for inner in _nested(name, args):
-                    self.run(inner, list(vlans), depth + 1)  # a copy: a clone's changes stay in it
-
-
-def _vid(args: str) -> int:
-    m = _VID.search(args)
-    if m is None or int(m.group("vid")) > 4095:
-        raise ValueError(f"push_vlan without a VLAN id: push_vlan({args[:60]})")
-    return int(m.group("vid"))
-
-
-def _nested(name: str, args: str) -> list[str]:
-    """The action lists nested in ``name(args)`` that can output a frame."""
-    if name == "clone":
-        return [args]
-    if name == "sample":  # sample(sample=P%,actions(...)); older OVS wrote a clone this way
-        return [a for part in split_actions(args) for n, a in [_call(part)] if n == "actions" and a is not None]
-    if name == "check_pkt_len":  # check_pkt_len(size=N,gt(...),le(...)): either branch may run
-        return [a for part in split_actions(args) for n, a in [_call(part)] if n in ("gt", "le") and a is not None]
-    return []
-
-
-def deliveries(actions: str | list[Pass], odp_ports: dict[int, str]) -> list[Delivery]:
-    """Where the frame goes, with the VLAN tag it carries on each port.
-
-    ``actions`` is one datapath-actions string or every pass of a trace; a
-    recirculated pass starts with the tags the frame had at its ``recirc``.
-    ValueError when the actions cannot be read.
+    ``ofproto/trace-packet-out`` of the traffic method's own control frame,
+    output straight to the port: a port the switch can certainly reach.
     """
-    trace_passes = [Pass(None, actions)] if isinstance(actions, str) else actions
-    walk = _Walk(odp_ports)
-    for p in trace_passes:
-        start = walk.recirc_vlans.get(p.recirc_id, []) if p.recirc_id else []
-        walk.run(p.actions, list(start))
-    return walk.out
-
-
-def arp_flow(in_port: str, mac: str, ip: str, target_ip: str, vlan: int | None = None) -> str:
-    """The flow of a broadcast ARP who-has from ``mac``/``ip`` entering ``in_port`` (tagged ``vlan``, if given:
-    how it arrives on a trunk from another switch)."""
-    tag = "" if vlan is None else f"dl_vlan={vlan},"
+    if vif is None:
+        return f"{port} is not on the switch"
+    if vif.ofport is None or vif.ofport < 1:
+        return f"{port} has no OpenFlow port number, so no control trace can reach it"
+    try:
+        out = host.appctl(
+            "ovs-vswitchd",
+            "ofproto/trace-packet-out",
+            vif.bridge,
+            trace.control_flow(traffic.CONTROL_MAC, ip),
+            f"output:{vif.ofport}",
+        )
+        passes = trace.passes(out)
+        reached = any(d.port == vif.port for d in trace.deliveries(passes, odp_ports(vif.bridge)))
+    except (CommandFailed, ValueError) as exc:
+        return f"the control trace to {port} failed ({exc}), so the trace's 'No' is not proven"
+    if reached:
+        return None
     return (
-        f"in_port={in_port},{tag}dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
-        f"arp_op=1,arp_sha={mac},arp_spa={ip},arp_tpa={target_ip}"
-    )
-
-
-def control_flow(mac: str, target_ip: str) -> str:
-    """The flow of the positive control: a broadcast ARP the controller puts out (packet-out)."""
-    return (
-        f"in_port=controller,dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
-        f"arp_op=1,arp_sha={mac},arp_spa=0.0.0.0,arp_tpa={target_ip}"
-    )
-
-
-_TABLE_LINE = re.compile(r"^\s*(?P<table>[0-9]{1,3})\. (?P<rule>.*)$")
-# OpenFlow actions that hand the frame to the switch's forwarding: its MAC learning (NORMAL), a flood or an
-# output to a port.  A trace that reaches none of them dropped the frame before any forwarding decision.
-FORWARDING = ("NORMAL", "FLOOD", "ALL", "IN_PORT", "LOCAL", "output", "enqueue")
-
-
-def forwarding_stop(trace_output: str) -> str | None:
-    """None when an ``ofproto/trace`` output reaches a forwarding action (NORMAL, a flood, an output);
-    otherwise what stopped the frame: the last table and rule the trace shows, and its last action."""
-    rule = action = None
-    for line in trace_output.splitlines():
-        if m := _TABLE_LINE.match(line):
-            what = m.group("rule").rstrip(".")
-            rule = f"table {m.group('table')}" + (": no flow matches" if what == "No match" else f" rule '{what}'")
-            action = None
-            continue
-        text = line.strip()
-        if text.startswith("Translation failed"):
-            action = text
-        if not line.startswith("    ") or not text or text.startswith(("->", ">>")):
-            continue
-        if re.split(r"[:(,]", text, maxsplit=1)[0] in FORWARDING:
-            return None
-        action = text
-    return f"{rule or 'the trace'} ({action or 'drop'})"
-
-
-def probe_flow(in_port: int, mac: str, tha: str, target_ip: str, vlan: int | None = None) -> str:
-    """The flow of the audit's packet-out probe, every field of its frame: a broadcast ARP who-has from
-    ``mac`` with sender address 0.0.0.0 and target MAC ``tha`` (tagged ``vlan``, if given)."""
-    tag = "" if vlan is None else f"dl_vlan={vlan},"
-    return (
-        f"in_port={in_port},{tag}dl_src={mac},dl_dst=ff:ff:ff:ff:ff:ff,dl_type=0x0806,"
-        f"arp_op=1,arp_sha={mac},arp_spa=0.0.0.0,arp_tha={tha},arp_tpa={target_ip}"
+        f"a control trace straight to {port} does not show it leaving there "
+        f"(datapath actions: {trace.describe(passes)}), so the trace's 'No' is not proven"
     )

@@ -40,12 +40,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from appliance.errors import CommandFailed
-from appliance.guests import GuestEndpoint
-from appliance.host import Host
+from appliance.core.errors import CommandFailed
+from appliance.core.runner import CommandRunner
+from appliance.core.safedirs import create_new, make_private
+from appliance.endpoints.guests import GuestEndpoint
 from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
-from appliance.runner import CommandRunner
-from appliance.safedirs import create_new, make_private
+from appliance.switch.host import Host
 
 CLONE_NEWNET = 0x40000000
 CONTROL_MAC = "02:68:76:6e:65:74"  # "hvnet": the positive-control frames' sender

@@ -3,7 +3,7 @@
 Nothing in the engine or the services imports this package: the front ends
 (``hvnet lab``, suites and isolation checks run against the lab, the
 console) bring it in and hand its guests to the engine as a
-:class:`~appliance.guests.GuestSource`.  ``hvnet status`` and ``hvnet agent``
+:class:`~appliance.endpoints.guests.GuestSource`.  ``hvnet status`` and ``hvnet agent``
 never load it.
 """
 

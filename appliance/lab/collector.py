@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import LabError
-from appliance.netperf.launch import stop_tree
-from appliance.runner import CommandRunner, LocalRunner, in_netns
+from appliance.core.errors import LabError
+from appliance.core.runner import CommandRunner, LocalRunner, in_netns
+from appliance.netperf.run.launch import stop_tree
 
 PROGRAMS = {"sflow": "sfacctd", "ipfix": "nfacctd"}
 READY_TEXT = {"sflow": "waiting for sFlow data on", "ipfix": "waiting for NetFlow/IPFIX data on"}

@@ -24,25 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance import config, labstate, proc
-from appliance.errors import CommandFailed, HvnetError, LabError, UsageError
-from appliance.guests import GuestEndpoint
-from appliance.host import DataPaths
-from appliance.inventory import port_vlan
+from appliance.core import config, labstate, proc
+from appliance.core.errors import CommandFailed, HvnetError, LabError, UsageError
+from appliance.core.ovsdb import Connection, TxnContext
+from appliance.core.ovsdb import column as col
+from appliance.core.target import DbTarget
+from appliance.core.vlan import VlanCols
+from appliance.endpoints.guests import GuestEndpoint
+from appliance.endpoints.topology import Guest, Topology
 from appliance.lab import multihost, ovn, underlay
 from appliance.lab.collector import Collector, free_udp_port
 from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import Switch
 from appliance.lab.vm import labguests
 from appliance.lab.vm.gexec import gexec_argv
-from appliance.ovsdb import Connection, TxnContext
-from appliance.ovsdb import column as col
-from appliance.policy import writer
-from appliance.policy.journal import Journal
-from appliance.policy.planner import Change
-from appliance.target import DbTarget
-from appliance.topology import Guest, Topology
-from appliance.vlan import VlanCols
+from appliance.policy.apply import writer
+from appliance.policy.apply.journal import Journal
+from appliance.policy.plan.planner import Change
+from appliance.switch.host import DataPaths
+from appliance.switch.inventory import port_vlan
 
 DEFAULT_LAB_DIR = labstate.DEFAULT_LAB_DIR
 STATE_FILE = labstate.STATE_FILE

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from appliance import proc
-from appliance.errors import LabError
+from appliance.core import proc
+from appliance.core.errors import LabError
+from appliance.endpoints.topology import Guest, Link, Topology
 from appliance.lab.sshhost import SshHost
-from appliance.topology import Guest, Link, Topology
 
 FIRST_INDEX = 10  # the first lab host's link is 169.254.110.0/30, the next .111.0/30 ...
 INVENTORY_FILE = "hosts.yaml"

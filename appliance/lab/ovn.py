@@ -33,12 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance import labstate, proc
-from appliance.errors import LabError
+from appliance.core import labstate, proc
+from appliance.core.errors import LabError
+from appliance.endpoints.topology import Guest, Topology
 from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import stop_pid
 from appliance.ovn.view import VLAN_KEY
-from appliance.topology import Guest, Topology
 
 NB_PORT = 6641
 SB_PORT = 6642

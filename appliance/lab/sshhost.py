@@ -23,8 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from appliance import proc
-from appliance.errors import LabError
+from appliance.core import proc
+from appliance.core.errors import LabError
 from appliance.lab.switch import Switch, stop_pid
 
 # The tools a hypervisor has without hvnet: what the agentless path may use.

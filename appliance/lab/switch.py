@@ -18,8 +18,8 @@ import signal
 import time
 from pathlib import Path
 
-from appliance import labstate, proc
-from appliance.errors import LabError
+from appliance.core import labstate, proc
+from appliance.core.errors import LabError
 
 SCHEMA_PATHS = (
     "/usr/share/openvswitch/vswitch.ovsschema",

@@ -19,9 +19,9 @@ import ipaddress
 import time
 from typing import Callable
 
-from appliance import proc
+from appliance.core import proc
+from appliance.endpoints.topology import Topology
 from appliance.lab.switch import Switch
-from appliance.topology import Topology
 
 
 def up(switch: Switch, t: Topology, record: Callable[[str, str], None]) -> list[str]:

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from appliance import validate
+from appliance.core import validate
+from appliance.endpoints.topology import OVN_BRIDGE
 from appliance.ovn.model import DIRECTION_WORD, MIRROR_NAME_KEY
 from appliance.ovn.view import PoolView, PortView
-from appliance.policy.model import OWNER, OWNER_KEY
-from appliance.topology import OVN_BRIDGE
+from appliance.policy.plan.model import OWNER, OWNER_KEY
 
 
 def _owned(ids: dict[str, str]) -> bool:

@@ -18,7 +18,7 @@
   (no ``local`` mirror in OVN before 23.06), ``all``, ``vlans``,
   ``snaplen``, ``filter``.
 
-Every refusal is a :class:`~appliance.errors.Problem` with ``file:line:
+Every refusal is a :class:`~appliance.core.errors.Problem` with ``file:line:
 field``; all of them are collected before anything is planned.
 """
 
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance import yamldoc
-from appliance.errors import ConfigError, Problem
+from appliance.core import yamldoc
+from appliance.core.errors import ConfigError, Problem
+from appliance.endpoints.topology import OVN_BRIDGE
 from appliance.ovn.model import MIRROR_NAME_KEY, Desired, OvnMirror, mirror_row_name
 from appliance.ovn.view import PoolView, PortView
-from appliance.policy.model import OWNER, OWNER_KEY, REMOVE, MirrorRule, Policy, Selector
-from appliance.topology import OVN_BRIDGE
+from appliance.policy.plan.model import OWNER, OWNER_KEY, REMOVE, MirrorRule, Policy, Selector
 
 DIRECTIONS = {"ingress": "from-lport", "egress": "to-lport"}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from appliance import ovnmatch as ovn_match
+from appliance.core import ovnmatch as ovn_match
 
 # QoS rows' direction -> the policy's word for it
 DIRECTION_WORD = {"from-lport": "ingress", "to-lport": "egress"}

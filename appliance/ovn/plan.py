@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from appliance.ovn.intent import burst, desired
 from appliance.ovn.model import MIRROR_NAME_KEY, Desired, Limit, Move, OvnMirror
 from appliance.ovn.view import MirrorView, PoolView, QosView
-from appliance.policy.model import OWNER, OWNER_KEY, Policy
+from appliance.policy.plan.model import OWNER, OWNER_KEY, Policy
 
 __all__ = ["PRIORITY", "Limit", "Move", "OvnMirror", "PoolPlan", "burst", "diff", "plan", "undo"]
 

@@ -1,7 +1,7 @@
 """Reading a pool's central databases: one consistent snapshot of each, no replica.
 
 The NB and SB are read the way ``hvnet status`` reads a switch
-(:mod:`appliance.snapshot`): one ``select`` transaction per database, the
+(:mod:`appliance.switch.snapshot`): one ``select`` transaction per database, the
 schema fetched first, so whatever OVN version runs the pool is read with
 its own schema and a column it lacks is simply absent.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance import snapshot
+from appliance.core.ovsdb import fetch_schema
+from appliance.core.target import DbTarget
 from appliance.ovn.view import NB_COLUMNS, NB_DB, SB_COLUMNS, SB_DB, PoolView, build
-from appliance.ovsdb import fetch_schema
-from appliance.target import DbTarget
+from appliance.switch import snapshot
 
 
 def read_pool(name: str, nb: DbTarget, sb: DbTarget, timeout: float = 5.0) -> PoolView:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from appliance.ovsdb import column as col
+from appliance.core.ovsdb import column as col
 
 NB_DB = "OVN_Northbound"
 COMMIT_KEY = "hvnet-last-commit"  # NB_Global external_ids: the record id of hvnet's last commit in this NB
@@ -169,7 +169,7 @@ def _opt(value: Any) -> Any:
 
 
 def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_version: str = "") -> PoolView:
-    """The pool from snapshots of its NB and SB databases (:class:`~appliance.snapshot.Snapshot`)."""
+    """The pool from snapshots of its NB and SB databases (:class:`~appliance.switch.snapshot.Snapshot`)."""
     sb_tables = sb.idl.tables
     chassis_name = {r.uuid: col(r, "name") for r in sb_tables["Chassis"].rows.values()}
     bound = {col(r, "logical_port"): r for r in sb_tables["Port_Binding"].rows.values()}

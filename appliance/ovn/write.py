@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.errors import ConflictError, HvnetError
+from appliance.core.errors import ConflictError, HvnetError
+from appliance.core.ovsdb import request
+from appliance.core.target import DbTarget
 from appliance.ovn.model import MIRROR_NAME_KEY, OvnMirror
 from appliance.ovn.plan import PRIORITY, Limit, MirrorChange, PoolPlan
 from appliance.ovn.view import COMMIT_KEY, NB_DB, SB_DB, PoolView
-from appliance.ovsdb import request
-from appliance.policy.model import OWNER, OWNER_KEY
-from appliance.target import DbTarget
+from appliance.policy.plan.model import OWNER, OWNER_KEY
 
 
 class PoolCommitFailed(HvnetError):

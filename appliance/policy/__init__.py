@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 # import COLUMNS`` must not load the engine, the exporter and YAML for a verb that
 # only reads the switch.
 _WHERE = {
-    "export": None,
-    "DEFAULT_POLICY": "document", "load": "document", "parse": "document",
-    "ApplyResult": "engine", "PolicyEngine": "engine", "require_one": "engine",
-    "REMOVE": "model", "Egress": "model", "Ingress": "model", "MirrorOutput": "model", "MirrorRule": "model",
-    "Policy": "model", "Selector": "model", "VifRule": "model", "Vlan": "model",
-    "Change": "planner", "Plan": "planner", "PlanOptions": "planner", "describe": "planner",
-    "COLUMNS": "state", "State": "state",
+    "export": "plan.export",
+    "DEFAULT_POLICY": "plan.document", "load": "plan.document", "parse": "plan.document",
+    "ApplyResult": "apply.engine", "PolicyEngine": "apply.engine", "require_one": "apply.engine",
+    "REMOVE": "plan.model", "Egress": "plan.model", "Ingress": "plan.model", "MirrorOutput": "plan.model",
+    "MirrorRule": "plan.model", "Policy": "plan.model", "Selector": "plan.model", "VifRule": "plan.model",
+    "Vlan": "plan.model",
+    "Change": "plan.planner", "Plan": "plan.planner", "PlanOptions": "plan.planner", "describe": "plan.planner",
+    "COLUMNS": "plan.state", "State": "plan.state",
 }  # fmt: skip
 
 __all__ = [
@@ -57,15 +58,15 @@ def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = _WHERE[name]
-    value = importlib.import_module(f"{__name__}.{module or name}")
-    return value if module is None else getattr(value, name)
+    value = importlib.import_module(f"{__name__}.{module}")
+    return value if module.endswith(f".{name}") else getattr(value, name)
 
 
 if TYPE_CHECKING:
-    from appliance.policy import export
-    from appliance.policy.document import DEFAULT_POLICY, load, parse
-    from appliance.policy.engine import ApplyResult, PolicyEngine, require_one
-    from appliance.policy.model import (
+    from appliance.policy.apply.engine import ApplyResult, PolicyEngine, require_one
+    from appliance.policy.plan import export
+    from appliance.policy.plan.document import DEFAULT_POLICY, load, parse
+    from appliance.policy.plan.model import (
         REMOVE,
         Egress,
         Ingress,
@@ -76,5 +77,5 @@ if TYPE_CHECKING:
         VifRule,
         Vlan,
     )
-    from appliance.policy.planner import Change, Plan, PlanOptions, describe
-    from appliance.policy.state import COLUMNS, State
+    from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe
+    from appliance.policy.plan.state import COLUMNS, State

@@ -18,17 +18,17 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from appliance.errors import CommandFailed, HvnetError, UsageError
-from appliance.guests import GuestEndpoint
-from appliance.host import Host
-from appliance.inventory import ovn_bridge, port_vlan
-from appliance.ovsdb import Connection, TxnContext
-from appliance.ovsdb import column as col
-from appliance.policy import writer
-from appliance.policy.planner import Change, owned_qos
-from appliance.policy.state import COLUMNS, PoliceCols, VlanCols
+from appliance.core.errors import CommandFailed, HvnetError, UsageError
+from appliance.core.ovsdb import Connection, TxnContext
+from appliance.core.ovsdb import column as col
+from appliance.endpoints.guests import GuestEndpoint
+from appliance.policy.apply import writer
+from appliance.policy.plan.planner import Change, owned_qos
+from appliance.policy.plan.state import COLUMNS, PoliceCols, VlanCols
 from appliance.probes import spec as sp
 from appliance.probes.spec import FoundProbe, ProbeSpec
+from appliance.switch.host import Host
+from appliance.switch.inventory import ovn_bridge, port_vlan
 
 OFPORT_WAIT_S = 10.0
 

@@ -1,10 +1,10 @@
 """The service API: the one verb set the CLI, the console and the agent call.
 
 Front ends parse, call a verb here and render; none of them owns a workflow.
-Each verb takes the :class:`~appliance.host.Host` the front door built.
+Each verb takes the :class:`~appliance.switch.host.Host` the front door built.
 Submodules hold one capability each: :mod:`.policy` (inventory, edit VIF,
 QoS, mirrors, plan/apply with confirm-within/commit/rollback/verify/export),
 :mod:`.suites` (netperf suites: load, run handle, runs), :mod:`.isolation`
 (scenario checks).  The lab is above this layer: a front end hands its guests
-in as a :class:`~appliance.guests.GuestSource`.
+in as a :class:`~appliance.endpoints.guests.GuestSource`.
 """

@@ -38,12 +38,12 @@ from appliance.capture.spec import (
 )
 from appliance.capture.supervise import finish
 from appliance.capture.view import CaptureView
-from appliance.counters import read_kernel_many
-from appliance.errors import HvnetError, UsageError
-from appliance.guests import GuestEndpoint
-from appliance.host import Host
+from appliance.core.errors import HvnetError, UsageError
+from appliance.core.safedirs import DIR_MODE, FILE_MODE, make_private
+from appliance.endpoints.guests import GuestEndpoint
 from appliance.isolation.pcap import parse_tcpdump_counts
-from appliance.safedirs import DIR_MODE, FILE_MODE, make_private
+from appliance.switch.counters import read_kernel_many
+from appliance.switch.host import Host
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
@@ -315,7 +315,7 @@ def show(host: Host, name: str) -> CaptureView:
 
 @dataclass
 class SuiteListener:
-    """Captures as a suite's case asks for them (:class:`appliance.netperf.pktgen.Listen`): started on a
+    """Captures as a suite's case asks for them (:class:`appliance.netperf.run.pktgen.Listen`): started on a
     port, stopped, counted and removed -- the suite keeps the counts, not the pcaps."""
 
     host: Host

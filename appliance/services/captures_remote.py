@@ -27,10 +27,10 @@ from appliance.capture.record import LIVE_STATES, CaptureRecord, final_counts_te
 from appliance.capture.spec import CaptureSpec, check_name, tcpdump_argv
 from appliance.capture.supervise import counters_of, read_port_counters
 from appliance.capture.view import CaptureView
-from appliance.errors import HvnetError, UsageError
-from appliance.host import Host
+from appliance.core.errors import HvnetError, UsageError
+from appliance.core.safedirs import UnsafeDirectory
 from appliance.isolation.pcap import parse_tcpdump_counts
-from appliance.safedirs import UnsafeDirectory
+from appliance.switch.host import Host
 
 STOP_WAIT_S = 30.0
 

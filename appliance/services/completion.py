@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance import hosts, labstate, snapshot
 from appliance.capture import record as rec_mod
-from appliance.host import Host
-from appliance.netperf import results
-from appliance.netperf import suite as suite_mod
+from appliance.core import hostlist as hosts
+from appliance.core import labstate
+from appliance.netperf.define import suite as suite_mod
+from appliance.netperf.store import results
+from appliance.switch import snapshot
+from appliance.switch.host import Host
 
 # Which switch names each kind lists: (table, column).
 SWITCH_KINDS = {"bridges": "Bridge", "ports": "Port", "mirrors": "Mirror"}

@@ -7,7 +7,7 @@ the apply is committed, hvnet arms the undo *on the host*, agentless:
 
 * a private directory (0700) in hvnet's state directory on the host holds
   the undo as ``ovsdb-client transact`` arguments (planned by
-  :mod:`appliance.policy.hostundo`: rows by name, guarded by ``wait`` on
+  :mod:`appliance.policy.plan.hostundo`: rows by name, guarded by ``wait`` on
   their post-change values) and a token file, ``armed``;
 * a detached shell (:data:`TIMER`, started with ``setsid``, its input and
   output away from the SSH channel, so the session's end does not end it)
@@ -39,11 +39,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Optional
 
-from appliance.errors import HvnetError, OutcomeUnknown
-from appliance.host import Host
-from appliance.policy import ApplyResult, PolicyEngine, hostundo, journal
-from appliance.policy.planner import Change
-from appliance.ssh import HostUnreachable
+from appliance.core.errors import HvnetError, OutcomeUnknown
+from appliance.core.ssh import HostUnreachable
+from appliance.policy import ApplyResult, PolicyEngine
+from appliance.policy.apply import journal
+from appliance.policy.plan import hostundo
+from appliance.policy.plan.planner import Change
+from appliance.switch.host import Host
 
 SUBDIR = "no-commit"  # under hvnet's state directory path, on the host
 _TOKEN = re.compile(r"^[0-9a-f]{16}$")

@@ -2,14 +2,14 @@
 
 ``hvnet status|plan|apply|verify --hosts ...`` and ``hvnet hosts`` (and the
 console's fleet screen) hand :func:`run` the hosts and what to do on one
-:class:`~appliance.host.Host`; it returns one :class:`HostOutcome` per host,
+:class:`~appliance.switch.host.Host`; it returns one :class:`HostOutcome` per host,
 in the order given.  Each host gets its own Host (one SSH master), built and
 closed in its own thread; a host that fails, cannot be reached or hangs does
 not stop the others.  A host still busy at its deadline is left behind and
 reported as such (an apply then has an unknown outcome: the journal's intent
 lets the next hvnet run on that host settle it, as after a killed hvnet).
 
-The worst result decides the exit code, in the order of :data:`appliance.errors.SEVERITY`
+The worst result decides the exit code, in the order of :data:`appliance.core.errors.SEVERITY`
 (the same order for every multi-host verb, documented in ``hvnet --help`` and hvnet(1)).
 """
 
@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from appliance.errors import EXIT_FAILED, EXIT_UNREACHABLE, HvnetError, worst_exit
-from appliance.host import Host
-from appliance.hosts import InventoryHost
+from appliance.core.errors import EXIT_FAILED, EXIT_UNREACHABLE, HvnetError, worst_exit
+from appliance.core.hostlist import InventoryHost
+from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet.fleet")
 T = TypeVar("T")
@@ -50,7 +50,7 @@ class HostOutcome(Generic[T]):
 def worst(codes: Sequence[int]) -> int:
     """The exit code of a fan-out: the most severe of the hosts' codes (0 for none).
 
-    In :data:`appliance.errors.SEVERITY` order, which ``--help`` and hvnet(1) state.
+    In :data:`appliance.core.errors.SEVERITY` order, which ``--help`` and hvnet(1) state.
     """
     return worst_exit(codes)
 
@@ -68,7 +68,7 @@ def run(
     ``connect(entry)`` builds the entry's Host (the front door's ``build_host``:
     this layer does not read options).  An :class:`HvnetError` from either is
     that host's result.  ``overdue_exit``: the code of a host still running after
-    ``deadline_s`` (:data:`~appliance.errors.EXIT_UNKNOWN` for verbs that change the host).
+    ``deadline_s`` (:data:`~appliance.core.errors.EXIT_UNKNOWN` for verbs that change the host).
     A bug in one host's work is logged with its traceback and reported as
     that host's failure, so the other hosts' results are still shown.
     Worker threads are daemons so that a hung host never keeps hvnet alive.
@@ -149,7 +149,7 @@ class _FanOut(Generic[T]):
 
 def probe(host: Host, entry: InventoryHost | None, *, timeout: float) -> dict[str, Any]:
     """What ``hvnet hosts`` shows of a reachable host, all read-only: OVS, datapaths, VIFs, agent, drift."""
-    from appliance import api
+    from appliance.switch import api
 
     inv = api.read_inventory_once(host, timeout=timeout)
     return {
@@ -166,11 +166,11 @@ def agent_state(host: Host, *, timeout: float) -> str:
 
     ``unknown`` when the server gave neither answer.  Asked on a connection of
     its own that takes a free lock only between two requests (see
-    :func:`appliance.ovsdb.lock_held`), so an agent starting meanwhile merely
+    :func:`appliance.core.ovsdb.lock_held`), so an agent starting meanwhile merely
     waits that long.
     """
-    from appliance.ovsdb import lock_held
-    from appliance.policy.agent import AGENT_LOCK
+    from appliance.core.ovsdb import lock_held
+    from appliance.policy.apply.engine import AGENT_LOCK
 
     return {True: "running", False: "none", None: "unknown"}[lock_held(host.target, AGENT_LOCK, timeout)]
 

@@ -7,8 +7,8 @@ consistent read without a replica for one-shot verbs.
 
 from __future__ import annotations
 
-from appliance.api import OVSDB_STATS_INTERVAL_S, LiveInventory, connect, read_inventory, read_inventory_once
-from appliance.inventory import Inventory, MirrorInfo, Vif, filter_vifs
+from appliance.switch.api import OVSDB_STATS_INTERVAL_S, LiveInventory, connect, read_inventory, read_inventory_once
+from appliance.switch.inventory import Inventory, MirrorInfo, Vif, filter_vifs
 
 __all__ = [
     "OVSDB_STATS_INTERVAL_S",

@@ -14,15 +14,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
-from appliance import inventory
-from appliance.errors import UsageError
-from appliance.guests import GuestSource
-from appliance.host import Host
+from appliance.core.errors import UsageError
+from appliance.core.ovsdb import Connection
+from appliance.endpoints.guests import GuestSource
 from appliance.isolation import check, model, report
 from appliance.isolation import scenario as scenario_mod
 from appliance.isolation.check import CheckResult
 from appliance.isolation.scenario import Scenario
-from appliance.ovsdb import Connection
+from appliance.switch import inventory
+from appliance.switch.host import Host
 
 METHODS = check.METHODS
 

@@ -1,10 +1,10 @@
 """``hvnet isolation audit``: who hears whom among a host's real VIFs, with nothing installed in any VM.
 
 The selection, the probes and the expectations are planned from one
-inventory read (:mod:`appliance.isolation.audit`); the trace method runs
-every trace of the host in one shell (:mod:`~appliance.isolation.audittrace`),
+inventory read (:mod:`appliance.isolation.audit.plan`); the trace method runs
+every trace of the host in one shell (:mod:`~appliance.isolation.audit.trace`),
 the traffic method injects the probes by packet-out and captures them on the
-listeners' host-side devices (:mod:`~appliance.isolation.audittraffic`).  The
+listeners' host-side devices (:mod:`~appliance.isolation.audit.traffic`).  The
 result is an isolation check's, so reports, JSON, HTML and exit codes (0, 1
 leak, 7 undecided) are the same.
 """
@@ -20,14 +20,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from appliance import inventory, yamldoc
-from appliance.errors import UsageError
-from appliance.host import Host
-from appliance.isolation import audit, audittrace, audittraffic, inject
+from appliance.core import yamldoc
+from appliance.core.errors import UsageError
+from appliance.core.ovsdb import Connection
+from appliance.isolation.audit import inject
+from appliance.isolation.audit import plan as audit
+from appliance.isolation.audit import trace as audittrace
+from appliance.isolation.audit import traffic as audittraffic
 from appliance.isolation.check import METHODS, CheckResult
 from appliance.isolation.model import MethodResult
-from appliance.ovsdb import Connection
 from appliance.services.isolation import methods_of
+from appliance.switch import inventory
+from appliance.switch.host import Host
 
 __all__ = ["load_expect", "run_audit", "run_audit_hosts"]
 

@@ -1,6 +1,6 @@
 """What ``hvnet exporter`` exports, gathered at scrape time from the same readers ``status`` uses.
 
-One scrape is one consistent OVSDB read (:func:`appliance.snapshot.take`, bounded
+One scrape is one consistent OVSDB read (:func:`appliance.switch.snapshot.take`, bounded
 by a timeout) turned into the inventory ``hvnet status`` shows, plus a few cheap
 local reads (kernel counters, ``/proc`` for ovs-vswitchd's threads, the tail of
 the audit log).  The checks that run programs -- whether each limit is enforced
@@ -30,11 +30,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from appliance import inventory, snapshot
-from appliance.errors import HvnetError
-from appliance.host import Host, daemon_pid
-from appliance.inventory import Inventory, Vif
-from appliance.ovsdb import without_lone_surrogates
+from appliance.core.errors import HvnetError
+from appliance.core.ovsdb import without_lone_surrogates
+from appliance.switch import inventory, snapshot
+from appliance.switch.host import Host, daemon_pid
+from appliance.switch.inventory import Inventory, Vif
 
 log = logging.getLogger("hvnet.exporter")
 

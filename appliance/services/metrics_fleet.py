@@ -18,10 +18,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Optional
 
-from appliance.errors import HvnetError
-from appliance.host import Host
+from appliance.core.errors import HvnetError
 from appliance.services.metrics import Families
 from appliance.services.scrape import Collector
+from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet.exporter")
 Opener = Callable[[str, float], Host]  # (inventory name, timeout) -> an open Host

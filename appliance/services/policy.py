@@ -28,29 +28,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from appliance import sampling
-from appliance.errors import ConflictError, HvnetError, UsageError
-from appliance.policy import (
-    REMOVE,
-    ApplyResult,
-    MirrorRule,
-    Plan,
-    Policy,
-    PolicyEngine,
-    Selector,
-    VifRule,
-    intents,
-    journal,
-    require_one,
-)
-from appliance.policy import export as exp
-from appliance.policy.engine import Enforcement
-from appliance.policy.fields import FieldError
-from appliance.policy.intents import MODES, VifForm, mirror_rule, vif_form_rule
-from appliance.policy.model import SamplingRule
-from appliance.policy.planner import describe_mirror
-from appliance.policy.state import State
+from appliance.core.errors import ConflictError, HvnetError, UsageError
+from appliance.policy import REMOVE, ApplyResult, MirrorRule, Plan, Policy, PolicyEngine, Selector, VifRule, require_one
+from appliance.policy.apply import journal
+from appliance.policy.apply.engine import Enforcement
+from appliance.policy.plan import export as exp
+from appliance.policy.plan import intents
+from appliance.policy.plan.fields import FieldError
+from appliance.policy.plan.intents import MODES, VifForm, mirror_rule, vif_form_rule
+from appliance.policy.plan.model import SamplingRule
+from appliance.policy.plan.planner import describe_mirror
+from appliance.policy.plan.state import State
 from appliance.services import deadman
+from appliance.switch import sampling
 
 # What front ends show and build, named here so that they depend on this module
 # and not on the engine's inside.
@@ -456,7 +446,7 @@ def export(engine: PolicyEngine, by: str = "mac") -> Exported:
 def vlan_rule(engine: PolicyEngine, vif: str, *, mode: Optional[str], tag: Any, trunks: Any) -> VifRule:
     """The rule setting ``vif``'s VLAN (port, ``vm:NAME`` or ``mac:MAC``): unset fields keep their value.
 
-    Raises :class:`~appliance.policy.fields.FieldError` naming ``mode``, ``tag``
+    Raises :class:`~appliance.policy.plan.fields.FieldError` naming ``mode``, ``tag``
     or ``trunks``, for the front end to point at its own field.
     """
     state = engine.snapshot()
@@ -612,7 +602,7 @@ def delete_mirror(
 def sampling_rule(bridge: str, kind: str, values: dict[str, Any]) -> SamplingRule:
     """The rule setting ``bridge``'s sFlow or IPFIX to ``values`` (the policy file's keys).
 
-    Raises :class:`~appliance.sampling.SamplingFieldError` naming every bad
+    Raises :class:`~appliance.switch.sampling.SamplingFieldError` naming every bad
     field, for the front end to point at its own flags or form fields.
     """
     return SamplingRule(bridge, kind, sampling.from_fields(kind, values), (kind,))

@@ -16,15 +16,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from appliance import proc
-from appliance.errors import HvnetError, MissingTool, UsageError
-from appliance.guests import GuestEndpoint
-from appliance.host import Host
-from appliance.ovsdb import Connection
+from appliance.core import proc
+from appliance.core.errors import HvnetError, MissingTool, UsageError
+from appliance.core.ovsdb import Connection
+from appliance.endpoints.guests import GuestEndpoint
+from appliance.endpoints.topology import Topology
 from appliance.probes import lifecycle
 from appliance.probes import spec as sp
 from appliance.probes.spec import FoundProbe, ProbeSpec
-from appliance.topology import Topology
+from appliance.switch.host import Host
 
 PROBE_TOOLS = ("ip", "ethtool", "arping")  # to make a probe
 SUITE_TOOLS = ("netperf", "netserver")  # to run a suite's endpoints inside probes

@@ -1,7 +1,7 @@
 """Saved suite runs kept and removed: ``hvnet suite prune``, ``pin`` and ``unpin``.
 
 Runs live in the runs directory (``/var/lib/hvnet/runs`` by default, where
-nothing ages them out); :mod:`appliance.netperf.retention` decides which of
+nothing ages them out); :mod:`appliance.netperf.store.retention` decides which of
 them a prune removes, this module finds them, pins them and removes them.
 Only a directory directly in the runs directory whose ``results.json`` is an
 hvnet run is ever considered: anything else there is left alone.
@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from appliance.errors import HvnetError, UsageError
-from appliance.netperf import results
-from appliance.netperf.retention import PIN_FILE, Decision, SavedRun, decide, parse_age
+from appliance.core.errors import HvnetError, UsageError
+from appliance.netperf.store import results
+from appliance.netperf.store.retention import PIN_FILE, Decision, SavedRun, decide, parse_age
 
 __all__ = ["PIN_FILE", "PruneResult", "parse_age", "pin", "prune", "saved_runs", "unpin"]
 

@@ -14,12 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from appliance import inventory, snapshot
-from appliance.errors import HvnetError
-from appliance.host import Host
-from appliance.inventory import Inventory
-from appliance.names import resolve_vms
-from appliance.ovsdb import fetch_schema, lock_held
+from appliance.core.errors import HvnetError
+from appliance.core.ovsdb import fetch_schema, lock_held
 from appliance.services.metrics import (
     Families,
     Family,
@@ -31,6 +27,10 @@ from appliance.services.metrics import (
     log,
     vswitchd_threads,
 )
+from appliance.switch import inventory, snapshot
+from appliance.switch.host import Host
+from appliance.switch.inventory import Inventory
+from appliance.switch.names import resolve_vms
 
 DEFAULT_DEADLINE = 5.0  # seconds a scrape may take: half of Prometheus' default scrape_timeout (10 s)
 
@@ -238,7 +238,7 @@ class Collector:
         out.add("hvnet_exporter_scrape_duration_seconds", (host,), took)
 
     def _agent(self, out: Families, host: str) -> None:
-        from appliance.policy.agent import AGENT_LOCK
+        from appliance.policy.apply.engine import AGENT_LOCK
 
         try:
             held = lock_held(self.host.target, AGENT_LOCK, self._left())

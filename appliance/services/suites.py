@@ -14,19 +14,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from appliance.errors import HvnetError, UsageError
-from appliance.guests import GuestSource
-from appliance.host import Host
-from appliance.netperf import compare as compare_mod
-from appliance.netperf import report, results
-from appliance.netperf import suite as suite_mod
-from appliance.netperf.compare import Result, Row
-from appliance.netperf.records import Aggregate, StepResult, SuiteResult
-from appliance.netperf.runner import Event, Runner
-from appliance.netperf.suite import Step, Suite
+from appliance.core.errors import HvnetError, UsageError
+from appliance.endpoints.guests import GuestSource
+from appliance.endpoints.topology import load as load_topology
+from appliance.netperf.define import suite as suite_mod
+from appliance.netperf.define.suite import Step, Suite
+from appliance.netperf.figures import compare as compare_mod
+from appliance.netperf.figures.compare import Result, Row
+from appliance.netperf.report import text as report
+from appliance.netperf.run.runner import Event, Runner
+from appliance.netperf.store import results
+from appliance.netperf.store.records import Aggregate, StepResult, SuiteResult
 from appliance.policy import COLUMNS
 from appliance.services.captures import SuiteListener
-from appliance.topology import load as load_topology
+from appliance.switch.host import Host
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [

@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from appliance.errors import HvnetError, UsageError
-from appliance.host import Host
-from appliance.policy import ApplyResult, Policy, PolicyEngine, pipeline
-from appliance.policy import openflow as of
-from appliance.policy.model import TapRule
-from appliance.policy.taps import TapCols, read_bridge, rule_from_fields
+from appliance.core.errors import HvnetError, UsageError
+from appliance.policy import ApplyResult, Policy, PolicyEngine
+from appliance.policy.apply import openflow as of
+from appliance.policy.plan import pipeline
+from appliance.policy.plan.model import TapRule
+from appliance.policy.plan.taps import TapCols, read_bridge, rule_from_fields
 from appliance.services.policy import apply
+from appliance.switch.host import Host
 
 
 @dataclass

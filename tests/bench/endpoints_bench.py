@@ -27,9 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance.guests import GuestEndpoint  # noqa: E402
+from appliance.endpoints.guests import GuestEndpoint  # noqa: E402
+from appliance.endpoints.topology import load as load_topology  # noqa: E402
 from appliance.lab import Lab  # noqa: E402
-from appliance.topology import load as load_topology  # noqa: E402
 
 ALTERNATIONS = 4
 TARGET = 0.95
@@ -72,9 +72,9 @@ class OnHost:
 
 
 def _run(host: Any, guests: Any, suite_file: Path, out: Path) -> Any:
-    from appliance.inventory import COLUMNS
-    from appliance.netperf.runner import Runner
-    from appliance.netperf.suite import load as load_suite
+    from appliance.netperf.define.suite import load as load_suite
+    from appliance.netperf.run.runner import Runner
+    from appliance.switch.inventory import COLUMNS
 
     with host.connect(COLUMNS) as conn:
         doc = Runner(load_suite(suite_file), host=host, guests=guests, conn=conn, out_dir=out).run()
@@ -86,7 +86,7 @@ def _run(host: Any, guests: Any, suite_file: Path, out: Path) -> Any:
 def bench_remote_launch() -> list[str]:
     if not os.path.exists("/usr/sbin/sshd"):
         return ["remote launch fidelity: not measured (openssh-server is not installed; make setup installs it)"]
-    from appliance.frontdoor import build_host
+    from appliance.frontdoor.hosts import build_host
 
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-endpoints-") as tmp_s:
         tmp = Path(tmp_s)

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance import ovsdb  # noqa: E402
-from appliance.inventory import COLUMNS  # noqa: E402
+from appliance.core import ovsdb  # noqa: E402
+from appliance.core.target import DbTarget  # noqa: E402
 from appliance.lab.switch import Switch  # noqa: E402
-from appliance.target import DbTarget  # noqa: E402
+from appliance.switch.inventory import COLUMNS  # noqa: E402
 from tests.bench.run import N_PORTS, measure, populate  # noqa: E402
 
 

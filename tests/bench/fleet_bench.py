@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance import ovsdb  # noqa: E402
-from appliance.inventory import COLUMNS  # noqa: E402
+from appliance.core import ovsdb  # noqa: E402
+from appliance.core.target import DbTarget  # noqa: E402
 from appliance.lab.sshhost import SshHost  # noqa: E402
-from appliance.target import DbTarget  # noqa: E402
+from appliance.switch.inventory import COLUMNS  # noqa: E402
 
 N_HOSTS = 8
 VIFS_PER_HOST = 4

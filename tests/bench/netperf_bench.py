@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from appliance.endpoints.topology import load as load_topology  # noqa: E402
 from appliance.lab import Lab  # noqa: E402
-from appliance.topology import load as load_topology  # noqa: E402
 
 HVNET = [sys.executable, "-m", "appliance"]
 ALTERNATIONS = 5

@@ -29,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance.frontdoor import build_host  # noqa: E402
-from appliance.hosts import load as load_inventory  # noqa: E402
+from appliance.core.hostlist import load as load_inventory  # noqa: E402
+from appliance.endpoints.topology import load as load_topology  # noqa: E402
+from appliance.frontdoor.hosts import build_host  # noqa: E402
 from appliance.lab import Lab  # noqa: E402
-from appliance.policy import document  # noqa: E402
-from appliance.services import pools  # noqa: E402
-from appliance.topology import load as load_topology  # noqa: E402
+from appliance.policy.plan import document  # noqa: E402
+from appliance.services.ovn import pool as pools  # noqa: E402
 
 APPLIES = 50
 
@@ -131,12 +131,12 @@ def _host_applies() -> list[float]:
     """Seconds of APPLIES in-process applies of the same policy to 1000 VIFs of one host's OVSDB."""
     from run import populate
 
-    from appliance import ovsdb
-    from appliance.inventory import COLUMNS
+    from appliance.core import ovsdb
+    from appliance.core.target import DbTarget
     from appliance.lab.switch import Switch
     from appliance.policy import COLUMNS as POLICY_COLUMNS
     from appliance.policy import PolicyEngine
-    from appliance.target import DbTarget
+    from appliance.switch.inventory import COLUMNS
 
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-host-") as tmp:
         env = {"HVNET_LAB_DIR": f"{tmp}/no-lab", "HVNET_AUDIT_LOG": f"{tmp}/audit.jsonl", "HVNET_STATE_DIR": tmp}
@@ -168,7 +168,7 @@ def _host_applies() -> list[float]:
 
 
 def _host_rates(conn: object) -> set[int]:
-    from appliance.ovsdb import column
+    from appliance.core.ovsdb import column
 
     rows = conn.idl.tables["Interface"].rows.values()  # type: ignore[attr-defined]
     return {column(r, "ingress_policing_rate") for r in rows if column(r, "name").startswith("vif")}

@@ -18,12 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance.frontdoor import build_host
-from appliance.host import Host
+from appliance.frontdoor.hosts import build_host
 from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import Switch
 from appliance.probes.spec import ProbeSpec
 from appliance.services.probes import ProbeSource
+from appliance.switch.host import Host
 
 REPEAT = 5
 PROBES = [

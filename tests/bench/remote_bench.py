@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance import ovsdb
-from appliance.inventory import COLUMNS
+from appliance.core import ovsdb
+from appliance.core.target import DbTarget
 from appliance.lab.sshhost import SshHost
-from appliance.target import DbTarget
+from appliance.switch.inventory import COLUMNS
 
 STARTS = 7
 

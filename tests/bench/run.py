@@ -21,12 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance import api, ovsdb  # noqa: E402
-from appliance.frontdoor import build_host  # noqa: E402
-from appliance.host import Host  # noqa: E402
-from appliance.inventory import COLUMNS  # noqa: E402
+from appliance.core import ovsdb  # noqa: E402
+from appliance.core.target import DbTarget  # noqa: E402
+from appliance.frontdoor.hosts import build_host  # noqa: E402
 from appliance.lab.switch import Switch  # noqa: E402
-from appliance.target import DbTarget  # noqa: E402
+from appliance.switch import api  # noqa: E402
+from appliance.switch.host import Host  # noqa: E402
+from appliance.switch.inventory import COLUMNS  # noqa: E402
 
 N_PORTS = 1000
 REPEAT = 7
@@ -319,7 +320,7 @@ def bench_pipeline() -> list[str]:
     (the switch is cleared untimed before each call): one OpenFlow session
     for the meters, one bundle for the flows, and the reads before them.
     """
-    from appliance.policy.openflow import OpenFlow, Wanted
+    from appliance.policy.apply.openflow import OpenFlow, Wanted
 
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-of-") as tmp:
         db_sw = Switch(Path(tmp) / "db")

@@ -21,11 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance import api, ovsdb
-from appliance.frontdoor import build_host
-from appliance.inventory import COLUMNS
+from appliance.core import ovsdb
+from appliance.core.target import DbTarget
+from appliance.frontdoor.hosts import build_host
 from appliance.lab.switch import Switch
-from appliance.target import DbTarget
+from appliance.switch import api
+from appliance.switch.inventory import COLUMNS
 
 STARTS = 5
 CHANGES = 9

@@ -83,9 +83,9 @@ def bench_vm_rr() -> list[str]:
     What a TCG guest costs, so nobody reads a VM's figures as the switch's: the same switch, VLAN and
     netperf, only the endpoint differs.
     """
+    from appliance.endpoints.topology import load as load_topology
     from appliance.lab import Lab
     from appliance.lab.vm import libvirtd
-    from appliance.topology import load as load_topology
 
     why = libvirtd.available()
     if why:

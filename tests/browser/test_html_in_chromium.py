@@ -22,8 +22,9 @@ from PIL import Image
 
 from appliance.isolation import html as iso_html
 from appliance.isolation import report as iso_report
-from appliance.netperf import compare, results
-from appliance.netperf import html as np_html
+from appliance.netperf.figures import compare
+from appliance.netperf.report import html as np_html
+from appliance.netperf.store import results
 
 DATA = Path(__file__).resolve().parent.parent / "unit" / "data"
 WIDTH, HEIGHT = 1200, 3000  # tall enough for the first plot below a run's metadata and first table

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from appliance.lab import Lab
-from appliance.policy.openflow import COOKIE
+from appliance.policy.apply.openflow import COOKIE
 
 WITNESS_COLUMNS = {
     "Port": "name,tag,trunks,vlan_mode,qos,external_ids",

@@ -17,7 +17,7 @@ import pytest
 from appliance.lab import Lab
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import config, reset, vsctl
-from tests.unit.test_completion import bash_complete, generate, hvnet_on_path
+from tests.unit.cli.test_completion import bash_complete, generate, hvnet_on_path
 
 TAGS = {"vif1.0": 1, "vif2.0": 1, "vif3.0": 2}
 ADD = ["mirror", "add", "span1", "--bridge", "xenbr0", "--src", "vif1.0", "--output-vlan", "999"]

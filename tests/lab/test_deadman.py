@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from tests.conftest import HVNET, ROOT, lab_up, run_hvnet
+from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 

@@ -23,17 +23,18 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core.ovsdb import Connection
 from appliance.endpoints import Group, Job, launcher_for, spread_ms, wait_all
-from appliance.frontdoor import build_host
-from appliance.guests import GuestEndpoint
-from appliance.host import Host
+from appliance.endpoints.guests import GuestEndpoint
+from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
-from appliance.netperf import omni
-from appliance.netperf.runner import Runner
-from appliance.netperf.suite import Test as NetperfTest
-from appliance.netperf.suite import load as load_suite
-from appliance.ovsdb import Connection
-from tests.conftest import ROOT, lab_up
+from appliance.netperf.define.suite import Test as NetperfTest
+from appliance.netperf.define.suite import load as load_suite
+from appliance.netperf.parse import omni
+from appliance.netperf.run.runner import Runner
+from appliance.switch.host import Host
+from tests.conftest import ROOT
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
@@ -154,7 +155,7 @@ def test_arguments_reach_the_program_as_data_and_names_are_checked(hv2: tuple[La
     assert group.read_text("echo.out") == hostile and group.read_text("env.out") == hostile
     group.close()
     assert not os.path.exists("/tmp/hvnet-pwned")
-    from appliance.errors import UsageError
+    from appliance.core.errors import UsageError
 
     for bad in ("../x", "a b", "$(id)", "", ".hidden"):
         with pytest.raises(UsageError):
@@ -169,7 +170,7 @@ def test_a_killed_hvnet_leaves_no_job_and_no_work_dir(hv2: tuple[Lab, Host], tmp
         import dataclasses, sys, time
         from pathlib import Path
         from appliance.endpoints import Job, launcher_for
-        from appliance.frontdoor import build_host
+        from appliance.frontdoor.hosts import build_host
         host = build_host(ssh_host="hv2")
         host.paths = dataclasses.replace(host.paths, endpoints_dir=Path({str(base)!r}))
         held = launcher_for(host).group("held")
@@ -217,7 +218,7 @@ def test_a_suite_with_its_guests_on_the_remote_host_runs_over_ssh(hv2: tuple[Lab
           - {{name: stream, type: TCP_STREAM, message_size: 10000, concurrency: [1]}}
     """)
     )
-    from appliance.inventory import COLUMNS
+    from appliance.switch.inventory import COLUMNS
 
     with host.connect(COLUMNS) as conn:
         assert isinstance(conn, Connection)

@@ -14,7 +14,7 @@ import ovs.stream
 import pytest
 
 from appliance.lab.sshhost import SshHost
-from appliance.policy.agent import AGENT_LOCK
+from appliance.policy.apply.engine import AGENT_LOCK
 from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")

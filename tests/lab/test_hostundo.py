@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from appliance import ovsdb
-from appliance.host import DataPaths, Host
+from appliance.core import ovsdb
+from appliance.core.target import DbTarget
 from appliance.lab.switch import Switch
-from appliance.policy import COLUMNS, PolicyEngine, document, hostundo, journal
+from appliance.policy import COLUMNS, PolicyEngine
+from appliance.policy.apply import journal
+from appliance.policy.plan import document, hostundo
 from appliance.services import deadman
-from appliance.target import DbTarget
+from appliance.switch.host import DataPaths, Host
 
 POLICY = """\
 version: 1

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from appliance.host import Host
-from appliance.isolation import audittraffic
+from appliance.core.target import DbTarget
+from appliance.isolation.audit import traffic as audittraffic
 from appliance.services import isolation_audit
-from appliance.target import DbTarget
-from tests.conftest import ROOT, lab_up, run_hvnet
+from appliance.switch.host import Host
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "trunk-and-native.yaml"
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "two-hosts.yaml"
 

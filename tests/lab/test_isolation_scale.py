@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 VLAN_TESTS = ROOT / "vlan-tests"
 

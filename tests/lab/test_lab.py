@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.endpoints.topology import DEFAULT_TOPOLOGY
+from appliance.endpoints.topology import load as load_topology
+from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
-from appliance.topology import DEFAULT_TOPOLOGY
-from appliance.topology import load as load_topology
+from appliance.switch import api
 from tests.conftest import run_hvnet
 
 TOPO = load_topology(DEFAULT_TOPOLOGY)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 
@@ -192,8 +193,8 @@ def test_an_unconfirmed_apply_over_ssh_is_rolled_back_by_its_watcher(two_hosts: 
 def test_a_xenserver_hosts_vms_are_named_by_its_pools_xapi(two_hosts: Lab, tmp_path: Path) -> None:
     """An inventory entry with the pool master's XAPI: the VMs of hv2 get the names XAPI gives them (a local
     XML-RPC server answering as XAPI does; XAPI itself runs only on XenServer)."""
-    from appliance.topology import load as load_topology
-    from tests.unit.test_names_xapi import FakeXapi
+    from appliance.endpoints.topology import load as load_topology
+    from tests.unit.switch.test_names_xapi import FakeXapi
 
     vm2 = load_topology(TOPOLOGY).guest("VM2").vm_uuid("two-hosts")
     xapi = FakeXapi()

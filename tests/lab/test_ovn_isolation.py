@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from appliance.endpoints.topology import load
 from appliance.lab import Lab, ovn
-from appliance.topology import load
-from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-trace")),

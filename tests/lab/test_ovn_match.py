@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core.target import DbTarget
 from appliance.lab.ovn import Central
 from appliance.ovn import plan as ovn_plan
 from appliance.ovn import write
 from appliance.ovn.model import Desired
 from appliance.ovn.read import read_pool
-from appliance.target import DbTarget
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ovn-northd") and shutil.which("ovn-trace")),
                                 reason="ovn-central (make setup installs it)")  # fmt: skip

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab, ovn
-from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-northd")),
@@ -213,6 +214,6 @@ def test_a_chassis_down_while_applying_is_named_and_its_limit_is_not_claimed(poo
 
 
 def _topology(pool: Lab):
-    from appliance.topology import load
+    from appliance.endpoints.topology import load
 
     return load(TOPOLOGY)

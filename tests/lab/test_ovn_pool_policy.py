@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab, ovn
-from tests.conftest import HVNET, ROOT, lab_up, run_hvnet
+from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/sbin/sshd") and shutil.which("ovn-controller") and shutil.which("ovn-northd")),

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from appliance import ovsdb
-from appliance.errors import OvsdbError, OvsdbUnreachable
-from appliance.inventory import COLUMNS
-from appliance.target import DbTarget
+from appliance.core import ovsdb
+from appliance.core.errors import OvsdbError, OvsdbUnreachable
+from appliance.core.target import DbTarget
+from appliance.switch.inventory import COLUMNS
 from tests.conftest import run_hvnet
 
 

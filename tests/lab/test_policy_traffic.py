@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from tests.conftest import lab_up, run_hvnet
+from tests.conftest import run_hvnet
+from tests.lab.conftest import lab_up
 
 TOPOLOGY = Path(__file__).parent / "data" / "policy-traffic.yaml"
 IP = {"VM1": "10.80.0.1", "VM2": "10.80.0.2", "VM3": "10.80.0.3", "VM4": "10.80.0.4", "MON": "10.80.0.9"}

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from appliance import inventory
-from appliance.errors import UsageError
-from appliance.frontdoor import build_host
+from appliance.core.errors import UsageError
+from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
 from appliance.probes.spec import ProbeSpec
 from appliance.services import metrics
 from appliance.services.probes import ProbeSource
+from appliance.switch import inventory
 from tests.conftest import HVNET, ROOT, links, netns_list, run_hvnet
 from tests.lab.policy_helpers import vsctl
 
@@ -117,7 +117,7 @@ def test_sigkilled_run_leaves_probes_that_the_next_run_removes(lab: Lab, tmp_pat
 
 KEEP_PROBE = """
 import sys, time
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
 from appliance.probes.spec import ProbeSpec
 from appliance.services.probes import ProbeSource
 src = ProbeSource(build_host(sys.argv[1], discover_lab=False), [ProbeSpec("P9", "192.168.0.209/24", vlan=1,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from tests.conftest import ROOT, lab_up, netns_list, run_hvnet
+from tests.conftest import ROOT, netns_list, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
 TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "two-hosts.yaml"

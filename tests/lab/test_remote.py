@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import CommandFailed, CommandTimedOut, MissingTool
+from appliance.core.errors import CommandFailed, CommandTimedOut, MissingTool
+from appliance.core.ssh import HostKeyRefused, SshOptions, SshRunner, SshSession, SshTarget
 from appliance.lab.sshhost import SshHost
-from appliance.ssh import HostKeyRefused, SshOptions, SshRunner, SshSession, SshTarget
 from tests.conftest import run_hvnet
 from tests.lab.remote_helpers import xen_ssh_host
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab.sshhost import SshHost
-from appliance.policy.agent import AGENT_LOCK
+from appliance.policy.apply.engine import AGENT_LOCK
 from tests.conftest import HVNET, ROOT
 from tests.lab.policy_helpers import write
 from tests.lab.remote_helpers import xen_ssh_host

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import CommandFailed
+from appliance.core.errors import CommandFailed
+from appliance.core.ssh import HostUnreachable, SshOptions, SshRunner, SshSession, SshTarget
 from appliance.lab.sshhost import SshHost
-from appliance.ssh import HostUnreachable, SshOptions, SshRunner, SshSession, SshTarget
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import config, write
 from tests.lab.remote_helpers import apply_stopped_at, xen_ssh_host

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from tests.conftest import lab_up, run_hvnet
+from tests.conftest import run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.lab
 

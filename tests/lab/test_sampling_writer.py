@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from appliance import ovsdb
-from appliance.host import DataPaths, Host
+from appliance.core import ovsdb
+from appliance.core.target import DbTarget
 from appliance.lab.switch import Switch
-from appliance.policy import COLUMNS, PolicyEngine, document
-from appliance.target import DbTarget
+from appliance.policy import COLUMNS, PolicyEngine
+from appliance.policy.plan import document
+from appliance.switch.host import DataPaths, Host
 
 SET = """\
 bridges:
@@ -74,7 +75,7 @@ def test_set_update_remove_and_undo(switch: Switch, engine: PolicyEngine) -> Non
 
 
 def test_an_unknown_bridge_changes_nothing(switch: Switch, engine: PolicyEngine) -> None:
-    from appliance.errors import ConfigError
+    from appliance.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as exc:
         engine.apply(document.parse(SET.replace("br0", "br9"), "p.yaml"), wait=False, verify=False)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 
-from appliance import inventory, ovsdb, snapshot
-from appliance.target import DbTarget
+from appliance.core import ovsdb
+from appliance.core.target import DbTarget
+from appliance.switch import inventory, snapshot
 
 
 def _vsctl(switch, *args: str) -> None:

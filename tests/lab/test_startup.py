@@ -40,7 +40,7 @@ def _heavy(modules: list[str]) -> list[str]:
 def test_status_loads_neither_lab_nor_console(switch) -> None:
     code, modules = _loaded("--db", switch.remote, "--libvirt", "none", "status", "--json")
     assert code == 0
-    assert "appliance.inventory" in modules  # the probe sees what status loaded
+    assert "appliance.switch.inventory" in modules  # the probe sees what status loaded
     assert _heavy(modules) == []
 
 
@@ -50,5 +50,5 @@ def test_status_loads_neither_lab_nor_console(switch) -> None:
 def test_policy_verbs_load_neither_lab_nor_console(tmp_path, verb) -> None:
     code, modules = _loaded("--db", f"unix:{tmp_path}/none.sock", "--timeout", "0.5", *verb)
     assert code != 0  # nothing listens there: the verb got as far as connecting
-    assert "appliance.policy.engine" in modules or "appliance.policy.agent" in modules
+    assert "appliance.policy.apply.engine" in modules or "appliance.agent.daemon" in modules
     assert _heavy(modules) == []

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from appliance.lab import Lab
-from appliance.policy.openflow import COOKIE, OpenFlow
+from appliance.policy.apply.openflow import COOKIE, OpenFlow
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import ofctl, reset, vsctl, write
 

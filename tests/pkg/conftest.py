@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.lab.conftest import lab  # noqa: F401  (the installed hvnet is tried on the real lab)
 
 PACKAGES = ("hvnet", "hvnet-plots", "netperf")
 

@@ -194,7 +194,7 @@ def test_installed_hvnet_runs_with_its_vendored_libraries(installed_root: Path) 
         "import sys; "
         f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; "
         "import textual, rich, yaml, psutil, XenAPI, numpy, matplotlib; "
-        "matplotlib.use('Agg'); import matplotlib.pyplot; import tui.app, appliance.cli, appliance.names; "
+        "matplotlib.use('Agg'); import matplotlib.pyplot; import tui.app, appliance.cli.main, appliance.switch.names; "
         "assert yaml.__with_libyaml__; "
         "print('\\n'.join(m.__file__ for m in (textual, numpy, matplotlib, tui.app, yaml, psutil)))"
     )
@@ -288,14 +288,14 @@ def test_installed_hvnet_runs_under_python39_like_el9(installed_root: Path, tmp_
         "import sys; "
         f"sys.path[:0] = [{str(prefix / 'app')!r}, {str(prefix / 'vendor')!r}]; sys.path.append({str(shim)!r}); "
         "import textual, yaml, psutil, XenAPI, numpy, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; "
-        "import tui.app, appliance.cli, appliance.names, appliance.netperf.launch; assert yaml.__with_libyaml__; "
+        "import tui.app, appliance.cli.main, appliance.switch.names, appliance.netperf.run.launch; assert yaml.__with_libyaml__; "
         "assert (yaml.__version__, psutil.__version__) == ('5.4.1', '5.8.0'); "
         # YAML the package ships, read by PyYAML 5.4.1 (marks, merge keys, errors as hvnet reports them)
-        "from pathlib import Path; from appliance.policy import load; from appliance.topology import load as topo; "
+        "from pathlib import Path; from appliance.policy import load; from appliance.endpoints.topology import load as topo; "
         f"assert [load(str(p)) for p in Path({str(prefix / 'app/policies')!r}).glob('*.yaml')]; "
         f"assert [topo(p) for p in Path({str(prefix / 'app/vlan-tests/topologies')!r}).glob('*.yaml')]; "
         f"fig = plt.figure(); plt.plot([1, 2], [3, 4]); fig.savefig({str(tmp_path / 'plot.png')!r}); "
-        "sys.argv = ['hvnet', '--version']; sys.exit(appliance.cli.main())"
+        "sys.argv = ['hvnet', '--version']; sys.exit(appliance.cli.main.main())"
     )
     res = run([exe, "-I", "-B", "-c", code], timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -307,7 +307,7 @@ def _saved_run(directory: Path) -> Path:
     """A run directory as 'hvnet suite run' leaves it (results.json only)."""
     import json
 
-    from tests.unit.test_netperf_results import run_doc, step_doc
+    from tests.unit.netperf.test_netperf_results import run_doc, step_doc
 
     directory.mkdir()
     doc = run_doc(step_doc("tcp-stream/default/m10000/c4", [1000.0, 1010.0, 990.0]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
+from appliance.switch import api
 from tests.conftest import run_hvnet
 from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp

@@ -15,9 +15,9 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
+from appliance.switch import api
 from tests.conftest import run_hvnet
 from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp

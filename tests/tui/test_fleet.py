@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
 from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import Switch
 from appliance.services import inventory as inv_svc

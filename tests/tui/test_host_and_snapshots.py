@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
+from appliance.switch import api
 from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.dialogs.edit_vif import EditVifDialog

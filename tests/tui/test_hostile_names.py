@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
+from appliance.switch import api
 from tests.tui.harness import screen_text, wait_until
 from tui.app import HvnetApp
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
+from appliance.switch import api
 from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.screens.isolation import IsolationScreen

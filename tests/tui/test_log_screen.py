@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
+from appliance.switch import api
 from tests.conftest import run_hvnet
 from tests.tui.harness import SIZES, assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp

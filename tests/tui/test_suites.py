@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Select, Static
 
-from appliance import api
-from appliance.frontdoor import build_host
+from appliance.frontdoor.hosts import build_host
+from appliance.switch import api
 from tests.tui.harness import assert_snapshot, screen_text, wait_until
 from tui.app import HvnetApp
 from tui.screens.suites import REGRESSION_MARK, SuitesScreen

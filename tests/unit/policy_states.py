@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from appliance.policy.model import OWNER, OWNER_KEY
-from appliance.policy.state import PoliceCols, PortState, VlanCols
+from appliance.policy.plan.model import OWNER, OWNER_KEY
+from appliance.policy.plan.state import PoliceCols, PortState, VlanCols
 
 OWNED = ((OWNER_KEY, OWNER),)
 

@@ -39,12 +39,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance import counters, inventory
-from appliance.isolation import trace
-from appliance.netperf import omni, preflight, results
-from appliance.netperf.records import SuiteResult
-from appliance.netperf.suite import Test as NetperfTest
-from appliance.policy import openflow
+from appliance.isolation import ofproto as trace
+from appliance.netperf.define.suite import Test as NetperfTest
+from appliance.netperf.parse import omni
+from appliance.netperf.run import preflight
+from appliance.netperf.store import results
+from appliance.netperf.store.records import SuiteResult
+from appliance.policy.apply import openflow
+from appliance.switch import counters, inventory
 
 DATA = Path(__file__).resolve().parent / "data"
 EXAMPLES = 300

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from appliance.endpoints.topology import load as load_topology
 from appliance.lab import Lab
 from appliance.lab.vm import libvirtd
 from appliance.lab.vm.domain import Nic, interface_xml
-from appliance.topology import load as load_topology
-from tests.conftest import ROOT, lab_up, run_hvnet
+from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 from tests.lab.test_policy_agent import AgentProc, wait_until
 
 pytestmark = pytest.mark.vm

@@ -21,13 +21,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from appliance.errors import HvnetError
-from appliance.frontdoor import build_host
-from appliance.host import Host
-from appliance.ovsdb import Connection
+from appliance.core.errors import HvnetError
+from appliance.core.ovsdb import Connection
+from appliance.frontdoor.hosts import build_host
 from appliance.services import policy as svc
 from appliance.services.inventory import Inventory, LiveInventory
 from appliance.services.policy import ApplyResult, Enforcement, Plan, Policy, PolicyEngine, State
+from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet.tui")
 

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from appliance import render
 from appliance.capture.completeness import Completeness
 from appliance.capture.spec import Limits
-from appliance.errors import UsageError
+from appliance.core import render
+from appliance.core.errors import UsageError
 from appliance.services import captures as svc
 
 if TYPE_CHECKING:

@@ -15,13 +15,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.errors import HvnetError
-from appliance.frontdoor import build_host, inventory_file, local_environ
-from appliance.host import Host
-from appliance.hosts import InventoryHost, load
-from appliance.ovsdb import Connection
+from appliance.core.errors import HvnetError
+from appliance.core.hostlist import InventoryHost, load
+from appliance.core.ovsdb import Connection
+from appliance.frontdoor.hosts import build_host, inventory_file, local_environ
 from appliance.services import fleet
 from appliance.services import inventory as inv_svc
+from appliance.switch.host import Host
 
 LOCAL = fleet.LOCAL
 LocalFactory = Callable[[], Host]

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import psutil
 
-from appliance.runner import CommandRunner
+from appliance.core.runner import CommandRunner
 from appliance.services.inventory import Inventory
 from appliance.services.taps import TapRow, list_taps
 from tui.backend import Backend

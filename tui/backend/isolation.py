@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
+from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from appliance.services import isolation
 from appliance.services.isolation import CheckResult, Scenario, model
 
@@ -51,7 +51,7 @@ def run(backend: Backend, path: str | Path, choice: str) -> CheckResult:
     probes on the switch the console watches; a console watching a real host
     never falls back to the lab silently (``[measure] guests = lab`` says so).
     """
-    from appliance.frontdoor_guests import console_target, scenario_measurement
+    from appliance.frontdoor.guests import console_target, scenario_measurement
 
     sc = load(path)
     args, real = console_target(backend.host)

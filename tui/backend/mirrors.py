@@ -1,7 +1,7 @@
 """The Mirrors screen's calls into the engine: listing mirrors, building add/delete policies.
 
 Kept out of the screen so the rules stay the CLI's (``hvnet mirror add/del/list``):
-the form's fields go through :func:`appliance.policy.intents.mirror_rule`, an
+the form's fields go through :func:`appliance.policy.plan.intents.mirror_rule`, an
 existing name is refused the same way, and a delete is the same one-rule
 policy.  Everything here is plain Python that the screens call from worker
 threads; nothing touches widgets.
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from appliance import render
+from appliance.core import render
 from appliance.services import policy as svc
 from appliance.services.policy import ApplyResult, FieldError, MirrorRule, Plan, State, describe_mirror, mirror_rule
 

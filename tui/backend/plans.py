@@ -6,7 +6,7 @@ One wording for every dialog, with a text marker on each outcome (``✓``,
 
 from __future__ import annotations
 
-from appliance.errors import ConfigError, HvnetError
+from appliance.core.errors import ConfigError, HvnetError
 from appliance.services.policy import ApplyResult, Pending, Plan
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from appliance.runner import CommandRunner
+from appliance.core.runner import CommandRunner
 
 _CPU = re.compile(r"^cpu(\d+)\s+(.*)$", re.M)
 _MEM = re.compile(r"^(MemTotal|MemAvailable):\s+(\d+)\s*kB", re.M)

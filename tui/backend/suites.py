@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from appliance.host import Host
 from appliance.services import suites
 from appliance.services.suites import (
     Aggregate,
@@ -31,6 +30,7 @@ from appliance.services.suites import (
     suite_mod,
 )
 from appliance.services.suites import ShippedSuite as SuiteChoice
+from appliance.switch.host import Host
 from tui.widgets.chart import Series
 
 RR_TYPES = suite_mod.RR_TYPES
@@ -93,11 +93,11 @@ def prepare(path: str, overrides: Overrides) -> Suite:
 
 def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun:
     """A run of ``s`` where the front door's guest source puts it (the lab's switch, or probes on the
-    console's switch; see :mod:`appliance.frontdoor_guests`), in a new run directory (named as the CLI
+    console's switch; see :mod:`appliance.frontdoor.guests`), in a new run directory (named as the CLI
     names it).  The guests are held until the run ends."""
     from contextlib import ExitStack
 
-    from appliance.frontdoor_guests import console_target, suite_measurement
+    from appliance.frontdoor.guests import console_target, suite_measurement
 
     args, real = console_target(host)
     stack = ExitStack()
@@ -130,7 +130,9 @@ class StepFigures:
     lost: int = 0
     instances: int = 0
     latency_us: list[float] = field(default_factory=list)
-    bottleneck: Optional[str] = None  # the step's verdict so far (policer, switch, ...; see appliance.netperf.verdict)
+    bottleneck: Optional[str] = (
+        None  # the step's verdict so far (policer, switch, ...; see appliance.netperf.figures.verdict)
+    )
 
     @property
     def units(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from appliance.errors import UsageError
+from appliance.core.errors import UsageError
 from appliance.services import taps
 from appliance.services.policy import ApplyResult, Plan
 from appliance.services.taps import TapRule

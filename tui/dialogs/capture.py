@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from tui.backend import captures as cb
 from tui.widgets.footer import Footer
 from tui.widgets.literal import Literal

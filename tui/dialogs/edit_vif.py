@@ -1,7 +1,7 @@
 """Edit VIF: VLAN mode/tag/trunks, ingress policing, egress shaping -- validated as typed.
 
 The form's fields go through the same builder as ``hvnet vif set`` and
-``hvnet qos set`` (:mod:`appliance.policy.intents`), so the dialog accepts and
+``hvnet qos set`` (:mod:`appliance.policy.plan.intents`), so the dialog accepts and
 refuses exactly what the CLI does.  Every valid edit is planned in a worker
 and shown as before -> after; applying needs a second, explicit confirm and
 is one engine apply: one transaction, verified, audited -- or nothing.
@@ -23,7 +23,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from appliance.errors import ConfigError, HvnetError
+from appliance.core.errors import ConfigError, HvnetError
 from appliance.services import policy as svc
 from appliance.services.inventory import Vif
 from appliance.services.policy import MODES, ApplyResult, Pending, Plan, Policy, State, VifForm, VifRule, vif_form_rule

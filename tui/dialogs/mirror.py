@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from appliance.services.policy import MirrorRule, Pending
 from tui.backend import mirrors as mb
 from tui.backend.plans import refusal_lines

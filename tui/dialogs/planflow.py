@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from tui.backend.plans import plan_lines, refusal_lines, result_lines
 
 STALE = "the form changed: Plan (F5) again before applying"

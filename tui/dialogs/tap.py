@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from tui.backend import taps as tb
 from tui.backend.plans import refusal_lines
 from tui.dialogs.planflow import PlanApplyDialog

@@ -16,8 +16,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
-from appliance import render
-from appliance.errors import HvnetError
+from appliance.core import render
+from appliance.core.errors import HvnetError
 from tui.backend import captures as cb
 from tui.dialogs.capture import CaptureDialog
 from tui.widgets.banner import ConnectionBanner

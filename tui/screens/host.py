@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
-from appliance import render
+from appliance.core import render
 from tui.backend.host import HostSample, HostSampler, TapRow
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.footer import Footer

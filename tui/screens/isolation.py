@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Header, Input, Select, Static
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from appliance.services.isolation import CheckResult
 from tui.backend import isolation as iso
 from tui.widgets.banner import ConnectionBanner

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
-from appliance.errors import HvnetError
+from appliance.core.errors import HvnetError
 from tui.backend import mirrors as mb
 from tui.backend.plans import refusal_lines, result_lines
 from tui.dialogs.confirm import ConfirmDialog

@@ -38,8 +38,8 @@ from textual.widgets import (
     Tabs,
 )
 
-from appliance.errors import HvnetError
-from appliance.render import terminal
+from appliance.core.errors import HvnetError
+from appliance.core.render import terminal
 from appliance.services.suites import Aggregate, Event, Result, Row, Suite, SuiteResult
 from tui.backend import suites as engine
 from tui.backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun

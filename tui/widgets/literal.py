@@ -4,7 +4,7 @@ VM, port and mirror names, audit lines, tool output and error messages may
 hold Rich markup (``x[/]`` raised ``MarkupError`` over the whole screen) and
 control characters (ESC, C1, bidi overrides).  Everything the console shows
 of them goes through here: a :class:`~rich.text.Text` (never parsed as
-markup) of :func:`appliance.render.terminal`'s escaped text, as the command
+markup) of :func:`appliance.core.render.terminal`'s escaped text, as the command
 line shows it.
 """
 
@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.markup import escape
 from textual.widgets import Static
 
-from appliance.render import terminal
+from appliance.core.render import terminal
 
 Cell = Union[str, Text]
 

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from appliance.render import terminal
+from appliance.core.render import terminal
 from appliance.services.isolation import CheckResult
 from tui.backend import isolation as iso
 from tui.widgets.literal import literal

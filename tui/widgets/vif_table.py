@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Callable
 
-from appliance import render
+from appliance.core import render
 from appliance.services.inventory import Vif
 from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.spark import sparkline

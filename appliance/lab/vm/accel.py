@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance import config, proc
+from appliance.core import config, proc
 from appliance.lab.switch import stop_pid
 from appliance.lab.vm.protocol import PORT_NAME, LineDecoder, encode
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance import config, proc
-from appliance.errors import HvnetError
+from appliance.core import config, proc
+from appliance.core.errors import HvnetError
 from appliance.lab.vm.protocol import PORT_NAME
 
 BUILDER_VERSION = "2"

@@ -25,13 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import LabError
+from appliance.core.errors import LabError
+from appliance.endpoints.topology import Guest, Topology
 from appliance.lab.switch import Switch
 from appliance.lab.vm import accel, libvirtd
 from appliance.lab.vm.channel import ChannelError, GuestClient, mux_pid, start_mux, stop_mux
 from appliance.lab.vm.domain import DomainSpec, Nic, domain_xml
-from appliance.names import quiet_libvirt, state_name
-from appliance.topology import Guest, Topology
+from appliance.switch.names import quiet_libvirt, state_name
 
 READY_TIMEOUT_S = 90.0  # boot under TCG takes seconds; 2 cores booting 4 guests at once take longer
 QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from appliance import proc
-from appliance.errors import LabError
+from appliance.core import proc
+from appliance.core.errors import LabError
 from appliance.lab.switch import stop_pid
 
 URI = "qemu:///system"

@@ -1,0 +1,256 @@
+"""``hvnet capture``: packet captures on the switch's ports or inside lab guests (start, stop, list, show, delete).
+
+Its commands import the services when they run: every hvnet command builds the parser, and
+``status``, ``plan`` and the agent load no more than they need.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from appliance.capture.spec import DEFAULT_MAX_MB, DEFAULT_RING, RING_MAX_MB, Limits
+from appliance.cli.common import lazy
+from appliance.core import render
+from appliance.core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from appliance.frontdoor.hosts import host_of
+
+if TYPE_CHECKING:  # the services (and tcpdump's parsers) load when a capture verb runs, not with every hvnet
+    from appliance.capture.completeness import Completeness
+    from appliance.services.captures import CaptureView
+
+
+def cmd_capture_start(args: argparse.Namespace) -> int:
+    from appliance.services import captures
+
+    guest = None
+    if args.guest is not None:
+        from appliance.lab import Lab
+
+        guest = Lab().endpoint(args.guest)
+    limits = Limits(
+        snaplen=args.snaplen, duration=args.duration, count=args.count,
+        rotate_mb=args.rotate_mb, rotate_files=args.rotate_files, rotate_seconds=args.rotate_seconds,
+        max_mb=args.max_mb,
+    )  # fmt: skip
+    record = captures.start(host_of(args), port=args.port, guest=guest, name=args.name, bpf=args.filter,
+                            limits=limits, free_floor=args.free_floor)  # fmt: skip
+    if args.json:
+        render.print_json(record.to_json())
+    else:
+        where = f"guest {record.spec.target} ({record.spec.interface}, VIF {record.spec.port})"
+        if record.spec.kind == "port":
+            where = f"port {record.spec.port}"
+        print(f"capture {record.name} started on {where}: pid {record.supervisor_pid}, files in {record.directory}")
+    return EXIT_OK
+
+
+def cmd_capture_stop(args: argparse.Namespace) -> int:
+    from appliance.services import captures
+
+    view = captures.stop_view(host_of(args), args.name)
+    record = view.record
+    if args.json:
+        render.print_json(_view_json(view))
+    else:
+        print(f"capture {record.name}: {view.state} ({view.reason or '-'})")
+        _print_stats(view)
+    return EXIT_OK if view.state != "dead" else EXIT_FAILED
+
+
+def cmd_capture_list(args: argparse.Namespace) -> int:
+    from appliance.services import captures
+
+    views = captures.list_captures(host_of(args))
+    if args.json:
+        render.print_json({"directory": str(host_of(args).paths.pcap_dir), "captures": [_view_json(v) for v in views]})
+        return EXIT_OK
+    heads = ["NAME", "STATE", "ON", "FILTER", "STARTED", "SECONDS", "PACKETS", "RATE", "DROPS", "SIZE", "COMPLETE"]
+    print(render.table(heads, [_row(v) for v in views]))
+    return EXIT_OK
+
+
+def cmd_capture_show(args: argparse.Namespace) -> int:
+    from appliance.services import captures
+
+    view = captures.show(host_of(args), args.name)
+    if args.json:
+        render.print_json(_view_json(view))
+        return EXIT_OK
+    rec = view.record
+    print(f"capture {rec.name}: {view.state}" + (f" ({view.reason})" if view.reason else ""))
+    print(
+        f"  on        {rec.spec.kind} {rec.spec.target} (tcpdump on {rec.spec.interface}, counters of {rec.spec.port})"
+    )
+    print(f"  filter    {rec.spec.bpf or '-'}")
+    print(f"  limits    {_limits(rec.spec.limits)}")
+    if rec.disk is not None:
+        print(f"  disk      {_disk(rec.disk)}")
+    print(f"  started   {_time(rec.started)}   stopped {_time(rec.stopped)}")
+    print(f"  pids      capture {rec.supervisor_pid or '-'}, tcpdump {rec.tcpdump_pid or '-'}")
+    print(f"  directory {rec.directory}")
+    _print_stats(view)
+    for name in rec.files:
+        print(f"  file      {name}")
+    return EXIT_OK
+
+
+def cmd_capture_delete(args: argparse.Namespace) -> int:
+    from appliance.services import captures
+
+    removed = captures.delete(host_of(args), args.name, if_exists=args.if_exists)
+    print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
+    return EXIT_OK
+
+
+def cmd_capture_supervise(args: argparse.Namespace) -> int:
+    """The detached process of one capture (started by 'capture start', never by hand)."""
+    from appliance.capture.supervise import supervise
+    from appliance.services import captures
+
+    host = host_of(args)
+    directory = Path(args.directory)
+    if directory.parent != captures.captures_dir(host):
+        raise UsageError(f"{directory} is not in hvnet's captures directory {host.paths.pcap_dir}")
+    return supervise(host, directory)
+
+
+# -- rendering -----------------------------------------------------------------------
+
+
+def _completeness(view: CaptureView) -> Completeness | None:
+    from appliance.capture.completeness import Completeness
+
+    data = view.record.completeness
+    return Completeness(**data) if data else None
+
+
+def _row(v: CaptureView) -> list[str]:
+    spec = v.record.spec
+    comp = _completeness(v)
+    complete = "-" if comp is None else ("unknown" if comp.ratio is None else f"{comp.ratio:.1%}")
+    rate = v.rate_pps
+    return [
+        v.record.name, v.state, f"{spec.kind}:{spec.target}", (spec.bpf or "-")[:24], _time(v.record.started),
+        "-" if v.seconds is None else f"{v.seconds:.1f}", render.count(v.packets),
+        "-" if rate is None else f"{rate:.0f} pkt/s", render.count(v.dropped), render.si(v.bytes, "B"), complete,
+    ]  # fmt: skip
+
+
+def _print_stats(view: CaptureView) -> None:
+    rec = view.record
+    rate = view.rate_pps
+    print(
+        f"  packets   {render.count(view.packets)} captured"
+        + (f", {rate:.0f} pkt/s" if rate is not None else "")
+        + f", {render.count(view.dropped)} dropped, {render.si(view.bytes, 'B')} in {len(rec.files) or '-'} file(s)"
+    )
+    if rec.tcpdump is not None:
+        t = rec.tcpdump
+        print(
+            f"  tcpdump   {t['captured']} captured, {t['received']} received by filter, "
+            f"{t['dropped_by_kernel']} dropped by kernel, {t['dropped_by_interface']} dropped by interface"
+        )
+    comp = _completeness(view)
+    if comp is not None:
+        print(f"  complete  {comp.describe()}")
+
+
+def _view_json(v: CaptureView) -> dict[str, Any]:
+    return {**v.record.to_json(), "state": v.state, "reason": v.reason, "packets": v.packets, "dropped": v.dropped,
+            "seconds": v.seconds, "bytes": v.bytes, "rate_pps": v.rate_pps}  # fmt: skip
+
+
+def _limits(lim: Limits) -> str:
+    parts = [f"{k}={v}" for k, v in vars(lim).items() if v is not None]
+    return ", ".join(parts) or "none"
+
+
+def _disk(d: dict[str, Any]) -> str:
+    text = (
+        f"worst case {render.si(d['worst_case'], 'B')} ({d['bound']}); floor {render.si(d['floor'], 'B')} "
+        f"({d['floor_setting']}, {d['floor_source']}); {render.si(d['free_at_start'], 'B')} free at start"
+    )
+    if d.get("free_at_stop") is not None:
+        text += f", {render.si(d['free_at_stop'], 'B')} when stopped"
+    return text
+
+
+def _time(ts: float | None) -> str:
+    return "-" if ts is None else f"{datetime.fromtimestamp(ts):%H:%M:%S}"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("capture", help="packet captures on switch ports or in lab guests: start, stop, list, show")
+    cs = p.add_subparsers(dest="capture_command", metavar="COMMAND", required=True)
+
+    s = cs.add_parser("start", help="start a detached capture (pcaps and capture.json under $HVNET_PCAP_DIR)",
+                      description=f"Every capture is bounded: by default a ring of {DEFAULT_RING[1]} files of "
+                      f"{DEFAULT_RING[0]} MB (tcpdump -C {DEFAULT_RING[0]} -W {DEFAULT_RING[1]}), the oldest "
+                      "overwritten; it is refused (exit 2) when that worst case would leave less free space than the "
+                      "floor, and stopped if free space falls under the floor while it runs.")  # fmt: skip
+    on = s.add_mutually_exclusive_group(required=True)
+    on.add_argument("--port", metavar="PORT", help="a port of the switch: a VIF, a mirror's or TAP's output port")
+    on.add_argument("--guest", metavar="GUEST", help="a lab guest: tcpdump on its eth0 inside its namespace")
+    s.add_argument("--name", help="the capture's name (its directory; default TARGET-TIME)")
+    s.add_argument("--filter", metavar="BPF", help="a tcpdump filter expression (checked by tcpdump before starting)")
+    s.add_argument("--snaplen", type=int, metavar="BYTES", help="bytes kept per packet (14..262144; default all)")
+    s.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds (1..604800)")
+    s.add_argument("--count", type=int, metavar="N", help="stop after this many packets (tcpdump -c)")
+    s.add_argument(
+        "--rotate-mb",
+        type=int,
+        metavar="MB",
+        help=f"a ring of files of MB million bytes each (tcpdump -C; default {DEFAULT_RING[0]})",
+    )
+    s.add_argument(
+        "--rotate-files",
+        type=int,
+        metavar="N",
+        help=f"how many files the ring keeps, the oldest overwritten (tcpdump -W; default "
+        f"{DEFAULT_RING[1]}; MB x N at most {RING_MAX_MB})",
+    )
+    s.add_argument(
+        "--rotate-seconds",
+        type=int,
+        metavar="S",
+        help="instead of a ring: a new file every S seconds (tcpdump -G), stopped at --max-mb",
+    )
+    s.add_argument(
+        "--max-mb",
+        type=int,
+        metavar="MB",
+        help=f"with --rotate-seconds: stop when the files hold MB million bytes (default {DEFAULT_MAX_MB})",
+    )
+    s.add_argument(
+        "--free-floor",
+        metavar="FLOOR",
+        help="free space to leave on the captures' file system: N%% of it or a size (500MB, 2GB); refused "
+        "when the worst case does not fit above it, stopped when free space falls under it "
+        "(default: $HVNET_CAPTURE_FREE_FLOOR, hvnet.conf's capture_free_floor, 10%%)",
+    )
+    s.add_argument("--json", action="store_true", help="the capture's record as JSON")
+    s.set_defaults(func=lazy("appliance.cli.capture", "cmd_capture_start"))
+
+    for verb, text, func in (
+        ("stop", "stop a capture; its tcpdump counts and completeness (exit 1 if it had died)", "cmd_capture_stop"),
+        ("show", "one capture's record and figures", "cmd_capture_show"),
+        ("delete", "remove an ended capture's directory", "cmd_capture_delete"),
+    ):
+        v = cs.add_parser(verb, help=text)
+        v.add_argument("name", metavar="NAME")
+        if verb != "delete":
+            v.add_argument("--json", action="store_true", help="as JSON")
+        else:
+            v.add_argument("--if-exists", action="store_true", help="no capture of that name is success")
+        v.set_defaults(func=lazy("appliance.cli.capture", func))
+
+    ls = cs.add_parser("list", help="every capture: state, packets so far, rate, drops, completeness")
+    ls.add_argument("--json", action="store_true", help="as JSON")
+    ls.set_defaults(func=lazy("appliance.cli.capture", "cmd_capture_list"))
+
+    sv = cs.add_parser("_supervise")  # no help: left out of the listing (started by hvnet itself)
+    sv.add_argument("directory")
+    sv.set_defaults(func=lazy("appliance.cli.capture", "cmd_capture_supervise"))

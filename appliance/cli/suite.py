@@ -1,0 +1,318 @@
+"""``hvnet suite``: run netperf suites, report, compare, list.
+
+Thin: argument handling and terminal progress; the work is in
+:mod:`appliance.netperf`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from appliance.cli import suite_runs as cli_suite_runs
+from appliance.core import render
+from appliance.core.errors import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from appliance.netperf.run.runner import Event
+
+# Bounds of the overrides (netperf.suite checks the same): here so that building
+# the parser loads no netperf code; a test checks they agree.
+MAX_DURATION_S = 3600
+MAX_REPETITIONS = 100
+
+
+class Progress:
+    """One status line redrawn in place on a terminal; plain lines otherwise (logs, CI)."""
+
+    def __init__(self, stream: Any = sys.stderr, quiet: bool = False) -> None:
+        self.stream = getattr(stream, "exact", stream)  # it redraws with \r and escapes its own text
+        self.tty = stream.isatty()
+        self.quiet = quiet
+        self.step = 0
+        self.last = ""
+
+    def __call__(self, e: Event) -> None:
+        if self.quiet and e.kind not in ("warning",):
+            return
+        if e.kind == "step" and e.step is not None:
+            self.step = e.step.index + 1
+        if e.kind in ("warning", "info", "done") or not self.tty:
+            self._clear()
+            prefix = "warning: " if e.kind == "warning" else ""
+            print(render.terminal(f"{prefix}{e.message}"), file=self.stream, flush=True)
+            return
+        self.last = e.message if e.kind == "repetition" else self.last
+        self._draw(e)
+
+    def _draw(self, e: Event) -> None:
+        width = shutil.get_terminal_size((80, 24)).columns
+        done = self.step - (0 if e.kind == "repetition" else 1)
+        frac = max(0.0, min(1.0, done / e.steps_total)) if e.steps_total else 0.0
+        bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
+        eta = "-" if e.eta_s is None else time.strftime("%H:%M:%S", time.gmtime(e.eta_s))
+        line = render.terminal(f"[{bar}] step {self.step}/{e.steps_total} ETA {eta} | {self.last or e.message}")
+        self.stream.write("\r" + line[: width - 1].ljust(width - 1))
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            width = shutil.get_terminal_size((80, 24)).columns
+            self.stream.write("\r" + " " * (width - 1) + "\r")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    from appliance.netperf.define import suite as suite_mod
+
+    try:
+        return suite_mod.concurrency_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bounded(lo: int, hi: int, what: str) -> Any:
+    def parse(text: str) -> int:
+        from appliance.netperf.define import suite as suite_mod
+
+        try:
+            return suite_mod.bounded_int(text, lo, hi, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from appliance.frontdoor.guests import suite_measurement
+    from appliance.netperf.report import text as report
+    from appliance.services import suites
+
+    s = suites.load_suite(
+        args.file,
+        concurrency=args.concurrency,
+        duration=args.duration,
+        repetitions=args.repetitions,
+        topology=args.topology,
+        client=args.client,
+        server=args.server,
+    )  # fmt: skip  (validated whole before anything is touched)
+    # The guests (the lab's, or probes on the target's bridge) and the switch the suite drives: chosen once.
+    with suite_measurement(s, args) as m:
+        run = suites.SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s, Path(args.out) if args.out else None),
+                              Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
+        out_dir = run.out_dir
+        run.check()  # refuse missing or different guests before connecting anywhere
+        doc = _run_stoppable(run)
+    if args.json:
+        render.print_json({"run": str(out_dir), "state": doc.state, "steps": len(doc.steps)})
+    else:
+        print(report.text(doc))
+        print(f"\nrun directory: {out_dir}  (hvnet suite report {out_dir})")
+    return EXIT_OK if doc.state == "complete" else EXIT_FAILED
+
+
+def _run_stoppable(run: Any) -> Any:
+    """Run with SIGINT/SIGTERM/SIGHUP stopping it cleanly: instances stopped by PID, policy restored,
+    netserver stopped, partial results saved (and the probes removed by the caller's ``with``)."""
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in stop_signals}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # The handler stays: a second signal must not cut the clean-up short.
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        run.stop(f"interrupted ({name})")
+
+    for sig in stop_signals:
+        signal.signal(sig, on_signal)
+    try:
+        return run.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from appliance.netperf.report import text as report
+    from appliance.netperf.store import results
+
+    target = _html_target(args)
+    doc = results.load(args.run)
+    if target is not None:
+        from appliance.core import htmlpage
+        from appliance.netperf.report import html
+
+        htmlpage.write(target, html.suite_page(doc, args.run, plots=not args.no_plots))
+        print(f"report: {target}")
+        return EXIT_OK
+    if args.json:
+        render.print_json(doc.to_json())
+        return EXIT_OK
+    print(report.text(doc))
+    if not args.no_plots:
+        from appliance.netperf.report import plots
+
+        if not plots.available():
+            print(f"hvnet: {plots.MISSING}", file=sys.stderr)
+            return EXIT_OK  # the report itself is printed
+        written = plots.write(doc, Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
+        for p in written:
+            print(f"plot: {p}")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from appliance.netperf.figures import compare as compare_mod
+    from appliance.netperf.store import results
+
+    target = _html_target(args)
+    base, new = results.load(args.base), results.load(args.new)
+    result = compare_mod.compare(base, new, threshold_pct=args.threshold)
+    if args.json:
+        render.print_json(result.to_json())
+    else:
+        print(compare_mod.text(result))
+    if target is not None:
+        from appliance.core import htmlpage
+        from appliance.netperf.report import html
+
+        htmlpage.write(target, html.compare_page(result, base, new, (args.base, args.new)))
+        print(f"report: {target}", file=sys.stderr if args.json else sys.stdout)
+    return EXIT_FAILED if result.regressions else EXIT_OK
+
+
+def _html_target(args: argparse.Namespace) -> Optional[Path]:
+    """``--html FILE``, checked writable before anything is read or drawn."""
+    if not getattr(args, "html", None):
+        return None
+    from appliance.core import htmlpage
+
+    return htmlpage.check_target(args.html)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from appliance.frontdoor.hosts import host_of
+    from appliance.services import suites
+
+    shipped = [x.to_json() for x in suites.shipped_suites()]
+    where = Path(args.runs) if args.runs else host_of(args).paths.runs_dir
+    runs = suites.list_runs(host_of(args), where)
+    if args.json:
+        render.print_json({"suites": shipped, "runs": runs})
+        return EXIT_OK
+    print(
+        render.table(
+            ["suite", "steps", "min (at least)", "description"],
+            [
+                [
+                    s["suite"],
+                    str(s.get("steps", "-")),
+                    str(s.get("minutes", "-")),
+                    s.get("description") or s.get("error", ""),
+                ]
+                for s in shipped
+            ],
+        )
+    )
+    if runs:
+        print(f"\nruns in {where}:")
+        print(
+            render.table(
+                ["run", "suite", "started", "state", "steps", "lost"],
+                [
+                    [
+                        r["run"],
+                        r["suite"],
+                        r["started"] or "-",
+                        r["state"] + (", pinned" if r.get("pinned") else ""),
+                        str(r["steps"]),
+                        str(r["lost"]),
+                    ]
+                    for r in runs
+                ],
+            )
+        )
+    else:
+        print(f"\nno runs in {where}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from appliance.netperf.define import suite as suite_mod
+
+    s = suite_mod.load(args.file)
+    print(
+        f"{s.file}: valid: {len(s.tests)} test(s), {len(s.cases)} case(s), {len(s.steps())} step(s), "
+        f"at least {s.estimated_seconds() / 60:.1f} min"
+    )
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("suite", help="netperf suites: run, report, compare, list, prune")
+    ss = p.add_subparsers(dest="suite_command", metavar="COMMAND", required=True)
+
+    r = ss.add_parser("run", help="run a suite (a file, or a shipped suite's name) and save a run directory")
+    r.add_argument("file", metavar="SUITE", help="suite YAML, or the name of a shipped suite (e.g. quick)")
+    r.add_argument(
+        "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/lib/hvnet/runs, then SUITE-TIME)"
+    )
+    r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
+    r.add_argument(
+        "--duration",
+        type=_bounded(1, MAX_DURATION_S, "--duration"),
+        metavar="S",
+        help="replace every test's duration (seconds)",
+    )
+    r.add_argument(
+        "--repetitions",
+        type=_bounded(1, MAX_REPETITIONS, "--repetitions"),
+        metavar="N",
+        help="replace every test's repetitions",
+    )
+    r.add_argument("--topology", metavar="FILE", help="run on this lab topology's guests instead of the suite's")
+    r.add_argument("--client", metavar="GUEST", help="the guest that runs netperf (namespace or QEMU guest)")
+    r.add_argument("--server", metavar="GUEST", help="the guest hvnet starts netserver in")
+    r.add_argument("--json", action="store_true", help="print only the run directory and state as JSON")
+    r.set_defaults(func=cmd_run)
+
+    rp = ss.add_parser("report", help="print a run's tables and write its plots (no re-run)")
+    rp.add_argument("run", metavar="RUN", help="run directory")
+    rp.add_argument("--no-plots", action="store_true", help="skip the plots (PNG files, or SVG in --html)")
+    out = rp.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print results.json")
+    out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")
+    rp.set_defaults(func=cmd_report)
+
+    c = ss.add_parser("compare", help="compare two runs; exit 1 on a significant regression beyond the threshold")
+    c.add_argument("base", metavar="BASE", help="the reference run directory")
+    c.add_argument("new", metavar="NEW", help="the run to judge")
+    c.add_argument("--threshold", type=_threshold, default=5.0, metavar="PCT", help="tolerated change (default 5%%)")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with a compare plot")
+    c.set_defaults(func=cmd_compare)
+
+    ls = ss.add_parser("list", help="shipped suites and past runs")
+    ls.add_argument("--runs", metavar="DIR", help="where runs are kept (default $HVNET_RUNS_DIR)")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=cmd_list)
+
+    v = ss.add_parser("validate", help="check a suite file and print what it would run; runs nothing")
+    v.add_argument("file", metavar="SUITE")
+    v.set_defaults(func=cmd_validate)
+
+    cli_suite_runs.register(ss)  # prune, pin, unpin
+
+
+def _threshold(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"threshold must be a percentage, not {text!r}") from None
+    if not 0 <= v <= 1000:
+        raise argparse.ArgumentTypeError("threshold must be 0..1000 (%)")
+    return v

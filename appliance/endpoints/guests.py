@@ -1,0 +1,84 @@
+"""Guests as the engine sees them: where a command runs, and who the guest is.
+
+Suites and isolation checks run programs *inside* guests (netperf,
+netserver, tcpdump, ARP probes).  What a guest is -- a network namespace, a
+QEMU VM reached over its agent channel -- is the business of whoever made it
+(hvnet's lab, see :mod:`appliance.lab.guests`); the engine only needs the
+facts below and the argv that runs a command in the guest.  The front end
+hands the engine a :class:`GuestSource`; the engine never imports the lab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from appliance.endpoints.topology import Topology
+
+
+@dataclass(frozen=True)
+class GuestEndpoint:
+    """One guest, resolved: its identity on the switch and how to run commands in it."""
+
+    name: str
+    kind: str  # "netns" | "qemu"
+    ip: str  # with its prefix length, as the topology gives it (10.0.0.1/24)
+    mac: str
+    vif: str  # the guest's VIF as it is now (a VM's vnetN changes when its domain restarts)
+    netns: str | None = None  # a namespace guest's namespace
+    channel: str | None = None  # a VM's agent channel (its multiplexer's socket)
+    gexec: tuple[str, ...] = ()  # the local program that runs a command through ``channel``
+    # True: ``netns`` is on the driven host (a probe over ``--host``), reached through the Host's runner and
+    # started by appliance.endpoints' remote shell; False: a namespace (or VM channel) of this machine
+    remote: bool = False
+
+    @property
+    def address(self) -> str:
+        return self.ip.split("/")[0]
+
+    @property
+    def in_vm(self) -> bool:
+        return self.channel is not None
+
+    def argv(self, argv: list[str], *, stdin: bool | None = None) -> list[str]:
+        """The local argv that runs ``argv`` inside this guest (output streamed, exit status kept).
+
+        ``stdin=False`` keeps hvnet's own stdin away from a VM's command.
+        """
+        if self.channel:
+            flags = [] if stdin is None else ["--stdin" if stdin else "--no-stdin"]
+            return [*self.gexec, *flags, self.channel, "--", *argv]
+        if self.netns:
+            return ["ip", "netns", "exec", self.netns, *argv]
+        return list(argv)
+
+
+class GuestSource(Protocol):
+    """Finds the guests a suite or scenario names (hvnet's lab is one)."""
+
+    def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
+        """``names`` resolved, or a :class:`~appliance.core.errors.UsageError` that says how to bring them up."""
+        ...
+
+
+class FlowCollector(Protocol):
+    """An sFlow or IPFIX collector someone started for hvnet (the lab's pmacct, see appliance.lab.collector)."""
+
+    kind: str
+    port: int
+    out: Path  # the JSON lines it writes: ``packets`` and ``bytes`` per record
+
+    @property
+    def target(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+class CollectorSource(Protocol):
+    """Starts collectors beside the switch (hvnet's lab does): a monitored suite case needs one."""
+
+    def start_collector(self, kind: str, run_dir: Path) -> FlowCollector:
+        """A collector of ``kind`` (sflow or ipfix) listening where ovs-vswitchd can send; LabError if not."""
+        ...

@@ -1,0 +1,1 @@
+"""Front end: ``hvnet exporter``'s HTTP server, serving what :mod:`appliance.services.scrape` collects."""

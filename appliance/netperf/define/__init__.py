@@ -1,0 +1,1 @@
+"""A suite as data: its YAML, validated whole, the frame arithmetic and the monitoring a case asks for."""

@@ -1,0 +1,1 @@
+"""Figures from results, pure: per-step aggregates, statistics, packet rates, verdicts, comparisons."""

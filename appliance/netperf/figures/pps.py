@@ -1,0 +1,121 @@
+"""Packet-rate figures of one repetition: sender, receiver, monitor ports and captures.  Pure.
+
+The sender's and the receiver's packets come from iperf3 (:mod:`.iperf`); the
+monitor's from the switch's own counters of each mirror or TAP output port
+(``tx_packets``: copies the switch sent there), over the length iperf3
+measured; a capture's from tcpdump's counts, against what the switch offered
+to it.  A figure with nothing to measure it -- no offered rate, no mirror,
+no capture -- stays None, shown as "-", never 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Optional
+
+from appliance.netperf.define.frames import FCS
+from appliance.netperf.define.suite import Step
+from appliance.netperf.figures import stats
+from appliance.netperf.parse.omni import Instance
+from appliance.netperf.store.records import LATENCY_FIGURES, Aggregate, MirrorInfo
+
+
+def _round(x: Optional[float], digits: int = 3) -> Optional[float]:
+    return None if x is None else round(x, digits)
+
+
+def repetition(instances: list[Instance], offered_pps: Optional[float]) -> Aggregate:
+    """The figures of one repetition of a packet-rate step; ``offered_pps`` is per instance (None: unpaced)."""
+    ok = [i for i in instances if i.ok and i.received_pps is not None]
+    values = [i.received_pps for i in ok if i.received_pps is not None]
+    out = Aggregate(
+        instances=len(instances),
+        ok=len(ok),
+        lost=len(instances) - len(ok),
+        lost_reasons=dict(Counter(i.lost for i in instances if not i.ok)),
+        sum=_round(sum(values), 1) if values else None,
+        mean=_round(stats.mean(values), 1),
+        min=_round(min(values), 1) if values else None,
+        max=_round(max(values), 1) if values else None,
+        jain=_round(stats.jain(values), 4),
+        absent=frozenset(LATENCY_FIGURES),
+    )
+    if not ok:
+        return out
+    sent = sum(i.packets_sent or 0 for i in ok)
+    received = sum(i.packets_received or 0 for i in ok)
+    out.sent_pps = _round(sum(i.sent_pps or 0.0 for i in ok), 1)
+    out.received_pps = out.sum
+    out.sent_mbps = _round(sum(i.sent_mbps or 0.0 for i in ok))
+    out.received_mbps = _round(sum(i.received_mbps or 0.0 for i in ok))
+    out.udp_loss_pct = _round(100.0 * (1 - received / sent), 3) if sent else None
+    if offered_pps:
+        offered = offered_pps * len(ok)  # lost instances offered nothing that was measured
+        out.achieved_ratio = _round((out.received_pps or 0.0) / offered, 4)
+        out.paced_ratio = _round((out.sent_pps or 0.0) / offered, 4)
+    return out
+
+
+def step_figures(
+    step: Step, instances: list[Instance], copies: list[MirrorInfo], counters: dict[str, dict[str, int]]
+) -> Aggregate:
+    """A packet-rate repetition: sender and receiver (iperf3), and the monitor ports over iperf3's own length."""
+    offered = step.offered.pps(step.frame_size or 0) if step.offered else None
+    agg = repetition(instances, offered)
+    ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
+    seconds = sum(ok) / len(ok) if ok else float(step.test.duration)
+    add_monitor(agg, counters, copy_ports(copies), seconds)
+    return agg
+
+
+def copy_ports(copies: list[MirrorInfo]) -> list[str]:
+    """The distinct output ports of a case's mirrors and TAPs, in order (a port fed twice counts once)."""
+    return list(dict.fromkeys(c.output_port for c in copies if c.output_port))
+
+
+def add_monitor(out: Aggregate, counters: dict[str, dict[str, int]], ports: list[str], seconds: float) -> None:
+    """Copies/s and Mbit/s each monitor port was sent (mean over ``ports``), from the switch's counter deltas."""
+    got = [counters[p] for p in ports if p in counters and counters[p].get("tx_packets") is not None]
+    if not got or not ports or len(got) < len(ports) or seconds <= 0:
+        return  # a port whose counters were not read: the mean would be of the others only
+    pps = [c["tx_packets"] / seconds for c in got]
+    wire = [(c.get("tx_bytes", 0) + FCS * c["tx_packets"]) * 8 / seconds / 1e6 for c in got]
+    out.monitor_ports = len(got)
+    out.monitor_pps = _round(stats.mean(pps), 1)
+    out.monitor_mbps = _round(stats.mean(wire), 3)
+
+
+def offered_to(port: str, copies: list[MirrorInfo], counters: dict[str, dict[str, int]]) -> Optional[int]:
+    """Packets the switch selected for copying to ``port`` (a mirror's: selected ports' rx for src, tx for dst),
+    else the port's own tx_packets (a TAP's subset, or a port no copy feeds); None: not read."""
+    feeding = [c for c in copies if c.output_port == port and c.kind is None]
+    if feeding:
+        total = 0
+        for c in feeding:
+            for p, key in [*((p, "rx_packets") for p in c.src), *((p, "tx_packets") for p in c.dst)]:
+                value = counters.get(p, {}).get(key)
+                if value is None:
+                    return None
+                total += value
+        return total
+    return counters.get(port, {}).get("tx_packets")
+
+
+def add_captures(out: Aggregate, captures: list[dict[str, Any]], seconds: float) -> None:
+    """What the case's captures kept of what was offered to them (every capture must have counts)."""
+    if not captures:
+        return
+    captured = [c.get("captured") for c in captures]
+    offered = [c.get("offered") for c in captures]
+    dropped = [c.get("dropped") for c in captures]
+    if any(x is None for x in captured):
+        return  # a tcpdump that printed no counts: what was captured is unknown
+    out.captured = int(sum(x for x in captured if x is not None))
+    out.captured_pps = _round(stats.mean([x / seconds for x in captured if x is not None]), 1) if seconds > 0 else None
+    if all(d is not None for d in dropped):
+        out.capture_dropped = int(sum(d for d in dropped if d is not None))
+    if all(o for o in offered):
+        out.captured_ratio = _round(out.captured / sum(o for o in offered if o), 4)
+    sent = [c.get("sent_to_port") for c in captures]
+    if all(s for s in sent):  # where the rest went: copies the switch never made, or the capture's drops
+        out.captured_port_ratio = _round(out.captured / sum(s for s in sent if s), 4)

@@ -1,0 +1,1 @@
+"""Saved runs as text, HTML and plots."""

@@ -1,0 +1,161 @@
+"""What runs beside a packet-rate step: iperf3's servers, and captures listening on the monitor ports.
+
+iperf3's server serves one test at a time, so a step of N concurrent senders
+needs N servers (ports 5201..5201+N-1 in the server guest), started once for
+the run and stopped by PID afterwards, as the netserver is.  A case's
+``capture:`` starts a capture (hvnet's capture service, handed in by the
+service layer as a :class:`Listen`: tcpdump supervised by its own process,
+counts and drops in its record) on each listed guest's VIF before each
+measured repetition and stops it after; the pcaps are deleted once their
+counts are read (a 64-byte stream fills a disk quickly),
+and only the figures are kept in the run's results.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+from appliance.core.errors import HvnetError
+from appliance.core.runner import CommandRunner
+from appliance.netperf.define.suite import Suite
+from appliance.netperf.parse import iperf
+from appliance.netperf.run.launch import Endpoint, stop_tree
+from appliance.netperf.run.preflight import PreflightFailed
+
+LISTEN_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Iperf3Servers:
+    """``count`` iperf3 servers in the server guest, on consecutive ports from ``port``."""
+
+    endpoint: Endpoint
+    program: str
+    port: int
+    count: int
+    log_dir: Path
+    runner: CommandRunner
+    popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def log(self, i: int) -> Path:
+        return self.log_dir / f"iperf3-server-{self.port + i}.log"
+
+    def start(self) -> None:
+        """Start them and wait until each listens; a server that exits at once (port in use) fails the run."""
+        for i in range(self.count):
+            argv = self.endpoint.wrap(iperf.server_argv(self.program, self.port + i))
+            with open(self.log(i), "ab") as log:
+                self.popens.append(self.runner.popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                     start_new_session=True))  # fmt: skip
+        deadline = time.monotonic() + LISTEN_TIMEOUT_S
+        waiting = set(range(self.count))
+        while waiting and time.monotonic() < deadline:
+            for i in list(waiting):
+                text = self.log(i).read_text(errors="replace")
+                if "Server listening" in text:
+                    waiting.discard(i)
+                elif self.popens[i].poll() is not None:
+                    last = text.strip().splitlines()[-1] if text.strip() else f"exit {self.popens[i].returncode}"
+                    raise PreflightFailed([f"iperf3 server on {self.endpoint.name} port {self.port + i}: {last}"])
+            time.sleep(0.05)
+        if waiting:
+            ports = ", ".join(str(self.port + i) for i in sorted(waiting))
+            raise PreflightFailed([f"iperf3 servers on {self.endpoint.name} (ports {ports}) did not listen within "
+                                   f"{LISTEN_TIMEOUT_S:g} s"])  # fmt: skip
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.popens]
+
+    def stop(self) -> None:
+        for p in self.popens:
+            stop_tree(p)
+        self.popens = []
+
+
+class Listen(Protocol):
+    """Captures for a case's listeners, provided by the service layer (hvnet's capture service)."""
+
+    def start(self, port: str, name: str, snaplen: Optional[int]) -> None:
+        """Start a capture on switch port ``port``; return once tcpdump listens."""
+
+    def stop(self, name: str) -> dict[str, Any]:
+        """Stop it and remove its files: ``{captured, dropped, state}`` (None: tcpdump printed no count)."""
+        return {}
+
+
+@dataclass
+class Listeners:
+    """One repetition's captures on the monitor guests' VIFs (``vifs``: guest -> VIF)."""
+
+    listen: Listen
+    vifs: dict[str, str]
+    snaplen: Optional[int]
+    prefix: str  # unique per repetition: the captures' names
+    started: list[tuple[str, str, str]] = field(default_factory=list)  # (guest, vif, capture name)
+
+    def start(self) -> None:
+        """Start every capture (each returns once tcpdump listens); stop the ones started if one fails."""
+        try:
+            for guest, vif in self.vifs.items():
+                name = f"{self.prefix}-{guest}"[:64]
+                self.listen.start(vif, name, self.snaplen)
+                self.started.append((guest, vif, name))
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Stop them all: each one's counts (None where not known), and the problems met."""
+        out: list[dict[str, Any]] = []
+        problems = []
+        for guest, vif, name in self.started:
+            try:
+                got = self.listen.stop(name)
+            except HvnetError as exc:
+                problems.append(f"capture {name}: {exc}")
+                got = {"captured": None, "dropped": None, "state": "unknown"}
+            out.append({"guest": guest, "port": vif, **got, "snaplen": self.snaplen})
+        self.started = []
+        return out, problems
+
+
+def find_iperf3(runner: CommandRunner) -> tuple[str, str]:
+    """iperf3's path and its version as the run records it (``iperf3 3.12``); MissingTool when absent."""
+    path = runner.which("iperf3")
+    res = runner.run([path, "--version"], check=False, timeout=10)
+    words = (res.stdout.splitlines() or [""])[0].split()
+    return path, f"iperf3 {words[1]}" if len(words) > 1 and words[0] == "iperf" else "iperf3"
+
+
+def listener_failures(suite: Suite, have_listen: bool, host_label: Optional[str]) -> list[str]:
+    """Why a suite's captures cannot run here (none: they can, or the suite has none)."""
+    if not any(c.capture for c in suite.cases):
+        return []
+    if not have_listen:
+        return ["cases with capture: need hvnet's capture service (run the suite with hvnet suite run)"]
+    if host_label is not None:
+        return [f"cases with capture: run on the built-in lab's switch, not on {host_label} "
+                "(captures over SSH are not supported)"]  # fmt: skip
+    return []
+
+
+def servers_for(
+    suite: Suite, endpoint: Endpoint, iperf3: str, log_dir: Path, runner: CommandRunner
+) -> Optional[Iperf3Servers]:
+    """The iperf3 servers a suite needs: one per concurrent sender of its busiest packet-rate step (None: no
+    packet-rate test)."""
+    count = max((max(t.concurrency) for t in suite.tests if t.is_pps), default=0)
+    if not count:
+        return None
+    return Iperf3Servers(endpoint, endpoint.tool("iperf3", iperf3), iperf.DEFAULT_PORT, count, log_dir, runner)
+
+
+def listener_prefix(step_index: int, rep: int) -> str:
+    """Capture names unique to this process, step and repetition (kept short: names are at most 64 characters)."""
+    return f"suite{os.getpid()}-{step_index:03d}-r{rep}"

@@ -1,0 +1,1 @@
+"""A run on disk: typed records, the run directory's files, and which runs are kept."""

@@ -1,0 +1,166 @@
+"""A run directory: raw netperf outputs, ``results.json`` (versioned) and ``results.csv``.
+
+Everything a report, a plot or a comparison needs is in ``results.json``
+(read and written as :class:`.records.SuiteResult`),
+so they are regenerated without re-running.  The file is rewritten after
+every step (atomically), so an interrupted run leaves a readable partial
+result, marked ``"partial": true`` with the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from appliance.core.errors import HvnetError, UsageError
+from appliance.netperf.store.records import RepetitionResult, StepResult, SuiteResult
+from appliance.netperf.store.retention import PIN_FILE
+
+SCHEMA = "hvnet.netperf.results"
+SCHEMA_VERSION = 1
+RESULTS = "results.json"
+CSV = "results.csv"
+
+
+class NotARun(UsageError):
+    """A directory that holds no hvnet run."""
+
+
+def write(run_dir: Path, doc: SuiteResult) -> None:
+    """Save ``results.json`` and ``results.csv`` atomically (a reader never sees half a file)."""
+    tmp = run_dir / f".{RESULTS}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(doc.to_json(), indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, run_dir / RESULTS)
+    tmp_csv = run_dir / f".{CSV}.{os.getpid()}.tmp"
+    with open(tmp_csv, "w", newline="") as fh:
+        write_csv(fh, doc)
+    os.replace(tmp_csv, run_dir / CSV)
+
+
+CSV_COLUMNS = (
+    "step",
+    "test",
+    "type",
+    "case",
+    "message_size",
+    "concurrency",
+    "repetition",
+    "units",
+    "instances",
+    "ok",
+    "lost",
+    "sum",
+    "mean",
+    "min",
+    "max",
+    "jain",
+    "retransmissions",
+    "sent_mbps",
+    "received_mbps",
+    "udp_loss_pct",
+    "latency_mean_us",
+    "latency_p99_us",
+    "start_spread_ms",
+    "host_pct",
+    "vswitchd_pct_of_core",
+    "netperf_pct_of_core",
+    "netserver_pct_of_core",
+    "lost_reasons",
+)
+# added after those when the run has packet-rate steps (UDP_PPS): a netperf-only run's file is unchanged
+PPS_CSV_COLUMNS = (
+    "frame_size",
+    "offered_pps",
+    "sent_pps",
+    "received_pps",
+    "achieved_ratio",
+    "monitor_pps",
+    "captured_ratio",
+    "mirrored_pps",
+    "mirrored_mbps",
+    "arrived_pps",
+    "arrived_mbps",
+    "arrived_ratio",
+)
+
+
+CPU_COLUMNS = ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
+
+
+def write_csv(fh: Any, doc: SuiteResult) -> None:
+    """One row per step repetition: the figures a spreadsheet wants, units in their own column."""
+    w = csv.writer(fh)
+    columns = CSV_COLUMNS + (PPS_CSV_COLUMNS if any(s.frame_size is not None for s in doc.steps) else ())
+    w.writerow(columns)
+    for step in doc.steps:
+        for rep in step.repetitions:
+            row = _csv_row(step, rep)
+            w.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+
+
+def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:
+    agg = rep.aggregate
+    # None: not measured, an empty cell
+    row = {c: agg.figure(c) for c in CSV_COLUMNS + PPS_CSV_COLUMNS if c != "lost_reasons"}
+    row.update({c: rep.cpu.get(c) for c in CPU_COLUMNS})
+    row.update(
+        step=step.key,
+        test=step.test,
+        type=step.type,
+        case=step.case,
+        message_size=step.message_size,
+        concurrency=step.concurrency,
+        repetition=rep.repetition,
+        units=step.units,
+        start_spread_ms=rep.start_spread_ms,
+        lost_reasons="; ".join(f"{n}x {r}" for r, n in agg.lost_reasons.items()),
+        frame_size=step.frame_size,
+        offered_pps=step.offered.get("pps") if isinstance(step.offered, dict) else None,
+    )
+    return row
+
+
+def load(path: str | Path) -> SuiteResult:
+    """A run's ``results.json`` (``path`` is the run directory or the file); refuses anything else."""
+    p = Path(path)
+    f = p / RESULTS if p.is_dir() else p
+    if not f.exists():
+        raise NotARun(f"{path} is not an hvnet run: no {RESULTS}", hint="runs are listed by 'hvnet suite list'")
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: arrays or objects nested too deep
+        raise NotARun(f"{f} is not a readable hvnet run: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise NotARun(f"{f} is not an hvnet run (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+    if doc.get("version") != SCHEMA_VERSION:
+        raise NotARun(f"{f}: results version {doc.get('version')!r}; this hvnet reads version {SCHEMA_VERSION}")
+    try:
+        return SuiteResult.from_json(doc)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise NotARun(f"{f} is not a readable hvnet run: {exc}") from None
+
+
+def list_runs(base: Path) -> list[dict[str, Any]]:
+    """Past runs under ``base``, newest first (name, suite, when, state, steps)."""
+    out = []
+    for f in sorted(base.glob(f"*/{RESULTS}")):
+        try:
+            doc = load(f)
+        except HvnetError:
+            continue
+        out.append(
+            {
+                "run": str(f.parent),
+                "suite": doc.meta.suite.name,
+                "started": doc.meta.started,
+                "state": doc.state,
+                "steps": len(doc.steps),
+                "lost": sum(s.summary.lost for s in doc.steps if s.summary is not None),
+                "pinned": (f.parent / PIN_FILE).is_file(),  # kept from every 'hvnet suite prune'
+            }
+        )
+    out.sort(key=lambda r: r["started"] or "", reverse=True)
+    return out

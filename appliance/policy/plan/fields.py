@@ -1,0 +1,257 @@
+"""The policy's field grammar: one value in, a model value or :class:`FieldError` out.
+
+A VLAN from mode/tag/trunks, a policing or shaping limit from rate/burst, a
+rate with its units, a VIF selector, a mirror's output.  These rules are
+shared by every spelling of a policy -- a policy file (:mod:`.document`
+adds ``file:line``), the CLI's flags and the TUI's forms (:mod:`.intents`) --
+so the same input is refused with the same words wherever it is typed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from appliance.core import validate
+from appliance.policy.plan.model import (
+    MECHANISMS,
+    MIN_BURST_KBIT,
+    Egress,
+    Ingress,
+    MirrorOutput,
+    Selector,
+    VifRule,
+    Vlan,
+    default_burst_kbit,
+)
+
+_OUTPUT_KEYS = {"port", "vlan", "gre", "erspan", "key", "idx"}
+
+_RATE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmg]?)(?:bit|bps|b)?(?:/s)?\s*$", re.IGNORECASE)
+_FACTORS = {"": 1, "k": 1, "m": 1000, "g": 1000 * 1000}
+
+
+class FieldError(ValueError):
+    """A bad value of one field; ``field`` names it (``rate``, ``output.port``) for the caller's message."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def kbit(value: Any, what: str) -> int:
+    """A rate in kbit/s or a size in kbit: an integer, or ``"10mbit"``, ``"10 Mbit/s"``.
+
+    A bare number is kbit (the unit OVS takes); suffixes k/m/g scale by 1000.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a number of kbit (e.g. 10240 or '10mbit'), not {value!r}")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        m = _RATE.match(value)
+        if not m:
+            raise ValueError(
+                f"{what} {value!r} is not a rate/size; write kbit as a number (10240) or with a unit "
+                "('10240kbit', '10mbit', '1gbit')"
+            )
+        number = float(m.group(1)) * _FACTORS[m.group(2).lower()]
+    else:
+        raise ValueError(f"{what} must be a number of kbit, not {type(value).__name__}")
+    if number < 0:
+        raise ValueError(f"{what} must not be negative ({value!r})")
+    if number != int(number):
+        raise ValueError(f"{what} must be a whole number of kbit ({value!r})")
+    if number > 2**31:
+        raise ValueError(f"{what} {value!r} is larger than OVS accepts")
+    return int(number)
+
+
+def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
+    """``"vm:VM1"`` / ``"port:vif1.0"`` / bare name (``default_kind``) -> (kind, pattern)."""
+    if isinstance(value, dict):
+        kinds = [k for k in Selector.KINDS if k in value]
+        if len(kinds) != 1 or len(value) != 1:
+            raise ValueError(f"a selector names exactly one of {', '.join(Selector.KINDS)}")
+        kind, pattern = kinds[0], value[kinds[0]]
+    elif isinstance(value, str):
+        kind, sep, rest = value.partition(":")
+        if sep and kind in Selector.KINDS:
+            pattern = rest
+        elif sep and kind.replace("-", "_") in Selector.KINDS:
+            kind, pattern = kind.replace("-", "_"), rest
+        else:
+            kind, pattern = default_kind, value
+    else:
+        raise ValueError(f"a selector is a string like 'vm:VM1' or 'vif1.0', not {value!r}")
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"{kind} selector needs a non-empty string")
+    if any(c in pattern for c in validate.TEXT_ALLOWS):  # the rest of what names may not hold: yamldoc's
+        validate.no_control(pattern)
+    if kind == "mac":
+        pattern = pattern.lower()
+        if not any(c in pattern for c in "*?["):
+            pattern = validate.mac(pattern)
+    if kind == "port" and not any(c in pattern for c in "*?["):
+        validate.ifname(pattern)
+    return kind, pattern
+
+
+def vlan_from_fields(mode: Any, tag: Any, trunks: Any) -> Vlan:
+    """A whole VLAN setting from its three fields, or ``ValueError`` naming the field.
+
+    Raises ``ValueError(field, message)``-style errors via :class:`FieldError`.
+    """
+    if mode is None:
+        mode = _implied_mode(tag, trunks)
+    try:
+        mode = validate.vlan_mode(mode)
+    except ValueError as exc:
+        raise FieldError("mode", str(exc)) from None
+    return Vlan(mode, _vlan_tag(mode, tag), _vlan_trunks(mode, trunks))
+
+
+def _implied_mode(tag: Any, trunks: Any) -> str:
+    """The mode a VLAN given without one means: a tag alone is access, trunks alone a trunk."""
+    if tag is not None and trunks is None:
+        return "access"
+    if trunks is not None and tag is None:
+        return "trunk"
+    if tag is not None:
+        raise FieldError("mode", "tag and trunks together need mode native-tagged or native-untagged")
+    raise FieldError("(vlan)", "give tag (access), trunks (trunk) or mode; 'remove' isolates the VIF")
+
+
+def _vlan_tag(mode: str, tag: Any) -> int | None:
+    """The tag (or native VLAN): required by every mode but trunk, refused by trunk."""
+    if tag is None:
+        if mode != "trunk":
+            raise FieldError("tag", f"mode {mode} needs a tag (0..4094)")
+        return None
+    if mode == "trunk":
+        raise FieldError("tag", "a trunk port carries no tag; use native-tagged/native-untagged for a native VLAN")
+    try:
+        return validate.vlan_id(tag)
+    except ValueError as exc:
+        raise FieldError("tag", str(exc)) from None
+
+
+def _vlan_trunks(mode: str, trunks: Any) -> tuple[int, ...]:
+    """The trunked VLANs (``()`` is every VLAN, so an empty list must be written ``all``); none on access."""
+    if trunks is None:
+        if mode != "access":
+            raise FieldError("trunks", f"mode {mode} needs trunks: a list like '10,20-30', or 'all' for every VLAN")
+        return ()
+    if mode == "access":
+        raise FieldError("trunks", "an access port has no trunks; use mode trunk or native-*")
+    if isinstance(trunks, str) and trunks.strip().lower() == "all":
+        return ()
+    try:
+        trunks_v = tuple(validate.vlan_list(trunks))
+    except ValueError as exc:
+        raise FieldError("trunks", str(exc)) from None
+    if not trunks_v:
+        raise FieldError("trunks", "an empty trunk list means every VLAN in OVS; write 'all' if you mean it")
+    return trunks_v
+
+
+def ingress_from_fields(rate: Any, burst: Any, mechanism: Any) -> Ingress:
+    try:
+        rate_v = kbit(rate, "rate")
+    except ValueError as exc:
+        raise FieldError("rate", str(exc)) from None
+    if rate_v == 0:
+        raise FieldError("rate", "rate 0 would mean 'no limit'; write 'ingress: remove' to remove policing")
+    if burst is None:
+        burst_v = default_burst_kbit(rate_v)
+    else:
+        try:
+            burst_v = kbit(burst, "burst")
+        except ValueError as exc:
+            raise FieldError("burst", str(exc)) from None
+        if burst_v == 0:
+            raise FieldError(
+                "burst",
+                f"burst 0 is not allowed with a rate; omit it for the default, 80% of the rate "
+                f"(here {default_burst_kbit(rate_v)} kbit)",
+            )
+    if mechanism not in MECHANISMS:
+        raise FieldError("mechanism", f"invalid {mechanism!r}; allowed: {', '.join(MECHANISMS)}")
+    return Ingress(rate_v, burst_v, mechanism)
+
+
+def egress_from_fields(rate: Any, burst: Any) -> Egress:
+    try:
+        rate_v = kbit(rate, "rate")
+    except ValueError as exc:
+        raise FieldError("rate", str(exc)) from None
+    if rate_v == 0:
+        raise FieldError("rate", "rate 0 would mean 'no limit'; write 'egress: remove' to remove shaping")
+    burst_v = None
+    if burst is not None:
+        try:
+            burst_v = kbit(burst, "burst")
+        except ValueError as exc:
+            raise FieldError("burst", str(exc)) from None
+        if burst_v == 0:
+            raise FieldError("burst", "burst 0 is not allowed; omit it to let the shaper choose")
+    return Egress(rate_v, burst_v)
+
+
+def burst_warnings(rule: VifRule) -> list[str]:
+    """Bursts below one MTU-sized frame make policing drop nearly everything."""
+    out = []
+    if isinstance(rule.ingress, Ingress) and rule.ingress.burst_kbit < MIN_BURST_KBIT:
+        out.append(
+            f"{rule.selector}: ingress burst {rule.ingress.burst_kbit} kbit is below one 1500-byte frame "
+            f"({MIN_BURST_KBIT} kbit); most full-size packets will be dropped"
+        )
+    return out
+
+
+def mirror_output(value: Any) -> MirrorOutput:
+    """``{port: P}`` | ``{vlan: N}`` | ``{gre: IP[, key: K]}`` | ``{erspan: IP[, idx: I]}``."""
+    if not isinstance(value, dict):
+        raise FieldError("output", "must be a mapping with exactly one of port, vlan, gre, erspan")
+    kinds = [k for k in ("port", "vlan", "gre", "erspan") if k in value]
+    if len(kinds) != 1:
+        raise FieldError("output", f"give exactly one of port, vlan, gre, erspan (found {', '.join(kinds) or 'none'})")
+    for k in value:
+        if k not in _OUTPUT_KEYS:
+            raise FieldError(f"output.{k}", "unknown key; allowed: port, vlan, gre, erspan, key, idx")
+    kind = kinds[0]
+    for k in ("key", "idx"):
+        if k in value and kind not in ("gre", "erspan"):
+            raise FieldError(f"output.{k}", f"{k} is a tunnel setting (gre/erspan outputs only)")
+    if kind == "port":
+        try:
+            sk, pattern = parse_selector(value["port"])
+        except ValueError as exc:
+            raise FieldError("output.port", str(exc)) from None
+        if any(c in pattern for c in "*?["):
+            raise FieldError("output.port", "the output port must be one port, not a glob")
+        return MirrorOutput("port", port=Selector(sk, pattern))
+    if kind == "vlan":
+        try:
+            return MirrorOutput("vlan", vlan=validate.vlan_id(value["vlan"]))
+        except ValueError as exc:
+            raise FieldError("output.vlan", str(exc)) from None
+    return _tunnel_output(kind, value)
+
+
+def _tunnel_output(kind: str, value: dict[str, Any]) -> MirrorOutput:
+    """A GRE or ERSPAN output: the collector's address, the tunnel key, ERSPAN's session index."""
+    try:
+        ip = str(ipaddress.ip_address(str(value[kind])))
+    except ValueError:
+        raise FieldError(f"output.{kind}", f"{value[kind]!r} is not an IP address") from None
+    key = value.get("key")
+    if key is not None and (isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 2**32):
+        raise FieldError("output.key", "tunnel key must be an integer 0..4294967295")
+    idx = value.get("idx", 1)
+    if kind == "gre" and "idx" in value:
+        raise FieldError("output.idx", "idx is an ERSPAN setting")
+    if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < 2**20:
+        raise FieldError("output.idx", "ERSPAN index must be an integer 0..1048575")
+    return MirrorOutput(kind, remote_ip=ip, erspan_idx=idx, key=key)

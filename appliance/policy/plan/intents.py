@@ -1,0 +1,200 @@
+"""Operator intents (``vif set``, ``qos set``, ``mirror add``, the TUI's forms) as policy fragments.
+
+The CLI's flags and the TUI's form fields are two spellings of the same
+intents; building the fragment here means both apply the same rules and
+refuse the same input with the same words.  Everything here is pure: it
+reads a :class:`~.state.PortState` at most, and raises :class:`FieldError`
+(one field) or :class:`~..errors.ConfigError` (every bad field of a form).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.core.errors import ConfigError, Problem
+from appliance.core.validate import vlan_list
+from appliance.policy.plan.fields import (
+    FieldError,
+    egress_from_fields,
+    ingress_from_fields,
+    mirror_output,
+    parse_selector,
+    vlan_from_fields,
+)
+from appliance.policy.plan.model import REMOVE, Egress, Ingress, MirrorRule, Selector, VifRule, Vlan
+from appliance.policy.plan.state import PortState
+
+MODES = ("access", "trunk", "native-tagged", "native-untagged")
+
+
+def vlan_change(current: Vlan, mode: str | None, tag: Any, trunks: Any) -> Vlan:
+    """The VLAN a partial edit asks for: unspecified fields keep their value.
+
+    Giving a tag to a trunk port makes it an access port, giving trunks to an
+    access port makes it a trunk (what an operator typing ``--tag 5`` means).
+    """
+    if mode is None:
+        mode = current.mode
+        if tag is not None and current.mode == "trunk":
+            mode = "access"
+        elif trunks is not None and current.mode == "access":
+            mode = "trunk"
+    if tag is None and mode != "trunk":
+        tag = current.tag
+    if trunks is None and mode != "access" and current.trunks:
+        trunks = ",".join(str(t) for t in current.trunks)
+    if trunks is None and mode != "access" and current.mode != "access":
+        trunks = "all"  # an existing trunk of every VLAN stays one
+    return vlan_from_fields(mode, tag, trunks)
+
+
+def qos_rule(
+    port: str,
+    *,
+    ingress_rate: Any = None,
+    ingress_burst: Any = None,
+    mechanism: str = "auto",
+    egress_rate: Any = None,
+    egress_burst: Any = None,
+) -> VifRule:
+    """Ingress policing and/or egress shaping for one port; FieldError fields are ``ingress.*``/``egress.*``."""
+    rule = VifRule(Selector("port", port))
+    if ingress_rate is not None:
+        try:
+            rule.ingress = ingress_from_fields(ingress_rate, ingress_burst, mechanism)
+        except FieldError as exc:
+            raise FieldError(f"ingress.{exc.field}", str(exc)) from None
+    elif ingress_burst is not None:
+        raise FieldError("ingress.burst", "an ingress burst needs an ingress rate")
+    if egress_rate is not None:
+        try:
+            rule.egress = egress_from_fields(egress_rate, egress_burst)
+        except FieldError as exc:
+            raise FieldError(f"egress.{exc.field}", str(exc)) from None
+    elif egress_burst is not None:
+        raise FieldError("egress.burst", "an egress burst needs an egress rate")
+    return rule
+
+
+@dataclass
+class VifForm:
+    """The Edit VIF form's fields as typed (strings; empty = none)."""
+
+    mode: str
+    tag: str = ""
+    trunks: str = ""
+    ingress_rate: str = ""
+    ingress_burst: str = ""
+    egress_rate: str = ""
+
+    @staticmethod
+    def of(port: PortState) -> VifForm:
+        """The form filled with what the port has now."""
+        vlan = port.vlan.effective()
+        ingress = port.police.effective()
+        egress = port.qos.effective() if port.qos else None
+        return VifForm(
+            mode=vlan.mode,
+            tag="" if vlan.tag is None else str(vlan.tag),
+            trunks=",".join(str(t) for t in vlan.trunks) if vlan.trunks else ("all" if vlan.mode != "access" else ""),
+            ingress_rate=str(ingress.rate_kbps) if ingress else "",
+            ingress_burst=str(ingress.burst_kbit) if ingress else "",
+            egress_rate=str(egress.rate_kbps) if egress else "",
+        )
+
+
+def vif_form_rule(port: PortState, form: VifForm, source: str = "Edit VIF") -> VifRule:
+    """The whole-VIF rule a submitted form means, or ConfigError naming every bad field.
+
+    An emptied rate removes that limit; fields equal to the current setting
+    still go into the rule (the planner drops what does not change).  The
+    ingress mechanism and the egress burst are kept as they are.
+    """
+    problems: list[Problem] = []
+    rule = VifRule(Selector("port", port.name))
+
+    def bad(field: str, message: str) -> None:
+        problems.append(Problem(source, None, field, message))
+
+    mode = form.mode.strip()
+    tag: Any = form.tag.strip() or None
+    if tag is not None and tag.lstrip("-").isdigit():
+        tag = int(tag)  # typed text; the CLI's argument parser does the same
+    trunks = form.trunks.strip() or None
+    try:
+        rule.vlan = vlan_from_fields(mode, tag, trunks)
+    except FieldError as exc:
+        bad("mode" if exc.field == "(vlan)" else exc.field, str(exc))
+
+    current_in = port.police.effective()
+    rate, burst = form.ingress_rate.strip(), form.ingress_burst.strip()
+    if rate:
+        mechanism = current_in.mechanism if isinstance(current_in, Ingress) else "auto"
+        try:
+            rule.ingress = ingress_from_fields(rate, burst or None, mechanism)
+        except FieldError as exc:
+            bad(f"ingress {exc.field}", str(exc))
+    elif burst:
+        bad("ingress burst", "a burst needs a rate; empty both to remove policing")
+    elif current_in is not None:
+        rule.ingress = REMOVE
+
+    current_out = port.qos.effective() if port.qos else None
+    out_rate = form.egress_rate.strip()
+    if out_rate:
+        keep_burst = current_out.burst_kbit if isinstance(current_out, Egress) else None
+        try:
+            rule.egress = egress_from_fields(out_rate, keep_burst)
+        except FieldError as exc:
+            bad(f"egress {exc.field}", str(exc))
+    elif current_out is not None:
+        rule.egress = REMOVE
+    if problems:
+        raise ConfigError(problems)
+    return rule
+
+
+def mirror_rule(
+    bridge: str,
+    name: str,
+    *,
+    output: dict[str, Any],
+    src: list[str] | None = None,
+    dst: list[str] | None = None,
+    vlans: str | None = None,
+    select_all: bool = False,
+    snaplen: int | None = None,
+    filter: str | None = None,
+    allow_isolation_exception: bool = False,
+    where: dict[str, str] | None = None,
+) -> MirrorRule:
+    """A new mirror; FieldError fields are ``name``, ``src``, ``dst``, ``vlan``, ``select``, ``output.*``."""
+    if not name or len(name) > 64:
+        raise FieldError("name", "mirror names are non-empty strings of at most 64 characters")
+    where = where or {}  # how each field is named where it came from (e.g. --src), for messages
+    rule = MirrorRule(bridge, name, output=mirror_output(output), snaplen=snaplen, filter=filter)
+    rule.allow_isolation_exception = allow_isolation_exception
+    for field, values in (("src", src), ("dst", dst)):
+        sels = []
+        for v in values or []:
+            try:
+                kind, pattern = parse_selector(v)
+            except ValueError as exc:
+                raise FieldError(field, str(exc)) from None
+            sels.append(Selector(kind, pattern, False, (where.get(field, field),)))
+        setattr(rule, field, tuple(sels))
+    if vlans is not None:
+        try:
+            rule.vlans = tuple(vlan_list(vlans))
+        except ValueError as exc:
+            raise FieldError("vlan", str(exc)) from None
+    rule.select_all = select_all
+    if rule.select_all and (rule.src or rule.dst):
+        raise FieldError("select", "'all' already selects every port; drop the sources/destinations or 'all'")
+    if not (rule.select_all or rule.src or rule.dst or rule.vlans):
+        raise FieldError("select", "the mirror selects nothing: give sources, destinations, VLANs or all")
+    if snaplen is not None and not 14 <= snaplen <= 65535:
+        raise FieldError("snaplen", "snaplen must be an integer 14..65535 (bytes kept of each copy)")
+    rule.path = ("mirror",)
+    return rule

@@ -1,0 +1,35 @@
+"""The console's Captures screen logic: limits typed in the form, the live rate, completeness as shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.capture.spec import Limits, check_limits
+from appliance.core.errors import UsageError
+from tui.backend.captures import CaptureForm, LiveRates, complete_text, form_limits
+
+
+def test_limits_typed_are_the_clis() -> None:
+    assert form_limits(CaptureForm(snaplen="128", duration="2.5", count=" 10 ")) == Limits(128, 2.5, 10)
+    assert form_limits(CaptureForm()) == Limits()
+    with pytest.raises(UsageError, match="--count: 'ten' is not a whole number"):
+        form_limits(CaptureForm(count="ten"))
+    with pytest.raises(UsageError, match=r"--snaplen 5 is out of range: 14\.\.262144 bytes"):
+        check_limits(form_limits(CaptureForm(snaplen="5")))  # the range is the service's, checked at start
+
+
+def test_the_rate_is_measured_between_two_reads_of_a_running_capture() -> None:
+    rates = LiveRates()
+    assert rates.update("c", 100, True, now=10.0) is None  # first read: no rate yet
+    assert rates.update("c", 300, True, now=12.0) == pytest.approx(100.0)
+    assert rates.update("c", 300, True, now=14.0) == 0.0  # measured idle
+    assert rates.update("c", 300, False, now=16.0) is None  # ended: the table shows the average instead
+    assert rates.update("c", None, True, now=18.0) is None  # no count read: no rate
+
+
+def test_completeness_is_shown_only_when_known() -> None:
+    assert complete_text(None) == "-"
+    known = {"captured": 99, "offered": 100, "dropped": 0, "ratio": 0.99, "reason": None}
+    assert complete_text(known) == "99.0%"
+    unknown = {"captured": 5, "offered": None, "dropped": 0, "ratio": None, "reason": "a filter"}
+    assert complete_text(unknown) == "unknown"
