@@ -43,7 +43,7 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
     got = files(rpms["hvnet"])
     for path in (
         "/usr/bin/hvnet",
-        f"{PREFIX}/app/appliance/cli.py",
+        f"{PREFIX}/app/appliance/cli/main.py",
         f"{PREFIX}/app/tui/app.py",
         f"{PREFIX}/app/netperf-suites/quick.yaml",
         f"{PREFIX}/app/vlan-tests/topologies/seed-2010.yaml",
