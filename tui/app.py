@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -16,12 +16,14 @@ from textual.timer import Timer
 from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
 from appliance.core.render import terminal
-from appliance.services.policy import Pending
 from appliance.switch.host import Host
 from tui.backend import Backend, fleet
 from tui.screens import available
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.literal import Literal, notice
+
+if TYPE_CHECKING:
+    from tui.backend.plans import Pending  # annotations only: the dialogs load the module when first used
 
 CONNECTION_CHECK_S = 0.5
 _SWITCHING = "_switching"  # the mode shown while the screens are rebuilt on another host

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from appliance.capture import disk
 from appliance.capture import record as rec_mod
+from appliance.capture.completeness import Completeness
 from appliance.capture.record import CaptureRecord
 from appliance.capture.spec import (
     CaptureSpec,
@@ -44,6 +45,9 @@ from appliance.endpoints.guests import GuestEndpoint
 from appliance.isolation.pcap import parse_tcpdump_counts
 from appliance.switch.counters import read_kernel_many
 from appliance.switch.host import Host
+
+# What front ends show and build, named here so that they depend on this module, not on the capture engine.
+__all__ = ["CaptureRecord", "CaptureView", "Completeness", "Limits"]
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0

@@ -35,7 +35,7 @@ from appliance.policy.apply.engine import Enforcement
 from appliance.policy.plan import export as exp
 from appliance.policy.plan import intents
 from appliance.policy.plan.fields import FieldError
-from appliance.policy.plan.intents import MODES, VifForm, mirror_rule, vif_form_rule
+from appliance.policy.plan.intents import mirror_rule
 from appliance.policy.plan.model import SamplingRule
 from appliance.policy.plan.planner import describe_mirror
 from appliance.policy.plan.state import State
@@ -45,7 +45,6 @@ from appliance.switch import sampling
 # What front ends show and build, named here so that they depend on this module
 # and not on the engine's inside.
 __all__ = [
-    "MODES",
     "ApplyResult",
     "Enforcement",
     "FieldError",
@@ -55,11 +54,9 @@ __all__ = [
     "PolicyEngine",
     "SamplingRule",
     "State",
-    "VifForm",
     "VifRule",
     "describe_mirror",
     "mirror_rule",
-    "vif_form_rule",
 ]
 
 WATCHER_LOG = "rollback-watcher.log"

@@ -7,8 +7,11 @@ lives here is shared state -- the one OVSDB connection, the policy engine on
 it, the rate meter behind the VIF table, hvnet's own log messages -- so each
 screen does not open its own.
 
-Submodules hold the calls of one capability each: :mod:`.host`, :mod:`.mirrors`,
-:mod:`.suites`, :mod:`.isolation`.
+Submodules hold the calls of one capability each (:mod:`.host`, :mod:`.vifs`,
+:mod:`.edit_vif`, :mod:`.mirrors`, :mod:`.taps`, :mod:`.captures`,
+:mod:`.suites`, :mod:`.isolation`, :mod:`.fleet`) and name the services' types
+their screens show and build: this package is the console's one door to the
+services, and its screens, dialogs and widgets import none of them directly.
 """
 
 from __future__ import annotations

@@ -14,14 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from appliance.capture.completeness import Completeness
-from appliance.capture.spec import Limits
 from appliance.core import render
 from appliance.core.errors import UsageError
 from appliance.services import captures as svc
+from appliance.services.captures import Completeness, Limits
 
 if TYPE_CHECKING:
-    from appliance.capture.record import CaptureRecord
+    from appliance.services.captures import CaptureRecord
     from tui.backend import Backend
 
 LIMIT_FIELDS = ("snaplen", "duration", "count")

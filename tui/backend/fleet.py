@@ -21,7 +21,11 @@ from appliance.core.ovsdb import Connection
 from appliance.frontdoor.hosts import build_host, inventory_file, local_environ
 from appliance.services import fleet
 from appliance.services import inventory as inv_svc
+from appliance.services.fleet import drift_text
 from appliance.switch.host import Host
+
+# What the Fleet screen shows, named here so that it depends on the console's backend.
+__all__ = ["drift_text"]
 
 LOCAL = fleet.LOCAL
 LocalFactory = Callable[[], Host]

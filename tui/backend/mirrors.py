@@ -1,42 +1,34 @@
 """The Mirrors screen's calls into the engine: listing mirrors, building add/delete policies.
 
 Kept out of the screen so the rules stay the CLI's (``hvnet mirror add/del/list``):
-the form's fields go through :func:`appliance.policy.plan.intents.mirror_rule`, an
-existing name is refused the same way, and a delete is the same one-rule
-policy.  Everything here is plain Python that the screens call from worker
-threads; nothing touches widgets.
+the form's fields go through :func:`appliance.services.forms.mirror_form_rule`
+(``hvnet mirror add``'s builder), an existing name is refused the same way,
+and a delete is the same one-rule policy.  Everything here is plain Python
+that the screens call from worker threads; nothing touches widgets.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from appliance.core import render
 from appliance.services import policy as svc
-from appliance.services.policy import ApplyResult, FieldError, MirrorRule, Plan, State, describe_mirror, mirror_rule
+from appliance.services.forms import MirrorForm, mirror_form_errors, mirror_form_rule
+from appliance.services.policy import ApplyResult, MirrorRule, Plan, State, describe_mirror
 
 if TYPE_CHECKING:
     from tui.backend import Backend
+
+# What the Mirrors screen and its dialog build, named here so that they depend on the console's backend.
+__all__ = ["MirrorForm", "MirrorRule", "mirror_form_errors", "mirror_form_rule"]
 
 SOURCE = "Mirrors screen"
 # OVS writes Mirror statistics every stats-update-interval (5 s by default).
 # A counter that has not moved for longer than this is really idle (0/s);
 # before that, an unchanged counter only means OVS has not written it yet.
 STATS_STALE_S = 12.0
-
-DIRECTIONS = {
-    "sends": "what the VM sends",
-    "receives": "what the VM receives",
-    "both": "both directions",
-}
-OUTPUT_KINDS = {
-    "port": "port",
-    "vlan": "RSPAN VLAN",
-    "gre": "GRE",
-    "erspan": "ERSPAN",
-}
 
 
 @dataclass(frozen=True)
@@ -181,106 +173,6 @@ class MirrorPacketRates:
 
 def rate_text(rate: float | None) -> str:
     return "-" if rate is None else render.si(rate, "pkt/s")
-
-
-@dataclass
-class MirrorForm:
-    """The create dialog's fields as entered (strings; empty = not given)."""
-
-    bridge: str = ""
-    name: str = ""
-    sources: tuple[str, ...] = ()
-    direction: str = "both"  # one of DIRECTIONS
-    vlans: str = ""
-    output_kind: str = "port"  # one of OUTPUT_KINDS
-    output_value: str = ""
-    key: str = ""
-    allow_isolation_exception: bool = False
-
-
-# Which form field shows an intents FieldError.
-FIELD_OF_ERROR = {
-    "bridge": "bridge",
-    "name": "name",
-    "src": "sources",
-    "dst": "sources",
-    "select": "sources",
-    "vlan": "vlans",
-    "output": "output",
-    "output.port": "output",
-    "output.vlan": "output",
-    "output.gre": "output",
-    "output.erspan": "output",
-    "output.key": "key",
-    "output.idx": "key",
-}
-
-
-def _int_or_text(text: str) -> int | str:
-    """An integer if ``text`` is one, else the text (so the engine's validator words the refusal)."""
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
-def form_rule(form: MirrorForm, existing: set[tuple[str, str]] | None = None) -> MirrorRule:
-    """The mirror the form asks for, or FieldError: the CLI's rules, through ``intents.mirror_rule``."""
-    bridge = form.bridge.strip()
-    if not bridge:
-        raise FieldError("bridge", "choose a bridge")
-    name = form.name.strip()
-    taken = svc.mirror_taken(existing or (), bridge, name)
-    if taken:
-        raise FieldError("name", f"{taken}; delete it first")
-    value = form.output_value.strip()
-    if not value:
-        what = {"port": "an output port", "vlan": "an RSPAN VLAN", "gre": "a collector IP", "erspan": "a collector IP"}
-        raise FieldError("output", f"give {what.get(form.output_kind, 'an output')}")
-    spec: dict[str, object] = {form.output_kind: _int_or_text(value) if form.output_kind == "vlan" else value}
-    key = form.key.strip()
-    if key and form.output_kind in ("gre", "erspan"):
-        spec["key"] = _int_or_text(key)
-    sources = list(form.sources)
-    return mirror_rule(
-        bridge,
-        name,
-        output=spec,
-        src=sources if form.direction in ("sends", "both") else None,
-        dst=sources if form.direction in ("receives", "both") else None,
-        vlans=form.vlans.strip() or None,
-        allow_isolation_exception=form.allow_isolation_exception,
-    )
-
-
-def form_errors(form: MirrorForm, existing: set[tuple[str, str]] | None = None) -> dict[str, str]:
-    """Every bad field's message, keyed by form field ({} when the form is valid).
-
-    ``mirror_rule`` stops at the first bad field; to name each bad field at
-    once, every field is also checked alone against known-good values for the
-    others (so the words are still the CLI's).
-    """
-    try:
-        form_rule(form, existing)
-    except FieldError as exc:
-        errors = {FIELD_OF_ERROR.get(exc.field, "sources"): str(exc)}
-    else:
-        return {}
-    good = MirrorForm(bridge=form.bridge or "-", name="-", vlans="1", output_kind="vlan", output_value="1")
-    probes = [
-        replace(good, name=form.name),
-        replace(good, vlans=form.vlans) if form.vlans.strip() else None,
-        replace(good, output_kind=form.output_kind, output_value=form.output_value, key=form.key),
-        replace(good, sources=form.sources, direction=form.direction, vlans="1" if form.vlans.strip() else ""),
-    ]
-    for probe in probes:
-        if probe is None:
-            continue
-        try:
-            form_rule(probe, existing)
-        except FieldError as exc:
-            errors.setdefault(FIELD_OF_ERROR.get(exc.field, "sources"), str(exc))
-    return errors
 
 
 ORIGIN = svc.Origin(source=SOURCE, bridge_field="bridge", delete_hint="delete it first")

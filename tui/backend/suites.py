@@ -22,6 +22,7 @@ from appliance.services.suites import (
     Aggregate,
     Event,
     Result,
+    Row,
     Step,
     StepResult,
     Suite,
@@ -32,6 +33,9 @@ from appliance.services.suites import (
 from appliance.services.suites import ShippedSuite as SuiteChoice
 from appliance.switch.host import Host
 from tui.widgets.chart import Series
+
+# What the Suites screen shows, named here so that it depends on the console's backend.
+__all__ = ["Aggregate", "Event", "Result", "Row", "Suite", "SuiteChoice", "SuiteResult", "SuiteRun"]
 
 RR_TYPES = suite_mod.RR_TYPES
 PPS_TYPES = suite_mod.PPS_TYPES

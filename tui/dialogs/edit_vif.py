@@ -1,10 +1,11 @@
 """Edit VIF: VLAN mode/tag/trunks, ingress policing, egress shaping -- validated as typed.
 
-The form's fields go through the same builder as ``hvnet vif set`` and
-``hvnet qos set`` (:mod:`appliance.policy.plan.intents`), so the dialog accepts and
-refuses exactly what the CLI does.  Every valid edit is planned in a worker
-and shown as before -> after; applying needs a second, explicit confirm and
-is one engine apply: one transaction, verified, audited -- or nothing.
+The form's fields go through the same field rules as ``hvnet vif set`` and
+``hvnet qos set`` (the service's :class:`VifForm`, via :mod:`tui.backend.edit_vif`),
+so the dialog accepts and refuses exactly what the CLI does.  Every valid edit
+is planned in a worker and shown as before -> after; applying needs a second,
+explicit confirm and is one engine apply: one transaction, verified, audited
+-- or nothing.  Both go through the console's backend.
 With "roll back unless confirmed" ticked the apply is recorded pending and
 undone after the window (:data:`Backend.confirm_within_s`) unless the
 operator keeps it (ctrl+o, here or anywhere in the console).
@@ -12,7 +13,6 @@ operator keeps it (ctrl+o, here or anywhere in the console).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from textual import on, work
@@ -24,10 +24,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.core.errors import ConfigError, HvnetError
-from appliance.services import policy as svc
-from appliance.services.inventory import Vif
-from appliance.services.policy import MODES, ApplyResult, Pending, Plan, Policy, State, VifForm, VifRule, vif_form_rule
-from tui.backend.plans import pending_line, plan_lines, result_lines
+from tui.backend.edit_vif import State, VifForm, VifRule, apply_edit, plan_edit, vif_form_rule
+from tui.backend.plans import ApplyResult, Pending, Plan, pending_line, plan_lines, result_lines
+from tui.backend.vifs import Vif
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.literal import Literal
 
@@ -96,7 +95,7 @@ class EditVifDialog(ModalScreen[None]):
                 yield Literal("reading the switch...", id="details")
                 with Horizontal(classes="row"):
                     yield Label(FIELDS["mode"][1])
-                    yield Select([(m, m) for m in MODES], id="mode", allow_blank=False, compact=True)
+                    yield Select([(m, m) for m in VifForm.MODES], id="mode", allow_blank=False, compact=True)
                 for key in ("tag", "trunks", "ingress rate", "ingress burst", "egress rate"):
                     ident, label = FIELDS[key]
                     with Horizontal(classes="row"):
@@ -224,7 +223,7 @@ class EditVifDialog(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="edit-plan")
     def plan_it(self, serial: int, rule: VifRule) -> None:
         try:
-            self.post_message(Planned(serial, self.backend.plan(Policy(vifs=[rule])), None))
+            self.post_message(Planned(serial, plan_edit(self.backend, rule), None))
         except ConfigError as exc:
             self.post_message(Planned(serial, None, "\n".join(f"✗ {p.field}: {p.message}" for p in exc.problems)))
         except HvnetError as exc:
@@ -273,9 +272,7 @@ class EditVifDialog(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="edit-apply")
     def apply_it(self, rule: VifRule, confirm_within: float | None) -> None:
         try:
-            # The service verb itself; the backend only refuses while disconnected and notes the outcome.
-            edit = partial(svc.edit_vif, self.backend.engine, rule, confirm_within=confirm_within)
-            result = self.backend.run_apply(f"edit {self.port}", edit)
+            result = apply_edit(self.backend, self.port, rule, confirm_within)
             pending = self.backend.pending() if confirm_within is not None and result.record_id else None
             self.post_message(Applied(result, None, pending if pending and pending.id == result.record_id else None))
         except ConfigError as exc:

@@ -1,12 +1,12 @@
 """Add a mirror: the form, validated as typed, then its plan, then one confirmed apply.
 
 The fields are ``hvnet mirror add``'s flags and go through the same
-``intents.mirror_rule`` (via :mod:`tui.backend.mirrors`), so the dialog
-refuses what the CLI refuses in the same words.  Nothing is written until
-the operator has seen the plan and pressed Apply; a form edited after its
-plan must be planned again.  "Roll back unless confirmed" applies it pending:
-undone after the console's window unless kept (ctrl+o).  Engine calls run in
-thread workers.
+``intents.mirror_rule`` (the service's :class:`MirrorForm`, via
+:mod:`tui.backend.mirrors`), so the dialog refuses what the CLI refuses in
+the same words.  Nothing is written until the operator has seen the plan
+and pressed Apply; a form edited after its plan must be planned again.
+"Roll back unless confirmed" applies it pending: undone after the console's
+window unless kept (ctrl+o).  Engine calls run in thread workers.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
 
 from appliance.core.errors import HvnetError
-from appliance.services.policy import MirrorRule, Pending
 from tui.backend import mirrors as mb
-from tui.backend.plans import refusal_lines
+from tui.backend.mirrors import MirrorRule
+from tui.backend.plans import Pending, refusal_lines
 from tui.dialogs.planflow import PlanApplyDialog
 from tui.widgets.footer import Footer
 from tui.widgets.literal import Literal
@@ -72,12 +72,12 @@ class MirrorDialog(PlanApplyDialog):
                 yield from self._row("Name", Input(placeholder="mirror name", id="name", compact=True))
                 yield from self._row("Sources", SelectionList[str](id="sources", compact=True))
                 yield Literal("selected: none", id="sources-chosen", classes="note")
-                directions = [(text, key) for key, text in mb.DIRECTIONS.items()]
+                directions = [(text, key) for key, text in mb.MirrorForm.DIRECTIONS.items()]
                 yield from self._row(
                     "Direction", Select(directions, value="both", allow_blank=False, id="direction", compact=True)
                 )
                 yield from self._row("VLANs", Input(placeholder="e.g. 10,20-30 (empty: any)", id="vlans", compact=True))
-                kinds = [(text, key) for key, text in mb.OUTPUT_KINDS.items()]
+                kinds = [(text, key) for key, text in mb.MirrorForm.OUTPUT_KINDS.items()]
                 with Horizontal(classes="row"):
                     yield Label("Output", classes="label")
                     yield Select(kinds, value="port", allow_blank=False, id="output-kind", compact=True)
@@ -216,13 +216,13 @@ class MirrorDialog(PlanApplyDialog):
         if self.choices is None:
             return
         form = self.form()
-        errors = mb.form_errors(form, self.choices.existing)
+        errors = mb.mirror_form_errors(form, self.choices.existing)
         for field in FIELDS:
             box = self.query_one(f"#error-{field}", Static)
             text = errors.get(field, "") if self.show_all or field in self.touched else ""
             box.update(f"✗ {text}" if text else "")
             box.set_class(bool(text), "visible")
-        self.rule = None if errors else mb.form_rule(form, self.choices.existing)
+        self.rule = None if errors else mb.mirror_form_rule(form, self.choices.existing)
         self._buttons()
 
     def error_text(self, field: str) -> str:

@@ -57,16 +57,16 @@ class TapDialog(PlanApplyDialog):
                 yield from self._row("Name", Input(placeholder="TAP name", id="name", compact=True))
                 vifs = Input(placeholder="vif1.0 vm:VM2 ... (selectors)", id="vifs", compact=True)
                 yield from self._row("VIFs", vifs)
-                directions = [(text, key) for key, text in tb.DIRECTIONS.items()]
+                directions = [(text, key) for key, text in tb.TapForm.DIRECTIONS.items()]
                 yield from self._row(
                     "Direction", Select(directions, value="both", allow_blank=False, id="direction", compact=True)
                 )
-                for a, b in zip(tb.MATCH_FIELDS[::2], tb.MATCH_FIELDS[1::2]):
+                for a, b in zip(tb.TapForm.MATCH_FIELDS[::2], tb.TapForm.MATCH_FIELDS[1::2]):
                     with Horizontal(classes="row"):
                         yield Label("Match" if a == "src_mac" else "", classes="label")
                         for key in (a, b):
                             yield Input(placeholder=PLACEHOLDERS[key], id=key.replace("_", "-"), compact=True)
-                kinds = [(text, key) for key, text in tb.OUTPUT_KINDS.items()]
+                kinds = [(text, key) for key, text in tb.TapForm.OUTPUT_KINDS.items()]
                 with Horizontal(classes="row"):
                     yield Label("Output", classes="label")
                     yield Select(kinds, value="port", allow_blank=False, id="output-kind", compact=True)
@@ -74,7 +74,7 @@ class TapDialog(PlanApplyDialog):
                 yield from self._row(
                     "Tunnel key", Input(placeholder="GRE/ERSPAN key (optional)", id="key", compact=True, disabled=True)
                 )
-                methods = [(text, key) for key, text in tb.METHODS.items()]
+                methods = [(text, key) for key, text in tb.TapForm.METHODS.items()]
                 yield from self._row(
                     "Method", Select(methods, value="flows", allow_blank=False, id="method", compact=True)
                 )
@@ -129,7 +129,7 @@ class TapDialog(PlanApplyDialog):
             name=self.query_one("#name", Input).value,
             vifs=self.query_one("#vifs", Input).value,
             direction=self._value("#direction", "both"),
-            match={k: self.query_one(f"#{k.replace('_', '-')}", Input).value for k in tb.MATCH_FIELDS},
+            match={k: self.query_one(f"#{k.replace('_', '-')}", Input).value for k in tb.TapForm.MATCH_FIELDS},
             output_kind=self._value("#output-kind", "port"),
             output_value=self.query_one("#output-value", Input).value,
             key=self.query_one("#key", Input).value,
@@ -159,7 +159,7 @@ class TapDialog(PlanApplyDialog):
         if self.bridges is None:
             return None
         try:
-            return tb.form_rule(self.form())
+            return tb.tap_form_rule(self.form())
         except HvnetError as exc:  # the service's words, as the CLI prints them
             self._say(refusal_lines(exc))
             return None

@@ -19,7 +19,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from appliance.services import fleet
 from tui.backend import fleet as fb
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.footer import Footer
@@ -50,7 +49,7 @@ def row_cells(name: str, row: dict[str, Any] | None, entry: Any, selected: bool)
     if not row.get("reachable"):
         return (mark, group, kind, "NO", "-", "-", "-", "-",
                 cell(row.get("error")).splitlines()[0])  # fmt: skip
-    return (mark, group, kind, "yes", cell(row.get("ovs_version")), cell(row.get("vifs")), fleet.drift_text(row),
+    return (mark, group, kind, "yes", cell(row.get("ovs_version")), cell(row.get("vifs")), fb.drift_text(row),
             cell(row.get("agent")), "")  # fmt: skip
 
 

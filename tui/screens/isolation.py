@@ -23,8 +23,8 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Select, Static
 
 from appliance.core.errors import HvnetError
-from appliance.services.isolation import CheckResult
 from tui.backend import isolation as iso
+from tui.backend.isolation import CheckResult
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.footer import Footer
 from tui.widgets.literal import Literal

@@ -40,9 +40,20 @@ from textual.widgets import (
 
 from appliance.core.errors import HvnetError
 from appliance.core.render import terminal
-from appliance.services.suites import Aggregate, Event, Result, Row, Suite, SuiteResult
 from tui.backend import suites as engine
-from tui.backend.suites import InputError, Overrides, StepFigures, SuiteChoice, SuiteRun
+from tui.backend.suites import (
+    Aggregate,
+    Event,
+    InputError,
+    Overrides,
+    Result,
+    Row,
+    StepFigures,
+    Suite,
+    SuiteChoice,
+    SuiteResult,
+    SuiteRun,
+)
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.chart import Chart
 from tui.widgets.footer import Footer

@@ -21,8 +21,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static
 
-from appliance.services.inventory import Inventory, Vif, filter_vifs
 from tui.backend import Backend
+from tui.backend.vifs import Inventory, Vif, filter_vifs
 from tui.widgets.banner import ConnectionBanner
 from tui.widgets.footer import Footer
 from tui.widgets.literal import Literal, notice

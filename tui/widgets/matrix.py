@@ -13,8 +13,8 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from appliance.core.render import terminal
-from appliance.services.isolation import CheckResult
 from tui.backend import isolation as iso
+from tui.backend.isolation import CheckResult
 from tui.widgets.literal import literal
 
 CORNER = "from↓ to→"

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from appliance.core import render
-from appliance.services.inventory import Vif
+from tui.backend.vifs import Vif
 from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.spark import sparkline
 

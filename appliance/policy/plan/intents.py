@@ -1,18 +1,16 @@
-"""Operator intents (``vif set``, ``qos set``, ``mirror add``, the TUI's forms) as policy fragments.
+"""Operator intents (``vif set``, ``qos set``, ``mirror add``) as policy fragments.
 
-The CLI's flags and the TUI's form fields are two spellings of the same
-intents; building the fragment here means both apply the same rules and
-refuse the same input with the same words.  Everything here is pure: it
-reads a :class:`~.state.PortState` at most, and raises :class:`FieldError`
-(one field) or :class:`~..errors.ConfigError` (every bad field of a form).
+The CLI's flags and the console's form fields (:mod:`appliance.services.forms`)
+are two spellings of the same intents; building the fragment from the same
+field rules means both apply the same rules and refuse the same input with
+the same words.  Everything here is pure, and raises :class:`FieldError`
+naming the one bad field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from appliance.core.errors import ConfigError, Problem
 from appliance.core.validate import vlan_list
 from appliance.policy.plan.fields import (
     FieldError,
@@ -22,10 +20,7 @@ from appliance.policy.plan.fields import (
     parse_selector,
     vlan_from_fields,
 )
-from appliance.policy.plan.model import REMOVE, Egress, Ingress, MirrorRule, Selector, VifRule, Vlan
-from appliance.policy.plan.state import PortState
-
-MODES = ("access", "trunk", "native-tagged", "native-untagged")
+from appliance.policy.plan.model import MirrorRule, Selector, VifRule, Vlan
 
 
 def vlan_change(current: Vlan, mode: str | None, tag: Any, trunks: Any) -> Vlan:
@@ -74,84 +69,6 @@ def qos_rule(
             raise FieldError(f"egress.{exc.field}", str(exc)) from None
     elif egress_burst is not None:
         raise FieldError("egress.burst", "an egress burst needs an egress rate")
-    return rule
-
-
-@dataclass
-class VifForm:
-    """The Edit VIF form's fields as typed (strings; empty = none)."""
-
-    mode: str
-    tag: str = ""
-    trunks: str = ""
-    ingress_rate: str = ""
-    ingress_burst: str = ""
-    egress_rate: str = ""
-
-    @staticmethod
-    def of(port: PortState) -> VifForm:
-        """The form filled with what the port has now."""
-        vlan = port.vlan.effective()
-        ingress = port.police.effective()
-        egress = port.qos.effective() if port.qos else None
-        return VifForm(
-            mode=vlan.mode,
-            tag="" if vlan.tag is None else str(vlan.tag),
-            trunks=",".join(str(t) for t in vlan.trunks) if vlan.trunks else ("all" if vlan.mode != "access" else ""),
-            ingress_rate=str(ingress.rate_kbps) if ingress else "",
-            ingress_burst=str(ingress.burst_kbit) if ingress else "",
-            egress_rate=str(egress.rate_kbps) if egress else "",
-        )
-
-
-def vif_form_rule(port: PortState, form: VifForm, source: str = "Edit VIF") -> VifRule:
-    """The whole-VIF rule a submitted form means, or ConfigError naming every bad field.
-
-    An emptied rate removes that limit; fields equal to the current setting
-    still go into the rule (the planner drops what does not change).  The
-    ingress mechanism and the egress burst are kept as they are.
-    """
-    problems: list[Problem] = []
-    rule = VifRule(Selector("port", port.name))
-
-    def bad(field: str, message: str) -> None:
-        problems.append(Problem(source, None, field, message))
-
-    mode = form.mode.strip()
-    tag: Any = form.tag.strip() or None
-    if tag is not None and tag.lstrip("-").isdigit():
-        tag = int(tag)  # typed text; the CLI's argument parser does the same
-    trunks = form.trunks.strip() or None
-    try:
-        rule.vlan = vlan_from_fields(mode, tag, trunks)
-    except FieldError as exc:
-        bad("mode" if exc.field == "(vlan)" else exc.field, str(exc))
-
-    current_in = port.police.effective()
-    rate, burst = form.ingress_rate.strip(), form.ingress_burst.strip()
-    if rate:
-        mechanism = current_in.mechanism if isinstance(current_in, Ingress) else "auto"
-        try:
-            rule.ingress = ingress_from_fields(rate, burst or None, mechanism)
-        except FieldError as exc:
-            bad(f"ingress {exc.field}", str(exc))
-    elif burst:
-        bad("ingress burst", "a burst needs a rate; empty both to remove policing")
-    elif current_in is not None:
-        rule.ingress = REMOVE
-
-    current_out = port.qos.effective() if port.qos else None
-    out_rate = form.egress_rate.strip()
-    if out_rate:
-        keep_burst = current_out.burst_kbit if isinstance(current_out, Egress) else None
-        try:
-            rule.egress = egress_from_fields(out_rate, keep_burst)
-        except FieldError as exc:
-            bad(f"egress {exc.field}", str(exc))
-    elif current_out is not None:
-        rule.egress = REMOVE
-    if problems:
-        raise ConfigError(problems)
     return rule
 
 

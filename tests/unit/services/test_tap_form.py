@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import UsageError
-from tui.backend.taps import TapForm, form_rule, form_spec
+from appliance.services.forms import TapForm, tap_form_rule, tap_form_spec
 
 
 def _form(**kw: object) -> TapForm:
@@ -18,12 +18,12 @@ def test_a_full_form_is_the_policy_files_mapping() -> None:
         direction="in", method="group", output_kind="gre", output_value="192.0.2.9", key="7",
         match={"src_ip": "10.0.0.0/24", "protocol": "udp", "dst_port": "53", "vlan": "", "src_mac": " "},
     )  # fmt: skip
-    assert form_spec(form) == {
+    assert tap_form_spec(form) == {
         "vifs": ["vif1.0", "vm:VM2"], "direction": "in", "method": "group", "allow_isolation_exception": False,
         "match": {"src_ip": "10.0.0.0/24", "protocol": "udp", "dst_port": 53},
         "output": {"gre": "192.0.2.9", "key": 7},
     }  # fmt: skip
-    rule = form_rule(form)
+    rule = tap_form_rule(form)
     assert (rule.bridge, rule.name, rule.method, rule.direction) == ("xenbr0", "t1", "group", "in")
     assert rule.match.dst_port == 53 and rule.output.kind == "gre"
 
@@ -44,7 +44,7 @@ def test_a_full_form_is_the_policy_files_mapping() -> None:
 )
 def test_bad_fields_are_refused_in_the_services_words(change: dict[str, object], words: str) -> None:
     with pytest.raises(UsageError) as caught:
-        form_rule(_form(**change))
+        tap_form_rule(_form(**change))
     assert caught.value.message.startswith(words), caught.value.message
     if "src_mac" in str(change):
         assert "[red]zz[/red]" in caught.value.message  # the text as typed: the dialog shows it literally
