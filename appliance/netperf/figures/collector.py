@@ -111,12 +111,26 @@ def phase_records(
         rec["throughput"] = round(sum(bins) / len(bins), 3) if bins else None
         rec["vswitchd_threads_pct"] = mean_between(threads, lo, hi)
         if phase.monitor is not None:
-            kind = phase.monitor.kind
-            first = _at(series, lo + 1.0, kind) if i else series[0][1].get(kind, (0, 0))
-            last = final.get(kind, (0, 0)) if i + 1 >= len(starts) else _at(series, hi + 1.0, kind)
-            received = (last[0] - first[0], last[1] - first[1])
+            received = _received(
+                series, final, phase.monitor.kind, lo if i else None, None if i + 1 >= len(starts) else hi
+            )
             rec["collector"] = collector_record(
-                phase.monitor, targets[kind], received, deltas(counters[i], counters[i + 1]), hi - lo, None
+                phase.monitor,
+                targets[phase.monitor.kind],
+                received,
+                deltas(counters[i], counters[i + 1]),
+                hi - lo,
+                None,
             )
         out.append(rec)
     return out
+
+
+def _received(
+    series: Series, final: dict[str, tuple[int, int]], kind: str, lo: Optional[float], hi: Optional[float]
+) -> tuple[int, int]:
+    """What a collector got in a phase: from its first reading (``lo`` None) or a second after the phase was
+    taken, to a second after the next one was (``hi`` None: the final reading)."""
+    first = series[0][1].get(kind, (0, 0)) if lo is None else _at(series, lo + 1.0, kind)
+    last = final.get(kind, (0, 0)) if hi is None else _at(series, hi + 1.0, kind)
+    return last[0] - first[0], last[1] - first[1]

@@ -12,7 +12,7 @@ During each repetition a :class:`Ticker` thread reads what the collectors
 have written about once a second (a time series), and for a phased case
 applies each phase at its time, recording when the switch acknowledged it
 and the bridge's port counters at the boundary, so each phase gets its own
-received ÷ expected.
+received ÷ expected (:mod:`appliance.netperf.figures.collector`).
 """
 
 from __future__ import annotations

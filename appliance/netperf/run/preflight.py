@@ -6,7 +6,7 @@ Everything checkable is checked first: the tools and their version, the
 endpoints, the limits the concurrency needs, and the ephemeral port range
 against what TCP_CRR will consume; every policy fragment is planned against
 the switch (:func:`fragment_failures`), and what packet-rate steps and
-listeners need is looked for (:func:`packet_rate`).  Reaching the netserver
+listeners need is looked for (:func:`.pktgen.packet_rate`).  Reaching the netserver
 is checked once it has started (see :mod:`appliance.netperf.run.servers`).
 """
 

@@ -41,6 +41,7 @@ from appliance.netperf.run import collectors as monitoring
 from appliance.netperf.run.fragments import CaseState, Fragments
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.pktgen import Listen
+from appliance.netperf.run.preflight import Preflight
 from appliance.netperf.run.repetition import Repetition
 from appliance.netperf.run.rig import Rig, SwitchReadings, now
 from appliance.netperf.run.servers import Servers
@@ -141,7 +142,7 @@ class Runner:
     def run(self) -> SuiteResult:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
-        self._preflight()
+        self._prepare(self._preflight())
         setup = CaseState()
         state = "failed"
         try:
@@ -165,8 +166,8 @@ class Runner:
         self._emit("done", f"{state}: {len(self.doc.steps)} of {len(self.steps)} steps")
         return self.doc
 
-    def _preflight(self) -> None:
-        """Check everything before starting anything; then the rig, the results' meta and the warnings."""
+    def _preflight(self) -> Preflight:
+        """Check everything before starting anything (PreflightFailed: nothing was started); the rig."""
         client, server, address = self._endpoints()
         pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=server is not None)
         pf.failures += preflight.fragment_failures(self.suite, self.engine, self.guests, self.host.label)
@@ -178,9 +179,14 @@ class Runner:
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
                        client.tool("netperf", pf.netperf), iperf3, self.out_dir,
                        SwitchReadings(self.engine, self.of, self._warn), self.listen)  # fmt: skip
+        return pf
+
+    def _prepare(self, pf: Preflight) -> None:
+        """What the run will start and apply, its raw directory, the results' meta and the preflight's warnings."""
+        server = self.rig.server
         netserver = server.tool("netserver", pf.netserver or "") if server else (pf.netserver or "")
         self.servers = Servers(self.rig, self.suite, netserver)
-        self.fragments = Fragments(self.engine, client.vif, warn=self._warn, info=self._info,
+        self.fragments = Fragments(self.engine, self.rig.client.vif, warn=self._warn, info=self._info,
                                    problem=self._restore_problem)  # fmt: skip
         make_private(self.out_dir / "raw")  # wherever the runs directory is, no other user may own a part of it
         self.rig.kernel_here = meta.same_kernel(self.host)
