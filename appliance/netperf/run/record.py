@@ -52,9 +52,8 @@ def repetition_record(
     step, batch = r.step, r.batch
     instances = read_instances(step, batch, stop_reason)
     # netperf's own CPU (launcher excluded) over its whole life, tail included: divide by that span
-    span = (
-        (batch.finished_ns - batch.released_ns) / 1e9 if batch.finished_ns and batch.released_ns else step.test.duration
-    )
+    released, finished = batch.released_ns, batch.finished_ns
+    span = (finished - released) / 1e9 if finished and released else step.test.duration
     cpu = _netperf_cpu(r, got.cpu, span)
     counters = deltas(got.before, got.after)
     agg, arrived = _figures(r, got, instances, counters)
