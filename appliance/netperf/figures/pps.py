@@ -119,3 +119,14 @@ def add_captures(out: Aggregate, captures: list[dict[str, Any]], seconds: float)
     sent = [c.get("sent_to_port") for c in captures]
     if all(s for s in sent):  # where the rest went: copies the switch never made, or the capture's drops
         out.captured_port_ratio = _round(out.captured / sum(s for s in sent if s), 4)
+
+
+def add_listened(
+    out: Aggregate, listened: list[dict[str, Any]], copies: list[MirrorInfo], counters: dict[str, Any], seconds: float
+) -> None:
+    """A case's captures set against what the switch offered them and sent their ports (each capture's
+    record gains ``offered`` and ``sent_to_port``), then their figures on ``out``."""
+    for c in listened:
+        c["offered"] = offered_to(c["port"], copies, counters)
+        c["sent_to_port"] = counters.get(c["port"], {}).get("tx_packets")
+    add_captures(out, listened, seconds)

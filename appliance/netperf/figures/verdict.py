@@ -55,12 +55,28 @@ VERDICTS = ("policer", "switch", "sender-cpu", "receiver-cpu", "ports", "unknown
 AT_A_CORE_PCT = 85.0  # a single-threaded process or thread this busy has no more CPU to give
 HOST_SATURATED_PCT = 95.0  # every core at least this busy: everything on the host competes for CPU
 STARVED_PCT = 10.0  # % of a core: a process that wanted to run and barely did
-CRR_EXHAUSTION_FRACTION = 0.9  # as the runner's note: connections against the ports' ceiling
+CRR_EXHAUSTION_FRACTION = 0.9  # connections against the ports' ceiling: see crr_exhaustion
 CRR_BEYOND_CEILING = 1.1  # more than the ceiling: ports were reused early, the ceiling did not bind
 POLICER_ACHIEVED_MIN = 0.3  # TCP reaches about half a meter's rate with a small burst; UDP nearly all of it
 LOST_IN_RECEIVER_FACTOR = 2.0  # the switch delivered at least this many times what netserver received
 SWITCH_DROP_FRACTION = 0.01  # drops at the switch's ports against the packets it switched
 IGNORED_PORTS = ("LOCAL",)  # the bridge's own port: down in a lab, it drops the broadcasts it is sent
+
+
+def crr_exhaustion(test_type: str, duration_s: int, transactions: Optional[float], ports: Optional[int]) -> list[str]:
+    """A TCP_CRR repetition's note when its connections came near what the ephemeral ports allow
+    (``ports``: the client's ephemeral port count, None when preflight could not read it).
+
+    Beyond the ceiling, ports came back before TIME_WAIT ended: the ceiling did not bind, and no note."""
+    limit = crr_ceiling(ports, duration_s) * duration_s if ports else None
+    done = transactions or 0
+    if test_type != "TCP_CRR" or not limit or not CRR_EXHAUSTION_FRACTION * limit <= done <= CRR_BEYOND_CEILING * limit:
+        return []
+    return [
+        f"{transactions} connections in {duration_s} s against {ports} ephemeral ports "
+        f"(at most ~{limit:.0f} with TIME_WAIT): "
+        "the rate is probably capped by port exhaustion (TIME_WAIT), not by the switch"
+    ]
 
 
 @dataclass

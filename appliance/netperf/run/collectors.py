@@ -12,7 +12,7 @@ During each repetition a :class:`Ticker` thread reads what the collectors
 have written about once a second (a time series), and for a phased case
 applies each phase at its time, recording when the switch acknowledged it
 and the bridge's port counters at the boundary, so each phase gets its own
-received ÷ expected.
+received ÷ expected (:mod:`appliance.netperf.figures.collector`).
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ class CaseMonitoring:
 
     def targets(self) -> list[str]:
         return [f"{kind} {c.target}" for kind, c in sorted(self.collectors.items())]
+
+    def targets_by_kind(self) -> dict[str, str]:
+        return {kind: c.target for kind, c in self.collectors.items()}
 
     def describe(self) -> dict[str, Any]:
         """The case's monitoring as a step records it."""
@@ -222,117 +225,3 @@ class Ticker:
             if now > self.seconds + 5:
                 return
             self._stop.wait(TICK_S)
-
-
-# -- a repetition's record -----------------------------------------------------------------------------
-
-
-def deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """Port counter deltas (ports in both readings, counters both have)."""
-    out = {}
-    for port, b in after.items():
-        a = before.get(port)
-        if a is not None:
-            out[port] = {k: b[k] - a[k] for k in b if b.get(k) is not None and a.get(k) is not None}
-    return out
-
-
-def _at(series: list[tuple[float, dict[str, tuple[int, int]]]], t: float, kind: str) -> tuple[int, int]:
-    """A collector's counts as first written at or after ``t`` (the last reading if none is that late)."""
-    for when, counts in series:
-        if when >= t and kind in counts:
-            return counts[kind]
-    return series[-1][1].get(kind, (0, 0))
-
-
-def rates(series: list[tuple[float, dict[str, tuple[int, int]]]], kind: str) -> list[list[float]]:
-    """[seconds since release, samples/s, bytes/s] between readings: the collector's load over time."""
-    out = []
-    for (t0, c0), (t1, c1) in zip(series, series[1:]):
-        if t1 > t0 and kind in c0 and kind in c1:
-            dt = t1 - t0
-            out.append([t1, round((c1[kind][0] - c0[kind][0]) / dt, 1), round((c1[kind][1] - c0[kind][1]) / dt)])
-    return out
-
-
-def collector_record(
-    monitor: mon.Monitor,
-    target: str,
-    received: tuple[int, int],
-    counters: dict[str, dict[str, int]],
-    seconds: float,
-    drops: Optional[int],
-    series: Optional[list[list[float]]] = None,
-) -> dict[str, Any]:
-    """What one collector got during a repetition or a phase, against what the bridge's packets predict."""
-    packets, nbytes = received
-    return mon.reception(
-        monitor.kind,
-        monitor.sampling,
-        mon.samples_from(monitor.kind, monitor.sampling, packets),
-        counters,
-        seconds,
-        variant=monitor.variant,
-        collector=target,
-        accounted_packets=packets,
-        accounted_bytes=nbytes,
-        accounted_bytes_per_s=round(nbytes / seconds) if seconds > 0 else None,
-        socket_drops=drops,
-        **({"series": series} if series is not None else {}),
-    )
-
-
-def mean_between(points: list[tuple[float, float, dict[str, float]]], lo: float, hi: float) -> dict[str, float]:
-    """Per-thread CPU averaged over [lo, hi), each sampling interval weighted by its overlap."""
-    weights: dict[str, float] = {}
-    total = 0.0
-    for a, b, groups in points:
-        overlap = min(b, hi) - max(a, lo)
-        if overlap <= 0:
-            continue
-        total += overlap
-        for g, pct in groups.items():
-            weights[g] = weights.get(g, 0.0) + pct * overlap
-    return {g: round(v / total, 1) for g, v in weights.items()} if total else {}
-
-
-def phase_records(
-    cm: CaseMonitoring,
-    ticker: Ticker,
-    before: dict[str, Any],
-    after: dict[str, Any],
-    final: dict[str, tuple[int, int]],
-    threads: list[tuple[float, float, dict[str, float]]],
-    throughput: list[Optional[float]],
-    seconds: float,
-) -> list[dict[str, Any]]:
-    """Each phase of a repetition: when the switch took it, its throughput, CPU per thread and collector figures.
-
-    ``threads`` are relative to the release (seconds); ``throughput`` is the 1-second interim series."""
-    phases = cm.case.phases
-    starts = [0.0] + [b["applied_s"] for b in ticker.boundaries]
-    counters = [before] + [b["counters"] for b in ticker.boundaries] + [after]
-    out = []
-    for i, phase in enumerate(phases):
-        rec: dict[str, Any] = {"at": phase.at, "monitor": phase.monitor.to_json() if phase.monitor else None}
-        if i >= len(starts):
-            rec["not_reached"] = "the run ended (or a phase failed) before this phase"
-            out.append(rec)
-            continue
-        lo = starts[i]
-        hi = starts[i + 1] if i + 1 < len(starts) else seconds
-        rec["applied_s"] = lo
-        rec["ack"] = ticker.boundaries[i - 1]["ack"] if i else {"status": "in force at the start"}
-        bins = [v for v in throughput[int(lo) : max(int(lo) + 1, int(hi))] if v is not None]
-        rec["throughput"] = round(sum(bins) / len(bins), 3) if bins else None
-        rec["vswitchd_threads_pct"] = mean_between(threads, lo, hi)
-        if phase.monitor is not None:
-            kind = phase.monitor.kind
-            first = _at(ticker.series, lo + 1.0, kind) if i else ticker.series[0][1].get(kind, (0, 0))
-            last = final.get(kind, (0, 0)) if i + 1 >= len(starts) else _at(ticker.series, hi + 1.0, kind)
-            received = (last[0] - first[0], last[1] - first[1])
-            rec["collector"] = collector_record(
-                phase.monitor, cm.target(kind), received, deltas(counters[i], counters[i + 1]), hi - lo, None
-            )
-        out.append(rec)
-    return out

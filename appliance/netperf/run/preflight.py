@@ -4,8 +4,10 @@ A 60-second x 7-step suite that dies at step 5 on a file-descriptor limit,
 or whose TCP_CRR steps silently measure port exhaustion, wastes the run.
 Everything checkable is checked first: the tools and their version, the
 endpoints, the limits the concurrency needs, and the ephemeral port range
-against what TCP_CRR will consume.  Reaching the netserver is checked by the
-runner once it has started it (see :meth:`appliance.netperf.run.runner.Runner`).
+against what TCP_CRR will consume; every policy fragment is planned against
+the switch (:func:`fragment_failures`), and what packet-rate steps and
+listeners need is looked for (:func:`.pktgen.packet_rate`).  Reaching the netserver
+is checked once it has started (see :mod:`appliance.netperf.run.servers`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import psutil
 
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner
+from appliance.endpoints.guests import GuestSource
 from appliance.netperf.define.suite import Suite
 from appliance.netperf.figures.verdict import TIME_WAIT_S, crr_ceiling
 from appliance.netperf.run.launch import Endpoint
+from appliance.policy import PolicyEngine
 
 MIN_NETPERF = (2, 5)  # omni output selectors (-k) and latency percentiles (-j)
 FDS_PER_INSTANCE = 4  # hvnet's side, with headroom: an instance's two output files are open while it spawns
@@ -155,3 +159,26 @@ def _ports(runner: CommandRunner, suite: Suite, client: Endpoint, pf: Preflight)
             "steps that reach it are flagged"
         )
         pf.facts.setdefault("crr_ceiling_per_s", {})[t.name] = round(ceiling, 1)
+
+
+def fragment_failures(suite: Suite, engine: PolicyEngine, guests: GuestSource, host_label: Optional[str]) -> list[str]:
+    """Plan every policy fragment against the switch now (changes nothing), so a selector that
+    matches no VIF fails the run before the first case, not after the earlier cases ran."""
+    fragments = [("setup", suite.setup)] + [(f"case {c.name}", c.policy) for c in suite.cases]
+    failures = []
+    if any(c.monitors() for c in suite.cases):
+        if not hasattr(guests, "start_collector"):
+            failures.append("cases that monitor (monitor:, phases:) need the lab's sFlow/IPFIX collectors")
+        elif host_label is not None:
+            failures.append(
+                f"cases that monitor run on the built-in lab's switch, not on {host_label}: the "
+                "collector listens on this machine's loopback, where only that ovs-vswitchd can send"
+            )
+    for label, policy in fragments:
+        if policy is None:
+            continue
+        try:
+            engine.plan(policy)
+        except HvnetError as exc:
+            failures.append(f"{label}: {exc}")
+    return failures

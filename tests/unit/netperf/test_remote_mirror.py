@@ -13,10 +13,9 @@ import pytest
 from appliance.core.errors import ConfigError
 from appliance.endpoints import topology
 from appliance.netperf.define import suite
-from appliance.netperf.figures import aggregate, compare, pps
-from appliance.netperf.parse import iperf
+from appliance.netperf.figures import aggregate, arrival, compare, pps
+from appliance.netperf.parse import iperf, iplink
 from appliance.netperf.report import text as report
-from appliance.netperf.run import arrival
 from appliance.netperf.store import results
 from appliance.netperf.store.records import Aggregate, MirrorInfo, RepetitionResult, StepResult, SuiteResult
 
@@ -105,7 +104,7 @@ def test_a_bad_collector_guest_is_refused_with_its_line(tmp_path: Path, case: st
 
 
 def test_receive_counters_from_ip_json_of_a_lab_guest() -> None:
-    got = arrival.parse_link_stats((DATA / "arrival" / "ip-s-j-link-eth0.json").read_text())
+    got = iplink.parse_link_stats((DATA / "arrival" / "ip-s-j-link-eth0.json").read_text())
     assert set(got) == {"rx_packets", "rx_bytes", "rx_dropped"}
     assert got["rx_packets"] > 0 and got["rx_bytes"] > 60 * got["rx_packets"]
 
@@ -116,7 +115,7 @@ def test_receive_counters_from_ip_json_of_a_lab_guest() -> None:
 )
 def test_unreadable_counters_say_why(text: str, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
-        arrival.parse_link_stats(text)
+        iplink.parse_link_stats(text)
 
 
 def test_each_tunnel_adds_its_headers() -> None:
