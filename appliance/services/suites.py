@@ -138,10 +138,10 @@ def parse_overrides(concurrency: str, duration: str, repetitions: str) -> Overri
         return parse_override(field, text, label) if text.strip() else None
 
     try:
-        widths = given("concurrency", concurrency)
+        levels = given("concurrency", concurrency)
     except OverrideError as exc:  # "expected integers ..." does not say which field it is about
         raise OverrideError(f"concurrency: {exc}" if "expected" in str(exc) else str(exc)) from None
-    return Overrides(widths, given("duration", duration, "duration (s)"), given("repetitions", repetitions))
+    return Overrides(levels, given("duration", duration, "duration (s)"), given("repetitions", repetitions))
 
 
 # -- loading and running ----------------------------------------------------------------
