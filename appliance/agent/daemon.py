@@ -32,16 +32,13 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from appliance.agent.link import LinkKeeper
 from appliance.core.errors import HvnetError
-from appliance.core.ovsdb import Connection, TxnContext
-from appliance.core.ovsdb import column as col
+from appliance.core.ovsdb import Connection
 from appliance.core.systemd import Notifier
-from appliance.policy.apply.engine import AGENT_LOCK, PolicyEngine
-from appliance.policy.plan.document import load
-from appliance.policy.plan.model import TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, Policy, is_owned
+from appliance.services import policy as svc
+from appliance.services.policy import AGENT_LOCK, OrphanCollector, Policy
 from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet.agent")
@@ -60,19 +57,18 @@ class Agent:
 
     def __init__(
         self, conn: Connection, host: Host, policy_path: str | Path, *, tick: float = TICK_S,
-        notifier: Notifier | None = None,
+        notifier: Notifier | None = None, policing: str | None = None,
     ) -> None:  # fmt: skip
         self.conn = conn
         self.policy_path = str(policy_path)
         self.tick = tick
-        self.engine = PolicyEngine(conn, host, command="hvnet agent")
-        self.engine.lenient = True
-        self.engine.audit_unchanged = False  # a pass that found nothing to do is not an event worth a line
-        self.policy: Policy = load(self.policy_path, trusted=ENFORCED)  # invalid or untrusted at start: refuse to run
+        self.engine = svc.open_engine(host, "hvnet agent", conn=conn, policing=policing, enforcing=True)
+        # invalid or untrusted at start: refuse to run
+        self.policy: Policy = svc.load_policy(self.policy_path, trusted=ENFORCED)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._orphans_seen: dict[tuple[str, str], float] = {}
+        self._orphans = OrphanCollector(conn, "hvnet agent: remove orphaned hvnet rows")
         self._reconnects = conn.reconnects
         self._vswitchd_pid: int | None = None
         self._last_error = ""
@@ -138,7 +134,7 @@ class Agent:
 
     def _do_reload(self) -> None:
         try:
-            self.policy = load(self.policy_path, trusted=ENFORCED)
+            self.policy = svc.load_policy(self.policy_path, trusted=ENFORCED)
             log.info("policy reloaded from %s", self.policy_path)
             self.notifier.set_status(f"policy reloaded from {self.policy_path}")
         except HvnetError as exc:  # invalid, or another user could have written it
@@ -158,7 +154,7 @@ class Agent:
             if tick:
                 self._check_vswitchd()
             # Audited, but not what ``hvnet rollback`` undoes: that stays the operator's last apply.
-            result = self.engine.apply(self.policy, verify=False, record=False)
+            result = svc.apply(self.engine, self.policy, verify=False, record=False)
             if result.plan.changes:
                 self.applied += 1
                 for c in result.plan.changes:
@@ -210,10 +206,7 @@ class Agent:
         return False
 
     def _check_vswitchd(self) -> None:
-        of = self.engine.of
-        if of is None:
-            return
-        pid = of.vswitchd_pid()
+        pid = svc.vswitchd_pid(self.engine)
         if pid is None:
             return
         if self._vswitchd_pid is not None and pid != self._vswitchd_pid:
@@ -222,80 +215,7 @@ class Agent:
 
     # -- garbage ------------------------------------------------------------------
 
-    def _orphans(self) -> dict[tuple[str, str], Any]:
-        """hvnet-owned rows nothing uses any more, by (table, uuid)."""
-        out: dict[tuple[str, str], Any] = {}
-        tables = self.conn.idl.tables
-        policy_mirrors = {(m.bridge, m.name) for m in self.policy.mirrors if not m.remove}
-
-        def owned(row: Any) -> bool:
-            return is_owned(col(row, "external_ids"))
-
-        used_qos = {q.uuid for p in tables["Port"].rows.values() for q in col(p, "qos")}
-        for u, qos in tables["QoS"].rows.items():
-            if owned(qos) and u not in used_qos:
-                out[("QoS", str(u))] = qos
-        used_queues = {
-            q.uuid
-            for u, qos in tables["QoS"].rows.items()
-            if ("QoS", str(u)) not in out
-            for q in col(qos, "queues").values()
-        }
-        for u, q in tables["Queue"].rows.items():
-            if owned(q) and u not in used_queues:
-                out[("Queue", str(u))] = q
-        mirror_names = set()
-        for br in tables["Bridge"].rows.values():
-            for m in col(br, "mirrors"):
-                mirror_names.add(col(m, "name"))
-                if not owned(m) or (col(br, "name"), col(m, "name")) in policy_mirrors:
-                    continue
-                selects = col(m, "select_all") or col(m, "select_src_port") or col(m, "select_dst_port")
-                outputs = col(m, "output_port") or col(m, "output_vlan")
-                if not (selects or col(m, "select_vlan")) or not outputs:
-                    out[("Mirror", str(m.uuid))] = (br, m)
-        for br in tables["Bridge"].rows.values():
-            # a TAP's tunnel port is owned "tap:NAME" and used while the bridge records that TAP
-            taps = {f"tap:{k[len(TAP_KEY_PREFIX) :]}" for k in col(br, "external_ids") if k.startswith(TAP_KEY_PREFIX)}
-            for p in col(br, "ports"):
-                ids = dict(col(p, "external_ids"))
-                if is_owned(ids) and ids.get(TUNNEL_MIRROR_KEY) not in mirror_names | taps:
-                    out[("Port", str(p.uuid))] = (br, p)
-        return out
-
     def _collect_orphans(self) -> None:
-        now = time.monotonic()
-        with self.conn.lock:
-            current = self._orphans()
-        seen_before = {k for k, t in self._orphans_seen.items() if now - t >= 1.0}
-        ripe = [k for k in current if k in seen_before]
-        self._orphans_seen = {k: self._orphans_seen.get(k, now) for k in current}
-        if not ripe:
-            return
-
-        def build(ctx: TxnContext) -> list[str]:
-            fresh = self._orphans()
-            gone = []
-            for key in ripe:
-                if key not in fresh:
-                    continue  # used again since: keep it
-                table, _ = key
-                obj = fresh[key]
-                if table in ("QoS", "Queue"):
-                    obj.delete()
-                elif table == "Mirror":
-                    br, m = obj
-                    br.delvalue("mirrors", m)
-                    m.delete()
-                else:
-                    br, p = obj
-                    br.delvalue("ports", p)
-                    p.delete()
-                gone.append(f"{table} {key[1][:8]}")
-            return gone
-
-        result = self.conn.transact(build, comment="hvnet agent: remove orphaned hvnet rows", timeout=10.0)
-        if result.value:
-            log.info("removed rows orphaned by VIFs that are gone: %s", ", ".join(result.value))
-            for key in ripe:
-                self._orphans_seen.pop(key, None)
+        gone = self._orphans.collect(self.policy)
+        if gone:
+            log.info("removed rows orphaned by VIFs that are gone: %s", ", ".join(gone))

@@ -52,8 +52,7 @@ def _hosts(args: argparse.Namespace) -> dict:
 
 def cmd_isolation_audit(args: argparse.Namespace) -> int:
     from appliance.core import htmlpage
-    from appliance.isolation import report
-    from appliance.services import isolation_audit
+    from appliance.services import isolation, isolation_audit
 
     expect = isolation_audit.load_expect(args.expect) if args.expect else None  # file errors before anything runs
     html_target = htmlpage.check_target(args.html) if args.html else None
@@ -64,13 +63,11 @@ def cmd_isolation_audit(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )  # fmt: skip
     if args.json:
-        render.print_json(report.to_json(result))
+        render.print_json(isolation.result_json(result))
     else:
-        print(report.format_result(result))
+        print(isolation.result_text(result))
     if html_target is not None:
-        from appliance.isolation import html
-
         where = ", ".join(str(n) for n in hosts) if args.hosts else host_of(args).label or "this host"
-        htmlpage.write(html_target, html.page(result, source=f"audited on {where}"))
+        htmlpage.write(html_target, isolation.result_page(result, source=f"audited on {where}"))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_code

@@ -11,15 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.capture.spec import DEFAULT_MAX_MB, DEFAULT_RING, RING_MAX_MB, Limits
 from appliance.cli.common import lazy
 from appliance.core import render
-from appliance.core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from appliance.core.errors import EXIT_FAILED, EXIT_OK
 from appliance.frontdoor.hosts import host_of
+from appliance.services.vocabulary import DEFAULT_MAX_MB, DEFAULT_RING, RING_MAX_MB
 
 if TYPE_CHECKING:  # the services (and tcpdump's parsers) load when a capture verb runs, not with every hvnet
-    from appliance.capture.completeness import Completeness
-    from appliance.services.captures import CaptureView
+    from appliance.services.captures import CaptureView, Completeness, Limits
 
 
 def cmd_capture_start(args: argparse.Namespace) -> int:
@@ -30,7 +29,7 @@ def cmd_capture_start(args: argparse.Namespace) -> int:
         from appliance.lab import Lab
 
         guest = Lab().endpoint(args.guest)
-    limits = Limits(
+    limits = captures.Limits(
         snaplen=args.snaplen, duration=args.duration, count=args.count,
         rotate_mb=args.rotate_mb, rotate_files=args.rotate_files, rotate_seconds=args.rotate_seconds,
         max_mb=args.max_mb,
@@ -107,24 +106,18 @@ def cmd_capture_delete(args: argparse.Namespace) -> int:
 
 def cmd_capture_supervise(args: argparse.Namespace) -> int:
     """The detached process of one capture (started by 'capture start', never by hand)."""
-    from appliance.capture.supervise import supervise
     from appliance.services import captures
 
-    host = host_of(args)
-    directory = Path(args.directory)
-    if directory.parent != captures.captures_dir(host):
-        raise UsageError(f"{directory} is not in hvnet's captures directory {host.paths.pcap_dir}")
-    return supervise(host, directory)
+    return captures.supervise(host_of(args), Path(args.directory))
 
 
 # -- rendering -----------------------------------------------------------------------
 
 
 def _completeness(view: CaptureView) -> Completeness | None:
-    from appliance.capture.completeness import Completeness
+    from appliance.services import captures
 
-    data = view.record.completeness
-    return Completeness(**data) if data else None
+    return captures.completeness(view)
 
 
 def _row(v: CaptureView) -> list[str]:

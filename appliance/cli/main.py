@@ -185,7 +185,6 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
 
     from appliance.core import htmlpage
     from appliance.frontdoor.guests import scenario_measurement
-    from appliance.isolation import report
     from appliance.services import isolation
 
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
@@ -206,13 +205,11 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
             )  # fmt: skip
             where = m.where
     if args.json:
-        render.print_json(report.to_json(result))
+        render.print_json(isolation.result_json(result))
     else:
-        print(report.format_result(result))
+        print(isolation.result_text(result))
     if html_target is not None:
-        from appliance.isolation import html
-
-        htmlpage.write(html_target, html.page(result, source=f"checked on {where}", scenario=sc))
+        htmlpage.write(html_target, isolation.result_page(result, source=f"checked on {where}", scenario=sc))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_code
 
@@ -220,15 +217,14 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
 def cmd_isolation_report(args: argparse.Namespace) -> int:
     """A saved result (``isolation check --json``) printed again, or written as an HTML page."""
     from appliance.core import htmlpage
-    from appliance.isolation import html, report
     from appliance.services import isolation
 
     html_target = htmlpage.check_target(args.html) if args.html else None
     result = isolation.load_result(args.result)
     if html_target is None:
-        print(report.format_result(result))
+        print(isolation.result_text(result))
         return result.exit_code
-    htmlpage.write(html_target, html.page(result, source=args.result))
+    htmlpage.write(html_target, isolation.result_page(result, source=args.result))
     print(f"report: {html_target}")
     return result.exit_code
 

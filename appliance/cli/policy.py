@@ -25,13 +25,9 @@ from appliance.core.errors import (
 )
 from appliance.core.systemd import Notifier, log_handler
 from appliance.frontdoor.hosts import configured_host, host_of
-from appliance.policy import COLUMNS, DEFAULT_POLICY, ApplyResult, Plan, Policy, PolicyEngine, describe, load
-from appliance.policy.apply.engine import change_json
-from appliance.policy.plan import intents
-from appliance.policy.plan.fields import FieldError
 from appliance.services import fleet_policy as pool
 from appliance.services import policy as svc
-from appliance.switch import api
+from appliance.services.policy import DEFAULT_POLICY, ApplyResult, FieldError, Plan, Policy, PolicyEngine, change_json
 from appliance.switch.host import Host
 
 WATCHER_PATIENCE_S = 600.0
@@ -39,13 +35,10 @@ WATCHER_PATIENCE_S = 600.0
 
 def _engine(args: argparse.Namespace, host: Host | None = None) -> PolicyEngine:
     """An engine on ``host`` (else the one the global options name), ``--policing`` applied."""
-    host = host or host_of(args)
-    conn = api.connect(host, timeout=args.timeout, columns=COLUMNS)
-    engine = PolicyEngine(conn, host, command=_command_line())
-    engine.pool = bool(getattr(args, "hosts", None))  # one policy for several hosts: see services.pool
-    if getattr(args, "policing", None):
-        engine.force_policing = args.policing
-    return engine
+    return svc.open_engine(
+        host or host_of(args), _command_line(), timeout=args.timeout, policing=getattr(args, "policing", None),
+        pool=bool(getattr(args, "hosts", None)),  # one policy for several hosts: see services.fleet_policy
+    )  # fmt: skip
 
 
 def _command_line() -> str:
@@ -107,7 +100,7 @@ def _finish(args: argparse.Namespace, result: ApplyResult) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    policy = load(policy_file(args))
+    policy = svc.load_policy(policy_file(args))
     if getattr(args, "pool", None):
         from appliance.cli.pool import cmd_pool_policy
 
@@ -146,7 +139,7 @@ def plan_text(plan: Plan) -> str:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    policy = load(policy_file(args))
+    policy = svc.load_policy(policy_file(args))
     if getattr(args, "pool", None):
         from appliance.cli.pool import cmd_pool_policy
 
@@ -173,7 +166,7 @@ def apply_on(
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    policy = load(policy_file(args))
+    policy = svc.load_policy(policy_file(args))
     if getattr(args, "pool", None):
         from appliance.cli.pool import cmd_pool_policy
 
@@ -354,7 +347,7 @@ def cmd_qos_set(args: argparse.Namespace) -> int:
     if args.ingress_rate is None and args.egress_rate is None:
         raise UsageError("give --ingress-rate and/or --egress-rate")
     try:
-        rule = intents.qos_rule(
+        rule = svc.qos_rule(
             "?",
             ingress_rate=args.ingress_rate,
             ingress_burst=args.ingress_burst,
@@ -389,7 +382,7 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
     if not (args.all or args.src or args.dst or args.vlan is not None):
         raise UsageError("the mirror selects nothing: give --src, --dst, --vlan or --all")
     try:
-        rule = intents.mirror_rule(
+        rule = svc.mirror_rule(
             args.bridge,
             args.name,
             output=spec,
@@ -420,22 +413,9 @@ def cmd_mirror_del(args: argparse.Namespace) -> int:
 
 def cmd_mirror_list(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        state = eng.snapshot()
-    rows = []
-    out = []
-    for (br, name), m in sorted(state.mirrors.items()):
-        stats = m.statistics
-        entry = {
-            "bridge": br,
-            "name": name,
-            "owner": "hvnet" if m.cols.owned else "other",
-            "config": describe("mirror", m.cols),
-            "tx_packets": stats.get("tx_packets"),
-            "tx_bytes": stats.get("tx_bytes"),
-        }
-        out.append(entry)
-        rows.append([br, name, entry["owner"], entry["config"], render.count(stats.get("tx_packets")) + " pkt",
-                     render.si(stats["tx_bytes"], "B") if "tx_bytes" in stats else "-"])  # fmt: skip
+        out = svc.list_mirrors(eng)
+    rows = [[m["bridge"], m["name"], m["owner"], m["config"], render.count(m["tx_packets"]) + " pkt",
+             "-" if m["tx_bytes"] is None else render.si(m["tx_bytes"], "B")] for m in out]  # fmt: skip
     if args.json:
         render.print_json({"mirrors": out})
     elif rows:
@@ -454,18 +434,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
         return _agent_prepare(args)
     path = args.policy or config.environ().get("HVNET_POLICY") or DEFAULT_POLICY
     policing = config.resolve("agent.policing", args.policing, flag_name="--policing").value
-    load(path, trusted=ENFORCED)  # refuse to start on an invalid or untrusted policy, before connecting
+    svc.load_policy(path, trusted=ENFORCED)  # refuse to start on an invalid or untrusted policy, before connecting
     root = logging.getLogger("hvnet")
     # the journal's "<N>message" under systemd (journald adds the time), else a timestamp and the level
     root.handlers[:] = [log_handler("hvnet-agent", timestamps=True)]
     root.propagate = False
     root.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
-    columns = {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
     notifier = Notifier()
-    host, conn = _agent_connect(args, columns, notifier)
-    agent = Agent(conn, host, path, tick=args.tick, notifier=notifier)
-    if policing:
-        agent.engine.force_policing = policing
+    host, conn = _agent_connect(args, notifier)
+    agent = Agent(conn, host, path, tick=args.tick, notifier=notifier, policing=policing)
     agent.install_signal_handlers()
     agent.run()
     conn.close()
@@ -476,15 +453,13 @@ def _agent_prepare(args: argparse.Namespace) -> int:
     """What the agent's unit runs first, with the privileges its sandbox then takes away: whether this
     kernel enforces tc's police action is probed in a throwaway network namespace (which needs
     CAP_SYS_ADMIN and mounts) and cached for the boot, where the sandboxed agent reads it."""
-    from appliance.policy.apply.openflow import tc_police_works
-
     host = host_of(args)
-    works = tc_police_works(host.runner, host.paths.cache_dir)
+    works = svc.tc_police_works(host)
     print(f"hvnet: tc police {'works' if works else 'does not work'} on this kernel (cached in {host.paths.cache_dir})")
     return EXIT_OK
 
 
-def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]], notifier: Notifier) -> tuple[Host, Any]:
+def _agent_connect(args: argparse.Namespace, notifier: Notifier) -> tuple[Host, Any]:
     """The host and its database.  A remote hypervisor that cannot be reached when the agent starts (it
     is rebooting, its network is down) is tried again with back-off, one log line per attempt, until it
     answers or the agent is stopped; a refused host key, refused authentication or a bad option is not
@@ -503,7 +478,7 @@ def _agent_connect(args: argparse.Namespace, columns: dict[str, list[str]], noti
         while True:
             try:
                 host = host_of(args)
-                return host, api.connect(host, timeout=args.timeout, columns=columns)
+                return host, svc.connect(host, timeout=args.timeout, statistics=False)
             except (OvsdbUnreachable, HostUnreachable) as exc:
                 remote = getattr(args, "host", None) or configured_host(args.db)
                 if not remote or isinstance(exc, AuthRefused):  # a refused host key is no HostUnreachable

@@ -13,15 +13,14 @@ from appliance.core.hostlist import Inventory, InventoryPool, load
 from appliance.core.target import SslOptions
 from appliance.endpoints.guests import GuestSource
 from appliance.frontdoor.hosts import build_host, data_paths, inventory_file
-from appliance.ovn.view import PoolView
-from appliance.policy.apply.journal import Journal
-from appliance.policy.plan.model import Policy
 from appliance.services import isolation
 from appliance.services.isolation import CheckResult, Scenario
 from appliance.services.ovn import history as pool_history
 from appliance.services.ovn import isolation as isolation_pool
 from appliance.services.ovn import mirrors as pool_mirrors
 from appliance.services.ovn import pool as pools
+from appliance.services.ovn.pool import Journal, PoolView
+from appliance.services.policy import Policy
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

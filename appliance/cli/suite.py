@@ -1,7 +1,7 @@
 """``hvnet suite``: run netperf suites, report, compare, list.
 
-Thin: argument handling and terminal progress; the work is in
-:mod:`appliance.netperf`.
+Thin: argument handling and terminal progress; the work is
+:mod:`appliance.services.suites`'s.
 """
 
 from __future__ import annotations
@@ -19,12 +19,7 @@ from appliance.core import render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from appliance.netperf.run.runner import Event
-
-# Bounds of the overrides (netperf.suite checks the same): here so that building
-# the parser loads no netperf code; a test checks they agree.
-MAX_DURATION_S = 3600
-MAX_REPETITIONS = 100
+    from appliance.services.suites import Event
 
 
 class Progress:
@@ -66,22 +61,16 @@ class Progress:
             self.stream.write("\r" + " " * (width - 1) + "\r")
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    from appliance.netperf.define import suite as suite_mod
+def _override(field: str, label: Optional[str] = None) -> Any:
+    """The argument type of an override: the service's parser, loaded when the option is given (building
+    the parser loads no netperf code)."""
 
-    try:
-        return suite_mod.concurrency_list(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _bounded(lo: int, hi: int, what: str) -> Any:
-    def parse(text: str) -> int:
-        from appliance.netperf.define import suite as suite_mod
+    def parse(text: str) -> Any:
+        from appliance.services import suites
 
         try:
-            return suite_mod.bounded_int(text, lo, hi, what)
-        except ValueError as exc:
+            return suites.parse_override(field, text, label)
+        except suites.OverrideError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
@@ -89,7 +78,6 @@ def _bounded(lo: int, hi: int, what: str) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from appliance.frontdoor.guests import suite_measurement
-    from appliance.netperf.report import text as report
     from appliance.services import suites
 
     s = suites.load_suite(
@@ -111,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         render.print_json({"run": str(out_dir), "state": doc.state, "steps": len(doc.steps)})
     else:
-        print(report.text(doc))
+        print(suites.report_text(doc))
         print(f"\nrun directory: {out_dir}  (hvnet suite report {out_dir})")
     return EXIT_OK if doc.state == "complete" else EXIT_FAILED
 
@@ -137,50 +125,44 @@ def _run_stoppable(run: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from appliance.netperf.report import text as report
-    from appliance.netperf.store import results
+    from appliance.services import suites
 
     target = _html_target(args)
-    doc = results.load(args.run)
+    doc = suites.load_run(args.run)
     if target is not None:
         from appliance.core import htmlpage
-        from appliance.netperf.report import html
 
-        htmlpage.write(target, html.suite_page(doc, args.run, plots=not args.no_plots))
+        htmlpage.write(target, suites.report_page(doc, args.run, plots=not args.no_plots))
         print(f"report: {target}")
         return EXIT_OK
     if args.json:
         render.print_json(doc.to_json())
         return EXIT_OK
-    print(report.text(doc))
+    print(suites.report_text(doc))
     if not args.no_plots:
-        from appliance.netperf.report import plots
-
-        if not plots.available():
-            print(f"hvnet: {plots.MISSING}", file=sys.stderr)
+        missing = suites.plots_missing()
+        if missing is not None:
+            print(f"hvnet: {missing}", file=sys.stderr)
             return EXIT_OK  # the report itself is printed
-        written = plots.write(doc, Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
-        for p in written:
+        for p in suites.write_plots(doc, args.run):
             print(f"plot: {p}")
     return EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from appliance.netperf.figures import compare as compare_mod
-    from appliance.netperf.store import results
+    from appliance.services import suites
 
     target = _html_target(args)
-    base, new = results.load(args.base), results.load(args.new)
-    result = compare_mod.compare(base, new, threshold_pct=args.threshold)
+    base, new = suites.load_run(args.base), suites.load_run(args.new)
+    result = suites.compare(base, new, threshold_pct=args.threshold)
     if args.json:
         render.print_json(result.to_json())
     else:
-        print(compare_mod.text(result))
+        print(suites.compare_text(result))
     if target is not None:
         from appliance.core import htmlpage
-        from appliance.netperf.report import html
 
-        htmlpage.write(target, html.compare_page(result, base, new, (args.base, args.new)))
+        htmlpage.write(target, suites.compare_page(result, base, new, (args.base, args.new)))
         print(f"report: {target}", file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAILED if result.regressions else EXIT_OK
 
@@ -242,9 +224,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from appliance.netperf.define import suite as suite_mod
+    from appliance.services import suites
 
-    s = suite_mod.load(args.file)
+    s = suites.load_suite(args.file)
     print(
         f"{s.file}: valid: {len(s.tests)} test(s), {len(s.cases)} case(s), {len(s.steps())} step(s), "
         f"at least {s.estimated_seconds() / 60:.1f} min"
@@ -261,16 +243,18 @@ def register(sub: Any) -> None:
     r.add_argument(
         "--out", metavar="DIR", help="run directory (default $HVNET_RUNS_DIR or /var/lib/hvnet/runs, then SUITE-TIME)"
     )
-    r.add_argument("--concurrency", type=_int_list, metavar="N,N", help="replace every test's concurrency list")
+    r.add_argument(
+        "--concurrency", type=_override("concurrency"), metavar="N,N", help="replace every test's concurrency list"
+    )
     r.add_argument(
         "--duration",
-        type=_bounded(1, MAX_DURATION_S, "--duration"),
+        type=_override("duration", "--duration"),
         metavar="S",
         help="replace every test's duration (seconds)",
     )
     r.add_argument(
         "--repetitions",
-        type=_bounded(1, MAX_REPETITIONS, "--repetitions"),
+        type=_override("repetitions", "--repetitions"),
         metavar="N",
         help="replace every test's repetitions",
     )

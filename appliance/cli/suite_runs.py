@@ -16,7 +16,7 @@ from appliance.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def _age(text: str) -> Any:
-    from appliance.netperf.store.retention import parse_age
+    from appliance.services.runs import parse_age
 
     try:
         return parse_age(text)

@@ -12,7 +12,7 @@ from typing import Any
 from appliance.cli.common import lazy
 from appliance.core import render
 from appliance.core.errors import EXIT_OK, UsageError
-from appliance.policy.plan.model import TAP_DIRECTIONS, TAP_METHODS
+from appliance.services.vocabulary import TAP_DIRECTIONS, TAP_METHODS
 
 _MATCH_FLAGS = ("src_mac", "dst_mac", "src_ip", "dst_ip", "vlan", "protocol", "src_port", "dst_port")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from appliance.capture import disk
 from appliance.capture import record as rec_mod
+from appliance.capture import supervise as supervisor
 from appliance.capture.completeness import Completeness
 from appliance.capture.record import CaptureRecord
 from appliance.capture.spec import (
@@ -37,7 +38,6 @@ from appliance.capture.spec import (
     pcap_files,
     tcpdump_argv,
 )
-from appliance.capture.supervise import finish
 from appliance.capture.view import CaptureView
 from appliance.core.errors import HvnetError, UsageError
 from appliance.core.safedirs import DIR_MODE, FILE_MODE, make_private
@@ -217,7 +217,7 @@ def stop(host: Host, name: str) -> CaptureRecord:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while rec_mod.process_alive(record.tcpdump_pid, marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        finish(host, record, None, "gone")
+        supervisor.finish(host, record, None, "gone")
     else:
         record.state, record.reason = "dead", "its processes were gone (killed behind hvnet's back)"
         record.files = [p.name for p in pcap_files(directory, record.spec)]
@@ -315,6 +315,23 @@ def show(host: Host, name: str) -> CaptureView:
 
         return captures_remote.show(host, name)
     return inspect(rec_mod.load(_find(host, name)))
+
+
+def completeness(view: CaptureView) -> Completeness | None:
+    """How complete the capture was (what the switch counted against what tcpdump kept), once it is known."""
+    data = view.record.completeness
+    return Completeness(**data) if data else None
+
+
+def supervise(host: Host, directory: Path) -> int:
+    """The detached process of the capture in ``directory`` (what :func:`start` spawns); its exit code.
+
+    Only a directory of hvnet's captures directory is taken: the process runs
+    tcpdump as root and writes where the record says.
+    """
+    if directory.parent != captures_dir(host):
+        raise UsageError(f"{directory} is not in hvnet's captures directory {host.paths.pcap_dir}")
+    return supervisor.supervise(host, directory)
 
 
 @dataclass

@@ -26,7 +26,10 @@ from appliance.switch.host import Host
 
 METHODS = check.METHODS
 
-__all__ = ["METHODS", "CheckResult", "Scenario", "load_result", "load_scenario", "methods_of", "model", "run_check"]
+__all__ = [
+    "METHODS", "CheckResult", "Scenario", "load_result", "load_scenario", "methods_of", "model", "result_json",
+    "result_page", "result_text", "run_check",
+]  # fmt: skip
 
 
 def load_scenario(file: str) -> Scenario:
@@ -47,6 +50,24 @@ def load_result(path: str) -> CheckResult:
             f"{path}: not a saved isolation result ({type(exc).__name__}: {exc})",
             hint="save one with: hvnet isolation check SCENARIO --json > FILE",
         ) from None
+
+
+def result_text(result: CheckResult) -> str:
+    """A check's or an audit's result as the terminal shows it: the matrices, then what went wrong."""
+    return report.format_result(result)
+
+
+def result_json(result: CheckResult) -> dict[str, Any]:
+    """A check's or an audit's result as ``--json`` prints it (what :func:`load_result` reads back)."""
+    return report.to_json(result)
+
+
+def result_page(result: CheckResult, *, source: str = "", scenario: Optional[Scenario] = None) -> str:
+    """A check's or an audit's result as one self-contained HTML page (``--html``); ``source``: where it
+    was checked, or the saved result it was read from."""
+    from appliance.isolation import html
+
+    return html.page(result, source=source, scenario=scenario)
 
 
 def methods_of(method: str) -> tuple[str, ...]:

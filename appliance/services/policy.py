@@ -13,7 +13,9 @@ Every verb takes an open :class:`~appliance.policy.PolicyEngine`, not a
 connection and a Host: the engine is what a front end keeps for its whole
 life (the console holds one on its long-lived connection; the CLI one per
 command), it carries the Host, the journal and the resolved VM names, and
-building one per verb would look the names up again each time.
+building one per verb would look the names up again each time.  A front end
+gets its engine from :func:`open_engine` (the CLI, the console, the agent
+alike), never builds one.
 """
 
 from __future__ import annotations
@@ -29,39 +31,113 @@ from pathlib import Path
 from typing import Any, Optional
 
 from appliance.core.errors import ConflictError, HvnetError, UsageError
+from appliance.core.ovsdb import Connection
 from appliance.policy import REMOVE, ApplyResult, MirrorRule, Plan, Policy, PolicyEngine, Selector, VifRule, require_one
-from appliance.policy.apply import journal
-from appliance.policy.apply.engine import Enforcement
+from appliance.policy.apply import journal, openflow
+from appliance.policy.apply.engine import AGENT_LOCK, Enforcement, change_json
+from appliance.policy.apply.orphans import Collector as OrphanCollector
 from appliance.policy.plan import export as exp
 from appliance.policy.plan import intents
+from appliance.policy.plan.document import DEFAULT_POLICY
+from appliance.policy.plan.document import load as load_policy
 from appliance.policy.plan.fields import FieldError
-from appliance.policy.plan.intents import mirror_rule
+from appliance.policy.plan.intents import mirror_rule, qos_rule
 from appliance.policy.plan.model import SamplingRule
-from appliance.policy.plan.planner import describe_mirror
-from appliance.policy.plan.state import State
+from appliance.policy.plan.planner import describe, describe_mirror
+from appliance.policy.plan.state import COLUMNS, State
 from appliance.services import deadman
 from appliance.switch import sampling
+from appliance.switch.host import Host
 
 # What front ends show and build, named here so that they depend on this module
 # and not on the engine's inside.
 __all__ = [
+    "AGENT_LOCK",
+    "DEFAULT_POLICY",
     "ApplyResult",
     "Enforcement",
     "FieldError",
     "MirrorRule",
+    "OrphanCollector",
     "Plan",
     "Policy",
     "PolicyEngine",
     "SamplingRule",
     "State",
     "VifRule",
+    "change_json",
     "describe_mirror",
+    "load_policy",
     "mirror_rule",
+    "open_engine",
+    "qos_rule",
 ]
 
 WATCHER_LOG = "rollback-watcher.log"
 HOST_GRACE_S = 3.0  # past a host timer's deadline before the console acts: the host's own undo goes first
 OVERDUE_GRACE_S = 2.0  # past the deadline, with its watcher gone (a live watcher, even one retrying, is left alone)
+
+
+# -- the engine a front end works with -------------------------------------------
+
+
+def connect(host: Host, *, timeout: float = 5.0, statistics: bool = True) -> Connection:
+    """An OVSDB connection to ``host``'s switch holding the columns the policy engine reads.
+
+    ``statistics=False`` leaves out the counters, which change every few
+    seconds: a process that only enforces the policy (the agent) is not
+    woken by every one of them.
+    """
+    columns = COLUMNS if statistics else {t: [c for c in cols if c != "statistics"] for t, cols in COLUMNS.items()}
+    return host.connect(columns, timeout=timeout)
+
+
+def open_engine(
+    host: Host,
+    command: str,
+    *,
+    conn: Optional[Connection] = None,
+    timeout: float = 5.0,
+    policing: Optional[str] = None,
+    pool: bool = False,
+    enforcing: bool = False,
+) -> PolicyEngine:
+    """The policy engine every verb of this module takes, on ``host``'s switch; ``command`` is what
+    its audit lines and records say made the change (the command line, ``hvnet tui``).
+
+    Without ``conn`` the engine opens its own connection and closes it when
+    used as a context manager (``with open_engine(host, cmd) as eng:``: the
+    CLI's one engine per command).  With ``conn`` it works on a connection
+    the front end keeps for its whole life (the console's, the agent's),
+    which the front end closes itself: such an engine is not used in a
+    ``with``.
+
+    ``policing`` forces the ingress mechanism (``--policing``); ``pool``: this
+    host is one of several given one policy (see ``PlanOptions.pool``);
+    ``enforcing``: the agent's mode -- a VIF that cannot take its rule now
+    does not stop the others, and a pass that changes nothing is not audited.
+    """
+    if conn is None:
+        conn = connect(host, timeout=timeout)
+    engine = PolicyEngine(conn, host, command=command)
+    engine.pool = pool
+    if policing:
+        engine.force_policing = policing
+    if enforcing:
+        engine.lenient = True
+        engine.audit_unchanged = False  # a pass that found nothing to do is not an event worth a line
+    return engine
+
+
+def vswitchd_pid(engine: PolicyEngine) -> Optional[int]:
+    """The pid of the ovs-vswitchd the engine's OpenFlow meters live in (None: no OpenFlow side, or none
+    running): a new pid means it restarted and forgot them."""
+    return engine.of.vswitchd_pid() if engine.of is not None else None
+
+
+def tc_police_works(host: Host) -> bool:
+    """Whether ``host``'s kernel enforces tc's police action (probed once per boot, then cached)."""
+    return openflow.tc_police_works(host.runner, host.paths.cache_dir)
 
 
 # -- declarative ----------------------------------------------------------------
@@ -81,8 +157,13 @@ def apply(
     wait: bool = True,
     confirm_within: Optional[float] = None,
     guard: Optional[Callable[[State], None]] = None,
+    record: bool = True,
 ) -> ApplyResult:
     """Make the switch match ``policy`` in one transaction (verified, audited, recorded for rollback).
+
+    ``record=False`` (the agent's passes, never with ``confirm_within``):
+    audited, but not made what :func:`rollback` undoes -- that stays the
+    operator's last apply.
 
     ``confirm_within=N``: the change stays only if :func:`commit` runs within
     N seconds; otherwise a watcher process rolls it back (a lost console or
@@ -93,7 +174,7 @@ def apply(
     still undone in time.
     """
     if confirm_within is None or dry_run:
-        return engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait, guard=guard)
+        return engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait, record=record, guard=guard)
     settle_overdue(engine)
     slot = f"reserved-{os.getpid()}-{time.monotonic_ns()}"
     try:
@@ -505,6 +586,23 @@ def find_mirror(state: State, name: str, bridge: Optional[str] = None) -> str:
     if len(found) > 1:
         raise UsageError(f"mirror {name} exists on {', '.join(found)}", hint="give --bridge")
     return found[0]
+
+
+def list_mirrors(engine: PolicyEngine) -> list[dict[str, Any]]:
+    """Every mirror on the switch, by bridge and name: whose it is (``hvnet`` or ``other``), what it selects
+    and where it sends (as the plans describe it), and the packets and bytes it sent (None: not counted)."""
+    out = []
+    for (br, name), m in sorted(engine.snapshot().mirrors.items()):
+        stats = m.statistics
+        out.append({
+            "bridge": br,
+            "name": name,
+            "owner": "hvnet" if m.cols.owned else "other",
+            "config": describe("mirror", m.cols),
+            "tx_packets": stats.get("tx_packets"),
+            "tx_bytes": stats.get("tx_bytes"),
+        })  # fmt: skip
+    return out
 
 
 def _add_policy(engine: PolicyEngine, rule: MirrorRule, origin: Origin) -> Policy:

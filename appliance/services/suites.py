@@ -1,5 +1,6 @@
 """Suite verbs: load a suite with the operator's adjustments, name its run directory,
-run it (a handle that streams events and can be stopped), list shipped suites and past runs.
+run it (a handle that streams events and can be stopped), list shipped suites and past runs,
+report and compare saved runs.
 
 ``hvnet suite run`` and the console's Suites screen both go through here, so a
 run started from either is the same run: same validation, same guest checks,
@@ -18,7 +19,7 @@ from appliance.core.errors import HvnetError, UsageError
 from appliance.endpoints.guests import GuestSource
 from appliance.endpoints.topology import load as load_topology
 from appliance.netperf.define import suite as suite_mod
-from appliance.netperf.define.suite import Step, Suite
+from appliance.netperf.define.suite import MAX_DURATION_S, MAX_REPETITIONS, Step, Suite
 from appliance.netperf.figures import compare as compare_mod
 from appliance.netperf.figures.compare import Result, Row
 from appliance.netperf.report import text as report
@@ -31,9 +32,14 @@ from appliance.switch.host import Host
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [
-    "Aggregate", "Event", "Result", "Row", "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun",
-    "compare_runs", "list_runs", "load_run", "load_suite", "report_text", "run_dir", "shipped_suites", "suite_mod",
+    "MAX_DURATION_S", "MAX_REPETITIONS", "Aggregate", "Event", "OverrideError", "Overrides", "Result", "Row",
+    "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun", "compare", "compare_page",
+    "compare_runs", "compare_text", "list_runs", "load_run", "load_suite", "parse_override", "parse_overrides",
+    "plots_missing", "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod", "write_plots",
 ]  # fmt: skip
+
+
+# -- saved runs: report and compare ------------------------------------------------------
 
 
 def load_run(path: str) -> SuiteResult:
@@ -46,9 +52,99 @@ def report_text(doc: SuiteResult) -> str:
     return report.text(doc)
 
 
+def report_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
+    """The whole report of the run saved at ``run`` as one self-contained HTML page (tables, SVG plots)."""
+    from appliance.netperf.report import html
+
+    return html.suite_page(doc, run, plots=plots)
+
+
+def plots_missing() -> Optional[str]:
+    """Why no plot can be drawn here (the plotting library is not installed), or None."""
+    from appliance.netperf.report import plots
+
+    return None if plots.available() else plots.MISSING
+
+
+def write_plots(doc: SuiteResult, run: str) -> list[Path]:
+    """One PNG per test in the run's ``plots`` directory (``run``: the run directory or its results file)."""
+    from appliance.netperf.report import plots
+
+    return plots.write(doc, Path(run) if Path(run).is_dir() else Path(run).parent)
+
+
+def compare(base: SuiteResult, new: SuiteResult, threshold_pct: float = 5.0) -> Result:
+    """Two loaded runs step by step: what differs beyond the threshold and noise."""
+    return compare_mod.compare(base, new, threshold_pct=threshold_pct)
+
+
 def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> Result:
     """Two saved runs step by step: what differs beyond the threshold and noise."""
-    return compare_mod.compare(results.load(base), results.load(new), threshold_pct=threshold_pct)
+    return compare(results.load(base), results.load(new), threshold_pct)
+
+
+def compare_text(result: Result) -> str:
+    """A comparison as the terminal shows it: the verdict table and its closing lines."""
+    return compare_mod.text(result)
+
+
+def compare_page(result: Result, base: SuiteResult, new: SuiteResult, names: tuple[str, str]) -> str:
+    """A comparison as one self-contained HTML page: both runs' metadata, the compare plot, the verdicts."""
+    from appliance.netperf.report import html
+
+    return html.compare_page(result, base, new, names)
+
+
+# -- the operator's overrides ----------------------------------------------------------
+
+# The bounds the suite loader holds a file's values to, so a suite run from either front end with
+# overrides is one the loader would have taken as written.
+OVERRIDE_BOUNDS = {"duration": (1, MAX_DURATION_S), "repetitions": (1, MAX_REPETITIONS)}
+
+
+class OverrideError(ValueError):
+    """An override the suite loader would refuse too; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the operator changed (None: keep the suite's value)."""
+
+    concurrency: Optional[tuple[int, ...]] = None
+    duration: Optional[int] = None
+    repetitions: Optional[int] = None
+
+
+def parse_override(field: str, text: str, label: Optional[str] = None) -> Any:
+    """One override as the operator typed it: ``concurrency`` (``1,4,8``), ``duration`` or ``repetitions``.
+
+    ``label``: what the front end calls a bounded field in a refusal
+    (``--duration``, ``duration (s)``); its name by default.
+    """
+    try:
+        if field == "concurrency":
+            return suite_mod.concurrency_list(text)
+        lo, hi = OVERRIDE_BOUNDS[field]
+        return suite_mod.bounded_int(text, lo, hi, label or field)
+    except ValueError as exc:
+        raise OverrideError(str(exc)) from None
+
+
+def parse_overrides(concurrency: str, duration: str, repetitions: str) -> Overrides:
+    """The three as a form holds them (the console's): a blank field keeps the suite's value, and all
+    three are checked before anything is loaded or started."""
+
+    def given(field: str, text: str, label: Optional[str] = None) -> Any:
+        return parse_override(field, text, label) if text.strip() else None
+
+    try:
+        levels = given("concurrency", concurrency)
+    except OverrideError as exc:  # "expected integers ..." does not say which field it is about
+        raise OverrideError(f"concurrency: {exc}" if "expected" in str(exc) else str(exc)) from None
+    return Overrides(levels, given("duration", duration, "duration (s)"), given("repetitions", repetitions))
+
+
+# -- loading and running ----------------------------------------------------------------
 
 
 def load_suite(

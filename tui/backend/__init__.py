@@ -85,7 +85,7 @@ class Backend:
         self._live = LiveInventory(conn, self.host)
         self._first: _Prefetch | None = None  # the first table's read, begun at start-up (see prefetch)
         self._gc_paused = False  # the cyclic collector waits for the first table (see prefetch)
-        self._engine = PolicyEngine(conn, self.host, command="hvnet tui")
+        self._engine = svc.open_engine(self.host, "hvnet tui", conn=conn)
         self.confirm_within_s = CONFIRM_WITHIN_S
         # the Log screen's lines: kept when the console switches to another host (one console, one log)
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT) if messages is None else messages

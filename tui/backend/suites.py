@@ -21,6 +21,7 @@ from appliance.services import suites
 from appliance.services.suites import (
     Aggregate,
     Event,
+    Overrides,
     Result,
     Row,
     Step,
@@ -41,46 +42,9 @@ RR_TYPES = suite_mod.RR_TYPES
 PPS_TYPES = suite_mod.PPS_TYPES
 
 
-class InputError(ValueError):
-    """An adjustment the CLI would refuse too; the message says what is allowed."""
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """What the operator changed on the screen (None: keep the suite's value)."""
-
-    concurrency: Optional[tuple[int, ...]] = None
-    duration: Optional[int] = None
-    repetitions: Optional[int] = None
-
-
-def parse_concurrency(text: str) -> Optional[tuple[int, ...]]:
-    """The CLI's ``--concurrency`` rule; blank keeps the suite's."""
-    if not text.strip():
-        return None
-    try:
-        return suite_mod.concurrency_list(text)
-    except ValueError as exc:
-        raise InputError(f"concurrency: {exc}" if "expected" in str(exc) else str(exc)) from None
-
-
-def parse_bounded(text: str, lo: int, hi: int, what: str) -> Optional[int]:
-    """The CLI's ``--duration``/``--repetitions`` rule; blank keeps the suite's."""
-    if not text.strip():
-        return None
-    try:
-        return suite_mod.bounded_int(text, lo, hi, what)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-
-
-def parse_overrides(concurrency: str, duration: str, repetitions: str) -> Overrides:
-    """All three inputs checked before anything is loaded or started."""
-    return Overrides(
-        parse_concurrency(concurrency),
-        parse_bounded(duration, 1, suite_mod.MAX_DURATION_S, "duration (s)"),
-        parse_bounded(repetitions, 1, suite_mod.MAX_REPETITIONS, "repetitions"),
-    )
+# The operator's adjustments are parsed by the service, for this screen and ``hvnet suite run``'s options alike.
+InputError = suites.OverrideError  # an adjustment the CLI would refuse too; the message says what is allowed
+parse_overrides = suites.parse_overrides  # (concurrency, duration, repetitions) as typed -> Overrides
 
 
 def shipped_suites() -> list[SuiteChoice]:
