@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 from appliance.core import render
 from appliance.netperf.figures import verdict
 from appliance.netperf.report import monitoring as report_monitoring
+from appliance.netperf.report import path
 from appliance.netperf.report import pps as report_pps
-from appliance.netperf.run import path
 from appliance.netperf.store.records import Figure, StepResult, SuiteResult, Summary
 
 Row = tuple[str, Callable[[StepResult], str]]

@@ -9,6 +9,7 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.netperf.define import suite
+from appliance.netperf.report import path as path_text
 from appliance.netperf.run import path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,18 +28,18 @@ def test_the_path_line_says_what_was_not_measured() -> None:
     full = {"client_chassis": "hv1", "server_chassis": "hv2", "encap": "geneve", "local_ip": "10.254.0.1",
             "remote_ip": "10.254.0.2", "underlay_dev": "brphy", "underlay_mtu": 9000, "client_mtu": 1500,
             "server_mtu": 1500}  # fmt: skip
-    assert path.describe(full, "VM1", "VM2") == (
+    assert path_text.describe(full, "VM1", "VM2") == (
         "path: VM1 on chassis hv1 -> VM2 on chassis hv2, geneve 10.254.0.1 -> 10.254.0.2; "
         "MTU: guests 1500/1500, underlay 9000 (brphy)"
     )
     partial = {**full, "encap": None, "remote_ip": None, "underlay_dev": None, "underlay_mtu": None,
                "server_mtu": None}  # fmt: skip
-    assert path.describe(partial, "VM1", "VM2") == (
+    assert path_text.describe(partial, "VM1", "VM2") == (
         "path: VM1 on chassis hv1 -> VM2 on chassis hv2, tunnel not measured; "
         "MTU: guests 1500/not measured, underlay not measured"
     )
     same = {**partial, "server_chassis": "hv1"}
-    assert "one chassis, no tunnel; MTU: guests 1500/not measured, no underlay" in path.describe(same, "a", "b")
+    assert "one chassis, no tunnel; MTU: guests 1500/not measured, no underlay" in path_text.describe(same, "a", "b")
 
 
 def test_the_shipped_pool_suite_is_quick_and_a_pool_suite_applies_no_policy(tmp_path: Path) -> None:
