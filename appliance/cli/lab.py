@@ -33,7 +33,7 @@ def _runs_in(g: dict[str, Any]) -> str:
 
 def cmd_lab_up(args: argparse.Namespace) -> int:
     # The default is resolved here: building the parser must not load the topology module (and YAML).
-    topo = load_topology(args.topology or DEFAULT_TOPOLOGY)  # validated whole before anything is created
+    topo = load_topology(DEFAULT_TOPOLOGY if args.topology is None else args.topology)  # validated whole first
     lab = Lab()
     report = lab.up(topo)
     if args.json:

@@ -1,8 +1,9 @@
 """``hvnet status``: the host's bridges and VIFs, once (or each of ``--hosts``), as text or JSON.
 
 It runs on every hypervisor and is called by scripts, often: this module
-loads only the inventory's read side, and what a TAP or ``--pool`` needs is
-imported when the switch has one or the flag is given.
+loads the inventory's read side; OpenFlow is loaded only when the switch has a
+TAP to count, the pool's and the fleet's modules only with ``--pool`` or
+``--hosts``.
 """
 
 from __future__ import annotations
