@@ -14,6 +14,7 @@ from typing import Any
 
 from appliance.core import render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from appliance.endpoints.topology import DEFAULT_TOPOLOGY
 from appliance.endpoints.topology import load as load_topology
 from appliance.lab import Lab
 
@@ -31,7 +32,8 @@ def _runs_in(g: dict[str, Any]) -> str:
 
 
 def cmd_lab_up(args: argparse.Namespace) -> int:
-    topo = load_topology(args.topology)  # validated whole before anything is created
+    # The default is resolved here: building the parser must not load the topology module (and YAML).
+    topo = load_topology(DEFAULT_TOPOLOGY if args.topology is None else args.topology)  # validated whole first
     lab = Lab()
     report = lab.up(topo)
     if args.json:

@@ -4,6 +4,13 @@ Each subcommand is a small function taking the parsed arguments and returning
 an exit code.  Expected failures are :class:`HvnetError` subclasses, printed as
 one message (plus a hint) with their exit code; there are no tracebacks for
 them.  ``--json`` output is meant for scripts and keeps units in key names.
+
+This module builds the parser and dispatches.  A verb's module is imported
+only when the verb runs (:func:`~appliance.cli.common.lazy`); the modules that
+declare arguments (``policy_args``, ``capture_args``, ``tap_args``, and the
+verb modules light enough to hold their own) load no engine code.  So
+``hvnet status`` loads the inventory's read side and ``hvnet --help`` nothing
+of the engine (``tests/lab/test_startup.py`` checks both).
 """
 
 from __future__ import annotations
@@ -13,233 +20,26 @@ import gc
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 
 from appliance import __version__
 from appliance.cli import audit as cli_audit
-from appliance.cli import capture as cli_capture
+from appliance.cli import capture_args as cli_capture_args
 from appliance.cli import completion as cli_completion
 from appliance.cli import config as cli_config
 from appliance.cli import exporter as cli_exporter
 from appliance.cli import policy_args as cli_policy_args
 from appliance.cli import probes as cli_probes
 from appliance.cli import suite as cli_suite
-from appliance.cli import tap as cli_tap
+from appliance.cli import tap_args as cli_tap_args
 from appliance.cli.common import add_hosts_option, lazy
 from appliance.core import render, validate
 from appliance.core.errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
 from appliance.core.systemd import log_handler
-from appliance.endpoints.topology import DEFAULT_TOPOLOGY
-from appliance.frontdoor.hosts import configured_host, host_of, local_host_of
-from appliance.services import inventory
-from appliance.services.inventory import Inventory, Vif
-from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet")
 
-
-# -- status ------------------------------------------------------------------
-
-
-def _ingress_text(v: Vif) -> str:
-    if not v.ingress_policing_rate_kbps:
-        return "-"
-    burst = v.ingress_policing_burst_kbit
-    how = f" ({v.ingress_mechanism})" if v.ingress_mechanism else ""
-    return f"{v.ingress_policing_rate_kbps} kbit/s burst {burst if burst else '8000 (default)'} kbit{how}"
-
-
-def _vm_text(v: Vif) -> str:
-    """``web-01 (running)``: the name, and the domain's state when libvirt said it."""
-    name = v.vm_name or (v.vm_uuid[:8] if v.vm_uuid else "-")
-    return f"{name} ({v.vm_state})" if v.vm_state else name
-
-
-def _traffic_cells(v: Vif, with_rates: bool) -> list[str]:
-    if with_rates:
-        if v.rates is None:
-            return ["-", "-"]
-        return [render.si(v.rates.rx_bps, "bit/s"), render.si(v.rates.tx_bps, "bit/s")]
-    return [render.count(v.counters.rx_packets) + " pkt", render.count(v.counters.tx_packets) + " pkt"]
-
-
-def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
-    h = inv.host
-    dps = ", ".join(f"{b.name} ({b.datapath_type})" for b in inv.bridges) or "none"
-    lines = [
-        f"host {h.hostname}  OVS {h.ovs_version or '?'}  db {h.db_target}",
-        f"bridges: {dps}",
-        "",
-    ]
-    vifs = [v for v in inv.vifs if all_ports or v.is_vif]
-    rx_head, tx_head = ("RX(VM sends)", "TX(to VM)") if with_rates else ("RX", "TX")
-    rows = []
-    for v in vifs:
-        rows.append(
-            [
-                _vm_text(v),
-                v.port + ("+" + ",".join(v.alias_ports) if v.alias_ports else ""),
-                v.mac or "-",
-                v.vlan_summary(),
-                _ingress_text(v),
-                render.kbps(v.egress_max_rate_kbps),
-                v.link_state or "-",
-                *_traffic_cells(v, with_rates),
-                f"{v.drops}/{v.errors}",
-            ]
-        )
-    if rows:
-        heads = ["VM", "PORT", "MAC", "VLAN", "INGRESS", "EGRESS", "LINK", rx_head, tx_head, "DROP/ERR"]
-        lines += render.table(heads, rows).split("\n")
-    else:
-        lines.append("no VIFs on this switch" + ("" if all_ports else " (--all shows every port)"))
-    notes = []
-    for v in vifs:
-        if v.carries_every_vlan:
-            why = "no tag and no trunks" if v.vlan_mode == "trunk" else f"{v.vlan_mode} with no trunks"
-            notes.append(f"warning: {v.port} has {why}: it carries EVERY VLAN")
-        if v.error:
-            notes.append(f"error: {v.port}: {v.error}")
-        if v.ingress_policing_rate_kbps:
-            notes.append(
-                f"note: {v.port} ingress policing is configured ({v.ingress_mechanism}); enforcement has not "
-                "been verified here ('hvnet verify FILE' checks it)"
-            )
-    if with_rates and any(v.rates is None for v in vifs):
-        notes.append(
-            "note: '-' rates: no kernel counters for that interface and OVSDB statistics refresh every "
-            f"{inventory.OVSDB_STATS_INTERVAL_S:g} s; use --rates {inventory.OVSDB_STATS_INTERVAL_S:g} or more"
-        )
-    for m in inv.mirrors:
-        out = m.output_port or (f"VLAN {m.output_vlan}" if m.output_vlan is not None else "?")
-        sent = "not reported yet" if m.tx_packets is None else f"{render.count(m.tx_packets)} pkt"
-        notes.append(f"mirror {m.name} on {m.bridge} -> {out} (sent {sent})")
-    for t in inv.taps:
-        copied = "-" if t["packets"] is None else f"{render.count(t['packets'])} pkt, {render.si(t['bytes'], 'B')}"
-        notes.append(f"tap {t['name']} on {t['bridge']}: {t['config']} (copied {copied})")
-    notes += sorted({f"note: TAP {t['note']}" for t in inv.taps if t["note"]})
-    for b in inv.bridges:
-        notes += [f"{b.name}: {line}" for line in b.sampling_text()]
-    if notes:
-        lines += ["", *notes]
-    return render.lines(lines)  # one line each: a name cannot steer nor add a line
-
-
 POOL_VERBS = ("status", "plan", "apply", "verify", "export", "rollback")  # on an OVN pool (and isolation check)
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    if getattr(args, "pool", None):
-        from appliance.cli.pool import cmd_pool_status
-
-        return cmd_pool_status(args)
-    if getattr(args, "hosts", None):
-        from appliance.cli import fleet as cli_fleet
-
-        verb = cli_fleet.Verb(
-            work=lambda host, _entry: (status_of(host, args), EXIT_OK),
-            result=lambda inv: "ok",
-            detail=lambda inv: cli_fleet.tally((sum(v.is_vif for v in inv.vifs), "VIF"), (len(inv.bridges), "bridge")),
-            text=lambda inv: format_status(inv, all_ports=args.all, with_rates=bool(args.rates)),
-            json=lambda inv: inv.to_json(all_ports=args.all),
-        )
-        return cli_fleet.run(args, verb)
-    inv = status_of(host_of(args), args)
-    if args.json:
-        render.print_json(inv.to_json(all_ports=args.all))
-    else:
-        print(format_status(inv, all_ports=args.all, with_rates=bool(args.rates)))
-    return EXIT_OK
-
-
-def status_of(host: Host, args: argparse.Namespace) -> Inventory:
-    """One host's inventory as ``status`` shows it (``--rates``, ``--bridge``): for one host or each of ``--hosts``."""
-    if args.rates:
-        with inventory.connect(host, timeout=args.timeout) as conn:
-            live = inventory.LiveInventory(conn, host)
-            live.refresh()
-            time.sleep(args.rates)
-            conn.run_once()
-            inv = live.refresh()
-    else:
-        inv = inventory.read_inventory_once(host, timeout=args.timeout)
-    if args.bridge:
-        if not any(b.name == args.bridge for b in inv.bridges):
-            raise HvnetError(
-                f"no bridge named {args.bridge!r}",
-                hint=f"bridges: {', '.join(b.name for b in inv.bridges) or 'none'}",
-            )
-        inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
-    from appliance.services.taps import host_taps
-
-    inv.taps = [t.to_json() for t in host_taps(host) if not args.bridge or t.bridge == args.bridge]
-    return inv
-
-
-# -- isolation -------------------------------------------------------------------
-
-
-def cmd_isolation_check(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from appliance.core import htmlpage
-    from appliance.frontdoor.guests import scenario_measurement
-    from appliance.services import isolation
-
-    sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
-    html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
-    if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
-        from appliance.cli.pool import check_pool_scenario
-        from appliance.lab import Lab
-
-        result = check_pool_scenario(args, sc, Lab())
-        where = f"pool {args.pool or sc.topology.name}"
-    else:
-        # The guests (the lab's, or probes on the target's bridge) and the switches: chosen once.
-        with scenario_measurement(sc, args, method=args.method) as m:
-            result = isolation.run_check(
-                m.host, m.guests, sc, args.method, Path(args.out) if args.out else None,
-                root_hint="run as root, or use --method trace", timeout=args.timeout,
-                hosts={n: h for n, h in m.switches.items() if n is not None},
-            )  # fmt: skip
-            where = m.where
-    if args.json:
-        render.print_json(isolation.result_json(result))
-    else:
-        print(isolation.result_text(result))
-    if html_target is not None:
-        htmlpage.write(html_target, isolation.result_page(result, source=f"checked on {where}", scenario=sc))
-        print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
-    return result.exit_code
-
-
-def cmd_isolation_report(args: argparse.Namespace) -> int:
-    """A saved result (``isolation check --json``) printed again, or written as an HTML page."""
-    from appliance.core import htmlpage
-    from appliance.services import isolation
-
-    html_target = htmlpage.check_target(args.html) if args.html else None
-    result = isolation.load_result(args.result)
-    if html_target is None:
-        print(isolation.result_text(result))
-        return result.exit_code
-    htmlpage.write(html_target, isolation.result_page(result, source=args.result))
-    print(f"report: {html_target}")
-    return result.exit_code
-
-
-# -- tui -------------------------------------------------------------------------
-
-
-def cmd_tui(args: argparse.Namespace) -> int:
-    from tui.app import run as run_tui  # the UI is optional for scripted use
-
-    # The schema is fetched (an unreachable switch is reported here); the replica is built after the first paint.
-    conn = inventory.connect(host_of(args), timeout=args.timeout, sync=False)
-    name = getattr(args, "host", None) or configured_host(args.db)  # as the operator called it (an inventory name)
-    return run_tui(conn, host_of(args), start=args.screen, timeout=args.timeout, name=name,
-                   local=lambda: local_host_of(args))  # fmt: skip
 
 
 # -- plumbing ----------------------------------------------------------------------
@@ -348,14 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--rates", type=_positive_float, metavar="S", help="sample counters twice, S seconds apart, and show rates"
     )
     add_hosts_option(s)
-    s.set_defaults(func=cmd_status)
+    s.set_defaults(func=lazy("appliance.cli.status", "cmd_status"))
 
     lab = sub.add_parser("lab", help="the built-in lab: a private OVS with namespace guests (up, down, status)")
     lsub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True, parser_class=_Parser)
     up = lsub.add_parser("up", help="start the lab (idempotent)")
-    up.add_argument(
-        "--topology", default=str(DEFAULT_TOPOLOGY), metavar="FILE", help="topology YAML (default: the 2010 study's)"
-    )
+    up.add_argument("--topology", metavar="FILE", help="topology YAML (default: the 2010 study's)")
     up.add_argument("--json", action="store_true", help="machine-readable output")
     up.set_defaults(func=lazy("appliance.cli.lab", "cmd_lab_up"))
     down = lsub.add_parser("down", help="remove every namespace, veth, daemon and file the lab created")
@@ -382,21 +180,21 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--json", action="store_true", help="machine-readable output")
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/lib/hvnet/isolation/...)")
     ic.add_argument("--html", metavar="FILE", help="also write the matrices and evidence as one self-contained page")
-    ic.set_defaults(func=cmd_isolation_check)
+    ic.set_defaults(func=lazy("appliance.cli.isolation", "cmd_isolation_check"))
     ir = isub.add_parser(
         "report", help="print a saved result (check --json) again, or write it as HTML; exits as the check did"
     )
     ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
     ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
-    ir.set_defaults(func=cmd_isolation_report)
+    ir.set_defaults(func=lazy("appliance.cli.isolation", "cmd_isolation_report"))
     cli_audit.register(isub)
 
     cli_policy_args.register(sub)
     cli_suite.register(sub)
-    cli_capture.register(sub)
+    cli_capture_args.register(sub)
     cli_exporter.register(sub)
     cli_config.register(sub)
-    cli_tap.register(sub)
+    cli_tap_args.register(sub)
     cli_probes.register(sub)
 
     t = sub.add_parser("tui", help="open the terminal UI")
@@ -404,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--screen", default="vifs", choices=("fleet", "host", "vifs", "mirrors", "suites", "isolation", "log"),
         help="the screen to open first (default: vifs)",
     )  # fmt: skip
-    t.set_defaults(func=cmd_tui)
+    t.set_defaults(func=lazy("appliance.cli.console", "cmd_tui"))
     cli_completion.register(sub, build_parser)
     return p
 

@@ -9,6 +9,19 @@ never load it.
 
 from __future__ import annotations
 
-from appliance.lab.core import Lab, LabReport
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["Lab", "LabReport"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Lab`` and ``LabReport`` from :mod:`.core` on first use (PEP 562): a module of the lab
+    (its private switch, its SSH host) is imported without the whole lab and its guest stacks."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.core"), name)
+
+
+if TYPE_CHECKING:
+    from appliance.lab.core import Lab, LabReport

@@ -6,7 +6,6 @@ Submodules hold one capability each: :mod:`.policy` (the engine a front end
 works with, edit VIF, QoS, mirrors, plan/apply with
 confirm-within/commit/rollback/verify/export), :mod:`.suites` (netperf
 suites: load, overrides, run handle, runs, reports), :mod:`.isolation`
-(scenario checks); :mod:`.vocabulary` holds the words the command line's
-parser offers.  The lab is above this layer: a front end hands its guests
+(scenario checks).  The lab is above this layer: a front end hands its guests
 in as a :class:`~appliance.endpoints.guests.GuestSource`.
 """

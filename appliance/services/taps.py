@@ -9,16 +9,17 @@ counts in :func:`list_taps` are the switch's own, from the TAP's flows
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from appliance.core.errors import HvnetError, UsageError
-from appliance.policy import ApplyResult, Policy, PolicyEngine
-from appliance.policy.apply import openflow as of
-from appliance.policy.plan import pipeline
-from appliance.policy.plan.model import TapRule
+from appliance.policy.plan.model import Policy, TapRule
 from appliance.policy.plan.taps import TapCols, read_bridge, rule_from_fields
-from appliance.services.policy import apply
 from appliance.switch.host import Host
+
+# The policy engine and OpenFlow are imported where a TAP is changed or counted: ``hvnet
+# status`` asks for the TAPs (host_taps) on every run, and most switches have none.
+if TYPE_CHECKING:
+    from appliance.policy import ApplyResult, PolicyEngine
 
 
 @dataclass
@@ -55,6 +56,7 @@ def tap_rule(bridge: str, name: str, spec: dict[str, Any]) -> TapRule:
 
 def add_tap(engine: PolicyEngine, rule: TapRule, *, dry_run: bool = False) -> ApplyResult:
     """Add the TAP ``rule``; a name that exists on the bridge is refused (checked again inside the commit)."""
+    from appliance.services.policy import apply
 
     def still_free(state: Any) -> None:
         br = state.bridges.get(rule.bridge)
@@ -68,6 +70,8 @@ def add_tap(engine: PolicyEngine, rule: TapRule, *, dry_run: bool = False) -> Ap
 
 def delete_tap(engine: PolicyEngine, name: str, bridge: Optional[str] = None, *, dry_run: bool = False) -> ApplyResult:
     """Delete the TAP ``name`` (its flows, group and any tunnel port hvnet made for it)."""
+    from appliance.services.policy import apply
+
     state = engine.snapshot()
     found = [br for br, b in state.bridges.items() if name in b.taps and (not bridge or br == bridge)]
     if not found:
@@ -97,11 +101,15 @@ def host_taps(host: Host) -> list[TapRow]:
 
 def _rows(host: Host, taps_by_bridge: dict[str, dict[str, TapCols]]) -> list[TapRow]:
     """Rows for the TAPs given by bridge, counted from each bridge's flows (TAP i is table TAP_TABLE0 + i, by name)."""
+    taps_by_bridge = {br: taps for br, taps in taps_by_bridge.items() if taps}
+    if not taps_by_bridge:
+        return []
+    from appliance.policy.apply import openflow as of
+    from appliance.policy.plan import pipeline
+
     rows: list[TapRow] = []
     ofl = of.OpenFlow.for_host(host)
     for br, taps in sorted(taps_by_bridge.items()):
-        if not taps:
-            continue
         counts: dict[int, tuple[int, int]] | None = None
         note = ""
         if ofl is None or not ofl.available(br):

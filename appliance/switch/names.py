@@ -17,6 +17,7 @@ is -- matched by ``vm-id`` (the domain's uuid) and ``attached-mac``.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import socket
@@ -199,7 +200,10 @@ class LibvirtDomains:
     domain whose VIFs are asked about, only when that domain has restarted,
     its XML is older than :attr:`xml_ttl`, or a MAC asked for is not in it
     (a NIC hot-plugged since).  An unreachable URI is retried at most every
-    :attr:`retry_s` seconds, and never waited for (:func:`uri_unreachable`).
+    :attr:`retry_s` seconds, and never waited for (:func:`uri_unreachable`);
+    nor is the binding imported for it: where no daemon's socket is (a
+    XenServer host, a KVM host whose libvirtd is stopped), ``hvnet status``
+    does not pay for ``import libvirt``.
     """
 
     name = "libvirt"
@@ -218,11 +222,9 @@ class LibvirtDomains:
 
     @staticmethod
     def available() -> bool:
-        try:
-            import libvirt  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        """Whether the binding is installed: found, not imported.  Importing it costs about as much
+        as the rest of ``hvnet status``; that is paid only once a daemon is there to ask (:meth:`domains`)."""
+        return importlib.util.find_spec("libvirt") is not None
 
     def lookup(self, vm_uuids: Iterable[str]) -> dict[str, str]:
         return {u: d.name for u, d in self.domains({u: () for u in vm_uuids}).items()}
@@ -233,14 +235,20 @@ class LibvirtDomains:
         ``wanted`` maps each uuid to the MACs asked about (OVS's
         ``attached-mac``); a domain's interfaces are read only when some are.
         """
-        import libvirt
-
         if not wanted:
             return {}
         with self._lock:
             now = time.monotonic()
+            stale = self._listed_at is None or now - self._listed_at >= self.ttl
+            if stale and not self._worth_connecting(now):
+                return {}  # no daemon socket: libvirt is not even imported
             try:
-                stale = self._listed_at is None or now - self._listed_at >= self.ttl
+                import libvirt
+            except ImportError as exc:  # found but broken (a binding without its C module): as if absent
+                log.debug("libvirt binding not importable: %s", exc)
+                self._failed_at = now
+                return {}
+            try:
                 if stale and not self._list(now):
                     return {}
                 out = {}
@@ -255,18 +263,25 @@ class LibvirtDomains:
                 self._drop()
                 return {}
 
+    def _worth_connecting(self, now: float) -> bool:
+        """Connected, or worth a try: not failed within :attr:`retry_s` and :func:`uri_unreachable`
+        finds the daemon's socket (or the remote host answering).  Decided before libvirt is imported."""
+        if self._conn is not None:
+            return True
+        if self._failed_at is not None and now - self._failed_at < self.retry_s:
+            return False
+        why = uri_unreachable(self.uri)
+        if why is not None:
+            log.debug("libvirt at %s not reachable: %s", self.uri, why)
+            self._failed_at = now
+            return False
+        return True
+
     def _list(self, now: float) -> bool:
-        """Refresh the domain list and states; False when libvirt cannot be reached."""
+        """Refresh the domain list and states (connecting first); False when libvirt cannot be reached."""
         import libvirt
 
         if self._conn is None:
-            if self._failed_at is not None and now - self._failed_at < self.retry_s:
-                return False
-            why = uri_unreachable(self.uri)
-            if why is not None:
-                log.debug("libvirt at %s not reachable: %s", self.uri, why)
-                self._failed_at = now
-                return False
             quiet_libvirt()
             try:
                 self._conn = libvirt.openReadOnly(self.uri)

@@ -9,6 +9,8 @@ a libvirtd; tests that need the binding skip without it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from appliance.switch import inventory, names
 from appliance.switch.counters import Counters
 from appliance.switch.inventory import Vif
+from tests.conftest import ROOT
 
 DATA = Path(__file__).parents[1] / "data"
 RUNNING_XML = (DATA / "virsh-dumpxml-running.xml").read_text()
@@ -261,6 +264,37 @@ def test_unreachable_uri_gives_nothing_fast() -> None:
     assert time.monotonic() - started < 0.5
 
 
+_IMPORTED = """
+import sys
+from appliance.switch import names
+src = names.LibvirtDomains(sys.argv[1])
+src.domains({"11111111-2222-4333-8444-555555555501": ()})
+print("libvirt" in sys.modules)
+"""
+
+
+def _imports_libvirt(uri: str) -> bool:
+    """Whether asking ``uri`` for domains imports the binding (in a fresh process: this one may have it)."""
+    res = subprocess.run([sys.executable, "-c", _IMPORTED, uri], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60, check=True)  # fmt: skip
+    return res.stdout.strip() == "True"
+
+
+def test_the_binding_is_imported_only_where_a_daemon_can_answer(tmp_path: Path) -> None:
+    """No socket: the same answer as a stopped daemon (no names), without paying for ``import libvirt``."""
+    pytest.importorskip("libvirt")
+    assert not _imports_libvirt(f"qemu+unix:///system?socket={tmp_path}/libvirt-sock")
+    assert not _imports_libvirt("qemu+tcp://127.0.0.1:1/system")  # a remote host that refuses
+    assert _imports_libvirt("test:///default")  # in-process: always worth asking
+
+
+def test_remote_and_default_uris_keep_their_source() -> None:
+    """The source is kept even where its daemon is not there yet: a console left open sees it start."""
+    pytest.importorskip("libvirt")
+    for uri in ("qemu+ssh://hv1.example.invalid/system", "qemu:///system"):
+        assert [s.name for s in names.default_sources(None, {"HVNET_LIBVIRT_URI": uri})] == ["libvirt"]
+
+
 def test_one_source_per_uri() -> None:
     assert names.libvirt_source("test:///a") is names.libvirt_source("test:///a")
     assert names.libvirt_source("test:///a") is not names.libvirt_source("test:///b")
@@ -270,7 +304,7 @@ def test_one_source_per_uri() -> None:
 
 
 def test_front_ends_show_the_state_only_when_libvirt_said_it() -> None:
-    from appliance.cli.main import _vm_text
+    from appliance.cli.status import _vm_text
     from tui.widgets.vif_table import vm_cell
 
     v = replace(vif("vnet0", UUID, None), vm_name="web-01")

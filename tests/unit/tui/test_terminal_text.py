@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from appliance.cli.main import format_status, main
+from appliance.cli.main import main
 from appliance.cli.pool import format_pool
+from appliance.cli.status import format_status
 from appliance.core import render
 from appliance.switch.inventory import BridgeInfo, HostInfo, Inventory, MirrorInfo
 from tests.unit.ovn.test_ovn_view import _view as pool_view
