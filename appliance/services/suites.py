@@ -23,7 +23,7 @@ from appliance.netperf.define.suite import MAX_DURATION_S, MAX_REPETITIONS, Step
 from appliance.netperf.figures import compare as compare_mod
 from appliance.netperf.figures.compare import Result, Row
 from appliance.netperf.report import text as report
-from appliance.netperf.run.runner import Event, Runner
+from appliance.netperf.run.recipe import Event, Runner
 from appliance.netperf.store import results
 from appliance.netperf.store.records import Aggregate, StepResult, SuiteResult
 from appliance.policy import COLUMNS

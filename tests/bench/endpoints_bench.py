@@ -73,7 +73,7 @@ class OnHost:
 
 def _run(host: Any, guests: Any, suite_file: Path, out: Path) -> Any:
     from appliance.netperf.define.suite import load as load_suite
-    from appliance.netperf.run.runner import Runner
+    from appliance.netperf.run.recipe import Runner
     from appliance.switch.inventory import COLUMNS
 
     with host.connect(COLUMNS) as conn:

@@ -31,7 +31,7 @@ from appliance.lab import Lab
 from appliance.netperf.define.suite import Test as NetperfTest
 from appliance.netperf.define.suite import load as load_suite
 from appliance.netperf.parse import omni
-from appliance.netperf.run.runner import Runner
+from appliance.netperf.run.recipe import Runner
 from appliance.switch.host import Host
 from tests.conftest import ROOT
 from tests.lab.conftest import lab_up
