@@ -1,2 +1,2 @@
-"""hvnet's terminal UI (Textual).  It talks to the engine only through
-``appliance``'s public API: :func:`appliance.connect`, :class:`appliance.LiveInventory`."""
+"""hvnet's terminal UI (Textual).  Screens, dialogs and widgets reach hvnet only through
+:mod:`tui.backend`, the console's one door to :mod:`appliance.services` (``make lint`` checks it)."""
