@@ -305,6 +305,11 @@ def column(row: Any, name: str) -> Any:
     return getattr(row, name)
 
 
+def opt(value: list[Any]) -> Any:
+    """An optional column's value: it reads as ``[]`` or ``[x]``, this gives None or ``x``."""
+    return value[0] if value else None
+
+
 @dataclass
 class TxnContext:
     """What a transaction's ``build`` function gets: the replica and the txn."""
