@@ -106,7 +106,11 @@ SHOWN_ONLY: dict[str, tuple[str, ...]] = {
 
 def without(columns: Mapping[str, Iterable[str]], leave_out: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
     """``columns`` less ``leave_out`` (table -> columns): a verb's narrower set, derived from :data:`COLUMNS`."""
-    return {t: [c for c in cols if c not in set(leave_out.get(t, ()))] for t, cols in columns.items()}
+    out = {}
+    for table, cols in columns.items():
+        dropped = set(leave_out.get(table, ()))
+        out[table] = [c for c in cols if c not in dropped]
+    return out
 
 
 # The switch's configuration: everything the policy engine reads or writes.
