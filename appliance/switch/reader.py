@@ -316,10 +316,9 @@ def vm_uuids(source: Source) -> set[str]:
 def _walk(source: Source) -> SwitchRows:
     tables = source.idl.tables
     root = _root(source)
-    bridge_rows = list(tables["Bridge"].rows.values())
-    refs = [(col(br, "name"), col(br, "ports")) for br in bridge_rows]
-    port_bridge = {p.uuid: name for name, ports in refs for p in ports}
     shown = _Shown(source)
+    bridge_rows = [(br, col(br, "name"), col(br, "ports"), col(br, "mirrors")) for br in tables["Bridge"].rows.values()]
+    port_bridge = {p.uuid: name for _, name, br_ports, _ in bridge_rows for p in br_ports}
     names: dict[Any, str] = {}
     ports: list[PortRow] = []
     for port in tables["Port"].rows.values():
@@ -330,11 +329,11 @@ def _walk(source: Source) -> SwitchRows:
         ifaces = col(port, "interfaces")
         if ifaces:  # a port without interfaces is a bridge's port (by name) but no PortRow
             ports.append(_port(bridge, name, port, ifaces, shown))
-    on_port = {p.uuid: p.mirrors for p in ports}
+    on_port = {p.uuid: p.mirrors for p in ports} if any(m for *_, m in bridge_rows) else {}
     mirrors: list[MirrorRow] = []
     bridges: list[BridgeRow] = []
-    for br, (name, br_ports) in zip(bridge_rows, refs):
-        own = [_mirror(name, m, shown, on_port) for m in col(br, "mirrors")]
+    for br, name, br_ports, br_mirrors in bridge_rows:
+        own = [_mirror(name, m, shown, on_port) for m in br_mirrors]
         mirrors += own
         bridges.append(_bridge(br, name, sorted(names[p.uuid] for p in br_ports), sorted(m.name for m in own), shown))
     return SwitchRows(root, bridges, ports, mirrors, shown.mirror_filter, shown.mirror_snaplen)
