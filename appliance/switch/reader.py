@@ -34,8 +34,8 @@ from appliance.core.target import DbTarget
 from appliance.core.vlan import VlanCols
 from appliance.switch import sampling
 
-# The columns hvnet reads of the switch: each one is read by :func:`read` (or, for the
-# root's ``bridges`` and ``*_cfg``, by the connection itself); registering only these
+# The columns hvnet reads of the switch: each one is read by :func:`read` (the root's
+# ``bridges`` and ``*_cfg`` by the connection and the writer); registering only these
 # keeps a replica and a snapshot small.
 COLUMNS: dict[str, list[str]] = {
     "Open_vSwitch": [
@@ -254,7 +254,7 @@ class BridgeRow:
 
 @dataclass
 class RootRow:
-    """The Open_vSwitch row (its display-only columns None when not registered)."""
+    """The Open_vSwitch row (its display-only columns None, or empty, when not registered)."""
 
     external_ids: dict[str, str]
     ovs_version: str | None
