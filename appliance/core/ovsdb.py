@@ -296,13 +296,27 @@ def column(row: Any, name: str) -> Any:
     Datum (to merge pending mutations) and to Python again; for a row with no
     pending changes one conversion is enough.  On a 1000-port bridge this
     halves the inventory refresh.  Rows being modified take the normal path.
+
+    A column the server left at its default (an empty set, an unset optional)
+    is not in the row's data: python-ovs makes its default Datum when the
+    column is looked up (``ColumnDefaultDict.__missing__``), which ``[]``
+    does and ``.get()`` does not.  Most of a VIF's columns are such defaults.
+    A column the replica does not have (not registered) raises KeyError there
+    and takes the normal path, which says so (AttributeError).
     """
     data = row._data
     if data is not None and not row._changes and not row._mutations:
-        datum = data.get(name)
-        if datum is not None:
-            return datum.to_python(row._uuid_to_row)
+        try:
+            datum = data[name]
+        except KeyError:
+            return getattr(row, name)
+        return datum.to_python(row._uuid_to_row)
     return getattr(row, name)
+
+
+def opt(value: list[Any]) -> Any:
+    """An optional column's value: it reads as ``[]`` or ``[x]``, this gives None or ``x``."""
+    return value[0] if value else None
 
 
 @dataclass

@@ -42,7 +42,7 @@ from appliance.policy.apply import writer
 from appliance.policy.apply.journal import Journal
 from appliance.policy.plan.planner import Change
 from appliance.switch.host import DataPaths
-from appliance.switch.inventory import port_vlan
+from appliance.switch.reader import port_vlan
 
 DEFAULT_LAB_DIR = labstate.DEFAULT_LAB_DIR
 STATE_FILE = labstate.STATE_FILE

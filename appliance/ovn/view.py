@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.core.ovsdb import column as col
+from appliance.core.ovsdb import opt
 
 NB_DB = "OVN_Northbound"
 COMMIT_KEY = "hvnet-last-commit"  # NB_Global external_ids: the record id of hvnet's last commit in this NB
@@ -162,12 +163,6 @@ def _int(options: dict[str, str], key: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _opt(value: Any) -> Any:
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
-
-
 def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_version: str = "") -> PoolView:
     """The pool from snapshots of its NB and SB databases (:class:`~appliance.switch.snapshot.Snapshot`)."""
     sb_tables = sb.idl.tables
@@ -202,14 +197,14 @@ def build(name: str, nb: Any, sb: Any, nb_remote: str, sb_remote: str, nb_versio
 
 def _port(p: Any, binding: Any, chassis_name: dict[Any, str]) -> PortView:
     options = dict(col(p, "options"))
-    where = _opt(col(binding, "chassis")) if binding is not None else None
-    up = _opt(col(p, "up"))
-    enabled = _opt(col(p, "enabled"))
+    where = opt(col(binding, "chassis")) if binding is not None else None
+    up = opt(col(p, "up"))
+    enabled = opt(col(p, "enabled"))
     return PortView(
         name=col(p, "name"),
         type=col(p, "type") or "",
         addresses=list(col(p, "addresses")),
-        tag=_opt(col(p, "tag")),
+        tag=opt(col(p, "tag")),
         qos_max_rate_bps=_int(options, "qos_max_rate"),
         qos_burst_bits=_int(options, "qos_burst"),
         chassis=chassis_name.get(where.uuid) if where is not None else None,

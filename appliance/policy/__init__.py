@@ -25,7 +25,7 @@ _WHERE = {
     "MirrorRule": "plan.model", "Policy": "plan.model", "Selector": "plan.model", "VifRule": "plan.model",
     "Vlan": "plan.model",
     "Change": "plan.planner", "Plan": "plan.planner", "PlanOptions": "plan.planner", "describe": "plan.planner",
-    "COLUMNS": "plan.state", "State": "plan.state",
+    "COLUMNS": "apply.read", "State": "plan.state",
 }  # fmt: skip
 
 __all__ = [
@@ -64,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from appliance.policy.apply.engine import ApplyResult, PolicyEngine, require_one
+    from appliance.policy.apply.read import COLUMNS
     from appliance.policy.plan import export
     from appliance.policy.plan.document import DEFAULT_POLICY, load, parse
     from appliance.policy.plan.model import (
@@ -78,4 +79,4 @@ if TYPE_CHECKING:
         Vlan,
     )
     from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe
-    from appliance.policy.plan.state import COLUMNS, State
+    from appliance.policy.plan.state import State

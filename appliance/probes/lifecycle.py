@@ -23,12 +23,13 @@ from appliance.core.ovsdb import Connection, TxnContext
 from appliance.core.ovsdb import column as col
 from appliance.endpoints.guests import GuestEndpoint
 from appliance.policy.apply import writer
+from appliance.policy.apply.read import COLUMNS
 from appliance.policy.plan.planner import Change, owned_qos
-from appliance.policy.plan.state import COLUMNS, PoliceCols, VlanCols
+from appliance.policy.plan.state import PoliceCols, VlanCols
 from appliance.probes import spec as sp
 from appliance.probes.spec import FoundProbe, ProbeSpec
 from appliance.switch.host import Host
-from appliance.switch.inventory import ovn_bridge, port_vlan
+from appliance.switch.reader import ovn_bridge, port_vlan
 
 OFPORT_WAIT_S = 10.0
 

@@ -26,7 +26,7 @@ from appliance.core.errors import Problem
 from appliance.endpoints.topology import Bridge, Guest, Topology
 from appliance.policy.plan.fields import FieldError, egress_from_fields, ingress_from_fields
 from appliance.policy.plan.model import Egress, Ingress
-from appliance.switch.inventory import PROBE_MARK
+from appliance.switch.reader import PROBE_MARK
 
 # The marks on a probe port's Interface (the veth's host end) and Port.
 MARK = PROBE_MARK  # the probe's name: the port is hvnet's probe, whatever its device is called

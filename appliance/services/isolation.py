@@ -21,7 +21,7 @@ from appliance.isolation import check, model, report
 from appliance.isolation import scenario as scenario_mod
 from appliance.isolation.check import CheckResult
 from appliance.isolation.scenario import Scenario
-from appliance.switch import inventory
+from appliance.switch import reader
 from appliance.switch.host import Host
 
 METHODS = check.METHODS
@@ -107,7 +107,7 @@ def run_check(
         return _check_hosts(hosts or {}, found, sc, methods, captures, timeout)
     if conn is not None:
         return check.run_check(conn, host, found, sc, methods, captures)
-    with host.connect(inventory.COLUMNS, timeout=timeout) as own:
+    with host.connect(reader.COLUMNS, timeout=timeout) as own:
         return check.run_check(own, host, found, sc, methods, captures)
 
 
@@ -127,7 +127,7 @@ def _check_hosts(
                          hint=f"bring up its lab: hvnet lab up --topology {sc.topology.file}")  # fmt: skip
     with ExitStack() as stack:
         sites = [
-            check.Site(stack.enter_context(hosts[n].connect(inventory.COLUMNS, timeout=timeout)), hosts[n],
+            check.Site(stack.enter_context(hosts[n].connect(reader.COLUMNS, timeout=timeout)), hosts[n],
                        tuple(g for g in sc.guests if sc.topology.guest(g).host == n), n)
             for n in sc.topology.hosts
         ]  # fmt: skip

@@ -30,7 +30,7 @@ from appliance.isolation.audit import traffic as audittraffic
 from appliance.isolation.check import METHODS, CheckResult
 from appliance.isolation.model import MethodResult
 from appliance.services.isolation import methods_of
-from appliance.switch import inventory
+from appliance.switch import inventory, reader
 from appliance.switch.host import Host
 
 __all__ = ["load_expect", "run_audit", "run_audit_hosts"]
@@ -84,7 +84,7 @@ def run_audit_hosts(
         _check_ovs(h)
     started = time.monotonic()
     with ExitStack() as stack:
-        conns = {n: stack.enter_context(h.connect(inventory.COLUMNS, timeout=timeout)) for n, h in hosts.items()}
+        conns = {n: stack.enter_context(h.connect(reader.COLUMNS, timeout=timeout)) for n, h in hosts.items()}
         invs = {n: inventory.read(conns[n], names=h.name_sources()) for n, h in hosts.items()}
         ports = audit.select_hosts(invs, sels)
         plan = audit.probes(ports)

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import without_lone_surrogates
-from appliance.switch import inventory, snapshot
+from appliance.switch import reader, snapshot
 from appliance.switch.host import Host, daemon_pid
 from appliance.switch.inventory import Inventory, Vif
 
@@ -424,7 +424,7 @@ class SlowChecks:
         errors = dict(self.result.errors)
         new = replace(self.result, errors=errors)
         try:
-            snap = snapshot.take(self.host.target, inventory.COLUMNS, self.timeout)
+            snap = snapshot.take(self.host.target, reader.CONFIG_COLUMNS, self.timeout)
             engine = PolicyEngine(snap, self.host, command="hvnet exporter")  # type: ignore[arg-type]
         except HvnetError as exc:
             log.warning("limits and drift not checked: %s", exc.message)

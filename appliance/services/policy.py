@@ -36,6 +36,7 @@ from appliance.policy import REMOVE, ApplyResult, MirrorRule, Plan, Policy, Poli
 from appliance.policy.apply import journal, openflow
 from appliance.policy.apply.engine import AGENT_LOCK, Enforcement, change_json
 from appliance.policy.apply.orphans import Collector as OrphanCollector
+from appliance.policy.apply.read import COLUMNS
 from appliance.policy.plan import export as exp
 from appliance.policy.plan import intents
 from appliance.policy.plan.document import DEFAULT_POLICY
@@ -44,7 +45,7 @@ from appliance.policy.plan.fields import FieldError
 from appliance.policy.plan.intents import mirror_rule, qos_rule
 from appliance.policy.plan.model import SamplingRule
 from appliance.policy.plan.planner import describe, describe_mirror
-from appliance.policy.plan.state import COLUMNS, State
+from appliance.policy.plan.state import State
 from appliance.services import deadman
 from appliance.switch import sampling
 from appliance.switch.host import Host

@@ -27,7 +27,7 @@ from appliance.services.metrics import (
     log,
     vswitchd_threads,
 )
-from appliance.switch import inventory, snapshot
+from appliance.switch import inventory, reader, snapshot
 from appliance.switch.host import Host
 from appliance.switch.inventory import Inventory
 from appliance.switch.names import resolve_vms
@@ -159,11 +159,11 @@ class Collector:
         try:
             if self._schema is None:
                 self._schema = fetch_schema(self.host.target, self._left())
-            snap = snapshot.take(self.host.target, inventory.COLUMNS, self._left(), schema_json=self._schema)
+            snap = snapshot.take(self.host.target, reader.COLUMNS, self._left(), schema_json=self._schema)
         except HvnetError:
             self._schema = None
             raise
-        inv = inventory.read(snap, runner=self.host.runner)  # type: ignore[arg-type]
+        inv = inventory.read(snap, runner=self.host.runner)
         self._names(inv)
         return inv
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from appliance.core.ovsdb import Connection
-from appliance.switch import inventory
+from appliance.switch import inventory, reader
 from appliance.switch.counters import RateMeter
 from appliance.switch.host import Host
 from appliance.switch.inventory import Inventory
@@ -27,7 +27,7 @@ def connect(
 
     ``sync=False`` leaves the replica to be built later (the console's start).
     """
-    return host.connect(columns or inventory.COLUMNS, timeout=timeout, sync=sync)
+    return host.connect(columns or reader.COLUMNS, timeout=timeout, sync=sync)
 
 
 def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True) -> Inventory:
@@ -39,8 +39,8 @@ def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
     """The inventory from one consistent read, without a replica (one-shot verbs: ``status``)."""
     from appliance.switch import snapshot
 
-    snap = snapshot.take(host.target, inventory.COLUMNS, timeout)
-    return inventory.read(snap, names=host.name_sources(), runner=host.runner)  # type: ignore[arg-type]
+    snap = snapshot.take(host.target, reader.COLUMNS, timeout)
+    return inventory.read(snap, names=host.name_sources(), runner=host.runner)
 
 
 class LiveInventory:
@@ -67,8 +67,8 @@ class LiveInventory:
         if once:
             from appliance.switch import snapshot
 
-            source = snapshot.take(self.conn.target, inventory.COLUMNS, timeout, schema_json=self.conn.schema_json)
-            inv = inventory.read(source, names=self._sources, runner=self._runner)  # type: ignore[arg-type]
+            source = snapshot.take(self.conn.target, reader.COLUMNS, timeout, schema_json=self.conn.schema_json)
+            inv = inventory.read(source, names=self._sources, runner=self._runner)
         else:
             inv = inventory.read(self.conn, names=self._sources, runner=self._runner)
         now = time.monotonic()

@@ -1,8 +1,10 @@
 """The read model: what is on this host's switch, VIF by VIF.
 
-Built from the IDL replica in one pass (no per-row round trips), so a refresh
-of a 1000-port bridge costs about as much as one ``ovs-vsctl list``.  VM
-identity comes from the ``external_ids`` hypervisors set on Interfaces:
+A view of the switch's rows as :mod:`appliance.switch.reader` reads them for
+every reader (one pass over the IDL replica or a one-shot snapshot, no per-row
+round trips), so a refresh of a 1000-port bridge costs about as much as one
+``ovs-vsctl list``.  VM identity comes from the ``external_ids`` hypervisors
+set on Interfaces:
 
 * libvirt: ``attached-mac``, ``iface-id``, ``vm-id``, ``iface-status``;
 * XenServer: ``xs-vm-uuid``, ``xs-vif-uuid``, ``xs-network-uuid``,
@@ -20,88 +22,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from appliance.core.ovsdb import Connection, c_json_parser_in_use
-from appliance.core.ovsdb import column as col
+from appliance.core.ovsdb import c_json_parser_in_use
 from appliance.core.runner import CommandRunner, LocalRunner
 from appliance.core.vlan import VlanCols
 from appliance.switch import counters as ctr
 from appliance.switch import sampling
 from appliance.switch.names import NameSource, VmInfo, resolve_vms
-
-# Columns the inventory reads; registering only these keeps the replica small.
-COLUMNS: dict[str, list[str]] = {
-    "Open_vSwitch": [
-        "bridges",
-        "cur_cfg",
-        "next_cfg",
-        "ovs_version",
-        "db_version",
-        "system_type",
-        "system_version",
-        "external_ids",
-        "datapath_types",
-        "iface_types",
-    ],
-    "Bridge": [
-        "name",
-        "ports",
-        "datapath_type",
-        "mirrors",
-        "protocols",
-        "fail_mode",
-        "external_ids",
-        "qos",
-        "sflow",
-        "ipfix",
-    ],
-    "Port": ["name", "interfaces", "tag", "trunks", "vlan_mode", "qos", "external_ids", "other_config"],
-    "Interface": [
-        "name",
-        "type",
-        "ofport",
-        "mac",
-        "mac_in_use",
-        "external_ids",
-        "ingress_policing_rate",
-        "ingress_policing_burst",
-        "link_state",
-        "admin_state",
-        "statistics",
-        "error",
-        "options",
-        "mtu",
-    ],
-    "QoS": ["type", "other_config", "queues", "external_ids"],
-    "Queue": ["other_config", "external_ids", "dscp"],
-    "Mirror": [
-        "name",
-        "select_all",
-        "select_src_port",
-        "select_dst_port",
-        "select_vlan",
-        "output_port",
-        "output_vlan",
-        "statistics",
-        "external_ids",
-        "snaplen",
-        "filter",
-    ],
-    **sampling.OVSDB_COLUMNS,
-}
-
-_XEN_PORT = re.compile(r"^(?P<kind>vif|tap)(?P<domid>[0-9]{1,10})\.(?P<devid>[0-9]{1,10})$")
-_LIBVIRT_PORT = re.compile(r"^(?:vnet|macvtap)\d+$")
-_VM_ID_KEYS = ("xs-vm-uuid", "vm-id")
-PROBE_MARK = "hvnet-probe"  # a probe port's mark (see appliance.probes): its value is the probe's name
-_VIF_ID_KEYS = ("attached-mac", "iface-id", "vm-id", "xs-vif-uuid", "xs-vm-uuid")
-
-
-def parse_xen_port(name: str) -> tuple[str, int, int] | None:
-    """``vif3.0`` -> ("vif", 3, 0); ``tap3.0`` -> ("tap", 3, 0); else None."""
-    m = _XEN_PORT.match(name)
-    if not m:
-        return None
-    return m.group("kind"), int(m.group("domid")), int(m.group("devid"))
+from appliance.switch.reader import BridgeRow, MirrorRow, PortRow, Source, SwitchRows, parse_xen_port
+from appliance.switch.reader import read as read_rows
 
 
 def effective_vlan_mode(vlan_mode: str | None, tag: int | None) -> str:
@@ -113,28 +41,6 @@ def trunks_all_vlans(vlan_mode: str | None, tag: int | None, trunks: list[int]) 
     """True when the port carries every VLAN: a trunk or native port with an
     empty trunk list (see :mod:`appliance.core.vlan`, the one rule)."""
     return VlanCols(vlan_mode, tag, tuple(trunks)).every_vlan
-
-
-def port_vlan(port: Any) -> VlanCols:
-    """A Port row's VLAN columns as stored (trunks sorted), read the same way by every reader."""
-    return VlanCols(_opt(col(port, "vlan_mode")), _opt(col(port, "tag")), tuple(sorted(col(port, "trunks"))))
-
-
-def is_vif_port(name: str, ids: Mapping[str, str], n_interfaces: int) -> bool:
-    """A VM's interface: one interface, and a hypervisor's identity on it or a hypervisor's port name.
-    (The planner's state uses this rule too: what the display calls a VIF is what a policy selects.)
-    hvnet's own probe ports (marked :data:`PROBE_MARK`) are never VIFs: no policy selects them, the
-    agent and ``verify`` leave them alone, ``status`` and the exporter count no VM behind them."""
-    return (
-        n_interfaces == 1
-        and PROBE_MARK not in ids
-        and (any(k in ids for k in _VIF_ID_KEYS) or parse_xen_port(name) is not None or bool(_LIBVIRT_PORT.match(name)))
-    )
-
-
-def vm_uuid_of(ids: Mapping[str, str]) -> str | None:
-    """The VM's uuid as the hypervisor recorded it on the interface (XenServer or libvirt key)."""
-    return next((ids[k] for k in _VM_ID_KEYS if k in ids), None)
 
 
 def hypervisor_of(ids: dict[str, str]) -> str | None:
@@ -329,29 +235,24 @@ class Inventory:
         }
 
 
-def _opt(value: list[Any]) -> Any:
-    """An optional OVSDB column reads as ``[]`` or ``[x]``."""
-    return value[0] if value else None
-
-
 def _stat_int(stats: dict[str, int], key: str) -> int | None:
     v = stats.get(key)
     return int(v) if v is not None else None
 
 
 def read(
-    conn: Connection,
+    conn: Source,
     *,
     names: list[NameSource] | None = None,
     kernel_counters: bool = True,
     runner: CommandRunner | None = None,
 ) -> Inventory:
-    """Build the inventory from ``conn``'s replica (one pass, under its lock).
+    """Build the inventory from ``conn``'s rows: its replica or a one-shot snapshot
+    (:func:`appliance.switch.reader.read`, one pass under its lock).
 
     Kernel counters are read on the ``runner``'s host (this machine when None).
     """
-    with conn.lock:
-        inv = _build(conn)
+    inv = _build(conn, read_rows(conn))
     if not inv.host.hostname:  # OVS was not told its host's name: the host's as hvnet knows it
         remote = runner is not None and not runner.local
         inv.host.hostname = str(getattr(runner, "host", "")) if remote else socket.gethostname()
@@ -401,50 +302,40 @@ def apply_vms(vifs: list[Vif], resolved: Mapping[str, VmInfo]) -> None:
             v.vm_interface = nic.describe() if nic is not None else None
 
 
-def _build(conn: Connection) -> Inventory:
-    """One pass over the replica (or a snapshot): bridges, mirrors, then every port as a VIF."""
-    tables = conn.idl.tables
-    port_bridge: dict[Any, str] = {}
-    for br in tables["Bridge"].rows.values():
-        for p in col(br, "ports"):
-            port_bridge[p.uuid] = col(br, "name")
-    bridges = [_bridge(br) for br in sorted(tables["Bridge"].rows.values(), key=lambda r: r.name)]
-    mirrors, touching = _mirrors(tables["Bridge"].rows.values())
+def _build(conn: Source, rows: SwitchRows) -> Inventory:
+    """The switch's rows as the display sees them: bridges, mirrors, then every port as a VIF."""
+    bridges = [_bridge(br) for br in sorted(rows.bridges, key=lambda b: b.name)]
     vifs: list[Vif] = []
     xen_groups: dict[tuple[str, int, int], list[Vif]] = {}
-    integration = ovn_bridge(dict(col(conn.root(), "external_ids")))
-    for port in tables["Port"].rows.values():
-        bridge = port_bridge.get(port.uuid)
-        ifaces = list(col(port, "interfaces"))
-        if bridge is None or not ifaces:
-            continue  # a Port row not (yet) referenced by any bridge, or one without interfaces
-        v = _vif(bridge, port, ifaces, touching.get(port.uuid, []))
-        if bridge == integration and v.is_vif:
+    integration = rows.integration_bridge
+    for port in rows.ports:
+        v = _vif(port)
+        if port.bridge == integration and v.is_vif:
             v.ovn_port = v.ids.get("iface-id")
         if v.xen_domid is not None and v.xen_devid is not None:
-            xen_groups.setdefault((bridge, v.xen_domid, v.xen_devid), []).append(v)
+            xen_groups.setdefault((port.bridge, v.xen_domid, v.xen_devid), []).append(v)
         vifs.append(v)
     vifs = _group_xen_hvm(vifs, xen_groups)
     vifs.sort(key=lambda v: (not v.is_vif, v.bridge, _natural(v.port)))
     return Inventory(
-        host=_host_info(conn, bridges),
+        host=_host_info(conn, rows, bridges),
         bridges=bridges,
         vifs=vifs,
-        mirrors=sorted(mirrors, key=lambda m: (m.bridge, m.name)),
+        mirrors=sorted((_mirror(m) for m in rows.mirrors), key=lambda m: (m.bridge, m.name)),
         read_at=time.time(),
     )
 
 
-def _bridge(br: Any) -> BridgeInfo:
+def _bridge(br: BridgeRow) -> BridgeInfo:
     return BridgeInfo(
-        name=col(br, "name"),
-        datapath_type=col(br, "datapath_type") or "system",
-        ports=len(col(br, "ports")),
-        mirrors=sorted(col(m, "name") for m in col(br, "mirrors")),
-        protocols=list(col(br, "protocols")),
-        fail_mode=_opt(col(br, "fail_mode")),
-        sflow=_sampling_json(sampling.read("sflow", br)),
-        ipfix=_sampling_json(sampling.read("ipfix", br)),
+        name=br.name,
+        datapath_type=br.datapath_type,
+        ports=len(br.ports),
+        mirrors=list(br.mirrors),
+        protocols=list(br.protocols),
+        fail_mode=br.fail_mode,
+        sflow=_sampling_json(br.sflow),
+        ipfix=_sampling_json(br.ipfix),
     )
 
 
@@ -454,77 +345,52 @@ def _sampling_json(value: sampling.SamplingCols | None) -> dict[str, Any] | None
     return {**value.fields(), "owner": dict(value.external_ids).get("hvnet-owner"), "text": value.describe()}
 
 
-def _mirrors(bridge_rows: Iterable[Any]) -> tuple[list[MirrorInfo], dict[Any, list[dict[str, str]]]]:
-    """Every mirror, and for each port the mirrors it takes part in (as source, destination or output)."""
-    mirrors: list[MirrorInfo] = []
-    touching: dict[Any, list[dict[str, str]]] = {}
-    for br in bridge_rows:
-        for m in col(br, "mirrors"):
-            stats = dict(col(m, "statistics"))
-            out_port = _opt(col(m, "output_port"))
-            mirrors.append(
-                MirrorInfo(
-                    name=col(m, "name"),
-                    bridge=col(br, "name"),
-                    select_all=bool(col(m, "select_all")),
-                    select_src_ports=sorted(col(p, "name") for p in col(m, "select_src_port")),
-                    select_dst_ports=sorted(col(p, "name") for p in col(m, "select_dst_port")),
-                    select_vlans=sorted(col(m, "select_vlan")),
-                    output_port=col(out_port, "name") if out_port is not None else None,
-                    output_vlan=_opt(col(m, "output_vlan")),
-                    tx_packets=_stat_int(stats, "tx_packets"),
-                    tx_bytes=_stat_int(stats, "tx_bytes"),
-                    owner=dict(col(m, "external_ids")).get("hvnet-owner"),
-                )
-            )
-            for p in col(m, "select_src_port"):
-                touching.setdefault(p.uuid, []).append({"mirror": col(m, "name"), "role": "source"})
-            for p in col(m, "select_dst_port"):
-                touching.setdefault(p.uuid, []).append({"mirror": col(m, "name"), "role": "destination"})
-            if out_port is not None:
-                touching.setdefault(out_port.uuid, []).append({"mirror": col(m, "name"), "role": "output"})
-    return mirrors, touching
+def _mirror(m: MirrorRow) -> MirrorInfo:
+    return MirrorInfo(
+        name=m.name,
+        bridge=m.bridge,
+        select_all=m.select_all,
+        select_src_ports=list(m.src),
+        select_dst_ports=list(m.dst),
+        select_vlans=list(m.vlans),
+        output_port=m.output_port,
+        output_vlan=m.output_vlan,
+        tx_packets=_stat_int(m.statistics, "tx_packets"),
+        tx_bytes=_stat_int(m.statistics, "tx_bytes"),
+        owner=m.external_ids.get("hvnet-owner"),
+    )
 
 
-def _egress_max_rate(qos: Any) -> float | None:
+def _egress_max_rate(other_config: dict[str, str]) -> float | None:
     """linux-htb ``max-rate`` (bit/s) in kbit/s; None when absent or not a number."""
-    if qos is None or "max-rate" not in col(qos, "other_config"):
+    if "max-rate" not in other_config:
         return None
     try:
-        return int(col(qos, "other_config")["max-rate"]) / 1000.0
+        return int(other_config["max-rate"]) / 1000.0
     except ValueError:
         return None
 
 
-def ovn_bridge(root_ids: Mapping[str, str]) -> str | None:
-    """OVN's integration bridge on a chassis (ovn-controller's ``ovn-bridge``, ``br-int`` by default);
-    None on a host that is not an OVN chassis (no ``ovn-remote``)."""
-    if not root_ids.get("ovn-remote"):
-        return None
-    return root_ids.get("ovn-bridge") or "br-int"
-
-
-def _vif(bridge: str, port: Any, ifaces: list[Any], mirrors: list[dict[str, str]]) -> Vif:
+def _vif(port: PortRow) -> Vif:
     """One port as the display sees it (VIF ports have exactly one interface; bonds are not VIFs)."""
-    iface = ifaces[0]
-    ids = dict(col(iface, "external_ids"))
-    vlan = port_vlan(port)
-    xen = parse_xen_port(col(port, "name"))
-    qos = _opt(col(port, "qos"))
-    stats = dict(col(iface, "statistics"))
+    ids = port.ids
+    vlan = port.vlan
+    xen = parse_xen_port(port.name)
+    qos = port.qos
+    stats = port.statistics
     meter_rate = _int_or_zero(ids.get("hvnet-police-rate-kbps"))
     meter_burst = _int_or_zero(ids.get("hvnet-police-burst-kbit"))
     return Vif(
-        bridge=bridge,
-        port=col(port, "name"),
-        interface=col(iface, "name"),
-        type=col(iface, "type") or "system",
-        is_vif=is_vif_port(col(port, "name"), ids, len(ifaces)),
-        ofport=_opt(col(iface, "ofport")),
+        bridge=port.bridge,
+        port=port.name,
+        interface=port.interface,
+        type=port.type or "system",
+        is_vif=port.is_vif,
+        ofport=port.ofport,
         mac=ids.get("attached-mac"),
-        mac_in_use=_opt(col(iface, "mac_in_use")),
+        mac_in_use=port.mac_in_use,
         hypervisor=hypervisor_of(ids),
-        vm_uuid=vm_uuid_of(ids),
+        vm_uuid=port.vm_uuid,
         vm_name=None,
         vm_name_source=None,
         ids=ids,
@@ -536,31 +402,31 @@ def _vif(bridge: str, port: Any, ifaces: list[Any], mirrors: list[dict[str, str]
         tag=vlan.tag,
         trunks=list(vlan.trunks),
         trunks_all_vlans=vlan.every_vlan,
-        ingress_policing_rate_kbps=meter_rate or int(col(iface, "ingress_policing_rate")),
-        ingress_policing_burst_kbit=meter_burst if meter_rate else int(col(iface, "ingress_policing_burst")),
-        ingress_mechanism="meter" if meter_rate else ("tc" if col(iface, "ingress_policing_rate") else None),
-        egress_qos_type=col(qos, "type") if qos is not None else None,
-        egress_max_rate_kbps=_egress_max_rate(qos),
-        mirrors=mirrors,
-        link_state=_opt(col(iface, "link_state")),
-        admin_state=_opt(col(iface, "admin_state")),
-        mtu=_opt(col(iface, "mtu")),
-        error=_opt(col(iface, "error")),
+        ingress_policing_rate_kbps=meter_rate or port.policing_rate,
+        ingress_policing_burst_kbit=meter_burst if meter_rate else port.policing_burst,
+        ingress_mechanism="meter" if meter_rate else ("tc" if port.policing_rate else None),
+        egress_qos_type=qos.type if qos is not None else None,
+        egress_max_rate_kbps=_egress_max_rate(qos.other_config) if qos is not None else None,
+        mirrors=port.mirrors,
+        link_state=port.link_state,
+        admin_state=port.admin_state,
+        mtu=port.mtu,
+        error=port.error,
         counters=ctr.Counters.from_mapping(stats, "ovsdb") if stats else ctr.Counters(),
     )
 
 
-def _host_info(conn: Connection, bridges: list[BridgeInfo]) -> HostInfo:
-    root = conn.root()
-    ext = dict(col(root, "external_ids"))
+def _host_info(conn: Source, rows: SwitchRows, bridges: list[BridgeInfo]) -> HostInfo:
+    root = rows.root
+    ext = root.external_ids
     return HostInfo(
         hostname=ext.get("hostname", ""),
         system_id=ext.get("system-id"),
-        ovs_version=_opt(col(root, "ovs_version")),
-        db_version=_opt(col(root, "db_version")),
-        system_type=_opt(col(root, "system_type")),
-        system_version=_opt(col(root, "system_version")),
-        datapath_types=sorted(col(root, "datapath_types")),
+        ovs_version=root.ovs_version,
+        db_version=root.db_version,
+        system_type=root.system_type,
+        system_version=root.system_version,
+        datapath_types=sorted(root.datapath_types),
         bridge_datapath_types=sorted({b.datapath_type for b in bridges}),
         db_target=conn.target.where or conn.target.remote,
         c_json_parser=c_json_parser_in_use(),

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from appliance.core.ovsdb import column as col
+from appliance.core.ovsdb import opt
 from appliance.core.validate import ifname
 
 U32_MAX = 4294967295
@@ -237,10 +238,6 @@ def describe(value: SamplingCols | None, kind: str) -> str:
     return value.describe() if value is not None else f"{TITLES[kind]} off"
 
 
-def _opt(value: list[Any]) -> Any:
-    return value[0] if value else None
-
-
 def _pairs(mapping: dict[str, str]) -> Pairs:
     return tuple(sorted(mapping.items()))
 
@@ -248,21 +245,22 @@ def _pairs(mapping: dict[str, str]) -> Pairs:
 def read(kind: str, bridge: Any) -> SamplingCols | None:
     """The bridge row's sFlow or IPFIX settings, as stored (the one reader of these rows).
 
-    The inventory (``hvnet status``) and the policy engine both read them here.
+    The switch's shared walk (:mod:`appliance.switch.reader`) reads them here for the
+    inventory (``hvnet status``) and the policy engine alike.
     """
-    row = _opt(col(bridge, kind))
+    row = opt(col(bridge, kind))
     if row is None:
         return None
     targets = tuple(sorted(col(row, "targets")))
     if kind == "sflow":
         return SflowCols(
             targets,
-            *(_opt(col(row, k)) for k in SFLOW_KEYS[1:]),
+            *(opt(col(row, k)) for k in SFLOW_KEYS[1:]),
             external_ids=_pairs(col(row, "external_ids")),
         )
     return IpfixCols(
         targets,
-        *(_opt(col(row, k)) for k in IPFIX_KEYS[1:]),
+        *(opt(col(row, k)) for k in IPFIX_KEYS[1:]),
         other_config=_pairs(col(row, "other_config")),
         external_ids=_pairs(col(row, "external_ids")),
     )

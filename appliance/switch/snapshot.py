@@ -5,8 +5,8 @@ for that (a monitor, every row's every column turned into Datums, change
 tracking) was most of its run time on a 1000-VIF host; a ``select`` per table
 in one transaction, turned straight into Python values, costs a fraction.
 The rows read the way the IDL's do (``row.name``, optional columns as lists,
-references as rows, maps as dicts), so the same reader -- :func:`appliance.
-inventory.read` -- builds the inventory from either.  Anything that writes or
+references as rows, maps as dicts), so the same walk -- :func:`appliance.switch.
+reader.read` -- reads the switch from either.  Anything that writes or
 watches uses :class:`~appliance.core.ovsdb.Connection`.
 """
 

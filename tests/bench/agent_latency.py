@@ -27,7 +27,7 @@ from appliance.core.target import DbTarget  # noqa: E402
 from appliance.endpoints.topology import DEFAULT_TOPOLOGY  # noqa: E402
 from appliance.endpoints.topology import load as load_topology  # noqa: E402
 from appliance.lab import Lab  # noqa: E402
-from appliance.policy.plan.state import COLUMNS  # noqa: E402
+from appliance.policy import COLUMNS  # noqa: E402
 
 RE_ADDS = 50
 POLICY = "vifs:\n  - vm: VM1\n    vlan: {tag: 5}\n    ingress: {rate: 10240, burst: 1024}\n"

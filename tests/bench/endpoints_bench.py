@@ -74,7 +74,7 @@ class OnHost:
 def _run(host: Any, guests: Any, suite_file: Path, out: Path) -> Any:
     from appliance.netperf.define.suite import load as load_suite
     from appliance.netperf.run.recipe import Runner
-    from appliance.switch.inventory import COLUMNS
+    from appliance.switch.reader import COLUMNS
 
     with host.connect(COLUMNS) as conn:
         doc = Runner(load_suite(suite_file), host=host, guests=guests, conn=conn, out_dir=out).run()

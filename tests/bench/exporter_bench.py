@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from appliance.core import ovsdb  # noqa: E402
 from appliance.core.target import DbTarget  # noqa: E402
 from appliance.lab.switch import Switch  # noqa: E402
-from appliance.switch.inventory import COLUMNS  # noqa: E402
+from appliance.switch.reader import COLUMNS  # noqa: E402
 from tests.bench.run import N_PORTS, measure, populate  # noqa: E402
 
 

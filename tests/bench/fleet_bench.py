@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from appliance.core import ovsdb  # noqa: E402
 from appliance.core.target import DbTarget  # noqa: E402
 from appliance.lab.sshhost import SshHost  # noqa: E402
-from appliance.switch.inventory import COLUMNS  # noqa: E402
+from appliance.switch.reader import COLUMNS  # noqa: E402
 
 N_HOSTS = 8
 VIFS_PER_HOST = 4

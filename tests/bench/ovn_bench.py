@@ -136,7 +136,7 @@ def _host_applies() -> list[float]:
     from appliance.lab.switch import Switch
     from appliance.policy import COLUMNS as POLICY_COLUMNS
     from appliance.policy import PolicyEngine
-    from appliance.switch.inventory import COLUMNS
+    from appliance.switch.reader import COLUMNS
 
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-host-") as tmp:
         env = {"HVNET_LAB_DIR": f"{tmp}/no-lab", "HVNET_AUDIT_LOG": f"{tmp}/audit.jsonl", "HVNET_STATE_DIR": tmp}

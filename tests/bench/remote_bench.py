@@ -20,7 +20,7 @@ from pathlib import Path
 from appliance.core import ovsdb
 from appliance.core.target import DbTarget
 from appliance.lab.sshhost import SshHost
-from appliance.switch.inventory import COLUMNS
+from appliance.switch.reader import COLUMNS
 
 STARTS = 7
 

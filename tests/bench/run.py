@@ -28,7 +28,7 @@ from appliance.frontdoor.hosts import build_host  # noqa: E402
 from appliance.lab.switch import Switch  # noqa: E402
 from appliance.switch import api  # noqa: E402
 from appliance.switch.host import Host  # noqa: E402
-from appliance.switch.inventory import COLUMNS  # noqa: E402
+from appliance.switch.reader import COLUMNS  # noqa: E402
 
 N_PORTS = 1000
 REPEAT = 7

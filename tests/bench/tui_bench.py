@@ -26,7 +26,7 @@ from appliance.core.target import DbTarget
 from appliance.frontdoor.hosts import build_host
 from appliance.lab.switch import Switch
 from appliance.switch import api
-from appliance.switch.inventory import COLUMNS
+from appliance.switch.reader import COLUMNS
 
 STARTS = 5
 CHANGES = 9

@@ -218,7 +218,7 @@ def test_a_suite_with_its_guests_on_the_remote_host_runs_over_ssh(hv2: tuple[Lab
           - {{name: stream, type: TCP_STREAM, message_size: 10000, concurrency: [1]}}
     """)
     )
-    from appliance.switch.inventory import COLUMNS
+    from appliance.switch.reader import COLUMNS
 
     with host.connect(COLUMNS) as conn:
         assert isinstance(conn, Connection)

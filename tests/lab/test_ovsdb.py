@@ -9,7 +9,7 @@ import pytest
 from appliance.core import ovsdb
 from appliance.core.errors import OvsdbError, OvsdbUnreachable
 from appliance.core.target import DbTarget
-from appliance.switch.inventory import COLUMNS
+from appliance.switch.reader import COLUMNS
 from tests.conftest import run_hvnet
 
 

@@ -19,7 +19,7 @@ from appliance.lab import Lab
 from appliance.probes.spec import ProbeSpec
 from appliance.services import metrics
 from appliance.services.probes import ProbeSource
-from appliance.switch import inventory
+from appliance.switch import inventory, reader
 from tests.conftest import HVNET, ROOT, links, netns_list, run_hvnet
 from tests.lab.policy_helpers import vsctl
 
@@ -160,7 +160,7 @@ def test_status_verify_plan_and_exporter_ignore_probes(lab: Lab, tmp_path: Path)
             plan = run_hvnet("plan", str(policy))
             assert "hvp-P1" not in plan.stdout, plan.stdout
             out = metrics.Families()
-            with host.connect(inventory.COLUMNS) as conn:
+            with host.connect(reader.COLUMNS) as conn:
                 metrics.add_inventory(out, "lab", inventory.read(conn))
             ports = {labels[2] for fam in out for labels, _ in fam.samples if len(labels) > 2}
             assert "vif1.0" in ports and "hvp-P1" not in ports

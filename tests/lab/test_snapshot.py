@@ -6,7 +6,7 @@ import subprocess
 
 from appliance.core import ovsdb
 from appliance.core.target import DbTarget
-from appliance.switch import inventory, snapshot
+from appliance.switch import inventory, reader, snapshot
 
 
 def _vsctl(switch, *args: str) -> None:
@@ -27,9 +27,9 @@ def test_snapshot_and_replica_give_the_same_inventory(switch) -> None:
            "--", "--id=@m", "create", "Mirror", 'name="m[/]"', "select-src-port=@p", "output-port=@o",
            "--", "add", "Bridge", "br0", "mirrors", "@m")  # fmt: skip
     target = DbTarget(switch.remote, "--db")
-    with ovsdb.Connection.open(target, inventory.COLUMNS) as conn:
+    with ovsdb.Connection.open(target, reader.COLUMNS) as conn:
         live = inventory.read(conn, kernel_counters=False).to_json(all_ports=True)
-    once = inventory.read(snapshot.take(target, inventory.COLUMNS), kernel_counters=False).to_json(all_ports=True)
+    once = inventory.read(snapshot.take(target, reader.COLUMNS), kernel_counters=False).to_json(all_ports=True)
     assert live.pop("host") == once.pop("host")
     assert live == once
     v3 = next(v for v in once["vifs"] if v["port"] == "vif3.0")

@@ -18,7 +18,7 @@ omni.parse               an Instance (lost with a reason when unreadable)
 preflight.parse_version  a version tuple or None
 trace.parse_dpif_show    {datapath port: name}; never raises
 trace.passes/deliveries  deliveries; ValueError when no 'Datapath actions' or unreadable ones
-inventory.parse_xen_port (kind, domid, devid) or None; port names sort
+reader.parse_xen_port    (kind, domid, devid) or None; port names sort
 results.load             a SuiteResult or NotARun (a UsageError)
 =======================  ====================================================
 
@@ -46,7 +46,7 @@ from appliance.netperf.run import preflight
 from appliance.netperf.store import results
 from appliance.netperf.store.records import SuiteResult
 from appliance.policy.apply import openflow
-from appliance.switch import counters, inventory
+from appliance.switch import counters, inventory, reader
 
 DATA = Path(__file__).resolve().parent / "data"
 EXAMPLES = 300
@@ -173,7 +173,7 @@ def test_trace_any_text(text: str, ports: dict[int, str]) -> None:
 @given(names=st.lists(_mutations("vif3.0", "tap12.1", "vnet0", "eth0"), max_size=5))
 def test_port_names_any_text(names: list[str]) -> None:
     for name in names:
-        parsed = _timed(inventory.parse_xen_port, name)
+        parsed = _timed(reader.parse_xen_port, name)
         assert parsed is None or parsed[0] in ("vif", "tap")
     sorted(names, key=inventory._natural)
 
@@ -259,7 +259,7 @@ def test_huge_numbers_are_not_read() -> None:
     assert openflow.parse_flows(flow.format(3, HUGE))[0] == {}
     assert openflow.parse_flows(f"priority={HUGE} actions=drop\n")[1] == [f"priority={HUGE} actions=drop"]
     assert counters.parse_ofctl_ports(f"  port 1: rx pkts={HUGE}\n tx pkts=1\n")["1"].rx_packets is None
-    assert inventory.parse_xen_port(f"vif{HUGE}.0") is None
+    assert reader.parse_xen_port(f"vif{HUGE}.0") is None
     assert trace.parse_dpif_show(f"  br0:\n    p 1/{HUGE}: (system)\n", "br0") == {}
     with pytest.raises(ValueError, match="push_vlan without a VLAN id"):  # the tag of what follows is unknown
         trace.deliveries(f"push_vlan(vid={HUGE}),{HUGE}", {})

@@ -33,16 +33,15 @@ from typing import Any, Callable
 
 from appliance.core.errors import ConfigError, HvnetError, OutcomeUnknown, Problem
 from appliance.core.ovsdb import Connection, TxnContext
-from appliance.core.ovsdb import column as col
 from appliance.policy.apply import journal, openflow, writer
 from appliance.policy.apply.journal import Journal
+from appliance.policy.apply.read import state as read_state
 from appliance.policy.plan import planner
 from appliance.policy.plan.model import DEAD, Ingress, Policy
 from appliance.policy.plan.planner import Change, Plan, PlanOptions
 from appliance.policy.plan.state import State, VlanCols
-from appliance.policy.plan.state import read as read_state
+from appliance.switch import reader
 from appliance.switch.host import Host
-from appliance.switch.inventory import vm_uuid_of
 from appliance.switch.names import resolve_names
 
 log = logging.getLogger("hvnet.policy")
@@ -141,10 +140,7 @@ class PolicyEngine:
         """Look up the names of VMs not seen before (libvirt/XAPI calls: outside any transaction)."""
         if not self._names_sources:
             return
-        with self.conn.lock:
-            found = (vm_uuid_of(col(i, "external_ids")) for i in self.conn.idl.tables["Interface"].rows.values())
-            uuids = {u for u in found if u}
-        missing = uuids - set(self._names)
+        missing = reader.vm_uuids(self.conn) - set(self._names)
         if missing:
             for u, (name, _src) in resolve_names(self._names_sources, missing).items():
                 self._names[u] = name

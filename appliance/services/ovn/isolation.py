@@ -38,7 +38,7 @@ from appliance.isolation.trace import SiteView
 from appliance.ovn.view import PoolView, PortView
 from appliance.services.ovn import pool as pools
 from appliance.services.ovn import tunnels
-from appliance.switch import inventory
+from appliance.switch import inventory, reader
 from appliance.switch.host import Host
 
 
@@ -293,7 +293,7 @@ def _sites(
     views: list[SiteView] = []
     vif_of: dict[str, str] = {}
     for chassis, host in hosts.items():
-        conn = stack.enter_context(host.connect(inventory.COLUMNS, timeout=timeout))
+        conn = stack.enter_context(host.connect(reader.COLUMNS, timeout=timeout))
         inv = inventory.read(conn, names=host.name_sources())
         here = tuple(g for g in sc.guests if ports[g].chassis == chassis)
         for g in here:

@@ -10,7 +10,7 @@ from appliance.frontdoor.guests import choose
 from appliance.netperf.define import suite as suite_mod
 from appliance.probes import lifecycle
 from appliance.probes import spec as sp
-from appliance.switch.inventory import is_vif_port
+from appliance.switch.reader import is_vif_port
 
 GOOD = """\
 version: 1

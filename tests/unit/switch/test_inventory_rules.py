@@ -1,12 +1,12 @@
 from dataclasses import replace
 
-from appliance.switch import inventory
+from appliance.switch import inventory, reader
 from appliance.switch.counters import Counters
 from appliance.switch.inventory import Vif
 
 
 def vif(port: str, vm_uuid: str | None = None, bridge: str = "xenbr0") -> Vif:
-    xen = inventory.parse_xen_port(port)
+    xen = reader.parse_xen_port(port)
     return Vif(
         bridge=bridge, port=port, interface=port, type="system", is_vif=True, ofport=1, mac=None, mac_in_use=None,
         hypervisor="xenserver", vm_uuid=vm_uuid, vm_name=None, vm_name_source=None, ids={},
@@ -16,13 +16,6 @@ def vif(port: str, vm_uuid: str | None = None, bridge: str = "xenbr0") -> Vif:
         egress_max_rate_kbps=None, mirrors=[], link_state="up", admin_state="up", mtu=1500, error=None,
         counters=Counters(),
     )  # fmt: skip
-
-
-def test_parse_xen_port() -> None:
-    assert inventory.parse_xen_port("vif3.0") == ("vif", 3, 0)
-    assert inventory.parse_xen_port("tap12.1") == ("tap", 12, 1)
-    assert inventory.parse_xen_port("vnet0") is None
-    assert inventory.parse_xen_port("vif3") is None
 
 
 def test_effective_vlan_mode_follows_ovs_rules() -> None:
