@@ -32,7 +32,7 @@ CASES = [
     {"nested": {"deeper": {"deepest": [1, [2, [3, {"x": "y"}]]]}}},
     [[1, 2], [3, [4, 5]], {"k": (6, 7)}],
     {"tuple": (1, (2, 3)), "list": [(), ((),)]},
-    {1: "int key", 2.5: "float key", True: "bool key", None: "none key"},
+    {3: "int key", 2.5: "float key", True: "bool key", None: "none key"},
     {"floats": [0.1, 1e300, -0.0, math.inf, -math.inf, math.nan]},
     {"enum": Colour.RED, "strenum": Mode.ACCESS, "keys": {Colour.RED: Mode.ACCESS}},
     {"path": Path("/tmp/x"), "set": {1}, "bytes": b"raw"},
