@@ -31,16 +31,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import ovs.db.idl
 import ovs.json
-import ovs.jsonrpc
 import ovs.poller
 import ovs.stream
 
 from appliance.core.errors import ConflictError, HvnetError, OvsdbError, OvsdbUnreachable
 from appliance.core.target import DbTarget
+
+# The IDL (its replica, its transactions) is loaded by the first Connection: a one-shot read
+# (``hvnet status``, a snapshot) speaks JSON-RPC on a stream of its own and needs none of it.
+if TYPE_CHECKING:
+    import ovs.db.idl
 
 log = logging.getLogger("hvnet.ovsdb")
 
@@ -357,6 +360,8 @@ class Connection:
         self._synced = threading.Event()  # the initial snapshot is in the replica
         self.reconnects = 0
         self.schema_json = schema_json  # one-shot reads on the same server reuse it
+        import ovs.db.idl
+
         helper = ovs.db.idl.SchemaHelper(schema_json=schema_json)
         self.schema_tables: dict[str, set[str]] = {name: set(t["columns"]) for name, t in schema_json["tables"].items()}
         self.registered: dict[str, set[str]] = {}
@@ -546,6 +551,8 @@ class Connection:
         failure from a concurrent change, or a lost connection), so it must be
         a pure function of the replica.  Raising inside ``build`` aborts.
         """
+        import ovs.db.idl
+
         deadline = time.monotonic() + timeout
         attempts = 0
         unsure: list[int] = []  # attempts whose commit may have gone through (see TxnResult.unsure)
@@ -613,6 +620,8 @@ class Connection:
 
     def _commit(self, txn: ovs.db.idl.Transaction, deadline: float) -> int:
         """Drive ``txn`` to a final status without ever blocking past ``deadline``."""
+        import ovs.db.idl
+
         while True:
             status = txn.commit()
             if status != ovs.db.idl.Transaction.INCOMPLETE:
