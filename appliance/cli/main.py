@@ -69,8 +69,8 @@ class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
 
     Every verb is listed with its one-line help: all that ``hvnet --help`` and an unknown verb's
     error show of it.  What a verb declares -- its own verbs, its arguments, its defaults -- goes to
-    a real parser only when the verb's name is among ``named``, the command line's words: a command
-    uses one verb of 26, and building the others' 60 parsers and 300 arguments (a gettext lookup
+    a parser only when the verb's name is among ``named``, the command line's words: a command uses
+    one verb of 26, and building the others' parsers (60 of them, 300 arguments, a gettext lookup
     and a help formatter each) was a tenth of ``hvnet status``.  ``named`` None builds everything
     (the completion script and the man page are generated from the whole parser).
     """
@@ -82,12 +82,18 @@ class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
     def add_parser(self, name: str, **kwargs: Any) -> Any:
         if self._named is None or not self._named.isdisjoint([name, *kwargs.get("aliases", ())]):
             return super().add_parser(name, **kwargs)
-        super().add_parser(name, **{k: v for k, v in kwargs.items() if k in ("help", "aliases")})
-        return _Unbuilt()
+        parser_class, self._parser_class = self._parser_class, _Unbuilt
+        try:  # listed (its help, its aliases), with no parser behind it
+            return super().add_parser(name, **{k: v for k, v in kwargs.items() if k in ("help", "aliases")})
+        finally:
+            self._parser_class = parser_class
 
 
 class _Unbuilt:
     """A verb the command line does not name: whatever it declares is taken and dropped."""
+
+    def __init__(self, **_kwargs: Any) -> None:
+        pass
 
     def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
         return self._drop
