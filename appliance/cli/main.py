@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from appliance import __version__
 from appliance.cli import audit as cli_audit
@@ -63,7 +64,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"hvnet: error: {message}\n  hint: '{self.prog} --help' lists what is allowed\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """hvnet's verbs, each built in full only when the command line names it.
+
+    Every verb is listed with its one-line help: all that ``hvnet --help`` and an unknown verb's
+    error show of it.  What a verb declares -- its own verbs, its arguments, its defaults -- goes to
+    a parser only when the verb's name is among ``named``, the command line's words: a command uses
+    one verb of 26, and building the others' parsers (60 of them, 300 arguments, a gettext lookup
+    and a help formatter each) was a tenth of ``hvnet status``.  ``named`` None builds everything
+    (the completion script and the man page are generated from the whole parser).
+    """
+
+    def __init__(self, *args: Any, named: frozenset[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._named = named
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if self._named is None or not self._named.isdisjoint([name, *kwargs.get("aliases", ())]):
+            return super().add_parser(name, **kwargs)
+        parser_class, self._parser_class = self._parser_class, _Unbuilt
+        try:  # listed (its help, its aliases), with no parser behind it
+            return super().add_parser(name, **{k: v for k, v in kwargs.items() if k in ("help", "aliases")})
+        finally:
+            self._parser_class = parser_class
+
+
+class _Unbuilt:
+    """A verb the command line does not name: whatever it declares is taken and dropped."""
+
+    def __init__(self, **_kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
+        return self._drop
+
+    def _drop(self, *args: Any, **kwargs: Any) -> _Unbuilt:
+        return self
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """hvnet's parser; given the command line ``argv``, only the verbs it names are built in full (see
+    :class:`_Verbs`), the parser of one command."""
     p = _Parser(
         prog="hvnet",
         description="Host networking for XenServer and KVM hypervisors: see and manage what Open vSwitch "
@@ -129,7 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=_positive_float, default=5.0, metavar="S", help="connect timeout (default 5 s)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
+    named = None if argv is None else frozenset(argv)
+    sub = p.add_subparsers(
+        dest="command", metavar="COMMAND", title="commands", parser_class=_Parser, action=_Verbs, named=named
+    )
 
     h = sub.add_parser(
         "hosts",
@@ -235,11 +279,12 @@ def _refuse_control(argv: Sequence[str]) -> str | None:
 
 
 def _main(argv: Sequence[str] | None, streams: tuple[object, object]) -> int:
-    refused = _refuse_control(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    refused = _refuse_control(argv)
     if refused:
         print(f"hvnet: {refused}", file=sys.stderr)
         return EXIT_USAGE
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command == "tui":
         sys.stdout, sys.stderr = streams  # type: ignore[assignment]

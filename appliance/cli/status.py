@@ -128,7 +128,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def status_of(host: Host, args: argparse.Namespace) -> Inventory:
-    """One host's inventory as ``status`` shows it (``--rates``, ``--bridge``): for one host or each of ``--hosts``."""
+    """One host's inventory as ``status`` shows it (``--rates``, ``--bridge``): for one host or each of ``--hosts``.
+
+    Without ``--rates`` the TAPs are found in the same read as the rest (the bridges' external_ids).
+    """
+    bridge_ids = None
     if args.rates:
         with inventory.connect(host, timeout=args.timeout) as conn:
             live = inventory.LiveInventory(conn, host)
@@ -137,7 +141,7 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
             conn.run_once()
             inv = live.refresh()
     else:
-        inv = inventory.read_inventory_once(host, timeout=args.timeout)
+        inv, bridge_ids = inventory.read_once_with_bridge_ids(host, timeout=args.timeout)
     if args.bridge:
         if not any(b.name == args.bridge for b in inv.bridges):
             raise HvnetError(
@@ -147,5 +151,5 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
         inv.vifs = [v for v in inv.vifs if v.bridge == args.bridge]
     from appliance.services.taps import host_taps
 
-    inv.taps = [t.to_json() for t in host_taps(host) if not args.bridge or t.bridge == args.bridge]
+    inv.taps = [t.to_json() for t in host_taps(host, bridge_ids) if not args.bridge or t.bridge == args.bridge]
     return inv

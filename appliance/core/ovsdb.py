@@ -31,16 +31,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import ovs.db.idl
 import ovs.json
-import ovs.jsonrpc
-import ovs.poller
-import ovs.stream
 
+from appliance.core import dbstream
 from appliance.core.errors import ConflictError, HvnetError, OvsdbError, OvsdbUnreachable
 from appliance.core.target import DbTarget
+
+# The IDL (its replica, its transactions, its poller) is loaded by the first Connection: a
+# one-shot read (``hvnet status``, a snapshot) speaks JSON-RPC on a stream of its own
+# (:mod:`appliance.core.dbstream`) and needs none of it.
+if TYPE_CHECKING:
+    import ovs.db.idl
 
 log = logging.getLogger("hvnet.ovsdb")
 
@@ -71,6 +74,8 @@ def c_json_parser_in_use() -> bool:
 
 def _configure_ssl(target: DbTarget) -> None:
     if target.ssl is not None:
+        import ovs.stream
+
         ovs.stream.Stream.ssl_set_private_key_file(target.ssl.private_key)
         ovs.stream.Stream.ssl_set_certificate_file(target.ssl.certificate)
         ovs.stream.Stream.ssl_set_ca_cert_file(target.ssl.ca_cert)
@@ -134,7 +139,7 @@ def exchange(
     return [replies[i] for i in ids]
 
 
-def _open_stream(target: DbTarget, timeout: float) -> Any:
+def _open_stream(target: DbTarget, timeout: float) -> dbstream.Stream:
     """A stream to the first of the target's servers that answers, each tried in order within ``timeout``.
 
     A clustered database's remotes (``tcp:a:6640,tcp:b:6640``) are tried as
@@ -143,10 +148,8 @@ def _open_stream(target: DbTarget, timeout: float) -> Any:
     """
     reasons = []
     for remote in target.remotes:
-        err, stream = ovs.stream.Stream.open(remote)
-        if not err:
-            err, stream = ovs.stream.Stream.open_block((err, stream), int(timeout * 1000))
-        if not err:
+        err, stream = dbstream.open_stream(remote, timeout)
+        if stream is not None:
             return stream
         reason = os.strerror(err) if err > 0 else "connection failed"
         reasons.append(reason if len(target.remotes) == 1 else f"{remote}: {reason}")
@@ -174,7 +177,7 @@ def lock_reply_held(reply: Any) -> bool | None:
     return None if not isinstance(locked, bool) else not locked
 
 
-def _send_all(target: DbTarget, stream: Any, data: bytes, deadline: float) -> None:
+def _send_all(target: DbTarget, stream: dbstream.Stream, data: bytes, deadline: float) -> None:
     while data:
         stream.run()
         sent = stream.send(data)
@@ -187,7 +190,12 @@ def _send_all(target: DbTarget, stream: Any, data: bytes, deadline: float) -> No
 
 
 def _receive(
-    target: DbTarget, stream: Any, pending: set[int], deadline: float, timeout: float, limit: int = MAX_REPLY_BYTES
+    target: DbTarget,
+    stream: dbstream.Stream,
+    pending: set[int],
+    deadline: float,
+    timeout: float,
+    limit: int = MAX_REPLY_BYTES,
 ) -> dict[int, Any]:
     """Read until every id in ``pending`` has its reply (concatenated JSON objects, no delimiter).
 
@@ -275,18 +283,11 @@ def without_lone_surrogates(value: Any) -> Any:
     return value
 
 
-def _wait(target: DbTarget, stream: Any, deadline: float, what: str, direction: int) -> None:
+def _wait(target: DbTarget, stream: dbstream.Stream, deadline: float, what: str, direction: int) -> None:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise _unreachable(target, what)
-    poller = ovs.poller.Poller()
-    stream.run_wait(poller)
-    if direction:
-        stream.recv_wait(poller)
-    else:
-        stream.send_wait(poller)
-    poller.timer_wait(int(remaining * 1000) + 1)
-    poller.block()
+    stream.wait(bool(direction), int(remaining * 1000) + 1)
 
 
 def column(row: Any, name: str) -> Any:
@@ -371,6 +372,8 @@ class Connection:
         self._synced = threading.Event()  # the initial snapshot is in the replica
         self.reconnects = 0
         self.schema_json = schema_json  # one-shot reads on the same server reuse it
+        import ovs.db.idl
+
         helper = ovs.db.idl.SchemaHelper(schema_json=schema_json)
         self.schema_tables: dict[str, set[str]] = {name: set(t["columns"]) for name, t in schema_json["tables"].items()}
         self.registered: dict[str, set[str]] = {}
@@ -444,6 +447,8 @@ class Connection:
                 self._block(remaining)
 
     def _block(self, seconds: float, txn: ovs.db.idl.Transaction | None = None) -> None:
+        import ovs.poller
+
         poller = ovs.poller.Poller()
         self.idl.wait(poller)
         if txn is not None:
@@ -560,6 +565,8 @@ class Connection:
         failure from a concurrent change, or a lost connection), so it must be
         a pure function of the replica.  Raising inside ``build`` aborts.
         """
+        import ovs.db.idl
+
         deadline = time.monotonic() + timeout
         attempts = 0
         unsure: list[int] = []  # attempts whose commit may have gone through (see TxnResult.unsure)
@@ -627,6 +634,8 @@ class Connection:
 
     def _commit(self, txn: ovs.db.idl.Transaction, deadline: float) -> int:
         """Drive ``txn`` to a final status without ever blocking past ``deadline``."""
+        import ovs.db.idl
+
         while True:
             status = txn.commit()
             if status != ovs.db.idl.Transaction.INCOMPLETE:
@@ -683,6 +692,8 @@ class Connection:
         self._thread = None
 
     def _loop(self) -> None:
+        import ovs.poller
+
         while not self._stop.is_set():
             with self.lock:
                 before = self.idl.change_seqno

@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 # What a terminal obeys or reorders instead of showing: C0 (ESC included), DEL and C1 (0x9b is CSI on
@@ -121,4 +122,69 @@ def print_json(obj: Any) -> None:
     Encoded whole, then written once: ``json.dump`` to a stream writes every
     token separately (200,000 writes for a 1000-VIF host).
     """
-    exact_stdout().write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    exact_stdout().write(indented_json(obj) + "\n")
+
+
+def indented_json(obj: Any) -> str:
+    """``json.dumps(obj, indent=2, default=str)``, the same bytes, in half the time.
+
+    With ``indent`` the standard library encodes in pure Python, token by
+    token (40 ms for a 1000-VIF status); its C encoder only writes compact
+    JSON.  But the C encoder takes any item separator: given a comma, a line
+    end and the indent of one depth, it writes a container whose items hold
+    no further containers exactly as ``indent`` would, between the brackets.
+    So each container is written by it, the ones nested in it replaced by a
+    marker first and then spliced back in at their own depth.  Anything that
+    does not fit (a marker found in the data itself, no C encoder) is left to
+    ``json.dumps``.
+    """
+    if c_make_encoder is None or not (isinstance(obj, _CONTAINERS) and obj):
+        return json.dumps(obj, indent=2, default=str)
+    try:
+        return _container(obj, 0)
+    except _Unusual:
+        return json.dumps(obj, indent=2, default=str)
+
+
+_CONTAINERS = (dict, list, tuple)  # what json writes as an object or an array
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_MARKER = "\x00hvnet:nested\x00"  # stands for a nested container while its parent is encoded
+_MARKER_JSON = json.dumps(_MARKER)
+_flat_encoders: dict[int, Any] = {}
+
+
+class _Unusual(Exception):
+    """The data holds the marker: :func:`indented_json` leaves it to ``json.dumps``."""
+
+
+def _flat_encoder(depth: int) -> Any:
+    """The C encoder of a container at ``depth`` whose items are all scalars (or empty containers)."""
+    encoder = _flat_encoders.get(depth)
+    if encoder is None:
+        separator = ",\n" + "  " * (depth + 1)
+        encoder = c_make_encoder(None, str, encode_basestring_ascii, None, ": ", separator, False, False, True)
+        _flat_encoders[depth] = encoder
+    return encoder
+
+
+def _container(obj: Any, depth: int) -> str:
+    """A non-empty dict, list or tuple at ``depth``, as ``json.dumps(indent=2)`` writes it there."""
+    items = obj.values() if isinstance(obj, dict) else obj
+    flat = obj
+    nested = []
+    if not _SCALARS.issuperset(map(type, items)):
+        keys = [
+            k for k, v in (obj.items() if isinstance(obj, dict) else enumerate(obj)) if isinstance(v, _CONTAINERS) and v
+        ]
+        if keys:
+            flat = dict(obj) if isinstance(obj, dict) else list(obj)
+            for k in keys:
+                nested.append(_container(flat[k], depth + 1))
+                flat[k] = _MARKER
+    text = "".join(_flat_encoder(depth)(flat, 0))
+    if nested:
+        parts = text.split(_MARKER_JSON)
+        if len(parts) != len(nested) + 1:
+            raise _Unusual
+        text = "".join([part for pair in zip(parts, nested) for part in pair]) + parts[-1]
+    return f"{text[0]}\n{'  ' * (depth + 1)}{text[1:-1]}\n{'  ' * depth}{text[-1]}"

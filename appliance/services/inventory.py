@@ -7,7 +7,14 @@ consistent read without a replica for one-shot verbs.
 
 from __future__ import annotations
 
-from appliance.switch.api import OVSDB_STATS_INTERVAL_S, LiveInventory, connect, read_inventory, read_inventory_once
+from appliance.switch.api import (
+    OVSDB_STATS_INTERVAL_S,
+    LiveInventory,
+    connect,
+    read_inventory,
+    read_inventory_once,
+    read_once_with_bridge_ids,
+)
 from appliance.switch.inventory import Inventory, MirrorInfo, Vif, filter_vifs
 
 __all__ = [
@@ -20,4 +27,5 @@ __all__ = [
     "filter_vifs",
     "read_inventory",
     "read_inventory_once",
+    "read_once_with_bridge_ids",
 ]

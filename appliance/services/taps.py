@@ -8,18 +8,21 @@ counts in :func:`list_taps` are the switch's own, from the TAP's flows
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from appliance.core.errors import HvnetError, UsageError
-from appliance.policy.plan.model import Policy, TapRule
-from appliance.policy.plan.taps import TapCols, read_bridge, rule_from_fields
+from appliance.policy.plan.records import has_taps
 from appliance.switch.host import Host
 
-# The policy engine and OpenFlow are imported where a TAP is changed or counted: ``hvnet
-# status`` asks for the TAPs (host_taps) on every run, and most switches have none.
+# The policy (its vocabulary, the TAP grammar, the engine) and OpenFlow are imported where a TAP is
+# changed or counted: ``hvnet status`` asks for the TAPs (host_taps) on every run, and most switches
+# have none.
 if TYPE_CHECKING:
     from appliance.policy import ApplyResult, PolicyEngine
+    from appliance.policy.plan.model import TapRule
+    from appliance.policy.plan.taps import TapCols
 
 
 @dataclass
@@ -47,6 +50,8 @@ class TapRow:
 
 def tap_rule(bridge: str, name: str, spec: dict[str, Any]) -> TapRule:
     """The rule of a TAP given as the policy file's mapping; UsageError naming the first bad field."""
+    from appliance.policy.plan.taps import rule_from_fields
+
     rule, problems = rule_from_fields(bridge, name, spec, ("taps", name))
     if problems:
         field, message = problems[0]
@@ -56,6 +61,7 @@ def tap_rule(bridge: str, name: str, spec: dict[str, Any]) -> TapRule:
 
 def add_tap(engine: PolicyEngine, rule: TapRule, *, dry_run: bool = False) -> ApplyResult:
     """Add the TAP ``rule``; a name that exists on the bridge is refused (checked again inside the commit)."""
+    from appliance.policy.plan.model import Policy
     from appliance.services.policy import apply
 
     def still_free(state: Any) -> None:
@@ -70,6 +76,7 @@ def add_tap(engine: PolicyEngine, rule: TapRule, *, dry_run: bool = False) -> Ap
 
 def delete_tap(engine: PolicyEngine, name: str, bridge: Optional[str] = None, *, dry_run: bool = False) -> ApplyResult:
     """Delete the TAP ``name`` (its flows, group and any tunnel port hvnet made for it)."""
+    from appliance.policy.plan.model import Policy, TapRule
     from appliance.services.policy import apply
 
     state = engine.snapshot()
@@ -88,15 +95,22 @@ def list_taps(engine: PolicyEngine) -> list[TapRow]:
     return _rows(engine.host, {br: b.taps for br, b in state.bridges.items()})
 
 
-def host_taps(host: Host) -> list[TapRow]:
-    """Every TAP on ``host``'s switch with its counts, for ``hvnet status`` and the console's Host screen.
+def host_taps(host: Host, bridge_ids: Optional[Mapping[str, Mapping[str, str]]] = None) -> list[TapRow]:
+    """Every TAP on ``host``'s switch with its counts, for ``hvnet status``.
 
-    Reads only the bridges' TAP records (no policy engine: a status must stay cheap); a switch
-    without TAPs costs this one small OVSDB read and no ovs-ofctl.
+    Reads only the bridges' TAP records (no policy engine: a status must stay cheap).
+    ``bridge_ids``: each bridge's external_ids, when the caller has read them already (status's one
+    consistent read); else one small OVSDB read here.  A switch without TAPs costs nothing more: no
+    policy vocabulary, no ovs-ofctl.
     """
-    with host.connect({"Bridge": ["name", "external_ids"]}) as conn, conn.lock:
-        records = {str(br.name): read_bridge(dict(br.external_ids)) for br in conn.idl.tables["Bridge"].rows.values()}
-    return _rows(host, records)
+    if bridge_ids is None:
+        with host.connect({"Bridge": ["name", "external_ids"]}) as conn, conn.lock:
+            bridge_ids = {str(br.name): dict(br.external_ids) for br in conn.idl.tables["Bridge"].rows.values()}
+    if not any(has_taps(ids) for ids in bridge_ids.values()):
+        return []
+    from appliance.policy.plan.taps import read_bridge
+
+    return _rows(host, {br: read_bridge(dict(ids)) for br, ids in bridge_ids.items()})
 
 
 def _rows(host: Host, taps_by_bridge: dict[str, dict[str, TapCols]]) -> list[TapRow]:

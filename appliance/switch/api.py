@@ -36,11 +36,22 @@ def read_inventory(conn: Connection, host: Host, *, kernel_counters: bool = True
 
 
 def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
-    """The inventory from one consistent read, without a replica (one-shot verbs: ``status``)."""
+    """The inventory from one consistent read, without a replica (one-shot verbs)."""
+    return read_once_with_bridge_ids(host, timeout=timeout)[0]
+
+
+def read_once_with_bridge_ids(host: Host, *, timeout: float = 5.0) -> tuple[Inventory, dict[str, dict[str, str]]]:
+    """The inventory and each bridge's external_ids by name, from one consistent read without a replica.
+
+    The engine keeps on a bridge's external_ids what OVS has no table for (flow TAPs): ``hvnet
+    status`` lists them from this same read instead of opening a second session, most often to
+    learn that there are none.
+    """
     from appliance.switch import snapshot
 
     snap = snapshot.take(host.target, reader.COLUMNS, timeout)
-    return inventory.read(snap, names=host.name_sources(), runner=host.runner)
+    bridge_ids = {str(br.name): dict(br.external_ids) for br in snap.idl.tables["Bridge"].rows.values()}
+    return inventory.read(snap, names=host.name_sources(), runner=host.runner), bridge_ids
 
 
 class LiveInventory:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from appliance.services import taps
-from appliance.services.forms import TapForm, tap_form_rule, tap_form_spec
+from appliance.services.forms import TapForm, TapRule, tap_form_rule, tap_form_spec
 from appliance.services.policy import ApplyResult, Plan
-from appliance.services.taps import TapRule
 
 if TYPE_CHECKING:
     from tui.backend import Backend

@@ -17,7 +17,8 @@ from typing import Any
 
 from appliance.core.ovsdb import Connection, TxnContext
 from appliance.core.ovsdb import column as col
-from appliance.policy.plan.model import TAP_KEY_PREFIX, TUNNEL_MIRROR_KEY, Policy, is_owned
+from appliance.policy.plan.model import TUNNEL_MIRROR_KEY, Policy, is_owned
+from appliance.policy.plan.records import TAP_KEY_PREFIX
 
 RIPE_S = 1.0  # seen orphaned this long before (in an earlier observation): removed
 

@@ -22,11 +22,11 @@ from appliance.policy.plan.model import (
     OWNER_KEY,
     POLICE_BURST_KEY,
     POLICE_RATE_KEY,
-    TAP_KEY_PREFIX,
     TUNNEL_MIRROR_KEY,
     is_owned,
 )
 from appliance.policy.plan.planner import Change
+from appliance.policy.plan.records import TAP_KEY_PREFIX
 from appliance.policy.plan.state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
 from appliance.policy.plan.taps import TapCols
 from appliance.policy.plan.taps import owner as tap_owner

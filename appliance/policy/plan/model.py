@@ -22,8 +22,7 @@ OWNER = "hvnet"
 POLICE_RATE_KEY = "hvnet-police-rate-kbps"
 POLICE_BURST_KEY = "hvnet-police-burst-kbit"
 TUNNEL_MIRROR_KEY = "hvnet-mirror"
-# Bridge external_ids holding a TAP's record (the flows are derived from it, as meters are).
-TAP_KEY_PREFIX = "hvnet-tap-"
+# A TAP's record is kept on its Bridge (the flows are derived from it, as meters are): see .records.
 
 MIN_BURST_KBIT = 12  # one 1500-byte frame
 MAX_MIRRORS_PER_BRIDGE = 32

@@ -26,7 +26,6 @@ from appliance.policy.plan.fields import FieldError, mirror_output, parse_select
 from appliance.policy.plan.model import (
     MAX_TAPS_PER_BRIDGE,
     TAP_DIRECTIONS,
-    TAP_KEY_PREFIX,
     TAP_MATCH_KEYS,
     TAP_METHODS,
     Selector,
@@ -34,6 +33,7 @@ from appliance.policy.plan.model import (
     TapRule,
     TunnelCols,
 )
+from appliance.policy.plan.records import TAP_KEY_PREFIX
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmp6": 58}
 _L4 = (6, 17)

@@ -1,3 +1,5 @@
+import argparse
+
 from appliance import __version__
 from appliance.cli.main import build_parser, main
 
@@ -30,3 +32,26 @@ def test_bad_arguments_exit_2(capsys) -> None:
 def test_invalid_db_target_exit_2(capsys) -> None:
     assert main(["--db", "nonsense", "status"]) == 2
     assert "invalid OVSDB target 'nonsense'" in capsys.readouterr().err
+
+
+def _parsed(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, object]:
+    """What a command line parses to, lazily loaded commands by name (each build makes new ones)."""
+    return {k: getattr(v, "__name__", v) if callable(v) else v for k, v in vars(parser.parse_args(argv)).items()}
+
+
+def test_a_command_line_builds_the_parser_of_its_verbs_only() -> None:
+    """The verbs a command line does not name are listed, not built: the same help, the same parse."""
+    assert build_parser(["--help"]).format_help() == build_parser().format_help()
+    assert build_parser(["status"]).format_usage() == build_parser().format_usage()
+    for argv in (
+        ["--db", "unix:/x", "status", "--json", "--all"],
+        ["lab", "up", "--json"],
+        ["isolation", "audit", "FILE"],
+        ["--host", "status", "tap", "list"],
+        ["capture", "list"],
+        ["completion", "bash"],
+    ):
+        assert _parsed(build_parser(argv), argv) == _parsed(build_parser(), argv), argv
+    verbs = next(a for a in build_parser(["status"])._actions if a.dest == "command")
+    assert isinstance(verbs.choices["status"], argparse.ArgumentParser)
+    assert not isinstance(verbs.choices["lab"], argparse.ArgumentParser)  # listed, nothing of it built

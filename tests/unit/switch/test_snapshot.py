@@ -22,7 +22,7 @@ def test_scalars_optionals_sets_and_maps() -> None:
 
 def test_references_become_rows_and_dangling_ones_vanish() -> None:
     row = Row(uuid.UUID(U1), {"name": "vif1.0"})
-    rows = {row.uuid: row}
+    rows = {U1: row}  # by uuid as the server writes it
     ports = converter({"key": {"type": "uuid", "refTable": "Port"}, "min": 0, "max": "unlimited"})
     assert ports(["set", [["uuid", U1], ["uuid", U2]]], rows) == [row]
     one = converter({"key": {"type": "uuid", "refTable": "Port"}, "min": 0, "max": 1})
@@ -30,3 +30,22 @@ def test_references_become_rows_and_dangling_ones_vanish() -> None:
     plain = converter({"key": "uuid", "min": 1, "max": 1})
     assert plain(["uuid", U2], rows) == uuid.UUID(U2)
     assert row.name == "vif1.0" and row._data is None
+
+
+def test_every_shape_reads_as_before_whatever_the_server_writes() -> None:
+    """A set of one where an atom is expected, an empty one, a dangling reference: as python-ovs reads them."""
+    assert converter({"key": "string"})(["set", ["vif1.0"]], {}) == "vif1.0"
+    assert converter({"key": "integer", "min": 1, "max": 1})(["set", []], {}) is None
+    required = converter({"key": {"type": "uuid", "refTable": "Port"}})
+    assert required(["uuid", U2], {}) is None and required(["set", [["uuid", U2]]], {}) is None
+    names = converter({"key": "string", "min": 0, "max": "unlimited"})
+    raw = ["set", ["b", "c", "a"]]
+    assert names(raw, {}) == ["a", "b", "c"] and names("a", {}) == ["a"] and raw == ["set", ["b", "c", "a"]]
+    one = ["set", ["a"]]
+    assert names(one, {}) == ["a"] and names(one, {}) is not one[1]  # a list of its own, not the reply's
+
+
+def test_a_row_reads_its_columns_as_attributes() -> None:
+    row = Row(uuid.UUID(U1), {"name": "vif1.0", "ofport": [1]})
+    assert (row.uuid, row.name, row.ofport) == (uuid.UUID(U1), "vif1.0", [1])
+    assert getattr(row, "mtu", None) is None  # a column not read is not there, as on the IDL's rows
