@@ -580,3 +580,8 @@ def test_cli_override_bounds_match_the_suite_loader() -> None:
     from appliance.services import suites as cli_suite
 
     assert (cli_suite.MAX_DURATION_S, cli_suite.MAX_REPETITIONS) == (suite.MAX_DURATION_S, suite.MAX_REPETITIONS)
+    # The parser itself, not only its constants: the loader's limits are accepted, one more is refused.
+    for field, top in (("duration", suite.MAX_DURATION_S), ("repetitions", suite.MAX_REPETITIONS)):
+        assert cli_suite.parse_override(field, str(top)) == top
+        with pytest.raises(cli_suite.OverrideError):
+            cli_suite.parse_override(field, str(top + 1))
