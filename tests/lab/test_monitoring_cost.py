@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
+from appliance.netperf.define.monitoring import wilson
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import vsctl
 
@@ -43,11 +44,16 @@ def test_monitoring_cost_quick(lab: Lab, tmp_path: Path) -> None:
         c = steps[case]["collector"]
         assert c["received"] > 0 and c["expected"] > 0, (case, c)
         assert c["received_per_s"]["mean"] > 0
-    # 1-in-64: the samples are binomial; the interval holds 1 unless the collector's socket dropped some
+    # 1-in-64: the samples are binomial.  The report's 95% interval misses 1 in one run of twenty by
+    # construction, so the test asks the same question at 99.9% (z = 3.29): it holds 1 unless the
+    # collector's socket dropped some, and a real deficit of a few per cent still fails it.
     s64 = steps["sflow-64"]["collector"]
-    lo, hi = s64["ratio_ci95"]
+    assert s64["ratio_ci95"] is not None, s64
+    interval = wilson(s64["received"], s64["expected"] * 64, z=3.29)
+    assert interval is not None, s64
+    lo, hi = (x * 64 for x in interval)
     dropped = s64["socket_drops"]
-    assert lo <= 1.0 <= hi or (hi < 1.0 and dropped), s64
+    assert lo <= 1.0 <= hi or (hi < 1.0 and dropped), (lo, hi, s64)
     # 1-in-1 sFlow: every forwarded packet is a sample, less what the socket dropped (it says so)
     s1 = steps["sflow-1"]["collector"]
     assert s1["received"] + 10 * (s1["socket_drops"] or 0) >= 0.97 * s1["expected"], s1
