@@ -143,11 +143,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="with --pool apply or rollback: wait up to S seconds for every chassis to acknowledge (default 30)",
     )
     p.add_argument(
-        "--guests", choices=("lab", "probes"),
-        help="where suite run and isolation check find their endpoints: the built-in lab's guests, or probe "
-        "ports hvnet adds to the target's bridge for the run (the file's 'probes:'); default: probes when the "
-        "file names them, else the lab -- but never the lab silently when --host/--db/--hosts/--pool names a "
-        "real target ($HVNET_GUESTS)",
+        "--guests", choices=("lab", "probes", "vms"),
+        help="where suite run and isolation check find their endpoints: the built-in lab's guests, probe "
+        "ports hvnet adds to the target's bridge for the run (the file's 'probes:'), or real VMs of the VM "
+        "inventory (--vms); default: probes when the file names them, the VMs when --vms is given, else the "
+        "lab -- but never the lab silently when --host/--db/--hosts/--pool names a real target ($HVNET_GUESTS)",
+    )  # fmt: skip
+    p.add_argument(
+        "--vms", metavar="FILE",
+        help="the VM inventory: the real VMs a suite's client and server name, each reached over SSH or "
+        "through libvirt's QEMU guest agent, measured on its VIF of the driven switch ($HVNET_VMS; with "
+        "--guests vms and no file: /etc/hvnet/vms.yaml)",
     )  # fmt: skip
     p.add_argument(
         "--no-lab",

@@ -116,12 +116,13 @@ def _seconds_up_to_60(text: str) -> str:
     return text
 
 
-GUEST_SOURCES = ("lab", "probes")  # where suites and isolation checks find their endpoints (--guests)
+GUEST_SOURCES = ("lab", "probes", "vms")  # where suites and isolation checks find their endpoints (--guests)
+GUEST_SOURCES_TEXT = "lab, probes or vms"
 
 
 def _guest_source(text: str) -> str:
     if text not in GUEST_SOURCES:
-        raise ValueError(" or ".join(GUEST_SOURCES))
+        raise ValueError(GUEST_SOURCES_TEXT)
     return text
 
 
@@ -269,8 +270,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S("exporter", "client_ca", "HVNET_EXPORTER_CLIENT_CA", _absolute_path, None, None,
        "serve only clients with a certificate this CA signed (--client-ca)"),
     _S("measure", "guests", "HVNET_GUESTS", _guest_source, None, "--guests",
-       "where suites and isolation checks find their endpoints: lab or probes; unset: the probes the file "
-       "names, else the lab when no --host/--db/--hosts/--pool names a real target"),
+       "where suites and isolation checks find their endpoints: lab, probes or vms; unset: the probes the file "
+       "names, the VMs of a VM inventory given by --vms or vms, else the lab when no --host/--db/--hosts/--pool "
+       "names a real target"),
+    _S("measure", "vms", "HVNET_VMS", _absolute_path, None, "--vms",
+       "the VM inventory: real VMs a suite's client and server name, reached over SSH or their guest agent "
+       "(with --guests vms unset: /etc/hvnet/vms.yaml)"),
     _S("lab", "dir", "HVNET_LAB_DIR", _absolute_path, "/run/hvnet/lab", None, "the built-in lab's run directory"),
     _S("lab", "image_cache", "HVNET_IMAGE_CACHE", _absolute_path, "/var/cache/hvnet/image", None,
        "the lab's QEMU guest image cache"),

@@ -10,12 +10,28 @@ hands the engine a :class:`GuestSource`; the engine never imports the lab.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
 
 if TYPE_CHECKING:
+    from appliance.core.runner import CommandRunner
+    from appliance.endpoints.jobs import Launcher
     from appliance.endpoints.topology import Topology
+
+
+@dataclass(frozen=True)
+class VmAccess:
+    """A real VM's own way in, opened by the guest source that found it: over SSH into the VM, or through
+    libvirt's QEMU guest agent on its hypervisor.  Everything hvnet runs in the VM goes through these two:
+    one-off commands through ``runner`` (preflight, its address, its CPU), a step's processes through a
+    group of ``launcher`` (started together by one shell in the VM, stamped by the VM's clock)."""
+
+    method: str  # "ssh" | "agent"
+    label: str  # how messages name it: "VM web-01 (over SSH)"
+    runner: CommandRunner
+    launcher: Launcher
+    boot_id: Optional[str] = None  # the VM's boot: a PID recorded under another boot is never signalled
 
 
 @dataclass(frozen=True)
@@ -23,7 +39,7 @@ class GuestEndpoint:
     """One guest, resolved: its identity on the switch and how to run commands in it."""
 
     name: str
-    kind: str  # "netns" | "qemu"
+    kind: str  # "netns" | "qemu" (the lab's) | "vm" (a real VM, through ``access``)
     ip: str  # with its prefix length, as the topology gives it (10.0.0.1/24)
     mac: str
     vif: str  # the guest's VIF as it is now (a VM's vnetN changes when its domain restarts)
@@ -33,6 +49,7 @@ class GuestEndpoint:
     # True: ``netns`` is on the driven host (a probe over ``--host``), reached through the Host's runner and
     # started by appliance.endpoints' remote shell; False: a namespace (or VM channel) of this machine
     remote: bool = False
+    access: Optional[VmAccess] = field(default=None, compare=False)
 
     @property
     def address(self) -> str:
@@ -45,8 +62,11 @@ class GuestEndpoint:
     def argv(self, argv: list[str], *, stdin: bool | None = None) -> list[str]:
         """The local argv that runs ``argv`` inside this guest (output streamed, exit status kept).
 
-        ``stdin=False`` keeps hvnet's own stdin away from a VM's command.
+        ``stdin=False`` keeps hvnet's own stdin away from a VM's command.  A real VM's argv is its own:
+        ``access.runner`` runs it there.
         """
+        if self.access is not None:
+            return list(argv)
         if self.channel:
             flags = [] if stdin is None else ["--stdin" if stdin else "--no-stdin"]
             return [*self.gexec, *flags, self.channel, "--", *argv]

@@ -7,12 +7,17 @@ checks its guests or picks switches itself.  The choice (``--guests``,
 
 * ``lab`` -- hvnet's built-in lab: its guests, on its own switch (or its hosts');
 * ``probes`` -- probe ports hvnet adds to the target's bridge for the run (the
-  file's ``probes:``), on this machine or over ``--host``.
+  file's ``probes:``), on this machine or over ``--host``;
+* ``vms`` -- real VMs of the VM inventory (``--vms``, ``$HVNET_VMS``,
+  ``[measure] vms``), reached over SSH or through libvirt's QEMU guest agent
+  and measured on their VIFs of the driven switch; the file's guest names are
+  the inventory's VM names.
 
-Unset, a file that names probes runs on probes, and anything else on the lab
--- unless a real target is named (``--host``, ``--db``, ``--hosts``,
-``--pool``, or their settings): a real target never falls back to the lab
-silently, the operator says ``--guests lab`` to mean it.
+Unset, a file that names probes runs on probes, a VM inventory given runs on
+its VMs, and anything else on the lab -- unless a real target is named
+(``--host``, ``--db``, ``--hosts``, ``--pool``, or their settings): a real
+target never falls back to the lab silently, the operator says ``--guests
+lab`` to mean it.
 """
 
 from __future__ import annotations
@@ -34,17 +39,23 @@ class Measurement:
     """What a run measures with: the switch it drives, its guests, and every switch it spans (the lab's
     hosts by name; None: one switch)."""
 
-    source: str  # lab | probes
+    source: str  # lab | probes | vms
     host: Host
     guests: GuestSource
     switches: dict[Optional[str], Host] = field(default_factory=dict)
     where: str = ""  # for reports: which switch and which guests
 
 
-def choose(choice: Optional[str], *, names_probes: bool, real_target: Optional[str], what: str) -> str:
+def choose(
+    choice: Optional[str], *, names_probes: bool, real_target: Optional[str], what: str, vms_given: bool = False
+) -> str:
     """The guest source for a file (``what``: "suite quick") given the operator's choice (pure).
 
-    ``real_target`` says which option or setting names a real switch (None: none does)."""
+    ``real_target`` says which option or setting names a real switch (None: none does); ``vms_given``,
+    whether a VM inventory was named (``--vms`` or its setting)."""
+    if choice == "vms" and names_probes:
+        raise UsageError(f"{what} names probes, not VMs; --guests vms cannot run it",
+                         hint="drop --guests vms, or give a file whose endpoints are VMs of the inventory")  # fmt: skip
     if choice == "lab" and names_probes:
         raise UsageError(f"{what} names probes, not lab guests; --guests lab cannot run it",
                          hint="drop --guests lab (or $HVNET_GUESTS), or give a file with a lab topology")  # fmt: skip
@@ -55,6 +66,8 @@ def choose(choice: Optional[str], *, names_probes: bool, real_target: Optional[s
         return choice
     if names_probes:
         return "probes"
+    if vms_given:
+        return "vms"
     if real_target is not None:
         raise UsageError(
             f"{what} runs on the built-in lab's guests, but {real_target} names a real target: hvnet does not "
@@ -87,8 +100,28 @@ def choice_of(args: Any) -> Optional[str]:
     value = env.get("HVNET_GUESTS") or None
     if value is not None and value not in config.GUEST_SOURCES:
         raise UsageError(f"{env.where('HVNET_GUESTS')}: guests {value!r} is not allowed; allowed: "
-                         f"{' or '.join(config.GUEST_SOURCES)}")  # fmt: skip
+                         f"{config.GUEST_SOURCES_TEXT}")  # fmt: skip
     return value
+
+
+def vms_file(args: Any) -> Optional[str]:
+    """The VM inventory named: ``--vms``, else ``$HVNET_VMS`` / ``[measure] vms`` (None: none named)."""
+    if getattr(args, "vms", None):
+        return str(args.vms)
+    return config.environ().get("HVNET_VMS") or None
+
+
+def load_vms(path: Optional[str]) -> Any:
+    """The VM inventory (``/etc/hvnet/vms.yaml`` when none is named), validated whole before any VM is
+    contacted (a missing or broken file: exit 2 with file:line)."""
+    from appliance.core import vmlist
+
+    file = path or str(vmlist.DEFAULT_VMS)
+    try:
+        return vmlist.load(file)
+    except FileNotFoundError:
+        raise UsageError(f"no VM inventory {file}", hint="write one (see hvnet(1), VM INVENTORY) and name it "
+                         "with --vms FILE or $HVNET_VMS") from None  # fmt: skip
 
 
 @contextmanager
@@ -107,6 +140,8 @@ def measurement(
     reuse: Optional[Host] = None,
     tools: tuple[str, ...] = (),
     local_only: bool = False,
+    vms: Optional[str] = None,
+    vm_tools: Optional[dict[str, tuple[str, ...]]] = None,
 ) -> Iterator[Measurement]:
     """The guests and switches a run of ``what`` uses, for as long as the ``with`` lasts.
 
@@ -114,7 +149,19 @@ def measurement(
     ``hosts`` of it.  Probes: ``target()`` (the Host the global options name, ``reuse`` for the console's)
     with ``probes`` added to its bridge and removed afterwards.  Switches this built are closed after.
     """
-    source = choose(choice, names_probes=bool(probes), real_target=real, what=what)
+    source = choose(choice, names_probes=bool(probes), real_target=real, what=what, vms_given=vms is not None)
+    if source == "vms":
+        from appliance.services.vms import VmSource
+
+        if local_only:  # the traffic method's senders and captures are this machine's namespaces
+            raise UsageError(f"{what}: the traffic method sends and captures inside lab guests or probes on this "
+                             "machine, not inside VMs", hint="check VMs with --method trace")  # fmt: skip
+        inventory = load_vms(vms)
+        host = reuse or target()
+        with VmSource(host, inventory, tools=vm_tools or {}, timeout=timeout) as vm_guests:
+            yield Measurement("vms", host, vm_guests, {None: host},
+                              f"VMs of {inventory.file} on {host.label or host.describe()}")  # fmt: skip
+        return
     if source == "probes":
         from appliance.services.probes import ProbeSource
 
@@ -149,13 +196,17 @@ def suite_measurement(
     client_host = suite.topology.guest(suite.client).host
     from appliance.frontdoor.hosts import host_of
 
-    tools = ("netperf", "netserver") + (("iperf3",) if any(t.is_pps for t in suite.tests) else ())
+    pps = ("iperf3",) if any(t.is_pps for t in suite.tests) else ()
+    tools = ("netperf", "netserver", *pps)
+    vm_tools = {suite.client: ("netperf", *pps)}
+    if suite.server.guest:
+        vm_tools[suite.server.guest] = ("netserver", *pps)
     return measurement(
         suite.topology, suite.probes, f"suite {suite.name}", choice=choice_of(args),
         real=real if reuse is not None else real_target(args),
         target=lambda: host_of(args), hosts=(client_host,) if client_host else None,
         names=[suite.client], libvirt=getattr(args, "libvirt", None), timeout=getattr(args, "timeout", 10.0),
-        reuse=reuse, tools=tools,
+        reuse=reuse, tools=tools, vms=vms_file(args), vm_tools=vm_tools,
     )  # fmt: skip
 
 
@@ -172,7 +223,8 @@ def scenario_measurement(
         real=real if reuse is not None else real_target(args),
         target=lambda: host_of(args), names=list(sc.guests), libvirt=getattr(args, "libvirt", None),
         timeout=getattr(args, "timeout", 10.0), reuse=reuse,
-        tools=("tcpdump",) if method != "trace" else (), local_only=method != "trace",
+        tools=("tcpdump",) if method != "trace" else (), local_only=method != "trace", vms=vms_file(args),
+        vm_tools={g: () for g in sc.guests},
     )  # fmt: skip
 
 

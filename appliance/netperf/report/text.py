@@ -193,6 +193,14 @@ def notes(doc: SuiteResult) -> list[str]:
             "VM's own cost (emulated under TCG unless KVM); netperf CPU is the guest's own accounting, "
             "netserver CPU in a guest is not sampled"
         )
+    real = [f"{side} {ep.guest}" for side, ep in (("client", m.client), ("server", m.server))
+            if (ep.runs_in or "").startswith("vm-")]  # fmt: skip
+    if real:
+        out.append(
+            f"note: {' and '.join(real)} {'is a' if len(real) == 1 else 'are'} real VM{'s' if len(real) > 1 else ''}: "
+            "rates are what the VMs get (their virtio/netback, vCPUs and firewall included); per-process CPU is "
+            "not measured, each VM's whole CPU is (cpu.vms)"
+        )
     out += [f"warning: {w}" for w in m.warnings]
     return out
 

@@ -66,8 +66,14 @@ class Endpoint:
 
     @property
     def remote(self) -> bool:
-        """A namespace on the driven host, not this machine: its processes start over that host's runner."""
-        return self.guest is not None and self.guest.remote
+        """Not this machine's: a namespace on the driven host (its processes start over that host's runner)
+        or a real VM (through its own access); either way a group there starts them and reads them back."""
+        return self.guest is not None and (self.guest.remote or self.guest.access is not None)
+
+    @property
+    def vm(self) -> Optional[str]:
+        """A real VM's label (None: a lab guest or a probe)."""
+        return self.guest.access.label if self.guest is not None and self.guest.access is not None else None
 
     @property
     def netns(self) -> Optional[str]:
@@ -80,11 +86,16 @@ class Endpoint:
         return self.guest.argv(argv, stdin=False if self.in_vm else None)  # never hvnet's own stdin in a VM
 
     def runner_for(self, host: Host) -> CommandRunner:
-        """Where a one-off command in this guest runs: the host's runner for a remote guest, else this machine."""
+        """Where a one-off command in this guest runs: a real VM's own runner, the host's runner for a remote
+        guest, else this machine."""
+        if self.guest is not None and self.guest.access is not None:
+            return self.guest.access.runner
         return host.runner if self.remote else host.local_runner
 
     def group(self, host: Optional[Host], runner: CommandRunner, out_dir: Path, label: str) -> Group:
         """A group of :mod:`appliance.endpoints` for processes in this guest (outputs end up in ``out_dir``)."""
+        if self.guest is not None and self.guest.access is not None:
+            return self.guest.access.launcher.group(label)
         if self.remote:
             if host is None:
                 raise ValueError(f"{self.name} is on a remote host: the batch needs that host")
@@ -93,7 +104,7 @@ class Endpoint:
 
     def tool(self, name: str, host_path: str) -> str:
         """The program to run here: the host's (found by preflight) or, in a VM, the guest's own on its PATH."""
-        return name if self.in_vm else host_path
+        return name if self.in_vm or self.vm else host_path
 
 
 class Netserver:

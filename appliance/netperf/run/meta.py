@@ -57,7 +57,10 @@ def new_doc(suite: Suite, rig: Rig, engine: PolicyEngine, conn: Connection, pf: 
 
 
 def runs_in(suite: Suite, ep: Endpoint) -> str:
-    """qemu, netns, or probe (a namespace hvnet added to the host's bridge for this run)."""
+    """qemu, netns, probe (a namespace hvnet added to the host's bridge for this run), or a real VM as
+    ``vm-ssh`` / ``vm-agent`` (how hvnet reached it)."""
+    if ep.guest is not None and ep.guest.access is not None:
+        return f"vm-{ep.guest.access.method}"
     if ep.in_vm:
         return "qemu"
     kinds = {g.name: g.kind for g in suite.topology.guests}

@@ -169,7 +169,9 @@ class Runner:
     def _preflight(self) -> Preflight:
         """Check everything before starting anything (PreflightFailed: nothing was started); the rig."""
         client, server, address = self._endpoints()
-        pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=server is not None)
+        # a VM's tools were checked inside it by its guest source: the server VM's netserver is not the client's
+        managed = server is not None and server.vm is None
+        pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=managed)
         pf.failures += preflight.fragment_failures(self.suite, self.engine, self.guests, self.host.label)
         failures, iperf3, self.generator = pktgen.packet_rate(self.suite, self.host.local_runner,
                                                               have_listen=self.listen is not None,

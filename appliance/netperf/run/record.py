@@ -55,6 +55,8 @@ def repetition_record(
     released, finished = batch.released_ns, batch.finished_ns
     span = (finished - released) / 1e9 if finished and released else step.test.duration
     cpu = _netperf_cpu(r, got.cpu, span)
+    if got.vm_cpu:
+        cpu["vms"] = got.vm_cpu  # each real VM's own /proc/stat, all its work (see parse.procstat)
     counters = deltas(got.before, got.after)
     agg, arrived = _figures(r, got, instances, counters)
     notes = verdict.crr_exhaustion(step.test.type, step.test.duration, agg.transactions,
@@ -111,6 +113,9 @@ def _netperf_cpu(r: Repetition, cpu: dict[str, Any], span: float) -> dict[str, A
         cpu["netperf_cpu_measured_in"] = f"QEMU guest {client.name} (its own accounting of its CPU)"
         if batch.cpu_unmeasured:
             cpu["netperf_pct_of_core"] = None  # unknown, never a made-up 0
+    elif client.vm is not None:
+        cpu["netperf_pct_of_core"] = None  # a process in a real VM: its rusage never reaches hvnet
+        cpu["netperf_cpu_measured_in"] = f"not per process: {client.vm}; its whole CPU is in cpu.vms"
     elif client.remote:
         cpu["netperf_pct_of_core"] = None  # started by a shell on that host: its rusage is not ours to read
         cpu["netperf_cpu_measured_in"] = f"not measured: netperf ran on {r.rig.host.label or 'the host'}"

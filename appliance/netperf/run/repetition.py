@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Callable, Optional
 
+from appliance.core.errors import HvnetError
 from appliance.netperf.define.suite import Step
+from appliance.netperf.parse import procstat
 from appliance.netperf.run.fragments import CaseState
 from appliance.netperf.run.launch import Batch
 from appliance.netperf.run.pktgen import Listeners, listener_prefix
@@ -50,6 +52,7 @@ class Readings:
     listened: list[dict[str, Any]] = field(default_factory=list)  # each capture's counts
     listen_problems: list[str] = field(default_factory=list)
     cpu: dict[str, Any] = field(default_factory=dict)  # the sampler's summary
+    vm_cpu: dict[str, Any] = field(default_factory=dict)  # a real VM's own /proc/stat: role -> its busy share
 
 
 class Repetition:
@@ -155,12 +158,27 @@ class Repetition:
     def run(self, stopping: Callable[[], bool]) -> None:
         """Release the batch and reap it: at the test's end plus a grace, or once ``stopping`` says so."""
         self.readings.started = now()
+        vms = {} if self.warmup else self._vms()
+        before = {role: self._vm_stat(ep) for role, ep in vms.items()}
         self.batch.release()
         if self.watch is not None:
             self.watch.released()
         limit = self.seconds if self.warmup else self.step.test.max_seconds()
         self.batch.wait(limit + GRACE_S, stopping, quiet_s=self.seconds)
         self._reaped = True
+        for role, ep in vms.items():
+            self.readings.vm_cpu[role] = procstat.usage(before[role], self._vm_stat(ep), ep.vm or ep.name)
+
+    def _vms(self) -> dict[str, Any]:
+        """The run's real VMs by role: their CPU is read from their own /proc/stat around the batch."""
+        found = {"client": self.rig.client, "server": self.rig.server}
+        return {role: ep for role, ep in found.items() if ep is not None and ep.vm is not None}
+
+    def _vm_stat(self, ep: Any) -> Optional[procstat.CpuTotals]:
+        try:
+            return procstat.parse(ep.runner_for(self.rig.host).read_text("/proc/stat"))
+        except HvnetError:
+            return None
 
     def finish(self) -> Readings:
         """The after-readings of a measured repetition: CPU, port counters, the collector guest's counters

@@ -392,7 +392,7 @@ class ClientInfo(Record):
     guest: str = ""
     address: Optional[str] = None
     vif: Optional[str] = None
-    runs_in: Optional[str] = None  # "qemu" | "netns" | "probe"
+    runs_in: Optional[str] = None  # "qemu" | "netns" | "probe" | "vm-ssh" | "vm-agent"
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

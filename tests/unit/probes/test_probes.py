@@ -126,6 +126,12 @@ def test_the_guest_source_is_chosen_once() -> None:
         choose("probes", names_probes=False, real_target=None, what="suite q")
     with pytest.raises(UsageError, match="names probes"):
         choose("lab", names_probes=True, real_target=None, what="suite q")
+    # a VM inventory named: its VMs, on a real target too; never with a file of probes
+    assert choose(None, names_probes=False, real_target="--host hv1", what="suite q", vms_given=True) == "vms"
+    assert choose("vms", names_probes=False, real_target=None, what="suite q") == "vms"
+    assert choose("lab", names_probes=False, real_target=None, what="suite q", vms_given=True) == "lab"
+    with pytest.raises(UsageError, match="names probes, not VMs"):
+        choose("vms", names_probes=True, real_target=None, what="suite q")
 
 
 def test_a_bad_guests_setting_is_refused_naming_where(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -136,8 +142,8 @@ def test_a_bad_guests_setting_is_refused_naming_where(monkeypatch: pytest.Monkey
     (tmp_path / "hvnet.conf").write_text("")
     (tmp_path / "hvnet.conf").chmod(0o644)
     monkeypatch.setenv("HVNET_CONFIG", str(tmp_path / "hvnet.conf"))
-    monkeypatch.setenv("HVNET_GUESTS", "vms")
-    with pytest.raises(UsageError, match=r"HVNET_GUESTS.*'vms' is not allowed; allowed: lab or probes"):
+    monkeypatch.setenv("HVNET_GUESTS", "cloud")
+    with pytest.raises(UsageError, match=r"HVNET_GUESTS.*'cloud' is not allowed; allowed: lab, probes or vms"):
         choice_of(SimpleNamespace(guests=None))
     monkeypatch.setenv("HVNET_GUESTS", "probes")
     assert choice_of(SimpleNamespace(guests=None)) == "probes"
