@@ -18,14 +18,18 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner
+from appliance.endpoints import Group, Job, wait_all
 from appliance.netperf.define.suite import Suite
 from appliance.netperf.parse import iperf
 from appliance.netperf.run.launch import Endpoint, stop_tree
 from appliance.netperf.run.preflight import PreflightFailed
+
+if TYPE_CHECKING:
+    from appliance.switch.host import Host
 
 LISTEN_TIMEOUT_S = 5.0
 
@@ -40,42 +44,72 @@ class Iperf3Servers:
     count: int
     log_dir: Path
     runner: CommandRunner
+    host: Optional[Host] = None  # the driven host: a remote guest's servers start there
     popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    group: Optional[Group] = None  # a guest that is not this machine's: one group there
 
     def log(self, i: int) -> Path:
         return self.log_dir / f"iperf3-server-{self.port + i}.log"
 
     def start(self) -> None:
-        """Start them and wait until each listens; a server that exits at once (port in use) fails the run."""
-        for i in range(self.count):
-            argv = self.endpoint.wrap(iperf.server_argv(self.program, self.port + i))
-            with open(self.log(i), "ab") as log:
-                self.popens.append(self.runner.popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                                     start_new_session=True))  # fmt: skip
+        """Start them and wait until each listens; a server that exits at once (port in use) fails the run.
+
+        In a guest that is not this machine's (a real VM, a probe over ``--host``) they are one group of
+        :mod:`appliance.endpoints` there, started unheld, their output read back from the group."""
+        if self.endpoint.remote:
+            self.group = self.endpoint.group(self.host, self.runner, self.log_dir, "iperf3")
+            self.group.start([Job(_job(i), tuple(iperf.server_argv(self.program, self.port + i)),
+                                  netns=self.endpoint.netns) for i in range(self.count)], hold=False)  # fmt: skip
+        else:
+            for i in range(self.count):
+                argv = self.endpoint.wrap(iperf.server_argv(self.program, self.port + i))
+                with open(self.log(i), "ab") as log:
+                    self.popens.append(self.runner.popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                         start_new_session=True))  # fmt: skip
         deadline = time.monotonic() + LISTEN_TIMEOUT_S
         waiting = set(range(self.count))
         while waiting and time.monotonic() < deadline:
             for i in list(waiting):
-                text = self.log(i).read_text(errors="replace")
+                text, ended = self._state(i)
                 if "Server listening" in text:
                     waiting.discard(i)
-                elif self.popens[i].poll() is not None:
-                    last = text.strip().splitlines()[-1] if text.strip() else f"exit {self.popens[i].returncode}"
+                elif ended is not None:
+                    last = text.strip().splitlines()[-1] if text.strip() else f"exit {ended}"
                     raise PreflightFailed([f"iperf3 server on {self.endpoint.name} port {self.port + i}: {last}"])
-            time.sleep(0.05)
+            time.sleep(0.05 if self.group is None else 0.25)
         if waiting:
             ports = ", ".join(str(self.port + i) for i in sorted(waiting))
             raise PreflightFailed([f"iperf3 servers on {self.endpoint.name} (ports {ports}) did not listen within "
                                    f"{LISTEN_TIMEOUT_S:g} s"])  # fmt: skip
 
+    def _state(self, i: int) -> tuple[str, Optional[int]]:
+        """Server i's output so far and its exit status (None: still running)."""
+        if self.group is None:
+            return self.log(i).read_text(errors="replace"), self.popens[i].poll()
+        self.group.poll()
+        result = self.group.results.get(_job(i))
+        return self.group.read_text(f"{_job(i)}.out") or "", result.returncode if result else None
+
     @property
     def pids(self) -> list[int]:
+        """This machine's server PIDs (a remote group's are not this machine's processes to sample)."""
         return [p.pid for p in self.popens]
 
     def stop(self) -> None:
         for p in self.popens:
             stop_tree(p)
         self.popens = []
+        if self.group is not None:
+            names = [_job(i) for i in range(self.count)]
+            self.group.signal(names, "TERM")
+            wait_all(self.group, names, 2.0, lambda: False)
+            self.group.fetch(self.log_dir)  # iperf3-NNNN.out beside the run
+            self.group.close()
+            self.group = None
+
+
+def _job(i: int) -> str:
+    return f"iperf3-{i:04d}"
 
 
 class Listen(Protocol):
@@ -146,14 +180,15 @@ def listener_failures(suite: Suite, have_listen: bool, host_label: Optional[str]
 
 
 def servers_for(
-    suite: Suite, endpoint: Endpoint, iperf3: str, log_dir: Path, runner: CommandRunner
+    suite: Suite, endpoint: Endpoint, iperf3: str, log_dir: Path, runner: CommandRunner, host: Optional[Host] = None
 ) -> Optional[Iperf3Servers]:
     """The iperf3 servers a suite needs: one per concurrent sender of its busiest packet-rate step (None: no
     packet-rate test)."""
     count = max((max(t.concurrency) for t in suite.tests if t.is_pps), default=0)
     if not count:
         return None
-    return Iperf3Servers(endpoint, endpoint.tool("iperf3", iperf3), iperf.DEFAULT_PORT, count, log_dir, runner)
+    return Iperf3Servers(endpoint, endpoint.tool("iperf3", iperf3), iperf.DEFAULT_PORT, count, log_dir, runner,
+                         host)  # fmt: skip
 
 
 def listener_prefix(step_index: int, rep: int) -> str:
@@ -177,7 +212,8 @@ def packet_rate(
 
 
 def remote_failures(suite: Suite, endpoints: list[Optional[Endpoint]]) -> list[str]:
-    """What a suite cannot do yet with a guest on a remote host."""
-    if any(e is not None and e.remote for e in endpoints) and any(t.is_pps for t in suite.tests):
+    """What a suite cannot do yet with a probe on a remote host (a real VM's iperf3 runs in the VM: its
+    guest source checked it there)."""
+    if any(e is not None and e.remote and e.vm is None for e in endpoints) and any(t.is_pps for t in suite.tests):
         return ["UDP_PPS tests need iperf3 started on this machine: not yet on a remote host's guests"]
     return []

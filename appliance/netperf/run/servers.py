@@ -86,7 +86,8 @@ class Servers:
         where they listen (None: none started)."""
         rig = self.rig
         if rig.server is not None:
-            self.iperf3 = pktgen.servers_for(self.suite, rig.server, rig.iperf3, rig.out_dir, rig.host.local_runner)
+            self.iperf3 = pktgen.servers_for(self.suite, rig.server, rig.iperf3, rig.out_dir,
+                                             rig.server.runner_for(rig.host), rig.host)  # fmt: skip
         if self.iperf3 is None:
             return None
         self.iperf3.start()
