@@ -120,8 +120,9 @@ def load_vms(path: Optional[str]) -> Any:
     try:
         return vmlist.load(file)
     except FileNotFoundError:
-        raise UsageError(f"no VM inventory {file}", hint="write one (see hvnet(1), VM INVENTORY) and name it "
-                         "with --vms FILE or $HVNET_VMS") from None  # fmt: skip
+        raise UsageError(f"no VM inventory {file}",
+                         hint="write one (vms: a list of {name: VM, ssh: ADDRESS} or {name: VM, agent: libvirt}) "
+                              "and name it with --vms FILE or $HVNET_VMS") from None  # fmt: skip
 
 
 @contextmanager
