@@ -228,8 +228,9 @@ def _start(ln: MgmtLink, files: ClientFiles, record: Callable[[str, str], None])
         return False
     sshd.kill(d)  # a half-started guest (a crash): its listener, if any, goes first
     record("interfaces", ln.outer)  # before it exists: 'lab down' deletes a half-made link too
-    if not Path(f"/sys/class/net/{ln.outer}").exists():
-        _link(ln)
+    if Path(f"/sys/class/net/{ln.outer}").exists():  # half-made, maybe: made again, whole
+        proc.run(["ip", "link", "del", ln.outer])
+    _link(ln)
     config = sshd.sshd_config(ln.address, PORT, d, sshd_extra(d / "home"))
     sshd.start(ln.netns, d, config, lambda: sshd.answers(files.ssh_config, ln.guest),
                f"guest {ln.guest} ({ln.address}:{PORT})")  # fmt: skip

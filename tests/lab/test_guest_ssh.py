@@ -192,3 +192,25 @@ def test_a_changed_host_key_is_refused_by_strict_checking(vm_lab: Lab, tmp_path:
     res = _ssh(files.ssh_config, g.name, ["true"], "-o", f"UserKnownHostsFile={empty}")
     assert res.returncode == 255 and "Host key verification failed" in res.stderr
     assert empty.read_text() == ""
+
+
+def test_a_guest_whose_sshd_died_is_reported_and_a_second_lab_up_brings_it_back_with_the_same_key(
+    vm_lab: Lab,
+) -> None:
+    files = guestssh.ClientFiles(vm_lab.run_dir)
+    g = GUESTS[2]
+    known_before = files.known_hosts.read_text()
+    killed = sshd.kill(files.guest_dir(g.name))
+    assert killed is not None and not _alive(killed)
+    env = {"HVNET_LAB_DIR": str(vm_lab.run_dir)}
+    st = run_hvnet("lab", "status", "--json", env=env)
+    assert st.returncode == 1  # not whole: one guest cannot be reached
+    vm = json.loads(st.stdout)["vm_access"]["guests"]
+    assert [n for n, v in vm.items() if not v["reachable"]] == [g.name] and vm[g.name]["sshd_pid"] is None
+    # 'lab up' without the flag: the lab's state has it; only the dead one is started again
+    up = run_hvnet("lab", "up", "--json", env=env, timeout=120)
+    assert up.returncode == 0, up.stderr
+    started = [a for a in json.loads(up.stdout)["actions"] if a.startswith("started sshd")]
+    assert started == [f"started sshd in guest {g.name} on mgmt0 169.254.64.10:22 (management link hvm3)"]
+    assert files.known_hosts.read_text() == known_before
+    assert _ssh(files.ssh_config, g.name, ["true"]).returncode == 0
