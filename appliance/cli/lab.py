@@ -35,9 +35,11 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     # The default is resolved here: building the parser must not load the topology module (and YAML).
     topo = load_topology(DEFAULT_TOPOLOGY if args.topology is None else args.topology)  # validated whole first
     lab = Lab()
-    report = lab.up(topo)
+    report = lab.up(topo, vm_access=args.vm_access)
     if args.json:
-        render.print_json({"db": report.db, "actions": report.actions, "guests": report.guests})
+        render.print_json(
+            {"db": report.db, "actions": report.actions, "guests": report.guests, "vm_access": report.vm_access}
+        )
         return EXIT_OK
     for action in report.actions or ["already up; nothing to do"]:
         print(f"  {action}")
@@ -60,7 +62,16 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     vm_guest = next((g for g in report.guests if g.get("kind") == "qemu"), None)
     if vm_guest:
         print(f"  {sys.argv[0]} lab exec {vm_guest['name']} -- ping -c1 ...   (runs inside the VM)")
+    if report.vm_access:
+        _vm_access_hints(report.vm_access)
     return EXIT_OK
+
+
+def _vm_access_hints(vm: dict[str, Any]) -> None:
+    """Where the guests reached like VMs answer, and the files a client needs."""
+    print(f"\nguests reached like VMs (inventory {vm['inventory']}):")
+    for name, g in vm["guests"].items():
+        print(f"  ssh -F {vm['ssh_config']} {name} ip -j addr      ({g['interface']} {g['address']}:{g['port']})")
 
 
 def _hosts_hints(hosts: tuple[str, ...], bridge: str, lab: Lab) -> None:
@@ -85,8 +96,15 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _vm_access_status(vm: dict[str, Any]) -> None:
+    print(f"VM inventory: {vm['inventory'] or 'not written'}; ssh_config: {vm['ssh_config']}")
+    for name, g in vm["guests"].items():
+        reach = "reachable" if g.get("reachable") else "NOT reachable"
+        print(f"  guest {name}: ssh {g['address']}:{g['port']} on {g['interface']}, {reach}")
+
+
 def cmd_lab_status(args: argparse.Namespace) -> int:
-    st = Lab().status()
+    st = Lab().status(reach=True)
     if args.json:
         render.print_json(st)
     else:
@@ -98,6 +116,8 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
             print(f"host {name}: ssh {h['address']}:{h['port']}, namespace {h['netns']}, OVS in {h['ovs_rundir']}")
         for daemon, pid in st["daemons"].items():
             print(f"  {daemon}: {'pid ' + str(pid) if pid else 'not running'}")
+        if st["vm_access"]:
+            _vm_access_status(st["vm_access"])
         if st["guests"]:
             print(
                 render.table(

@@ -204,6 +204,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     lsub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True, parser_class=_Parser)
     up = lsub.add_parser("up", help="start the lab (idempotent)")
     up.add_argument("--topology", metavar="FILE", help="topology YAML (default: the 2010 study's)")
+    up.add_argument(
+        "--vm-access",
+        action="store_true",
+        help="reach every namespace guest like a VM: its own sshd on a management link (not its data "
+        "interface), an ssh_config with strict host keys, and the VM inventory vms.yaml in the lab's run directory",
+    )
     up.add_argument("--json", action="store_true", help="machine-readable output")
     up.set_defaults(func=lazy("appliance.cli.lab", "cmd_lab_up"))
     down = lsub.add_parser("down", help="remove every namespace, veth, daemon and file the lab created")

@@ -32,7 +32,7 @@ from appliance.core.target import DbTarget
 from appliance.core.vlan import VlanCols
 from appliance.endpoints.guests import GuestEndpoint
 from appliance.endpoints.topology import Guest, Topology
-from appliance.lab import multihost, ovn, underlay
+from appliance.lab import guestssh, multihost, ovn, underlay
 from appliance.lab.collector import Collector, free_udp_port
 from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import Switch
@@ -122,6 +122,7 @@ class LabReport:
     db: str
     actions: list[str] = field(default_factory=list)
     guests: list[dict[str, Any]] = field(default_factory=list)
+    vm_access: dict[str, Any] | None = None  # the guests reached like VMs, and their inventory
 
 
 class Lab:
@@ -170,24 +171,32 @@ class Lab:
 
     # -- up ------------------------------------------------------------------
 
-    def up(self, topology: Topology) -> LabReport:
-        """Bring the lab to ``topology`` (idempotent; rolls back a failed fresh start)."""
+    def up(self, topology: Topology, vm_access: bool = False) -> LabReport:
+        """Bring the lab to ``topology`` (idempotent; rolls back a failed fresh start).
+
+        ``vm_access``: every namespace guest also answers SSH on a management link of its
+        own, and ``vms.yaml`` lists the guests as VMs (:mod:`.guestssh`).  Once a lab has it,
+        a later ``up`` keeps it.
+        """
         for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ip", "ethtool"):
             proc.which(tool)
         if topology.hosts:
             for tool in ("ssh", "ssh-keygen"):
                 proc.which(tool)
+        vm_access = vm_access or bool(self.state.get("vm_access"))
+        if vm_access:
+            guestssh.preflight(topology)
         digest = _topology_digest(topology)
         if self.state.get("digest") and self.state["digest"] != digest and self._anything_recorded():
             raise LabError(
                 f"a lab with topology {self.state.get('topology')!r} is already set up in {self.run_dir}",
                 hint="run 'hvnet lab down' first, then 'hvnet lab up' with the new topology",
             )
-        self._check_conflicts(topology)
+        self._check_conflicts(topology, vm_access)
         fresh = not self._anything_recorded()
         report = LabReport(db=self.db)
         try:
-            self._up(topology, digest, report)
+            self._up(topology, digest, report, vm_access)
         except BaseException:
             if fresh:
                 self.down()
@@ -197,7 +206,7 @@ class Lab:
     def _anything_recorded(self) -> bool:
         return any(self.state.get("created", {}).values())
 
-    def _check_conflicts(self, t: Topology) -> None:
+    def _check_conflicts(self, t: Topology, vm_access: bool) -> None:
         """Refuse to adopt namespaces or interfaces that exist but are not ours."""
         mine_ns = set(self._recorded("namespaces"))
         mine_if = set(self._recorded("interfaces"))
@@ -213,6 +222,8 @@ class Lab:
             f"interface {b.name}" for b in t.bridges if _link_exists(b.name) and b.name not in self._recorded("bridges")
         ]
         clashes += multihost.conflicts(multihost.lab_hosts(self.run_dir, t.hosts), self._recorded("hosts"))
+        if vm_access:
+            clashes += guestssh.conflicts(t, self.ns_of, list(mine_if))
         if clashes:
             raise LabError(
                 f"{', '.join(clashes)} already exist{'s' if len(clashes) == 1 else ''} and "
@@ -220,9 +231,10 @@ class Lab:
                 hint="another lab (HVNET_LAB_DIR) or another tool owns them; bring that down first",
             )
 
-    def _up(self, t: Topology, digest: str, report: LabReport) -> None:
+    def _up(self, t: Topology, digest: str, report: LabReport, vm_access: bool) -> None:
         self.state.update(
             {
+                "vm_access": vm_access,
                 "topology": t.name,
                 "topology_file": t.file,
                 "digest": digest,
@@ -264,7 +276,11 @@ class Lab:
         self._configure_switch(self.db, t, t.guests, [], DataPaths.for_lab(self.run_dir), report)
         report.actions += underlay.up(self.switch, t, self._record)
         labguests.up(t, self.switch, self.state, self._record, self._save, report.actions)
-        report.guests = self.status()["guests"]
+        if vm_access:
+            self._record("daemons", "guest-sshd")
+            report.actions += guestssh.up(self.run_dir, t, self.ns_of, self._record)
+        st = self.status()
+        report.guests, report.vm_access = st["guests"], st["vm_access"]
 
     def _up_hosts(self, t: Topology, report: LabReport) -> None:
         """Hosts, trunk links, guests, each host's switch, then the files a client reaches them with."""
@@ -458,6 +474,9 @@ class Lab:
         report = LabReport(db=self.db)
         # Domains first: libvirt removes their ports from the switch, which must still run.
         labguests.down(self.state, self._recorded, self.run_dir, report.actions)
+        # A process keeps a deleted namespace alive: the guests' sshds go by their pids before the namespaces.
+        if "guest-sshd" in self._recorded("daemons"):
+            report.actions += guestssh.down(self.run_dir)
         if self.switch.pid("ovs-vswitchd") is not None and self.switch.pid("ovsdb-server") is not None:
             report.actions += underlay.down(self.switch, self._recorded("routes"))
             # Deleting the bridges first lets ovs-vswitchd remove its own
@@ -493,8 +512,9 @@ class Lab:
 
     # -- status ----------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        """Daemons, guests and their devices as they are now."""
+    def status(self, reach: bool = False) -> dict[str, Any]:
+        """Daemons, guests and their devices as they are now; with ``reach``, whether each guest
+        reached like a VM (``--vm-access``) lets an SSH client log in now."""
         guests = []
         hosts = self._hosts()
         recorded = self.state.get("guests", [])
@@ -515,6 +535,11 @@ class Lab:
                 daemons.update({f"{n} ovn-controller": ovn.controller_pid(h) for n, h in hosts.items()})
         else:
             daemons = {d: self.switch.pid(d) for d in ("ovsdb-server", "ovs-vswitchd")}
+        vm_access = None
+        if self.state.get("vm_access"):
+            names = [g["name"] for g in recorded if g.get("kind", "netns") == "netns"]
+            vm_access = guestssh.status(self.run_dir, names, self.ns_of, reach=reach)
+            daemons.update({f"{n} sshd": v["sshd_pid"] for n, v in vm_access["guests"].items()})
         complete = (
             bool(self.state)
             and all(daemons.values())
@@ -530,6 +555,7 @@ class Lab:
                 for n, h in hosts.items()
             },
             "inventory": str(self.run_dir / multihost.INVENTORY_FILE) if hosts else None,
+            "vm_access": vm_access,
             "daemons": daemons,
             "guests": guests,
         }

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 from appliance.core import proc
 from appliance.core.errors import LabError
-from appliance.lab.switch import Switch, stop_pid
+from appliance.lab import sshd
+from appliance.lab.switch import Switch
 
 # The tools a hypervisor has without hvnet: what the agentless path may use.
 REMOTE_TOOLS = ("sh", "bash", "cat", "grep", "test", "printf", "env", "uname", "ovs-vsctl", "ovs-ofctl", "ovs-appctl",
@@ -94,13 +92,11 @@ class SshHost:
             proc.run(proc.in_netns(self.netns, argv))
 
     def _keys(self) -> None:
-        for key in ("host_key", "client_key"):
-            (self.dir / key).unlink(missing_ok=True)
-            proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hvnet-lab-{self.name}",
-                      "-f", str(self.dir / key)])  # fmt: skip
+        sshd.keygen(self.dir / "host_key", f"hvnet-lab-{self.name}")
+        sshd.keygen(self.dir / "client_key", f"hvnet-lab-{self.name}")
         (self.dir / "authorized_keys").write_text((self.dir / "client_key.pub").read_text())
-        host_pub = (self.dir / "host_key.pub").read_text().split()
-        self.known_hosts.write_text(f"[{self.address}]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        host_pub = (self.dir / "host_key.pub").read_text()
+        self.known_hosts.write_text(sshd.known_hosts_line(self.address, self.port, host_pub))
         bin_dir = self.dir / "bin"
         bin_dir.mkdir(exist_ok=True)
         for tool in REMOTE_TOOLS:
@@ -109,49 +105,27 @@ class SshHost:
             if found and not link.exists():
                 link.symlink_to(found)
         self.ssh_config.write_text(
-            f"Host {self.name}\n  HostName {self.address}\n  Port {self.port}\n  User root\n"
-            f"  IdentityFile {self.dir / 'client_key'}\n  IdentitiesOnly yes\n"
-            f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n"
+            sshd.ssh_config_block(self.name, self.address, self.port, self.dir / "client_key", self.known_hosts)
         )
 
     def start_sshd(self) -> None:
         """Start (or start again, after :meth:`kill_sshd`) the host's sshd and wait until it answers."""
-        config = self.dir / "sshd_config"
-        config.write_text(
-            f"ListenAddress {self.address}\nPort {self.port}\nHostKey {self.dir / 'host_key'}\n"
-            f"PidFile {self.dir / 'sshd.pid'}\nAuthorizedKeysFile {self.dir / 'authorized_keys'}\n"
-            "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "UsePAM no\nStrictModes no\nAllowStreamLocalForwarding yes\nX11Forwarding no\n"
+        session = {"PATH": self.dir / "bin", "OVS_RUNDIR": self.switch.run_dir, "HOME": self.dir / "home"}
+        extra = [
+            "AllowStreamLocalForwarding yes",
             # 'no' would also refuse the OVSDB socket's forwarding (one permission list for both)
-            "AllowTcpForwarding local\n"
+            "AllowTcpForwarding local",
             # HOME too: the console machine's root may have a .bashrc that puts Python back on PATH
-            f"SetEnv PATH={self.dir / 'bin'} OVS_RUNDIR={self.switch.run_dir} HOME={self.dir / 'home'}\n"
-            "LogLevel ERROR\n"
-        )
-        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+            "SetEnv " + " ".join(sshd.config_arg(f"{k}={v}") for k, v in session.items()),
+        ]
         (self.dir / "home").mkdir(exist_ok=True)
-        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-        if not os.path.exists(sshd):
-            raise LabError("sshd is not installed", hint="install openssh-server (make setup does)")
-        # -E: its log beside its keys; it daemonizes and writes its PidFile
-        proc.run(proc.in_netns(self.netns, [sshd, "-f", str(config), "-E", str(self.dir / "sshd.log")]))
-        deadline = time.monotonic() + 10
-        while not self._answers():
-            if time.monotonic() > deadline:
-                raise LabError(f"the lab host {self.name}'s sshd does not answer on {self.address}:{self.port}")
-            time.sleep(0.05)
-
-    def _answers(self) -> bool:
-        argv = ["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=2", self.name, "true"]
-        return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
+        what = f"the lab host {self.name} ({self.address}:{self.port})"
+        config = sshd.sshd_config(self.address, self.port, self.dir, extra)
+        sshd.start(self.netns, self.dir, config, lambda: sshd.answers(self.ssh_config, self.name), what)
 
     def sshd_pid(self) -> int | None:
         """The listening sshd's pid (its PidFile), when it is ours and running."""
-        try:
-            pid = int((self.dir / "sshd.pid").read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _is_our_sshd(pid, self.dir) else None
+        return sshd.pid(self.dir)
 
     def running(self) -> bool:
         """Namespace, both OVS daemons and sshd all there."""
@@ -159,22 +133,8 @@ class SshHost:
                 and all(self.switch.pid(d) is not None for d in ("ovsdb-server", "ovs-vswitchd")))  # fmt: skip
 
     def kill_sshd(self) -> None:
-        """SIGKILL sshd and every connection it serves, as a crash or a lost host would: clients see them drop.
-
-        Stopping only the listener (what ``systemctl restart sshd`` does)
-        leaves the established connections up; the per-connection processes
-        are its descendants, found before it goes (they are reparented after).
-        """
-        pid = self.sshd_pid()
-        if pid is None:
-            return
-        for victim in [pid, *_descendants(pid)]:
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        stop_pid(pid)
-        (self.dir / "sshd.pid").unlink(missing_ok=True)
+        """SIGKILL sshd and every connection it serves, as a crash or a lost host would: clients see them drop."""
+        sshd.kill(self.dir)
 
     def stop(self) -> None:
         """sshd and its connections (by pid), OVS (by theirs), then the link and the namespace; idempotent."""
@@ -182,29 +142,3 @@ class SshHost:
         self.switch.stop()
         proc.run(["ip", "link", "del", self.veth[0]], check=False)
         proc.run(["ip", "netns", "del", self.netns], check=False)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from the parent pids in /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _is_our_sshd(pid: int, directory: Path) -> bool:
-    try:
-        return str(directory).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False

@@ -45,16 +45,17 @@ def switch(tmp_path: Path) -> Iterator[Switch]:
 
 
 @contextmanager
-def lab_up(topology_file: Path, run_dir: Path) -> Iterator[Lab]:
+def lab_up(topology_file: Path, run_dir: Path, vm_access: bool = False) -> Iterator[Lab]:
     """A lab on ``topology_file`` found through HVNET_LAB_DIR, torn down and
-    checked to be gone afterwards, even when the body fails."""
+    checked to be gone afterwards, even when the body fails.  ``vm_access``:
+    its namespace guests answer SSH like VMs (``lab up --vm-access``)."""
     _require_root_and_ovs()
     before_ns, before_links = netns_list(), links()
     the_lab = Lab(run_dir)
     old = os.environ.get("HVNET_LAB_DIR")
     os.environ["HVNET_LAB_DIR"] = str(run_dir)
     try:
-        the_lab.up(load_topology(topology_file))
+        the_lab.up(load_topology(topology_file), vm_access=vm_access)
         yield the_lab
     finally:
         if old is None:
