@@ -152,6 +152,16 @@ def _drops(step: StepResult) -> str:
     return f"{total:,}" if seen else "-"
 
 
+def _vm_cpu(step: StepResult) -> str:
+    """Each real VM's busy share of its vCPUs (its own /proc/stat), averaged over the repetitions."""
+    out = []
+    for role in ("client", "server"):
+        xs = [v for r in step.repetitions if (v := (r.cpu.get("vms") or {}).get(role, {}).get("busy_pct_of_vm"))
+              is not None]  # fmt: skip
+        out.append(_fmt(sum(xs) / len(xs), 0) if xs else "-")
+    return "/".join(out)
+
+
 def _capture_drops(step: StepResult) -> str:
     drops = [r.aggregate.capture_dropped for r in step.repetitions if r.aggregate.capture_dropped is not None]
     return f"{sum(drops):,}" if drops else "-"
@@ -314,6 +324,8 @@ def _extra_rows(
     steps: list[StepResult], by_group: Any, first_case: Optional[str], test: str, case: str, size: Any
 ) -> list[Row]:
     rows: list[Row] = []
+    if any(r.cpu.get("vms") for s in steps for r in s.repetitions):
+        rows.append(("VM CPU client/server (% of the VM)", _vm_cpu))
     if any(s.policing for s in steps):
 
         def policed(st: StepResult) -> str:
