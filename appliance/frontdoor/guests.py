@@ -154,9 +154,6 @@ def measurement(
     if source == "vms":
         from appliance.services.vms import VmSource
 
-        if local_only:  # the traffic method's senders and captures are this machine's namespaces
-            raise UsageError(f"{what}: the traffic method sends and captures inside lab guests or probes on this "
-                             "machine, not inside VMs", hint="check VMs with --method trace")  # fmt: skip
         inventory = load_vms(vms)
         host = reuse or target()
         with VmSource(host, inventory, tools=vm_tools or {}, timeout=timeout) as vm_guests:
@@ -225,7 +222,7 @@ def scenario_measurement(
         target=lambda: host_of(args), names=list(sc.guests), libvirt=getattr(args, "libvirt", None),
         timeout=getattr(args, "timeout", 10.0), reuse=reuse,
         tools=("tcpdump",) if method != "trace" else (), local_only=method != "trace", vms=vms_file(args),
-        vm_tools={g: () for g in sc.guests},
+        vm_tools={g: ("tcpdump", "python3") if method != "trace" else () for g in sc.guests},
     )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ from appliance.core.errors import CommandFailed
 from appliance.core.runner import CommandRunner
 from appliance.core.safedirs import create_new, make_private
 from appliance.endpoints.guests import GuestEndpoint
+from appliance.isolation import vmtraffic
 from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
 from appliance.switch.host import Host
 
@@ -341,13 +342,25 @@ def run(
     probes_per_target: int,
     out_dir: Path,
 ) -> TrafficRun:
-    """Capture on every guest, probe from every guest, collect the frames."""
+    """Capture on every guest, probe from every guest, collect the frames (a real VM's part through its own
+    access: :mod:`.vmtraffic`)."""
     runner = host.local_runner
     make_private(out_dir)
-    down = {ep.name: why for ep in endpoints for why in [guest_down_reason(runner, ep)] if why}
+    down = {ep.name: why for ep in endpoints if ep.guest.access is None
+            for why in [guest_down_reason(runner, ep)] if why}  # fmt: skip
+    vm_if: dict[str, str] = {}
+    for ep in endpoints:
+        if ep.guest.access is not None:
+            why, ifname = vmtraffic.down_reason(ep.guest)
+            if why:
+                down[ep.name] = why
+            else:
+                vm_if[ep.name] = ifname
     live = [ep for ep in endpoints if ep.name not in down]
     for ep in live:
-        if ep.channel:
+        if ep.name in vm_if:
+            vmtraffic.flush_neighbours(ep.guest, vm_if[ep.name])
+        elif ep.channel:
             _in_guest(runner, ep, ["ip", "neigh", "flush", "all"])
         else:
             runner.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False)
@@ -356,20 +369,52 @@ def run(
         + ([arp_request(ep.mac, ep.ip, unused_ips[ep.name])] if ep.name in unused_ips else [])
         for ep in live
     }
-    running = _arm_captures(runner, live, out_dir, timeout=10.0)
+    vm_caps = [vmtraffic.VmCapture(ep.guest, vm_if[ep.name]) for ep in live if ep.name in vm_if]
+    try:
+        return _window(host, live, frames, probes_per_target, out_dir, vm_caps, down)
+    finally:
+        vmtraffic.close(vm_caps)
+
+
+def _window(
+    host: Host,
+    live: list[Endpoint],
+    frames: dict[str, list[bytes]],
+    repeat: int,
+    out_dir: Path,
+    vm_caps: list[vmtraffic.VmCapture],
+    down: dict[str, str],
+) -> TrafficRun:
+    """Arm every capture, send every probe and the closing controls, wait for quiet, stop and read back."""
+    runner = host.local_runner
+    here = [ep for ep in live if ep.guest.access is None]
+    running = _arm_captures(runner, here, out_dir, timeout=10.0)
+    vmtraffic.arm(vm_caps, CAPTURE_FILTER, timeout=10.0)
     started = time.monotonic()
     try:
         controls = [ep.name for ep in live if _send_control(host, ep)]
-        probes = _probe(runner, live, frames, probes_per_target)
+        probes = _probe(runner, here, frames, repeat)
+        probes += vmtraffic.probe({c.guest.name: (c.guest, c.ifname) for c in vm_caps if c.error is None}, frames,
+                                  repeat)  # fmt: skip
         closing = _send_closing(host, live)
         settle = _settle(running, closing)
+        vm_quiet = vmtraffic.settle([c for c in vm_caps if c.error is None], QUIET_S, SETTLE_MAX_S)
     finally:
         window = time.monotonic() - started
         _stop_captures(running)
+        for c in vm_caps:
+            vmtraffic.stop(c)
     for name in closing:
-        running[name][1].closing_sent = True
+        if name in running:
+            running[name][1].closing_sent = True
+    captures = _read_captures(running)
+    for c in vm_caps:
+        cap = Capture(c.guest.name, out_dir / f"{c.guest.name}.pcap", closing_sent=c.guest.name in closing)
+        cap.error = c.error or vmtraffic.fetch(c, cap.pcap)
+        cap.counts, cap.settled = vmtraffic.counts(c), vm_quiet.get(c.guest.name, False)
+        captures[c.guest.name] = _read_frames(cap)
     return TrafficRun(
-        captures=_read_captures(running),
+        captures=captures,
         down=down,
         probes_sent=probes,
         window_s=window,
@@ -428,12 +473,14 @@ def _stop_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> None
 
 
 def _read_captures(running: dict[str, tuple[subprocess.Popen, Capture]]) -> dict[str, Capture]:
-    captures = {}
-    for name, (_p, cap) in running.items():
-        if cap.error is None:
-            try:
-                cap.frames = read_arp(cap.pcap)
-            except (OSError, ValueError) as exc:
-                cap.error = f"cannot read {cap.pcap}: {exc}"
-        captures[name] = cap
-    return captures
+    return {name: _read_frames(cap) for name, (_p, cap) in running.items()}
+
+
+def _read_frames(cap: Capture) -> Capture:
+    """The capture with its ARP frames read from its pcap (or why they could not be)."""
+    if cap.error is None:
+        try:
+            cap.frames = read_arp(cap.pcap)
+        except (OSError, ValueError) as exc:
+            cap.error = f"cannot read {cap.pcap}: {exc}"
+    return cap

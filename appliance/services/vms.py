@@ -202,7 +202,8 @@ class VmSource:
             raise MissingTool(f"{access.label}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
                               "installed in the VM",
                               hint="install in the VM: netperf (Debian non-free, EPEL), iperf3 for packet-rate "
-                                   "tests; hvnet copies no programs into VMs")  # fmt: skip
+                                   "tests, tcpdump and python3 for the isolation check's traffic method; hvnet "
+                                   "copies no programs into VMs")  # fmt: skip
         if "netperf" in tools:
             res = access.runner.run(["netperf", "-V"], check=False, timeout=self.timeout)
             version = netperf_version(res.stdout + res.stderr)

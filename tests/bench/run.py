@@ -480,6 +480,7 @@ def _sections() -> dict[str, Callable[[], list[str]]]:
         "probes": beside("probes_bench", "bench_probes"),
         "vm-boot": beside("vm_bench", "bench_boot"),
         "vm-rr": beside("vm_bench", "bench_vm_rr"),
+        "vms-ssh": beside("vms_bench", "bench_vms_ssh"),
     }
 
 

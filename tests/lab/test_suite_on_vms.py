@@ -128,6 +128,35 @@ def test_hvnet_killed_mid_suite_leaves_nothing_running_in_the_vms(vlab: Lab, tmp
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_the_2010_isolation_scenario_runs_on_vms_over_ssh_both_methods(vlab: Lab, tmp_path: Path) -> None:
+    """Senders and listeners inside the VMs: tcpdump on the interface with the VIF's MAC, probes from a raw
+    socket there, the pcaps read back; the same verdicts as the lab's own source, and a leak still caught."""
+    vms = str(vlab.run_dir / "vms.yaml")
+    scenario = str(ROOT / "vlan-tests" / "seed-three-vm.yaml")
+    res = run_hvnet("--vms", vms, "isolation", "check", scenario, "--json", "--out", str(tmp_path / "ok"),
+                    timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    for method in ("traffic", "trace"):
+        obs = {(c["listener"], c["sender"]): c["value"] for c in out["methods"][method]["observed"]}
+        assert obs[("VM2", "VM1")] == obs[("VM1", "VM2")] == "yes", (method, obs)
+        assert obs[("VM3", "VM1")] == obs[("VM1", "VM3")] == obs[("VM3", "VM2")] == "no", (method, obs)
+    stats = out["methods"]["traffic"]["stats"]
+    assert stats["dropped"] == {"VM1": 0, "VM2": 0, "VM3": 0}  # each VM's tcpdump's own counts came back
+    assert {p.name for p in (tmp_path / "ok").iterdir()} == {"VM1.pcap", "VM2.pcap", "VM3.pcap"}
+    vlab.switch.vsctl("clear", "Port", "vif3.0", "tag")  # a leak, made by another tool
+    try:
+        res = run_hvnet("--vms", vms, "isolation", "check", scenario, "--json", "--method", "traffic", "--out",
+                        str(tmp_path / "leak"), timeout=300)  # fmt: skip
+    finally:
+        vlab.switch.vsctl("set", "Port", "vif3.0", "tag=2")
+    assert res.returncode == 1, res.stdout + res.stderr
+    verdicts = {(c["listener"], c["sender"]): c["value"] for c in json.loads(res.stdout)["methods"]["traffic"]
+                ["verdicts"]}  # fmt: skip
+    assert verdicts[("VM3", "VM1")] == "leak" and verdicts[("VM1", "VM2")] == "ok"
+    assert guest_programs(vlab, ("tcpdump", "python3")) == {} and work_dirs() == []
+
+
 def _inventory(tmp_path: Path, vlab: Lab, **vm1: object) -> Path:
     import yaml
 

@@ -70,3 +70,12 @@ def test_a_vm_name_holding_escape_sequences_is_shown_escaped() -> None:
 def test_the_netperf_version_a_vm_reports() -> None:
     assert netperf_version("Netperf version 2.7.0") == (2, 7)
     assert netperf_version("netperf: command not found") is None
+
+
+def test_the_vms_data_interface_is_the_one_with_its_vifs_mac() -> None:
+    from appliance.isolation.vmtraffic import ifname_of
+
+    text = (DATA / "ip-j-addr-guest.json").read_text()
+    assert ifname_of(text, "02:00:00:00:00:0A") == "eth0"
+    assert ifname_of(text, "02:00:00:00:00:0b") == "mgmt0"  # the management link: never chosen for the VIF
+    assert ifname_of(text, "02:00:00:00:00:0c") is None and ifname_of("[", "02:00:00:00:00:0a") is None
