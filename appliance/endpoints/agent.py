@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from appliance.core.errors import EXIT_UNREACHABLE, CommandFailed, CommandTimedOut, HvnetError, MissingTool
+from appliance.core.render import terminal
 from appliance.core.runner import CommandRunner
 from appliance.endpoints import agentshell as sh
 from appliance.endpoints.jobs import NAME, STOP_GRACE_S, Job, JobResult, check_name
@@ -114,7 +115,7 @@ def classify_error(stderr: str, what: str) -> HvnetError:
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
     text = " ".join(lines)
     low = text.lower()
-    shown = text[:300]
+    shown = terminal(text[:300])  # virsh repeats the domain's name: shown, never obeyed
     if "failed to get domain" in low or "domain not found" in low or "no domain with matching" in low:
         return DomainNotFound(f"{what}: libvirt knows no such domain ({shown})", hint="virsh list --all")
     if "domain is not running" in low:
@@ -248,7 +249,9 @@ class AgentRunner:
         self.channel = channel
 
     def which_optional(self, program: str) -> str | None:
-        res = self.channel.run(["sh", "-c", 'command -v -- "$1"', "hvnet-which", program], timeout=30.0)
+        if not program or program.startswith("-"):
+            return None  # busybox's command -v takes no "--": such a name would be an option
+        res = self.channel.run(["sh", "-c", 'command -v "$1"', "hvnet-which", program], timeout=30.0)
         path = res.stdout.strip()
         return path if res.returncode == 0 and path.startswith("/") else None
 
