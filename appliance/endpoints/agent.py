@@ -65,6 +65,9 @@ NOT_RUNNING_HINT = (
     "install and start qemu-guest-agent in the guest, and give the domain the virtio-serial channel "
     "org.qemu.guest_agent.0 (<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>)"
 )
+WHICH = r"""case $1 in ''|*/*) [ -f "$1" ] && [ -x "$1" ] && echo "$1"; exit ;; esac
+IFS=:; for d in $PATH; do [ -f "$d/$1" ] && [ -x "$d/$1" ] && { echo "$d/$1"; exit 0; }; done; exit 1
+"""
 _SAFE_BASE = re.compile(r"^/[A-Za-z0-9_./-]{1,200}$")
 _SIGNAL = re.compile(r"^(?:[A-Z][A-Z0-9+-]{0,15}|[0-9]{1,2})$")
 
@@ -249,11 +252,10 @@ class AgentRunner:
         self.channel = channel
 
     def which_optional(self, program: str) -> str | None:
-        if not program or program.startswith("-"):
-            return None  # busybox's command -v takes no "--": such a name would be an option
-        res = self.channel.run(["sh", "-c", 'command -v "$1"', "hvnet-which", program], timeout=30.0)
+        """Searched along the guest's PATH by hand: busybox's ``command -v`` names an applet without a path."""
+        res = self.channel.run(["sh", "-c", WHICH, "hvnet-which", program], timeout=30.0)
         path = res.stdout.strip()
-        return path if res.returncode == 0 and path.startswith("/") else None
+        return path if res.returncode == 0 and path.startswith("/") and "\n" not in path else None
 
     def which(self, program: str) -> str:
         found = self.which_optional(program)
@@ -281,10 +283,10 @@ class AgentRunner:
         """A small file through guest-file-open/read/close; None when it cannot be read."""
         try:
             handle = self.channel.command("guest-file-open", {"path": path, "mode": "r"})
-        except AgentUnavailable:
+        except (AgentUnavailable, DomainNotFound):
             raise
         except HvnetError:
-            return None
+            return None  # no such file, or not readable
         chunks = []
         try:
             while True:
@@ -333,13 +335,15 @@ def _record(path: Path) -> Iterator[dict[str, Any]]:
 class AgentLauncher:
     """Groups inside one VM, through its guest agent (see :mod:`.agentshell`)."""
 
-    def __init__(self, channel: AgentChannel, *, records: Path, base: str = "/var/tmp/hvnet-endpoints") -> None:
+    def __init__(self, channel: AgentChannel, *, records: Path, base: str = "/var/tmp/hvnet-endpoints",
+                 lease_s: int = LEASE_S) -> None:  # fmt: skip
         if not _SAFE_BASE.match(base) or "/../" in f"{base}/":
             raise HvnetError(f"work dir base {base!r}: an absolute path of letters, digits, '_', '.', '-', '/' only")
         self.channel = channel
         self.runner = AgentRunner(channel)
         self.records = Path(records)
         self.base = base.rstrip("/")
+        self.lease_s = int(lease_s)
         self.record = self.records / record_name(channel.domain, channel.uri)
 
     def group(self, label: str) -> AgentGroup:
@@ -421,8 +425,8 @@ class AgentGroup:
         self._note()  # before the exec: a kill during it still leaves the dir to sweep
         self._started = True
         tries = max(1, int(ready_timeout * 100))
-        out = self.launcher.sh(text, [self.launcher.base, self.id, "1" if hold else "0", str(tries), str(LEASE_S)],
-                               timeout=ready_timeout + 60.0)  # fmt: skip
+        args = [self.launcher.base, self.id, "1" if hold else "0", str(tries), str(self.launcher.lease_s)]
+        out = self.launcher.sh(text, args, timeout=ready_timeout + 60.0)
         got = sh.parse_start(out)
         self._pids = got.pids
         self.ready = got.ready

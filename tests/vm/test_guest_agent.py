@@ -39,6 +39,7 @@ from tests.vm.test_lab_vm import mixed  # noqa: F401 -- the module's lab
 pytestmark = pytest.mark.vm
 
 HOSTILE = ["a;b", "$(touch /tmp/pwned)", "`id`", 'it\'s "quoted"', "two\nlines", "\x1b[2J", "-n", "*", ""]
+KILL_QGA = 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = qemu-ga ] && kill ${p#/proc/}; done; true'
 QGA = ["qemu-ga", "-m", "virtio-serial", "-t", "/run/qemu-ga", "-f", "/run/qemu-ga.pid"]
 
 
@@ -67,7 +68,7 @@ def vm(mixed: Lab) -> Iterator[AgentRunner]:  # noqa: F811
 
 def alive(runner: AgentRunner, pids: list[int]) -> list[int]:
     """Of ``pids``, those that are processes (not zombies) in the guest."""
-    script = 'for p; do s=$(cut -d")" -f2 /proc/$p/stat 2>/dev/null) && case $s in " Z"*) ;; *) echo $p ;; esac; done'
+    script = 'for p; do s=$(cut -d")" -f2 /proc/$p/stat 2>/dev/null) && case $s in " Z"*) ;; *) echo $p ;; esac; done; exit 0'
     out = runner.run(["sh", "-c", script, "alive", *map(str, pids)]).stdout
     return [int(w) for w in out.split()]
 
@@ -85,10 +86,10 @@ def test_run_exit_codes_output_and_hostile_argv(vm: AgentRunner) -> None:
     assert vm.run(["sh", "-c", "kill -TERM $$"], check=False).returncode == -15
     assert vm.which("sh").startswith("/")
     assert vm.which_optional("bash") == "/usr/bin/bash"
-    assert vm.which_optional("no-such-program;id") is None
+    assert vm.which_optional("no-such-program;id") is None and vm.which_optional("-x") is None
     assert vm.read_text("/proc/sys/kernel/hostname") == "VMQ1\n"
     assert vm.read_text("/no/such/file") is None
-    assert vm.exists("/run/qemu-ga.pid") and not vm.exists("/no/such/file")
+    assert vm.exists("/run/qemu-ga") and not vm.exists("/no/such/file")
     bid = boot_id(vm)
     assert bid and len(bid) == 36
     with pytest.raises(HvnetError, match="not through the guest agent"):
@@ -159,6 +160,18 @@ def test_group_close_stops_what_runs(vm: AgentRunner, tmp_path: Path) -> None:
     assert alive(vm, pids) == [] and not vm.exists(group.dir)
 
 
+def test_the_vm_ends_a_group_whose_lease_ran_out(vm: AgentRunner, tmp_path: Path) -> None:
+    group = AgentLauncher(vm.channel, records=tmp_path, lease_s=2).group("lease")
+    group.start([Job("held", ("sleep", "100")), Job("run", ("sleep", "100"))], hold=True)
+    pids = list(group.pids().values())
+    assert len(alive(vm, pids)) == 2
+    deadline = time.monotonic() + 20
+    while (alive(vm, pids) or vm.exists(group.dir)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert alive(vm, pids) == [] and not vm.exists(group.dir)
+    group.close()
+
+
 CHILD = """
 import json, sys, time
 from pathlib import Path
@@ -204,7 +217,7 @@ def test_absent_domain_is_a_clear_error() -> None:
 
 def restart_qga(lab: Lab, *flags: str) -> None:
     """(Re)start VMQ2's qemu-ga through the lab's own channel agent, with ``flags``."""
-    script = ('[ -f /run/qemu-ga.pid ] && kill "$(cat /run/qemu-ga.pid)"; sleep 0.3; '
+    script = (KILL_QGA + '; sleep 0.3; '
               'for f in /sys/class/virtio-ports/*/name; do [ "$(cat $f)" = org.qemu.guest_agent.0 ] && '
               'p=${f%/name} && GA=/dev/${p##*/}; done; '
               'setsid "$@" -p "$GA" </dev/null >/run/qemu-ga.log 2>&1 &')  # fmt: skip
@@ -215,8 +228,10 @@ def test_stopped_or_restricted_agent_is_a_clear_error(mixed: Lab) -> None:  # no
     ch = channel("VMQ2", timeout=5)
     wait_agent(ch)
     try:
-        mixed.guest_exec("VMQ2", ["sh", "-c", 'kill "$(cat /run/qemu-ga.pid)"'], check=True)
+        mixed.guest_exec("VMQ2", ["sh", "-c", KILL_QGA], check=True)
         time.sleep(1)
+        left = mixed.guest_exec("VMQ2", ["sh", "-c", "cat /proc/[0-9]*/comm"]).stdout.split()
+        assert "qemu-ga" not in left
         with pytest.raises(AgentUnavailable) as err:
             AgentRunner(ch).run(["true"])
         print("agent stopped:", repr(err.value.message))
