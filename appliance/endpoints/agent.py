@@ -276,8 +276,8 @@ class AgentRunner:
         return res
 
     def popen(self, argv: Sequence[str], **_: Any) -> subprocess.Popen[bytes]:
-        raise HvnetError(f"{self.channel.label}: a long-running program with pipes cannot be run "
-                         "through the guest agent (use an AgentLauncher group)")  # fmt: skip
+        raise HvnetError(f"{self.channel.label}: a long-running program with pipes runs here or over SSH, "
+                         "not through the guest agent (an AgentLauncher group runs jobs in the VM)")  # fmt: skip
 
     def read_text(self, path: str) -> str | None:
         """A small file through guest-file-open/read/close; None when it cannot be read."""

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.vm
 
 HOSTILE = ["a;b", "$(touch /tmp/pwned)", "`id`", 'it\'s "quoted"', "two\nlines", "\x1b[2J", "-n", "*", ""]
 KILL_QGA = 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = qemu-ga ] && kill ${p#/proc/}; done; true'
-QGA = ["qemu-ga", "-m", "virtio-serial", "-t", "/run/qemu-ga", "-f", "/run/qemu-ga.pid"]
+QGA = ["qemu-ga", "-m", "virtio-serial", "-t", "/run/qemu-ga"]
 
 
 def channel(domain: str, timeout: float = 10.0) -> AgentChannel:

@@ -206,7 +206,7 @@ for f in /sys/class/virtio-ports/*/name; do
     n=0
     while [ ! -e "$GA" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
     mkdir -p /run/qemu-ga
-    qemu-ga -m virtio-serial -p "$GA" -t /run/qemu-ga -f /run/qemu-ga.pid </dev/null >/run/qemu-ga.log 2>&1 &
+    qemu-ga -m virtio-serial -p "$GA" -t /run/qemu-ga </dev/null >/run/qemu-ga.log 2>&1 &
     say "qemu-ga on $GA"
 done
 say "ip ${IP:-none} port $PORT, agent starting at $(cut -d' ' -f1 /proc/uptime) s"
