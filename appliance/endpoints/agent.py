@@ -35,6 +35,7 @@ import binascii
 import fcntl
 import hashlib
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -332,6 +333,25 @@ def _record(path: Path) -> Iterator[dict[str, Any]]:
             path.unlink(missing_ok=True)
 
 
+def _start_time(pid: int) -> Optional[str]:
+    """A process's start time on this machine (``/proc/PID/stat`` field 22), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _me() -> list[Any]:
+    return [os.getpid(), _start_time(os.getpid())]
+
+
+def _alive(owner: Any) -> bool:
+    """Whether the hvnet that recorded a group still runs (same PID, same start time)."""
+    if not isinstance(owner, list) or len(owner) != 2 or not isinstance(owner[0], int) or owner[1] is None:
+        return False
+    return _start_time(owner[0]) == owner[1]
+
+
 class AgentLauncher:
     """Groups inside one VM, through its guest agent (see :mod:`.agentshell`)."""
 
@@ -361,22 +381,30 @@ class AgentLauncher:
         return res.stdout
 
     def sweep(self) -> list[str]:
-        """Stop what an earlier, killed hvnet left in this VM (same boot only); returns what was stopped."""
+        """Stop what an earlier, killed hvnet left in this VM; returns what was stopped and removed.
+
+        Groups whose hvnet still runs on this machine are left alone; PIDs are signalled only on the
+        boot they were recorded on, and only while their start time matches."""
         with _record(self.record) as data:
             groups: dict[str, Any] = data["groups"]
             if not groups:
                 return []
             words: list[str] = []
+            swept = []
             for gid, g in groups.items():
                 d = f"{self.base}/{gid}"
-                if not NAME.match(gid) or g.get("dir") != d:
-                    continue  # a record not written by this launcher's base: left alone
+                if not NAME.match(gid) or g.get("dir") != d or _alive(g.get("owner")):
+                    continue  # another base's, or a running hvnet's: left alone
+                swept.append(gid)
                 words += [d, "-", "-"]
                 for pid, start in [g.get("holder") or (None, None), *[(p, t) for _, p, t in g.get("pids", [])]]:
                     if isinstance(pid, int) and str(start).isdigit():
                         words += [d, str(pid), str(start)]
+            if not swept:
+                return []
             out = self.sh(sh.with_common(sh.SWEEP), [str(data.get("boot") or ""), *words])
-            groups.clear()
+            for gid in swept:
+                del groups[gid]
         done = []
         for line in out.splitlines():
             w = line.split(" ", 1)
@@ -414,7 +442,7 @@ class AgentGroup:
             if fields.get("drop"):
                 data["groups"].pop(self.id, None)
             else:
-                data["groups"].setdefault(self.id, {}).update({"dir": self.dir, **fields})
+                data["groups"].setdefault(self.id, {}).update({"dir": self.dir, "owner": _me(), **fields})
 
     def start(self, jobs: Sequence[Job], *, hold: bool = True, ready_timeout: float = 30.0) -> None:
         """One exec: the start script makes the dir, the holder and every job, and waits at the barrier."""

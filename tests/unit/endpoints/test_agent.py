@@ -182,3 +182,21 @@ def test_a_base_with_odd_characters_is_refused(tmp_path: Path) -> None:
     for base in ("relative", "/var/tmp/a b", "/var/tmp/$(id)", "/var/tmp/../etc"):
         with pytest.raises(HvnetError):
             AgentLauncher(_Here(), records=tmp_path, base=base)
+
+
+def test_sweep_leaves_a_running_hvnets_group_and_stops_a_dead_ones(tmp_path: Path) -> None:
+    launcher = AgentLauncher(_Here(), records=tmp_path / "rec", base=str(tmp_path / "base"))
+    group = launcher.group("s")
+    group.start([Job("l", ("sleep", "60"))], hold=False)
+    try:
+        pid = group.pids()["l"]
+        assert launcher.sweep() == [] and Path(group.dir).is_dir()  # its hvnet (this process) still runs
+        record = json.loads(launcher.record.read_text())
+        record["groups"][group.id]["owner"] = [record["groups"][group.id]["owner"][0], "0"]  # as if it died
+        launcher.record.write_text(json.dumps(record))
+        done = AgentLauncher(_Here(), records=tmp_path / "rec", base=str(tmp_path / "base")).sweep()
+        assert f"stopped {pid}" in done and f"removed {group.dir}" in done
+        assert not Path(group.dir).exists() and not launcher.record.exists()
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+    finally:
+        group.close()
