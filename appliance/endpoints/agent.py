@@ -500,7 +500,11 @@ class AgentGroup:
 
     def cat(self, files: Sequence[str]) -> dict[str, Optional[str]]:
         out = self.launcher.sh(sh.CAT, [self.dir, self.mark, *files])
-        return parse_sections(out.splitlines(), self.mark)
+        lines = out.splitlines()
+        if f"{self.mark} done" not in lines:  # qemu-ga keeps at most 16 MB of a process's output
+            raise HvnetError(f"{self.launcher.channel.label}: the files of group {self.id} came back cut short "
+                             "(the guest agent returns at most 16 MB per command)")  # fmt: skip
+        return parse_sections(lines, self.mark)
 
     def fetch(self, local_dir: Path) -> None:
         local_dir.mkdir(parents=True, exist_ok=True)
