@@ -220,7 +220,8 @@ class AgentChannel:
             pause = min(pause * 2, 0.2)
 
     def _kill(self, pid: int) -> None:
-        """KILL a process guest-exec started (it is qemu-ga's child: not reaped, so its PID is still its own)."""
+        """KILL a process guest-exec started.  It is qemu-ga's child, seen running just before: its PID is
+        another process's only if it ended and was reaped in that instant and the PID was taken at once."""
         try:
             kp = self.exec_start(["kill", "-KILL", str(pid)])
             for _ in range(50):
