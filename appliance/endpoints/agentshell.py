@@ -30,17 +30,26 @@ quoted with :func:`shlex.quote` in the one script that carries them):
 * :data:`SWEEP` does the same for the dirs an earlier, killed hvnet left,
   on the same boot only.
 
+Also here, as pure functions: virsh's argv for one agent command, its reply,
+and its error texts mapped to what the operator must do.
+
 Tools used in the VM: sh (bash where present: ``$EPOCHREALTIME``), setsid,
 mkdir, mkfifo, stat, touch, rm, cat, date, sleep, kill.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
+from appliance.core.errors import EXIT_UNREACHABLE, HvnetError
+from appliance.core.render import terminal
 from appliance.endpoints.jobs import Job, check_name
 from appliance.endpoints.remote import parse_stamp
 
@@ -308,3 +317,100 @@ def parse_released(text: str) -> Optional[int]:
         if len(words) == 2 and words[0] == "released":
             return parse_stamp(words[1])
     return None
+
+
+# -- virsh qemu-agent-command: its argv, replies and errors ---------------------------------------
+
+EL_HINT = (
+    "the guest's qemu-ga blocks it (EL's default): allow guest-exec, guest-exec-status and guest-file-* -- "
+    "on EL remove them from BLOCK_RPCS in /etc/sysconfig/qemu-ga (or start qemu-ga with "
+    "--allow-rpcs=guest-exec,guest-exec-status,guest-file-open,guest-file-read,guest-file-close), "
+    "then restart qemu-guest-agent"
+)
+NOT_RUNNING_HINT = (
+    "install and start qemu-guest-agent in the guest, and give the domain the virtio-serial channel "
+    "org.qemu.guest_agent.0 (<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>)"
+)
+
+
+class AgentUnavailable(HvnetError):
+    """The guest agent cannot do what is asked: absent, not connected, not answering, or the command disabled."""
+
+    exit_code = 4
+
+
+class DomainNotFound(HvnetError):
+    """libvirt knows no such domain (or it does not run)."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+# -- pure: replies and errors ----------------------------------------------------------------
+
+
+def agent_argv(domain: str, execute: str, arguments: Optional[Mapping[str, Any]], timeout: float,
+               uri: Optional[str] = None) -> list[str]:  # fmt: skip
+    """virsh's argv: ``--domain``/``--cmd`` so that a domain name starting with '-' stays data."""
+    cmd: dict[str, Any] = {"execute": execute}
+    if arguments is not None:
+        cmd["arguments"] = dict(arguments)
+    return ["virsh", *(["-c", uri] if uri else []), "qemu-agent-command", "--domain", domain,
+            "--timeout", str(max(1, round(timeout))), "--cmd", json.dumps(cmd, separators=(",", ":"))]  # fmt: skip
+
+
+def parse_reply(text: str, what: str) -> Any:
+    """The ``return`` of virsh's reply (the last JSON line), or HvnetError naming ``what``."""
+    for line in reversed(text.strip().splitlines()):
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(reply, dict) and "return" in reply:
+            return reply["return"]
+        if isinstance(reply, dict) and "error" in reply:
+            err = reply["error"]
+            desc = err.get("desc") if isinstance(err, dict) else err
+            raise classify_error(f"error: {desc}", what)
+    raise HvnetError(f"{what}: the guest agent's reply is not JSON: {text.strip()[:200]!r}")
+
+
+def classify_error(stderr: str, what: str) -> HvnetError:
+    """virsh's error text as the error hvnet reports (``what`` names the domain, already escaped)."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    text = " ".join(lines)
+    low = text.lower()
+    shown = terminal(text[:300])  # virsh repeats the domain's name: shown, never obeyed
+    if "failed to get domain" in low or "domain not found" in low or "no domain with matching" in low:
+        return DomainNotFound(f"{what}: libvirt knows no such domain ({shown})", hint="virsh list --all")
+    if "domain is not running" in low:
+        return DomainNotFound(f"{what}: the domain is not running ({shown})", hint="start it: virsh start DOMAIN")
+    if "disabled" in low or "blocked" in low or "not allowed" in low:
+        return AgentUnavailable(f"{what}: {shown}", hint=EL_HINT)
+    if "agent" in low and ("not connected" in low or "not responding" in low or "not configured" in low
+                           or "not available" in low or "timeout" in low or "timed out" in low):  # fmt: skip
+        return AgentUnavailable(f"{what}: the guest agent does not answer ({shown})", hint=NOT_RUNNING_HINT)
+    return HvnetError(f"{what}: {shown or 'virsh failed with no message'}")
+
+
+def decode(data: Optional[str]) -> str:
+    """base64 output of a guest process as text (bytes that are not UTF-8 replaced, shown literally)."""
+    if not data:
+        return ""
+    try:
+        return base64.b64decode(data).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return ""
+
+
+def status_code(status: Mapping[str, Any]) -> int:
+    """guest-exec-status's exit code: ``exitcode``, or -N when signal N ended the process (as subprocess)."""
+    if isinstance(status.get("exitcode"), int):
+        return int(status["exitcode"])
+    if isinstance(status.get("signal"), int):
+        return -int(status["signal"])
+    return -1
+
+
+def record_name(domain: str, uri: Optional[str]) -> str:
+    """The console-side record's file name: a hash, never the domain's own name."""
+    return hashlib.sha256(f"{uri or ''}\0{domain}".encode()).hexdigest()[:32] + ".json"

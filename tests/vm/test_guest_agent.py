@@ -22,7 +22,6 @@ from appliance.core.errors import CommandTimedOut, HvnetError
 from appliance.core.runner import LocalRunner
 from appliance.endpoints import spread_ms, wait_all
 from appliance.endpoints.agent import (
-    EL_HINT,
     AgentChannel,
     AgentLauncher,
     AgentRunner,
@@ -30,6 +29,7 @@ from appliance.endpoints.agent import (
     DomainNotFound,
     boot_id,
 )
+from appliance.endpoints.agentshell import EL_HINT
 from appliance.endpoints.jobs import Job
 from appliance.lab import Lab
 from appliance.lab.vm import libvirtd

@@ -13,12 +13,9 @@ import pytest
 
 from appliance.core.errors import HvnetError
 from appliance.endpoints import agentshell as sh
-from appliance.endpoints.agent import (
+from appliance.endpoints.agent import AgentChannel, AgentLauncher, AgentUnavailable, DomainNotFound
+from appliance.endpoints.agentshell import (
     EL_HINT,
-    AgentChannel,
-    AgentLauncher,
-    AgentUnavailable,
-    DomainNotFound,
     agent_argv,
     classify_error,
     decode,
