@@ -323,8 +323,9 @@ def parse_released(text: str) -> Optional[int]:
 
 EL_HINT = (
     "the guest's qemu-ga blocks it (EL's default): allow guest-exec, guest-exec-status and guest-file-* -- "
-    "on EL remove them from BLOCK_RPCS in /etc/sysconfig/qemu-ga (or start qemu-ga with "
-    "--allow-rpcs=guest-exec,guest-exec-status,guest-file-open,guest-file-read,guest-file-close), "
+    "on EL remove them from BLOCK_RPCS in /etc/sysconfig/qemu-ga, or add them to the --allow-rpcs= list "
+    "there (FILTER_RPC_ARGS; qemu-ga --allow-rpcs=guest-exec,guest-exec-status,guest-file-open,"
+    "guest-file-read,guest-file-close), "
     "then restart qemu-guest-agent"
 )
 NOT_RUNNING_HINT = (
