@@ -6,7 +6,8 @@ the ``vnetN`` port to OVS with its tag and its ``external_ids`` (``vm-id``,
 ``iface-id``, ``attached-mac``, ``iface-status``) -- the behaviour hvnet
 must cope with on a real KVM host.  The guest boots the probe image directly
 (kernel + initramfs, no disk); hvnet reaches it over a virtio-serial channel,
-never over the network being tested.
+never over the network being tested; a second channel,
+``org.qemu.guest_agent.0``, carries libvirt's own guest agent (Debian's ``qemu-ga`` in the image).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from appliance.lab.vm.protocol import PORT_NAME
 
 CHANNEL_NAME = PORT_NAME
+GA_CHANNEL_NAME = "org.qemu.guest_agent.0"  # qemu-ga's port, as libvirt's qemu-agent-command expects it
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,10 @@ def domain_xml(spec: DomainSpec) -> str:
     chan = ET.SubElement(devices, "channel", {"type": "unix"})
     ET.SubElement(chan, "source", {"mode": "bind", "path": spec.channel})
     ET.SubElement(chan, "target", {"type": "virtio", "name": CHANNEL_NAME})
+    # The guest agent's channel: libvirt picks the socket path and connects to it itself.
+    ga = ET.SubElement(devices, "channel", {"type": "unix"})
+    ET.SubElement(ga, "source", {"mode": "bind"})
+    ET.SubElement(ga, "target", {"type": "virtio", "name": GA_CHANNEL_NAME})
     ET.SubElement(devices, "memballoon", {"model": "none"})
     # QEMU runs as root for lab guests: its channel socket and console log
     # live in the lab's root-owned run directory, and nothing is relabelled.

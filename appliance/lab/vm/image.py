@@ -2,12 +2,14 @@
 
 A probe guest exists to send and receive test traffic through the switch
 under test, so it carries only what that takes: the kernel's virtio drivers,
-busybox, netperf/netserver, tcpdump, arping, ip, ethtool, and the agent that
-runs them for the host over a virtio-serial port (:mod:`appliance.lab.vm.guest.agent`,
-with the guest's own copy of Debian's Python and the few standard modules the
-agent imports).  Everything comes from Debian packages already on the host,
-except the kernel, which is *downloaded* (``apt-get download``), never
-installed: the host's own kernel is not touched.
+busybox, netperf/netserver, iperf3, tcpdump, arping, ip, ethtool, bash and
+GNU date (for stamps in ns), Debian's ``qemu-ga`` (libvirt's guest agent, as
+on a real KVM guest), and hvnet's own agent that runs them for the host over a
+virtio-serial port (:mod:`appliance.lab.vm.guest.agent`, with the guest's own
+copy of Debian's Python and the few standard modules the agent imports).
+Everything comes from Debian packages already on the host, except the kernel,
+which is *downloaded* (``apt-get download``), never installed: the host's own
+kernel is not touched.
 
 Images are cached under ``<cache_root>/<digest>/`` where the digest covers
 every input (kernel package version, the hash of every copied file, the
@@ -40,7 +42,7 @@ from appliance.core import config, proc
 from appliance.core.errors import HvnetError
 from appliance.lab.vm.protocol import PORT_NAME
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 DEFAULT_CACHE = Path("/var/cache/hvnet/image")  # built in; default_cache_root() is the one in use
 KERNEL_METAPACKAGE = "linux-image-cloud-amd64"
 # insmod order: each module after the ones it depends on (there is no modprobe in the guest).
@@ -50,7 +52,11 @@ NET_MODULES = (
 )  # fmt: skip
 # Needed too, but only loaded when the kernel builds them as modules.
 OPTIONAL_MODULES = ("virtio_console", "af_packet")
-TOOLS = ("netperf", "netserver", "tcpdump", "arping", "ip", "ethtool")
+# GNU date and bash beside busybox: busybox's date has no %N, bash stamps with $EPOCHREALTIME (no fork).
+TOOLS = ("netperf", "netserver", "tcpdump", "arping", "ip", "ethtool", "iperf3", "bash", "date")
+# Debian's QEMU guest agent, as a real KVM guest runs it: hvnet reaches guests through libvirt with it too.
+SBIN_TOOLS = ("qemu-ga",)
+GA_PORT_NAME = "org.qemu.guest_agent.0"
 GUEST_PYTHON = "/usr/bin/python3.11"  # Debian's, not a pyenv/venv one: its libraries are on every Debian 12 host
 BUSYBOX = "/bin/busybox"  # busybox-static: no shared libraries to carry
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
@@ -192,13 +198,26 @@ if [ -z "$PORT" ]; then
 fi
 n=0
 while [ ! -e "$PORT" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+# qemu-ga on its own port (the ports appear together: no wait for a domain without it). No udev here:
+# the port is found by its name in sysfs.
+for f in /sys/class/virtio-ports/*/name; do
+    [ -e "$f" ] && [ "$(cat "$f")" = "@GA_PORT_NAME@" ] || continue
+    p=${f%/name}; GA=/dev/${p##*/}
+    n=0
+    while [ ! -e "$GA" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    mkdir -p /run/qemu-ga
+    qemu-ga -m virtio-serial -p "$GA" -t /run/qemu-ga </dev/null >/run/qemu-ga.log 2>&1 &
+    say "qemu-ga on $GA"
+done
 say "ip ${IP:-none} port $PORT, agent starting at $(cut -d' ' -f1 /proc/uptime) s"
 exec @PYTHON@ -I -S -X utf8 /usr/lib/hvnet/agent.pyc "$PORT"
 """
 
 
 def init_script() -> str:
-    return INIT.replace("@PORT_NAME@", PORT_NAME).replace("@PYTHON@", GUEST_PYTHON)
+    return (
+        INIT.replace("@PORT_NAME@", PORT_NAME).replace("@GA_PORT_NAME@", GA_PORT_NAME).replace("@PYTHON@", GUEST_PYTHON)
+    )
 
 
 ETC_FILES = {
@@ -376,6 +395,7 @@ def _binaries(modules: dict[str, Any]) -> dict[str, str]:
     """Guest path -> host path of every executable and shared library to copy."""
     files: dict[str, str] = {}
     programs = {f"/usr/bin/{t}": proc.which(t) for t in TOOLS}
+    programs.update({f"/usr/sbin/{t}": proc.which(t) for t in SBIN_TOOLS})
     programs[GUEST_PYTHON] = GUEST_PYTHON
     stdlib = modules["stdlib"]
     dynload = [os.path.join(stdlib, rel) for rel in modules["files"] if rel.endswith(".so")]

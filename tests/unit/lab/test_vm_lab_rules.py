@@ -63,9 +63,13 @@ def test_domain_xml_plugs_into_ovs_with_the_vlan() -> None:
     assert iface.find("virtualport").get("type") == "openvswitch"
     assert [t.get("id") for t in iface.findall("vlan/tag")] == ["10"]
     assert iface.find("vlan").get("trunk") is None
-    chan = dom.find("devices/channel")
+    chan, ga = dom.findall("devices/channel")
     assert chan.find("target").get("name") == "org.hvnet.agent"
     assert chan.find("source").get("path") == "/run/x/VMQ1.chan"
+    # libvirt's guest agent channel: libvirt picks the socket (no path) and talks to qemu-ga itself
+    assert (ga.get("type"), ga.find("target").get("type")) == ("unix", "virtio")
+    assert ga.find("target").get("name") == "org.qemu.guest_agent.0"
+    assert ga.find("source").get("mode") == "bind" and ga.find("source").get("path") is None
     assert dom.find("os/cmdline").text == "console=ttyS0 hvnet.ip=10.0.0.11/24"
 
 

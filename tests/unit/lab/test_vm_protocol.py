@@ -83,6 +83,10 @@ def test_kernel_cmdline() -> None:
 def test_init_names_the_port_and_turns_tx_checksum_off() -> None:
     init = image.init_script()
     assert "org.hvnet.agent" in init and "tx off" in init and "@" not in init
+    # qemu-ga on the port named org.qemu.guest_agent.0, in the background, before hvnet's agent takes PID 1
+    ga = init.index('qemu-ga -m virtio-serial -p "$GA"')
+    assert '= "org.qemu.guest_agent.0" ]' in init and ga < init.index("exec /usr/bin/python3")
+    assert "GA=/dev/${p##*/}" in init and "&\n" in init[ga:]
     assert init.startswith("#!/bin/sh\n")
 
 
