@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -578,3 +578,11 @@ class _GuestReader:
         if mode in ("access", "native-tagged", "native-untagged") and tag is None:
             self.bad((*path, "tag"), f"vlan_mode {mode} needs a tag (0..4094)")
         return tag, trunks, mode
+
+
+def with_vm_guests(topology: Topology, names: tuple[str, ...]) -> Topology:
+    """``topology`` with real VMs among its guests (kind ``vm``), so that a file's endpoints and matrices
+    name them as they name lab guests and probes; where each is -- its VIF, MAC and address -- is found
+    when the VM inventory resolves it at run time."""
+    vms = tuple(Guest(n, "", "", "", "", 0, kind="vm") for n in names)
+    return replace(topology, guests=(*topology.guests, *vms))

@@ -47,12 +47,21 @@ class Measurement:
 
 
 def choose(
-    choice: Optional[str], *, names_probes: bool, real_target: Optional[str], what: str, vms_given: bool = False
+    choice: Optional[str],
+    *,
+    names_probes: bool,
+    real_target: Optional[str],
+    what: str,
+    vms_given: bool = False,
+    names_vms: bool = False,
 ) -> str:
     """The guest source for a file (``what``: "suite quick") given the operator's choice (pure).
 
     ``real_target`` says which option or setting names a real switch (None: none does); ``vms_given``,
     whether a VM inventory was named (``--vms`` or its setting)."""
+    if choice == "lab" and names_vms:
+        raise UsageError(f"{what} names real VMs (vms:), not lab guests; --guests lab cannot run it",
+                         hint="drop --guests lab (or $HVNET_GUESTS), and name the VM inventory with --vms")  # fmt: skip
     if choice == "vms" and names_probes:
         raise UsageError(f"{what} names probes, not VMs; --guests vms cannot run it",
                          hint="drop --guests vms, or give a file whose endpoints are VMs of the inventory")  # fmt: skip
@@ -143,6 +152,7 @@ def measurement(
     local_only: bool = False,
     vms: Optional[str] = None,
     vm_tools: Optional[dict[str, tuple[str, ...]]] = None,
+    vm_names: tuple[str, ...] = (),
 ) -> Iterator[Measurement]:
     """The guests and switches a run of ``what`` uses, for as long as the ``with`` lasts.
 
@@ -150,7 +160,8 @@ def measurement(
     ``hosts`` of it.  Probes: ``target()`` (the Host the global options name, ``reuse`` for the console's)
     with ``probes`` added to its bridge and removed afterwards.  Switches this built are closed after.
     """
-    source = choose(choice, names_probes=bool(probes), real_target=real, what=what, vms_given=vms is not None)
+    source = choose(choice, names_probes=bool(probes), real_target=real, what=what,
+                    vms_given=vms is not None or bool(vm_names), names_vms=bool(vm_names))  # fmt: skip
     if source == "vms":
         from appliance.services.vms import VmSource
 
@@ -168,8 +179,16 @@ def measurement(
             raise UsageError(f"{what}: the traffic method sends and captures inside probes on this machine, "
                              f"not on {host.label}", hint="check probes over --host with --method trace")  # fmt: skip
         with ProbeSource(host, list(probes), tools=tools, timeout=timeout) as guests:
-            yield Measurement("probes", host, guests, {None: host},
-                              f"probes on {host.label or host.describe()}")  # fmt: skip
+            where = f"probes on {host.label or host.describe()}"
+            if not vm_names:
+                yield Measurement("probes", host, guests, {None: host}, where)
+                return
+            from appliance.services.vms import MixedSource, VmSource
+
+            inventory = load_vms(vms)
+            with VmSource(host, inventory, tools=vm_tools or {}, timeout=timeout) as vm_guests:
+                yield Measurement("probes", host, MixedSource(guests, vm_guests, vm_names), {None: host},
+                                  f"{where} and VMs of {inventory.file}")  # fmt: skip
         return
     from appliance.frontdoor.hosts import lab_switches
     from appliance.lab import Lab
@@ -204,7 +223,7 @@ def suite_measurement(
         real=real if reuse is not None else real_target(args),
         target=lambda: host_of(args), hosts=(client_host,) if client_host else None,
         names=[suite.client], libvirt=getattr(args, "libvirt", None), timeout=getattr(args, "timeout", 10.0),
-        reuse=reuse, tools=tools, vms=vms_file(args), vm_tools=vm_tools,
+        reuse=reuse, tools=tools, vms=vms_file(args), vm_tools=vm_tools, vm_names=suite.vms,
     )  # fmt: skip
 
 

@@ -128,6 +128,18 @@ def test_hvnet_killed_mid_suite_leaves_nothing_running_in_the_vms(vlab: Lab, tmp
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_a_suite_mixing_a_probe_and_a_vm(vlab: Lab, tmp_path: Path) -> None:
+    out = tmp_path / "mixed"
+    res = run_hvnet("--vms", str(vlab.run_dir / "vms.yaml"), "suite", "run", str(DATA / "suite-probe-vm.yaml"),
+                    "--out", str(out), timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert meta["client"]["runs_in"] == "probe" and meta["server"]["runs_in"] == "vm-ssh"
+    assert meta["client"]["address"] == "192.168.0.160" and meta["server"]["address"] == "192.168.0.151"
+    assert "hvp-P1" not in subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert guest_programs(vlab) == {} and work_dirs() == []
+
+
 def test_the_2010_isolation_scenario_runs_on_vms_over_ssh_both_methods(vlab: Lab, tmp_path: Path) -> None:
     """Senders and listeners inside the VMs: tcpdump on the interface with the VIF's MAC, probes from a raw
     socket there, the pcaps read back; the same verdicts as the lab's own source, and a leak still caught."""

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from appliance.core import yamldoc
 from appliance.core.errors import ConfigError, Problem
-from appliance.endpoints.topology import DEFAULT_TOPOLOGY, Topology
+from appliance.endpoints.topology import DEFAULT_TOPOLOGY, Topology, with_vm_guests
 from appliance.endpoints.topology import load as load_topology
 from appliance.netperf.define.frames import MAX_FRAME, MAX_OFFERED_MBPS, MAX_OFFERED_PPS, MIN_FRAME, Offered
 from appliance.netperf.define.monitoring import Monitor, Phase, parse_monitor, parse_phases, settle_seconds
@@ -51,12 +51,14 @@ DEFAULT_NETSERVER_PORT = 12865
 SNAPLEN_RANGE = (14, 262144)  # the capture service's: an Ethernet header at least, tcpdump's maximum
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _TOP = {
     "version",
     "name",
     "description",
     "topology",
     "probes",
+    "vms",
     "endpoints",
     "netserver_port",
     "defaults",
@@ -220,6 +222,8 @@ class Suite:
     tests: list[Test] = field(default_factory=list)
     # Probe ports hvnet adds to the host's bridge for the run (``probes:``); empty: the topology's lab guests.
     probes: tuple[ProbeSpec, ...] = ()
+    # Real VMs of the VM inventory among the endpoints (``vms:``), beside probes or alone.
+    vms: tuple[str, ...] = ()
 
     def steps(self) -> list[Step]:
         """Every measured point in run order: case-major, so each case's policy is applied once."""
@@ -404,15 +408,23 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         name = Path(doc.file).stem
 
     probes: tuple[ProbeSpec, ...] = ()
+    vms = _vm_names(ck, data["vms"]) if "vms" in data else ()
+    if "topology" in data and ("probes" in data or "vms" in data):
+        ck.bad(("topology",), "a suite runs on a lab topology's guests, or on probes and real VMs: not both")
     if "probes" in data:  # endpoints that hvnet adds to the host's bridge for the run, not lab guests
-        if "topology" in data:
-            ck.bad(("topology",), "a suite runs on a lab topology's guests or on probes: give one of the two")
         specs, problems = probe_spec.parse(doc, data["probes"], ("probes",))
         ck.problems += problems
         probes = tuple(specs)
         topology: Optional[Topology] = probe_spec.topology_of(specs, str(name), doc.file)
+    elif "vms" in data:
+        topology = Topology(f"VMs of {name}", doc.file, "vms", ())
     else:
         topology = _topology(ck, data.get("topology"))
+    if topology is not None and vms:
+        clash = sorted({g.name for g in topology.guests} & set(vms))
+        if clash:
+            ck.bad(("vms",), f"{', '.join(clash)} named as a probe and as a VM")
+        topology = with_vm_guests(topology, vms)
     client: Optional[str] = None
     server: Optional[Server] = None
     if topology is not None:  # endpoints are checked against the topology's guests
@@ -443,8 +455,21 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     assert topology is not None and client is not None and server is not None
     return Suite(
         name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests,
-        probes,
+        probes, vms,
     )  # fmt: skip
+
+
+def _vm_names(ck: _Checker, value: Any) -> tuple[str, ...]:
+    """``vms:``: the inventory names of real VMs among the endpoints (each resolved at run time)."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        ck.bad(("vms",), "a list of VM names of the VM inventory (--vms): [VM1, VM2]")
+        return ()
+    for i, v in enumerate(value):
+        if not _VM_NAME.match(v):
+            ck.bad(("vms", i), "a VM's inventory name: 1-63 letters, digits, '_', '.', '-'")
+    if len(set(value)) != len(value):
+        ck.bad(("vms",), "a VM is named twice")
+    return tuple(value)
 
 
 def _refuse_pool_policy(ck: _Checker, data: dict[str, Any], topology: Topology) -> None:

@@ -3,6 +3,7 @@ bad suites are refused whole, each problem with file:line, the field and what is
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -585,3 +586,27 @@ def test_cli_override_bounds_match_the_suite_loader() -> None:
         assert cli_suite.parse_override(field, str(top)) == top
         with pytest.raises(cli_suite.OverrideError):
             cli_suite.parse_override(field, str(top + 1))
+
+
+def test_a_suite_may_name_real_vms_alone_or_beside_probes(tmp_path: Path) -> None:
+    from appliance.netperf.define.suite import load as load_suite
+
+    f = tmp_path / "s.yaml"
+    f.write_text("name: v\nvms: [web-01, db-01]\nendpoints: {client: web-01, server: db-01}\n"
+                 "tests: [{name: rr, type: TCP_RR}]\n")  # fmt: skip
+    s = load_suite(f)
+    assert s.vms == ("web-01", "db-01") and [g.kind for g in s.topology.guests] == ["vm", "vm"]
+    f.write_text("name: v\nprobes: [{name: P1, vlan: 10, ip: 10.0.0.1/24}]\nvms: [db-01]\n"
+                 "endpoints: {client: P1, server: db-01}\ntests: [{name: rr, type: TCP_RR}]\n")  # fmt: skip
+    s = load_suite(f)
+    assert [g.kind for g in s.topology.guests] == ["probe", "vm"] and len(s.probes) == 1
+    for text, what in (
+        ("vms: [a]\ntopology: x.yaml\n", "not both"),
+        ("vms: ['a;b']\n", "vms[0]"),
+        ("vms: [a, a]\n", "named twice"),
+        ("vms: []\n", "a list of VM names"),
+        ("probes: [{name: a, vlan: 10, ip: 10.0.0.1/24}]\nvms: [a]\n", "as a probe and as a VM"),
+    ):
+        f.write_text(f"name: v\n{text}endpoints: {{client: a, server: b}}\ntests: [{{name: rr, type: TCP_RR}}]\n")
+        with pytest.raises(ConfigError, match=re.escape(what)):
+            load_suite(f)

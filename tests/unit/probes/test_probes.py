@@ -64,7 +64,7 @@ def test_bad_probes_name_file_line_and_field(probe: str, line: int, field: str, 
 
 def test_probes_and_a_topology_are_refused_together() -> None:
     text = GOOD.replace("probes:\n", "topology: x.yaml\nprobes:\n")
-    assert any("give one of the two" in p for p in problems(text))
+    assert any("or on probes and real VMs: not both" in p for p in problems(text))
 
 
 def test_two_probes_cannot_share_an_address() -> None:
