@@ -8,6 +8,7 @@ directory rule are the same from either.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -103,12 +104,24 @@ def run_check(
         raise UsageError(f"scenario {sc.name} runs on an OVN pool ({sc.topology.file})",
                          hint=f"check it with: hvnet isolation check {sc.file}")  # fmt: skip
     found, captures = check.prepare(host, guests, sc, methods, out_dir, root_hint=root_hint)
+    sc = as_found(sc, found)
     if sc.topology.hosts:
         return _check_hosts(hosts or {}, found, sc, methods, captures, timeout)
     if conn is not None:
         return check.run_check(conn, host, found, sc, methods, captures)
     with host.connect(reader.COLUMNS, timeout=timeout) as own:
         return check.run_check(own, host, found, sc, methods, captures)
+
+
+def as_found(sc: Scenario, found: Mapping[str, Any]) -> Scenario:
+    """The scenario with each real VM's facts as its guest source found them -- its VIF on the switch, its
+    MAC, the address on that VIF -- in place of the names-only entries the file gives for VMs."""
+    real = {n: ep for n, ep in found.items() if getattr(ep, "access", None) is not None}
+    if not real:
+        return sc
+    guests = tuple(dataclasses.replace(g, vif=real[g.name].vif, mac=real[g.name].mac, ip=real[g.name].ip)
+                   if g.name in real else g for g in sc.topology.guests)  # fmt: skip
+    return dataclasses.replace(sc, topology=dataclasses.replace(sc.topology, guests=guests))
 
 
 def _check_hosts(
