@@ -481,6 +481,7 @@ def _sections() -> dict[str, Callable[[], list[str]]]:
         "vm-boot": beside("vm_bench", "bench_boot"),
         "vm-rr": beside("vm_bench", "bench_vm_rr"),
         "vms-ssh": beside("vms_bench", "bench_vms_ssh"),
+        "vms-agent": beside("vms_bench", "bench_vms_agent"),
     }
 
 

@@ -152,6 +152,55 @@ def _netns_lab() -> Iterator[tuple[Lab, Path, dict[str, str]]]:
             lab.down()
 
 
+QEMU_TOPOLOGY = """\
+name: bench-vms-agent
+hypervisor: libvirt
+bridges: [{name: brvma, datapath_type: netdev}]
+guests:
+  - {name: C, kind: qemu, ip: 10.77.0.1/24, tag: 7}
+  - {name: S, kind: qemu, ip: 10.77.0.2/24, tag: 7}
+"""
+
+
+@contextmanager
+def _qemu_lab() -> Iterator[tuple[Lab, Path, dict[str, str]]]:
+    with tempfile.TemporaryDirectory(prefix="hvnet-bench-vms-agent-") as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "topo.yaml").write_text(QEMU_TOPOLOGY)
+        lab = Lab(tmp / "lab")
+        env = {**os.environ, "HVNET_LAB_DIR": str(tmp / "lab")}
+        try:
+            lab.up(load_topology(tmp / "topo.yaml"), vm_access=True)
+            yield lab, tmp, env
+        finally:
+            lab.down()
+
+
+def _agent_launchers(lab: Lab) -> list[Any]:
+    from appliance.core.runner import LocalRunner
+    from appliance.endpoints.agent import AgentChannel, AgentLauncher
+    from appliance.lab.vm import libvirtd
+
+    records = Path(tempfile.mkdtemp(prefix="hvnet-bench-records-"))
+    return [AgentLauncher(AgentChannel(LocalRunner(), name, uri=libvirtd.URI), records=records) for name in ("C", "S")]
+
+
+def bench_vms_agent() -> list[str]:
+    from appliance.lab.vm import libvirtd
+
+    why = libvirtd.available()
+    if why:
+        return [f"real VMs through the guest agent: not measured ({why})"]
+    with _qemu_lab() as (lab, tmp, env):
+        vm = ["--vms", str(lab.run_dir / "vms.yaml")]
+        lines = fidelity(tmp, env, vm, "agent")
+        lines += spread(tmp, env, [("lab", ["--guests", "lab"]), ("agent", vm)])
+        lines.append(release_skew(_agent_launchers(lab)))
+        kind = {"qemu": "TCG", "kvm": "KVM"}.get(lab.state.get("accel", {}).get("domain_type", ""), "?")
+    return [f"real VMs through libvirt's guest agent: two QEMU guests under {kind}, the lab's channel vs "
+            f"qemu-ga ({SECONDS} s runs)", *lines]  # fmt: skip
+
+
 def _ssh_launchers(lab: Lab) -> tuple[list[Any], list[Any]]:
     from pathlib import PurePosixPath
 
@@ -186,5 +235,5 @@ def bench_vms_ssh() -> list[str]:
 
 
 if __name__ == "__main__":
-    for line in bench_vms_ssh():
+    for line in bench_vms_agent() if sys.argv[1:2] == ["agent"] else bench_vms_ssh():
         print(line, flush=True)
