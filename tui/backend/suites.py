@@ -60,9 +60,10 @@ def prepare(path: str, overrides: Overrides) -> Suite:
 
 
 def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun:
-    """A run of ``s`` where the front door's guest source puts it (the lab's switch, or probes on the
-    console's switch; see :mod:`appliance.frontdoor.guests`), in a new run directory (named as the CLI
-    names it).  The guests are held until the run ends."""
+    """A run of ``s`` where the front door's guest source puts it (the lab's switch, probes on the
+    console's switch, or the real VMs of the VM inventory its settings name, ``[measure] vms``; see
+    :mod:`appliance.frontdoor.guests`), in a new run directory (named as the CLI names it).  The guests
+    are held until the run ends."""
     from contextlib import ExitStack
 
     from appliance.frontdoor.guests import console_target, suite_measurement
