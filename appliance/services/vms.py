@@ -150,7 +150,10 @@ class VmSource:
         vif = vif_for(entry, vifs, self.host.label or "this machine's switch")
         access = self._access(entry)
         self._require_tools(entry, access)
-        mac = (vif.mac or "").lower()
+        mac = (vif.mac or entry.mac or "").lower()
+        if not mac:
+            raise UsageError(f"VM {entry.name} ({entry.where}): its VIF {vif.port} carries no attached-mac",
+                             hint="give the VM's MAC on that VIF as mac: in the VM inventory")  # fmt: skip
         ip = entry.ip or self._address(entry, access, mac)
         return GuestEndpoint(entry.name, "vm", ip, mac, vif.port, access=access)
 

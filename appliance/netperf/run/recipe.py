@@ -169,6 +169,8 @@ class Runner:
     def _preflight(self) -> Preflight:
         """Check everything before starting anything (PreflightFailed: nothing was started); the rig."""
         client, server, address = self._endpoints()
+        for left in getattr(self.guests, "swept", ()):  # a real VM's guest source stopped what a killed run left
+            self._warn(f"stopped what an earlier run left in a VM: {left}")
         # a VM's tools were checked inside it by its guest source: the server VM's netserver is not the client's
         managed = server is not None and server.vm is None
         pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=managed)
