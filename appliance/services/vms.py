@@ -207,6 +207,12 @@ class VmSource:
                               hint="install in the VM: netperf (Debian non-free, EPEL), iperf3 for packet-rate "
                                    "tests, tcpdump and python3 for the isolation check's traffic method; hvnet "
                                    "copies no programs into VMs")  # fmt: skip
+        if "iperf3" in tools:  # --json, which hvnet reads, came with iperf 3.0
+            res = access.runner.run(["iperf3", "--version"], check=False, timeout=self.timeout)
+            words = (res.stdout.splitlines() or [""])[0].split()
+            if len(words) < 2 or words[0] != "iperf" or not words[1].startswith("3."):
+                raise MissingTool(f"{access.label}: iperf3 in the VM does not report iperf 3.x (JSON output)",
+                                  hint="install iperf3 in the VM")  # fmt: skip
         if "netperf" in tools:
             res = access.runner.run(["netperf", "-V"], check=False, timeout=self.timeout)
             version = netperf_version(res.stdout + res.stderr)

@@ -79,3 +79,21 @@ def test_the_vms_data_interface_is_the_one_with_its_vifs_mac() -> None:
     assert ifname_of(text, "02:00:00:00:00:0A") == "eth0"
     assert ifname_of(text, "02:00:00:00:00:0b") == "mgmt0"  # the management link: never chosen for the VIF
     assert ifname_of(text, "02:00:00:00:00:0c") is None and ifname_of("[", "02:00:00:00:00:0a") is None
+
+
+def test_a_vm_without_the_tools_its_role_needs_exits_4_naming_vm_and_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check runs the VM's runner for real: here this machine's, with a PATH that has no netperf."""
+    from appliance.core.errors import MissingTool
+    from appliance.core.runner import LocalRunner
+    from appliance.endpoints.guests import VmAccess
+    from appliance.services.vms import VmSource
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    access = VmAccess("ssh", "VM vm1 (over SSH to web-01)", LocalRunner(), None)  # type: ignore[arg-type]
+    source = VmSource(None, None, tools={"vm1": ("netserver", "iperf3")})  # type: ignore[arg-type]
+    with pytest.raises(MissingTool) as exc:
+        source._require_tools(_entry(), access)
+    assert exc.value.exit_code == 4
+    assert "VM vm1 (over SSH to web-01): netserver, iperf3 are not installed in the VM" in str(exc.value)
