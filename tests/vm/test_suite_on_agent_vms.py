@@ -116,7 +116,11 @@ def test_the_2010_scenario_runs_in_vms_through_their_guest_agents(agent_lab: tup
 
 def test_a_killed_hvnet_leaves_netserver_only_until_the_next_run(agent_lab: tuple[Lab, Path], tmp_path: Path) -> None:
     _lab, vms = agent_lab
-    p = subprocess.Popen([*HVNET, "--vms", str(vms), "suite", "run", str(DATA / "suite-long.yaml"), "--out",
+    long = tmp_path / "long.yaml"  # repetitions enough to be killed in the middle of (no policy: VM names differ)
+    long.write_text(f"name: long\ntopology: {ROOT / 'vlan-tests' / 'topologies' / 'seed-2010.yaml'}\n"
+                    "endpoints: {client: VM1, server: VM2}\ndefaults: {duration: 1, repetitions: 8, "
+                    "concurrency: [2]}\ntests: [{name: tcp-rr, type: TCP_RR}]\n")  # fmt: skip
+    p = subprocess.Popen([*HVNET, "--vms", str(vms), "suite", "run", str(long), "--out",
                           str(tmp_path / "killed")], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
