@@ -60,7 +60,7 @@ def vif_for(entry: InventoryVm, vifs: list[Vif], where: str) -> Vif:
                          hint="hvnet measures VMs on the switch it drives: give vif: or mac: in the VM inventory, "
                               "or --host the VM's hypervisor")  # fmt: skip
     if len(found) > 1:
-        ports = ", ".join(v.port for v in found)
+        ports = ", ".join(shown(v.port) for v in found)  # port names are the switch's: planted ones too
         raise UsageError(f"VM {entry.name} ({entry.where}): {len(found)} VIFs on {where} match its {how}: {ports}",
                          hint="say which one is under test: vif: PORT (or mac:) in the VM inventory")  # fmt: skip
     return found[0]
@@ -152,7 +152,7 @@ class VmSource:
         self._require_tools(entry, access)
         mac = (vif.mac or entry.mac or "").lower()
         if not mac:
-            raise UsageError(f"VM {entry.name} ({entry.where}): its VIF {vif.port} carries no attached-mac",
+            raise UsageError(f"VM {entry.name} ({entry.where}): its VIF {shown(vif.port)} carries no attached-mac",
                              hint="give the VM's MAC on that VIF as mac: in the VM inventory")  # fmt: skip
         ip = entry.ip or self._address(entry, access, mac)
         return GuestEndpoint(entry.name, "vm", ip, mac, vif.port, access=access)
