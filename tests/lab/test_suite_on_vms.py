@@ -123,7 +123,7 @@ def test_hvnet_killed_mid_suite_leaves_nothing_running_in_the_vms(vlab: Lab, tmp
         time.sleep(0.2)
     assert guest_programs(vlab) == {} and work_dirs() == []
     # and the next run on those VMs runs
-    res = run_hvnet("--vms", str(vms), "suite", "run", str(DATA / "suite-vms.yaml"), "--out", str(tmp_path / "next"),
+    res = run_hvnet("--vms", str(vms), "suite", "run", str(DATA / "suite-vms-tiny.yaml"), "--out", str(tmp_path / "next"),
                     timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -137,7 +137,7 @@ def test_a_killed_hvnet_leaves_netserver_only_until_the_next_run(agent_lab: tupl
             p.wait()
     assert "netserver" in leftovers(["QB"]).get("QB", "")  # the agent has no channel to close: it is still there
     # the next run on these VMs sweeps what the killed one left, by PID on the same boot, then runs
-    res = run_hvnet("--vms", str(vms), "suite", "run", str(DATA / "suite-vms.yaml"), "--out", str(tmp_path / "next"),
+    res = run_hvnet("--vms", str(vms), "suite", "run", str(DATA / "suite-vms-tiny.yaml"), "--out", str(tmp_path / "next"),
                     timeout=900)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert leftovers(["QA", "QB"]) == {}
