@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from netperf_bench import fidelity_interval  # noqa: E402
+from netperf_bench import _suite, fidelity_interval  # noqa: E402
 
 from appliance.endpoints.topology import load as load_topology  # noqa: E402
 from appliance.lab import Lab  # noqa: E402
@@ -55,15 +55,6 @@ guests:
   - {name: C, ip: 10.78.0.1/24, tag: 7, domid: 211}
   - {name: S, ip: 10.78.0.2/24, tag: 7, domid: 212}
 """
-
-
-def _suite(tmp: Path, name: str, ttype: str, seconds: int, concurrency: int) -> Path:
-    p = tmp / f"{name}.yaml"
-    p.write_text(
-        f"name: {name}\ntopology: topo.yaml\nendpoints: {{client: C, server: S}}\n"
-        f"tests: [{{name: t, type: {ttype}, duration: {seconds}, concurrency: [{concurrency}]}}]\n"
-    )
-    return p
 
 
 def _run(suite: Path, out: Path, env: dict[str, str], source: list[str]) -> dict[str, Any]:
@@ -139,10 +130,11 @@ def release_skew(launchers: list[Any], rounds: int = 5) -> str:
 
 
 @contextmanager
-def _netns_lab() -> Iterator[tuple[Lab, Path, dict[str, str]]]:
-    with tempfile.TemporaryDirectory(prefix="hvnet-bench-vms-") as tmp_s:
+def _lab(topology: str, prefix: str) -> Iterator[tuple[Lab, Path, dict[str, str]]]:
+    """A lab of ``topology`` whose guests are reachable as VMs (``--vm-access``), gone afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp_s:
         tmp = Path(tmp_s)
-        (tmp / "topo.yaml").write_text(NETNS_TOPOLOGY)
+        (tmp / "topo.yaml").write_text(topology)
         lab = Lab(tmp / "lab")
         env = {**os.environ, "HVNET_LAB_DIR": str(tmp / "lab")}
         try:
@@ -162,20 +154,6 @@ guests:
 """
 
 
-@contextmanager
-def _qemu_lab() -> Iterator[tuple[Lab, Path, dict[str, str]]]:
-    with tempfile.TemporaryDirectory(prefix="hvnet-bench-vms-agent-") as tmp_s:
-        tmp = Path(tmp_s)
-        (tmp / "topo.yaml").write_text(QEMU_TOPOLOGY)
-        lab = Lab(tmp / "lab")
-        env = {**os.environ, "HVNET_LAB_DIR": str(tmp / "lab")}
-        try:
-            lab.up(load_topology(tmp / "topo.yaml"), vm_access=True)
-            yield lab, tmp, env
-        finally:
-            lab.down()
-
-
 def _agent_launchers(lab: Lab) -> list[Any]:
     from appliance.core.runner import LocalRunner
     from appliance.endpoints.agent import AgentChannel, AgentLauncher
@@ -191,7 +169,7 @@ def bench_vms_agent() -> list[str]:
     why = libvirtd.available()
     if why:
         return [f"real VMs through the guest agent: not measured ({why})"]
-    with _qemu_lab() as (lab, tmp, env):
+    with _lab(QEMU_TOPOLOGY, "hvnet-bench-vms-agent-") as (lab, tmp, env):
         vm = ["--vms", str(lab.run_dir / "vms.yaml")]
         lines = fidelity(tmp, env, vm, "agent")
         lines += spread(tmp, env, [("lab", ["--guests", "lab"]), ("agent", vm)])
@@ -221,7 +199,7 @@ def _ssh_launchers(lab: Lab) -> tuple[list[Any], list[Any]]:
 
 
 def bench_vms_ssh() -> list[str]:
-    with _netns_lab() as (lab, tmp, env):
+    with _lab(NETNS_TOPOLOGY, "hvnet-bench-vms-") as (lab, tmp, env):
         vm = ["--vms", str(lab.run_dir / "vms.yaml")]
         lines = fidelity(tmp, env, vm, "ssh")
         lines += spread(tmp, env, [("lab", ["--guests", "lab"]), ("ssh", vm)])
