@@ -148,7 +148,7 @@ def problems(status: str) -> list[str]:
 def console_tail(text: str, lines: int = CONSOLE_LINES) -> str:
     """The console's last lines, control characters shown escaped (it is the VM's text, not ours)."""
     shown = [repr(line)[1:-1] for line in text.replace("\r", "").splitlines() if line.strip()]
-    return "\n".join("  | " + line for line in shown[-lines:])
+    return "\n".join("  | " + line for line in shown[-lines:]) or "  (nothing on its console)"
 
 
 # -- the VM -------------------------------------------------------------------------------

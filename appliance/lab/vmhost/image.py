@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core import proc
-from appliance.core.errors import EXIT_MISSING_TOOL, HvnetError, MissingTool
+from appliance.core.errors import HvnetError, MissingTool
 from appliance.lab.sshhost import REMOTE_TOOLS
 from appliance.lab.vm import image as probe_image
 from appliance.lab.vmhost import recipe
@@ -60,9 +60,7 @@ class VmHostImageError(HvnetError):
 
 
 class PackagesUnavailable(MissingTool):
-    """Packages of the recipe cannot be fetched from the mirror: a missing tool, for the exit code."""
-
-    exit_code = EXIT_MISSING_TOOL
+    """Packages of the recipe cannot be fetched from the mirror: exit 4, as for a missing tool."""
 
 
 @dataclass

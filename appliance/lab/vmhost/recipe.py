@@ -38,7 +38,6 @@ exec switch_root /newroot /usr/lib/hvnet/init
 # dash, PID 1 on the root disk.  Values from host.conf are never evaluated, only used as arguments.
 INIT = r"""#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
-set -f
 say() { echo "hvnet-vmhost: $*"; }
 fail() { say "$*"; echo o > /proc/sysrq-trigger; sleep 10; }
 mount -t proc proc /proc
@@ -69,9 +68,11 @@ done < "$CONF/host.conf"
 hostname "$NAME"
 echo "$NAME" > /etc/hostname
 printf '127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost\n' "$NAME" > /etc/hosts
+set -f  # the module list is split into words, never globbed
 for m in virtio_net $MODULES; do
     modprobe "$m" || echo "module $m: not loaded" >> "$STATUS"
 done
+set +f
 DEV=
 n=0
 while [ -z "$DEV" ] && [ $n -lt 100 ]; do

@@ -193,6 +193,7 @@ def test_what_the_vm_could_not_do_and_its_console_are_shown_literally() -> None:
     assert boot.problems("") == []
     console = "".join(f"line {i}\r\n" for i in range(40)) + "\x1b[31mpanic\x1b[0m\n"
     tail = boot.console_tail(console).splitlines()
+    assert boot.console_tail("\r\n\n") == "  (nothing on its console)"
     assert len(tail) == boot.CONSOLE_LINES and tail[-1] == "  | \\x1b[31mpanic\\x1b[0m" and tail[0] == "  | line 16"
 
 
