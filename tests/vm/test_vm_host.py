@@ -54,10 +54,10 @@ def host(image: VmHostImage, accel: str, tmp_path_factory: pytest.TempPathFactor
     try:
         vm.start(image, accel)
         print(f"\nVM host {NAME}: boot to SSH {vm.boot_s:.1f} s ({accel}, {boot.VCPUS} vCPUs, {vm.memory_mb} MB)")
-        yield vm
-    finally:
         if os.environ.get("HVNET_VM_CONSOLE"):
             print(vm.console_text())
+        yield vm
+    finally:
         vm.stop()
         assert image.root.stat().st_mtime_ns == mtime, "the cached image was written to"
 
@@ -90,7 +90,7 @@ def test_the_image_comes_from_the_cache_the_second_time(image: VmHostImage) -> N
 
 def test_it_answers_over_ssh_with_the_host_key_the_lab_put_in_and_no_other(host: boot.VmHost) -> None:
     assert host.boot_s < boot.BOOT_TIMEOUT_S
-    out = host.ssh("hostname; uname -r; printf '%s\\n' \"$PATH\"; command -v python3 || echo no-python").stdout
+    out = host.ssh("uname -n; uname -r; printf '%s\\n' \"$PATH\"; command -v python3 || echo no-python").stdout
     assert out.splitlines() == [NAME, out.splitlines()[1], "/usr/lib/hvnet/bin", "no-python"]
     assert out.splitlines()[1].endswith("-cloud-amd64")
     pub = (host.dir / "host_key.pub").read_text().split()

@@ -182,7 +182,7 @@ def test_qemu_gets_four_vcpus_the_overlay_a_read_only_config_disk_and_the_tap(tm
     assert pairs["-device"] == "virtio-net-pci,netdev=mgmt,mac=52:54:00:6b:00:01"
     assert pairs["-serial"] == f"file:{tmp_path}/console.log" and pairs["-pidfile"] == f"{tmp_path}/qemu.pid"
     kvm = dict(zip(*[iter(boot.qemu_argv(_image(), tmp_path, ln, "kvm")[1:])] * 2))
-    assert kvm["-accel"] == "kvm" and kvm["-cpu"] == "host" and kvm["-m"] == str(boot.MEMORY_MB)
+    assert kvm["-accel"] == "kvm" and kvm["-cpu"] == "host" and kvm["-m"] == "512"
     with pytest.raises(LabError, match="accelerator"):
         boot.qemu_argv(_image(), tmp_path, ln, "hvf")
 
