@@ -20,6 +20,9 @@ from appliance.core.errors import ConfigError, Problem
 HYPERVISORS = ("xenserver", "libvirt")
 DATAPATH_TYPES = ("netdev", "system")
 KINDS = ("netns", "qemu")
+# A lab host: a network namespace with its own OVS and sshd (the default), or a QEMU VM running OVS on the
+# kernel datapath (appliance.lab.vmhost).
+HOST_KINDS = ("netns", "vm")
 MEMORY_MIB = (128, 4096)  # a QEMU guest's memory: the probe image needs ~100 MiB
 
 _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
@@ -27,7 +30,7 @@ _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
 _HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,7}$")
 MAX_HOSTS = 16
 _TOP_KEYS = {"name", "description", "hypervisor", "hosts", "bridges", "guests", "ovn"}
-_HOST_KEYS = {"name", "management"}
+_HOST_KEYS = {"name", "kind", "management"}
 _OVN_KEYS = {"switches"}
 # A logical switch's name: ovn-nbctl takes it as an argument and the lab names nothing else after it.
 _LSWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
@@ -125,6 +128,8 @@ class Topology:
     # An OVN pool: the logical switches the guests join (the hosts are chassis joined by Geneve
     # over an underlay, not by trunks).  Empty: plain OVS.
     ovn_switches: tuple[str, ...] = ()
+    # Hosts of ``kind: vm``: QEMU VMs whose OVS runs on the kernel datapath (every bridge ``system`` there).
+    vm_hosts: tuple[str, ...] = ()
 
     @property
     def ovn(self) -> bool:
@@ -184,13 +189,15 @@ def from_document(doc: yamldoc.Document) -> Topology:
         bad(("hypervisor",), f"unknown hypervisor {hypervisor!r}; allowed: {', '.join(HYPERVISORS)}")
 
     seen_ifnames: dict[str, yamldoc.PathKey] = {}  # bridges and VIFs share the kernel's interface names
-    hosts = _hosts(doc, data.get("hosts"), problems)
+    hosts, vm_hosts = _hosts(doc, data.get("hosts"), problems)
     managed = _management(doc, data.get("hosts"), hosts, data.get("bridges"), problems)
     switches = _ovn(doc, data, hosts, problems)
     raw_bridges = data.get("bridges")
     if switches and raw_bridges is None:
         raw_bridges = [{"name": OVN_BRIDGE}]
     bridges = _bridges(doc, raw_bridges, seen_ifnames, problems)
+    if vm_hosts:
+        bridges = _kernel_bridges(doc, raw_bridges, bridges, data, problems)
     if switches and [b.name for b in bridges] not in ([OVN_BRIDGE], []):
         bad(("bridges",), f"an OVN pool's hosts have one bridge, {OVN_BRIDGE} (ovn-controller's): drop 'bridges'")
     for i, b in enumerate(bridges):
@@ -201,7 +208,8 @@ def from_document(doc: yamldoc.Document) -> Topology:
     if problems:
         raise ConfigError(problems)
     return Topology(name=name, file=doc.file, hypervisor=hypervisor, bridges=tuple(bridges), guests=tuple(guests),
-                    hosts=tuple(hosts), ovn_switches=tuple(switches), management=tuple(managed))  # fmt: skip
+                    hosts=tuple(hosts), ovn_switches=tuple(switches), management=tuple(managed),
+                    vm_hosts=tuple(vm_hosts))  # fmt: skip
 
 
 def _ovn(doc: yamldoc.Document, data: dict[str, Any], hosts: list[str], problems: list[Problem]) -> list[str]:
@@ -235,20 +243,25 @@ def _ovn(doc: yamldoc.Document, data: dict[str, Any], hosts: list[str], problems
     return names
 
 
-def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> list[str]:
-    """The lab hypervisors' names, unique, in the order the trunk links join them."""
+def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> tuple[list[str], list[str]]:
+    """The lab hypervisors' names, unique, in the order the trunk links join them; and those of ``kind: vm``."""
     if raw is None:
-        return []
+        return [], []
     if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_HOSTS:
         problems.append(doc.problem(("hosts",), f"a list of 1..{MAX_HOSTS} hosts, each a mapping with 'name'"))
-        return []
+        return [], []
     names: list[str] = []
+    vms: list[str] = []
     for i, rh in enumerate(raw):
         path: yamldoc.PathKey = ("hosts", i)
         if not isinstance(rh, dict):
             problems.append(doc.problem(path, "each host is a mapping with 'name'"))
             continue
         problems += doc.unknown_keys(rh, path, _HOST_KEYS)
+        kind = rh.get("kind", "netns")
+        if kind not in HOST_KINDS:
+            problems.append(doc.problem((*path, "kind"), f"unknown host kind {kind!r}; allowed: "
+                                        f"{', '.join(HOST_KINDS)}"))  # fmt: skip
         hname = rh.get("name")
         if not isinstance(hname, str) or not _HOST_NAME.match(hname):
             problems.append(doc.problem((*path, "name"), "required: 1-8 characters, a lower-case letter first, then "
@@ -257,7 +270,29 @@ def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> list[str
             problems.append(doc.problem((*path, "name"), f"duplicate host name {hname!r}"))
         else:
             names.append(hname)
-    return names
+            if kind == "vm":
+                vms.append(hname)
+        if kind == "vm" and "management" in rh:
+            problems.append(doc.problem((*path, "management"), "a VM host's management link is its own (a tap "
+                                        "on this machine), never a bridge port: drop 'management'"))  # fmt: skip
+    if vms and len(raw) > 1:
+        at = next(i for i, rh in enumerate(raw) if isinstance(rh, dict) and rh.get("name") == vms[0])
+        problems.append(doc.problem(("hosts", at, "kind"), "a VM host is the only host of its topology for now: "
+                                    "trunk links between a VM and other hosts are not built yet"))  # fmt: skip
+    return names, vms
+
+
+def _kernel_bridges(
+    doc: yamldoc.Document, raw_bridges: Any, bridges: list[Bridge], data: dict[str, Any], problems: list[Problem]
+) -> list[Bridge]:
+    """A VM host's bridges: on the kernel datapath (``system``), the point of such a host; ``netdev`` refused."""
+    for i, rb in enumerate(raw_bridges if isinstance(raw_bridges, list) else []):
+        if isinstance(rb, dict) and rb.get("datapath_type", "system") != "system":
+            problems.append(doc.problem(("bridges", i, "datapath_type"), "a VM host's bridges are on the kernel "
+                                        "datapath: 'system' (or leave it out)"))  # fmt: skip
+    if data.get("ovn") is not None:
+        problems.append(doc.problem(("ovn",), "an OVN pool's chassis are namespaced hosts: no 'kind: vm' host"))
+    return [replace(b, datapath_type="system") for b in bridges]
 
 
 def _management(

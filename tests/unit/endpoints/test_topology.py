@@ -159,7 +159,7 @@ def test_three_hosts_are_a_chain_per_bridge(tmp_path) -> None:
         ("hosts: [{name: HV1}]\n", "", "hosts[0].name: required: 1-8 characters, a lower-case letter first"),
         ("hosts: [{name: hv1}, {name: hv1}]\n", "", "hosts[1].name: duplicate host name 'hv1'"),
         ("hosts: [{name: A}]\n", "", "hosts[0].name"),
-        ("hosts: [{name: hv1, ip: 1}]\n", "", "hosts[0].ip: unknown key; allowed: management, name"),
+        ("hosts: [{name: hv1, ip: 1}]\n", "", "hosts[0].ip: unknown key; allowed: kind, management, name"),
         (
             "hosts: [{name: hv1, management: xenbr0}]\n",
             "",
@@ -222,3 +222,56 @@ def test_bad_ovn_pools(tmp_path, old, new, message) -> None:
 def test_switch_is_only_for_ovn_pools(tmp_path) -> None:
     text = GOOD.replace("    tag: 1\n", "    switch: blue\n")
     assert any("guests[0].switch: only in a topology with 'ovn'" in p for p in problems(tmp_path, text))
+
+
+def test_a_vm_host_puts_every_bridge_on_the_kernel_datapath(tmp_path) -> None:
+    t = load_text(tmp_path, "hosts: [{name: kvm1, kind: vm}]\n" + GOOD)
+    assert (t.hosts, t.vm_hosts) == (("kvm1",), ("kvm1",))
+    assert [b.datapath_type for b in t.bridges] == ["system"]
+    assert [g.host for g in t.guests] == ["kvm1", "kvm1"]
+    plain = load_text(
+        tmp_path,
+        "hosts: [{name: hv1}, {name: hv2, kind: netns}]\n"
+        + GOOD.replace("    tag: 1\n", "    tag: 1\n    host: hv1\n").replace(
+            "    vlan_mode: trunk\n", "    vlan_mode: trunk\n    host: hv2\n"
+        ),
+    )
+    assert (plain.vm_hosts, [b.datapath_type for b in plain.bridges]) == ((), ["netdev"])
+
+
+@pytest.mark.parametrize(
+    "hosts, bridge_extra, message",
+    [
+        (
+            "hosts: [{name: hv1, kind: xen}]\n",
+            "",
+            "topo.yaml:1: hosts[0].kind: unknown host kind 'xen'; allowed: netns, vm",
+        ),
+        (
+            "hosts: [{name: hv1, kind: vm}, {name: hv2}]\n",
+            "",
+            "topo.yaml:1: hosts[0].kind: a VM host is the only host of its topology for now: trunk links",
+        ),
+        (
+            "hosts:\n  - {name: hv1}\n  - {name: kv2, kind: vm}\n",
+            "",
+            "topo.yaml:3: hosts[1].kind: a VM host is the only host of its topology for now",
+        ),
+        ("hosts: [{name: hv1, kind: vm, management: br0}]\n", "", "hosts[0].management: a VM host's management link"),
+        (
+            "hosts: [{name: hv1, kind: vm}]\n",
+            "    datapath_type: netdev\n",
+            "bridges[0].datapath_type: a VM host's bridges are on the kernel datapath: 'system'",
+        ),
+        ("hosts: [{name: hv1, kind: [vm]}]\n", "", "hosts[0].kind: unknown host kind ['vm']"),
+    ],
+)
+def test_bad_vm_hosts(tmp_path, hosts, bridge_extra, message) -> None:
+    text = hosts + GOOD.replace("  - name: br0\n", "  - name: br0\n" + bridge_extra)
+    out = problems(tmp_path, text)
+    assert any(message in p for p in out), out
+
+
+def test_an_ovn_pool_has_no_vm_host(tmp_path) -> None:
+    text = "hypervisor: libvirt\nhosts: [{name: hv1, kind: vm}]\novn: {switches: [ls1]}\nguests: []\n"
+    assert any("ovn: an OVN pool's chassis are namespaced hosts" in p for p in problems(tmp_path, text))
