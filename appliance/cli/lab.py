@@ -83,7 +83,9 @@ def _hosts_hints(hosts: tuple[str, ...], bridge: str, lab: Lab) -> None:
     print(f"  {sys.argv[0]} --host {hosts[-1]} status")
     print(f"  {sys.argv[0]} hosts")
     print(f"  ssh -F {lab.run_dir / 'ssh_config'} {hosts[-1]} ovs-vsctl list-ports {bridge}")
-    print(f"  ovs-vsctl --db=unix:{st['hosts'][hosts[0]]['ovs_rundir']}/db.sock show")
+    first = st["hosts"][hosts[0]]
+    if first.get("kind") != "vm":  # a VM host's OVSDB socket is inside the VM: over SSH only
+        print(f"  ovs-vsctl --db=unix:{first['ovs_rundir']}/db.sock show")
 
 
 def cmd_lab_down(args: argparse.Namespace) -> int:
@@ -113,6 +115,12 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         if st["db"]:
             print(f"HVNET_DB={st['db']}")
         for name, h in (st.get("hosts") or {}).items():
+            if h.get("kind") == "vm":
+                answers = "SSH answers" if h["ssh"] else "SSH does NOT answer"
+                qemu = f"QEMU pid {h['qemu_pid']}" if h["qemu_pid"] else "QEMU not running"
+                print(f"host {name} (VM, kernel datapath): ssh {h['address']}:{h['port']} over tap {h['tap']}, "
+                      f"{qemu}, {answers}")  # fmt: skip
+                continue
             print(f"host {name}: ssh {h['address']}:{h['port']}, namespace {h['netns']}, OVS in {h['ovs_rundir']}")
         for daemon, pid in st["daemons"].items():
             print(f"  {daemon}: {'pid ' + str(pid) if pid else 'not running'}")

@@ -84,13 +84,24 @@ class LabHosts:
 
 
 def running_lab_hosts(run_dir: Path) -> LabHosts | None:
-    """The lab in ``run_dir`` if it is a running lab of several hosts (its first host's OVS answers), else None."""
+    """The lab in ``run_dir`` if it is a running lab of hosts (its first host runs), else None."""
     run_dir = run_dir.resolve()
     state = read_state(run_dir)
     names = state.get("hosts") if state else None
     if not state or not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         return None
-    first = run_dir / "hosts" / names[0] / "run"
-    if pid_alive_for(first / "ovsdb-server.pid", str(first)) is None or not (run_dir / "hosts.yaml").exists():
+    created = state.get("created")
+    vms = created.get("vm_hosts") if isinstance(created, dict) else None
+    if not _host_running(run_dir / "hosts" / names[0], isinstance(vms, list) and names[0] in vms):
+        return None
+    if not (run_dir / "hosts.yaml").exists():
         return None
     return LabHosts(run_dir, tuple(names), dict(state.get("vm_names", {})))
+
+
+def _host_running(host_dir: Path, vm: bool) -> bool:
+    """A lab host's daemon is alive: a namespaced host's ovsdb-server, a VM host's QEMU (its pid file and its
+    command line, which names the host's directory)."""
+    if vm:
+        return pid_alive_for(host_dir / "qemu.pid", str(host_dir)) is not None
+    return pid_alive_for(host_dir / "run" / "ovsdb-server.pid", str(host_dir / "run")) is not None

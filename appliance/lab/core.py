@@ -38,6 +38,8 @@ from appliance.lab.sshhost import SshHost
 from appliance.lab.switch import Switch
 from appliance.lab.vm import labguests
 from appliance.lab.vm.gexec import gexec_argv
+from appliance.lab.vmhost import labhost
+from appliance.lab.vmhost.boot import VmHost
 from appliance.policy.apply import writer
 from appliance.policy.apply.journal import Journal
 from appliance.policy.plan.planner import Change
@@ -161,13 +163,23 @@ class Lab:
 
     def is_up(self) -> bool:
         if self.state.get("hosts"):
-            return all(h.switch.pid("ovsdb-server") is not None for h in self._hosts().values())
+            return all(h.switch.pid("ovsdb-server") is not None for h in self._hosts().values()) and all(
+                vm.qemu_pid() is not None for vm in self._vm_hosts().values()
+            )
         return bool(self.state) and self.switch.pid("ovsdb-server") is not None
 
     def _hosts(self) -> dict[str, SshHost]:
-        """The lab's hypervisors (a topology with ``hosts``), in the order they were started."""
-        names = self.state.get("hosts") or self._recorded("hosts")
+        """The lab's namespaced hypervisors (a topology with ``hosts``), in the order they were started."""
+        vms = set(self._vm_names())
+        names = [n for n in self.state.get("hosts") or self._recorded("hosts") if n not in vms]
         return multihost.lab_hosts(self.run_dir, names)
+
+    def _vm_names(self) -> list[str]:
+        """The lab's VM hosts as recorded before they booted: their order gives their management links."""
+        return self._recorded("vm_hosts")
+
+    def _vm_hosts(self) -> dict[str, VmHost]:
+        return labhost.vm_hosts(multihost.hosts_dir(self.run_dir), self._vm_names())
 
     # -- up ------------------------------------------------------------------
 
@@ -182,6 +194,9 @@ class Lab:
             proc.which(tool)
         if topology.hosts:
             for tool in ("ssh", "ssh-keygen"):
+                proc.which(tool)
+        if topology.vm_hosts:
+            for tool in ("qemu-system-x86_64", "qemu-img"):
                 proc.which(tool)
         vm_access = vm_access or bool(self.state.get("vm_access"))
         if vm_access:
@@ -210,7 +225,8 @@ class Lab:
         """Refuse to adopt namespaces or interfaces that exist but are not ours."""
         mine_ns = set(self._recorded("namespaces"))
         mine_if = set(self._recorded("interfaces"))
-        ns_guests = [g for g in t.guests if g.kind == "netns"]
+        # a VM host's guests are namespaces inside the VM: nothing of theirs is on this machine
+        ns_guests = [g for g in t.guests if g.kind == "netns" and g.host not in t.vm_hosts]
         clashes = [
             f"namespace {self.ns_of(g.name)}"
             for g in ns_guests
@@ -221,7 +237,10 @@ class Lab:
         clashes += [
             f"interface {b.name}" for b in t.bridges if _link_exists(b.name) and b.name not in self._recorded("bridges")
         ]
-        clashes += multihost.conflicts(multihost.lab_hosts(self.run_dir, t.hosts), self._recorded("hosts"))
+        clashes += multihost.conflicts(
+            multihost.lab_hosts(self.run_dir, [h for h in t.hosts if h not in t.vm_hosts]), self._recorded("hosts")
+        )
+        clashes += labhost.conflicts(labhost.vm_hosts(multihost.hosts_dir(self.run_dir), t.vm_hosts), self._vm_names())
         if vm_access:
             clashes += guestssh.conflicts(t, self.ns_of, list(mine_if))
         if clashes:
@@ -258,6 +277,10 @@ class Lab:
                 ],
             }
         )
+        if t.vm_hosts:  # for now a VM host is its topology's only host (the topology says so)
+            self._up_vm_hosts(t, report)
+            report.guests = self.status()["guests"]
+            return
         if t.hosts:
             self._up_hosts(t, report)
             report.guests = self.status()["guests"]
@@ -309,7 +332,26 @@ class Lab:
                 report.actions.append(f"moved {name}'s management link onto {bridge} ({hosts[name].address})")
         if t.ovn:
             self._up_ovn(t, hosts, report)
-        multihost.write_client_files(self.run_dir, t, hosts)
+        multihost.write_client_files(
+            self.run_dir, t, {n: (str(h.switch.run_dir), h.ssh_config) for n, h in hosts.items()}
+        )
+        report.actions.append(f"wrote the hosts' inventory and ssh_config in {self.run_dir}")
+
+    def _up_vm_hosts(self, t: Topology, report: LabReport) -> None:
+        """VM hosts booted (each recorded first), their guests plugged over SSH, each switch configured by the
+        lab's one transaction through the VM's forwarded OVSDB socket, then the files a client reaches them with."""
+        for name in t.vm_hosts:
+            self._record("hosts", name)
+            self._record("vm_hosts", name)  # before QEMU starts: 'down' stops a half-booted VM by its files
+        vms = self._vm_hosts()
+        report.actions += labhost.boot(vms)
+        ns_of = {g.name: self.ns_of(g.name) for g in t.guests}
+        for name, vm in vms.items():
+            report.actions += labhost.plug_guests(vm, t.guests_on(name), ns_of)
+            with labhost.ovsdb_forwarded(vm) as db:
+                self._configure_switch(db, t, t.guests_on(name), [], DataPaths.for_lab(vm.dir), report,
+                                       hostname=name)  # fmt: skip
+        multihost.write_client_files(self.run_dir, t, {n: (labhost.OVS_RUNDIR, vm.ssh_config) for n, vm in vms.items()})
         report.actions.append(f"wrote the hosts' inventory and ssh_config in {self.run_dir}")
 
     def _up_ovn(self, t: Topology, hosts: dict[str, SshHost], report: LabReport) -> None:
@@ -502,6 +544,12 @@ class Lab:
         for name, host in reversed(list(self._hosts().items())):
             host.stop()
             report.actions.append(f"stopped host {name} (sshd, OVS) and deleted namespace {host.netns}")
+        # Before the run directory goes: a VM host is stopped by its files (QEMU's pid, the tap's name).
+        for name, vm in reversed(list(self._vm_hosts().items())):
+            found = vm.leftovers()
+            vm.stop()
+            if found:
+                report.actions.append(f"stopped VM host {name}: {', '.join(found)}")
         for stopped in self.switch.stop():
             report.actions.append(f"stopped {stopped}")
         if (self.run_dir / MARKER).exists():
@@ -517,17 +565,25 @@ class Lab:
         reached like a VM (``--vm-access``) lets an SSH client log in now."""
         guests = []
         hosts = self._hosts()
+        vm_hosts = self._vm_hosts()
+        inside = {n: labhost.presence(vm) for n, vm in vm_hosts.items()}  # one SSH login per VM host
         recorded = self.state.get("guests", [])
         vms = labguests.statuses([g for g in recorded if g.get("kind") == "qemu"], self.switch, self.run_dir)
         for g in recorded:
             if g["name"] in vms:
                 guests.append(vms[g["name"]])
                 continue
+            if g.get("host") in inside:  # a namespace inside a VM host: what the VM shows
+                now = inside[g["host"]]
+                guests.append({**g, "namespace_present": g["namespace"] in now.namespaces,
+                               "vif_present": g["vif"] in now.links})  # fmt: skip
+                continue
             host = hosts.get(g.get("host") or "")
             vif_present = multihost.link_in(host.netns if host else None, g["vif"])
             guests.append({**g, "namespace_present": _ns_exists(g["namespace"]), "vif_present": vif_present})
-        if hosts:
+        if hosts or vm_hosts:
             daemons = {f"{n} {d}": h.switch.pid(d) for n, h in hosts.items() for d in ("ovsdb-server", "ovs-vswitchd")}
+            daemons.update({f"{n} qemu": vm.qemu_pid() for n, vm in vm_hosts.items()})
             daemons.update({f"{n} sshd": h.sshd_pid() for n, h in hosts.items()})
             if "ovn" in self._recorded("daemons"):
                 c = ovn.central(self.run_dir)
@@ -543,18 +599,22 @@ class Lab:
         complete = (
             bool(self.state)
             and all(daemons.values())
+            and all(now.ssh for now in inside.values())
             and all(g["namespace_present"] and g["vif_present"] for g in guests)
         )
         return {
             "run_dir": str(self.run_dir),
             "state": "up" if complete else ("partial" if self.state else "down"),
             "topology": self.state.get("topology"),
-            "db": self.db if self.state and not hosts else None,
+            "db": self.db if self.state and not (hosts or vm_hosts) else None,
             "hosts": {
-                n: {"address": h.address, "port": h.port, "netns": h.netns, "ovs_rundir": str(h.switch.run_dir)}
-                for n, h in hosts.items()
+                **{
+                    n: {"address": h.address, "port": h.port, "netns": h.netns, "ovs_rundir": str(h.switch.run_dir)}
+                    for n, h in hosts.items()
+                },
+                **{n: labhost.describe(vm, inside[n]) for n, vm in vm_hosts.items()},
             },
-            "inventory": str(self.run_dir / multihost.INVENTORY_FILE) if hosts else None,
+            "inventory": str(self.run_dir / multihost.INVENTORY_FILE) if hosts or vm_hosts else None,
             "vm_access": vm_access,
             "daemons": daemons,
             "guests": guests,

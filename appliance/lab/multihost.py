@@ -108,20 +108,23 @@ def conflicts(hosts: dict[str, SshHost], recorded: list[str]) -> list[str]:
     ]
 
 
-def write_client_files(run_dir: Path, t: Topology, hosts: dict[str, SshHost]) -> None:
-    """The inventory and one ``ssh_config`` naming every host (each block with its key and known_hosts)."""
+def write_client_files(run_dir: Path, t: Topology, hosts: dict[str, tuple[str, Path]]) -> None:
+    """The inventory and one ``ssh_config`` naming every host (each block with its key and known_hosts).
+
+    ``hosts``: each host's OVS run directory (on the host) and its own ssh_config block's file -- a namespaced
+    host's or a VM host's alike, so ``hvnet --host NAME`` reaches either the same way."""
     kind = "xenserver" if t.hypervisor == "xenserver" else "kvm"
     lines = [f"# The lab's hypervisors (topology {t.name}): written by 'hvnet lab up', removed by 'lab down'.",
              "hosts:"]  # fmt: skip
-    for name, h in hosts.items():
+    for name, (rundir, _) in hosts.items():
         lines += [f"  - name: {name}", f"    kind: {kind}", f"    group: {t.name}",
-                  f"    ovs_rundir: {h.switch.run_dir}"]  # fmt: skip
+                  f"    ovs_rundir: {rundir}"]  # fmt: skip
     if t.ovn:  # the pool its hosts are the chassis of: hvnet --pool NAME
         central = run_dir / "ovn"
         lines += ["pools:", f"  - name: {t.name}", f"    nb: {json.dumps(f'unix:{central}/nb.sock')}",
                   f"    sb: {json.dumps(f'unix:{central}/sb.sock')}", f"    chassis: {t.name}"]  # fmt: skip
     _write(run_dir / INVENTORY_FILE, "\n".join(lines) + "\n")
-    _write(run_dir / SSH_CONFIG_FILE, "".join(h.ssh_config.read_text() for h in hosts.values()))
+    _write(run_dir / SSH_CONFIG_FILE, "".join(config.read_text() for _, config in hosts.values()))
 
 
 def _write(path: Path, text: str) -> None:

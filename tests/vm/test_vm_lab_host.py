@@ -1,0 +1,155 @@
+"""A topology host that is a VM: ``hvnet lab up`` boots it, plugs its guests inside it on the kernel datapath,
+and ``hvnet --host NAME`` reaches it as any lab host; ``lab down`` leaves nothing.
+
+One boot for the module, through the real CLI (under TCG here, about half a minute to SSH).  Needs root
+(tap device, namespaces in the VM, debootstrap for a first image build): run it under
+``flock /tmp/hvnet-lab.lock``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.endpoints.topology import load as load_topology
+from appliance.lab import Lab
+from appliance.lab.vmhost import labhost
+from appliance.lab.vmhost.boot import VmHost
+from tests.conftest import run_hvnet
+
+pytestmark = pytest.mark.vm
+
+HOST = "kvm1"
+TOPOLOGY = f"""\
+name: vmhost-lab
+hosts:
+  - name: {HOST}
+    kind: vm
+bridges:
+  - name: xenbr0
+guests:
+  - {{name: VA, ip: 10.77.0.1/24, tag: 10}}
+  - {{name: VB, ip: 10.77.0.2/24, tag: 10}}
+  - {{name: VC, ip: 10.77.0.3/24, tag: 20}}
+"""
+POLICY = """\
+version: 1
+vifs:
+  - vm: VA
+    vlan: {mode: access, tag: 10}
+    ingress: {rate: 10240, burst: 1024}
+"""
+
+
+def leftovers(run_dir: Path, pid: int | None) -> list[str]:
+    """What of the VM host this machine still has: its QEMU, its tap, its files."""
+    found = []
+    if (
+        pid is not None
+        and Path(f"/proc/{pid}").exists()
+        and b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ):
+        found.append(f"QEMU pid {pid}")
+    tap = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).link.tap
+    if Path(f"/sys/class/net/{tap}").exists():
+        found.append(f"tap {tap}")
+    if run_dir.exists():
+        found.append(f"directory {run_dir}: {sorted(p.name for p in run_dir.rglob('*'))[:10]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
+        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
+    if os.geteuid() != 0:
+        pytest.fail("the VM host lab test needs root (tap device, debootstrap)")
+    base = tmp_path_factory.mktemp("vmlab")
+    topo = base / "vmhost.yaml"
+    topo.write_text(TOPOLOGY)
+    run_dir = base / "run"
+    env = {"HVNET_LAB_DIR": str(run_dir)}
+    pid = None
+    try:
+        started = time.monotonic()
+        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
+        print(f"\nlab up: {time.monotonic() - started:.1f} s\n{up.stdout}")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert re.search(rf"booted VM host {HOST} \(\w+, 4 vCPUs, \d+ MB; .*\): boot to SSH \d+\.\d s", up.stdout)
+        pid = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).qemu_pid()
+        yield Lab(run_dir)
+    finally:
+        down = run_hvnet("lab", "down", env=env, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert leftovers(run_dir, pid) == []
+
+
+def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return VmHost(HOST, lab.run_dir / "hosts", labhost.FIRST_INDEX).ssh(command, timeout=60, check=check)
+
+
+def hv(lab: Lab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return run_hvnet("--host", HOST, *args, env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=timeout)
+
+
+def test_hvnet_reaches_the_vm_host_by_name_and_lists_its_vifs_with_their_tags(vm_lab: Lab) -> None:
+    res = hv(vm_lab, "status", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    vifs = {v["port"]: v for v in out["vifs"]}
+    topo = {g.name: g for g in load_topology_text(vm_lab).guests}
+    assert set(vifs) == {g.vif for g in topo.values()}
+    for g in topo.values():
+        v = vifs[g.vif]
+        assert (v["vm_name"], v["tag"], v["vlan_mode"], v["mac"]) == (g.name, g.tag, "access", g.mac)
+        assert v["hypervisor"] == "xenserver" and v["xen_domid"] == g.domid
+    assert out["host"]["bridge_datapath_types"] == ["system"]
+
+
+def load_topology_text(lab: Lab):  # the topology the lab was brought up with
+    return load_topology(lab.state["topology_file"])
+
+
+def test_the_vm_switch_is_on_the_kernel_datapath(vm_lab: Lab) -> None:
+    dpif = in_vm(vm_lab, "ovs-appctl dpif/show").stdout
+    assert "system@ovs-system" in dpif and "netdev@" not in dpif, dpif
+    assert in_vm(vm_lab, "ovs-vsctl get bridge xenbr0 datapath_type").stdout.strip() == "system"
+
+
+def test_guests_on_one_vlan_reach_each_other_and_not_the_other_vlan(vm_lab: Lab) -> None:
+    def ping(guest: str, address: str) -> subprocess.CompletedProcess[str]:
+        argv = ["ip", "netns", "exec", vm_lab.ns_of(guest), "ping", "-c", "2", "-W", "2", address]
+        return in_vm(vm_lab, " ".join(map(shlex.quote, argv)), check=False)
+
+    same = ping("VA", "10.77.0.2")
+    assert same.returncode == 0, same.stdout + same.stderr
+    other = ping("VA", "10.77.0.3")
+    assert other.returncode != 0 and " 0% packet loss" not in other.stdout, other.stdout
+
+
+def test_apply_of_an_ingress_rate_installs_a_tc_police_filter_in_the_vm(vm_lab: Lab, tmp_path: Path) -> None:
+    policy = tmp_path / "police.yaml"
+    policy.write_text(POLICY)
+    res = hv(vm_lab, "apply", str(policy), "--json", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    shown = in_vm(vm_lab, "tc -s filter show dev vif1.0 ingress").stdout
+    assert "police" in shown and "rate 10240Kbit" in shown, shown
+
+
+def test_lab_status_shows_the_vm_host_and_that_ssh_answers(vm_lab: Lab) -> None:
+    res = run_hvnet("lab", "status", env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(rf"host {HOST} \(VM, kernel datapath\): ssh \S+:22 over tap hvk1, QEMU pid \d+, SSH answers",
+                     res.stdout), res.stdout  # fmt: skip
+    st = json.loads(run_hvnet("lab", "status", "--json", env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}).stdout)
+    assert st["state"] == "up" and st["hosts"][HOST]["ssh"] is True
+    assert all(g["namespace_present"] and g["vif_present"] for g in st["guests"])
