@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from appliance.endpoints.topology import load as load_topology
 from appliance.lab import Lab
 from appliance.lab.vmhost import labhost
 from appliance.lab.vmhost.boot import VmHost
-from tests.conftest import run_hvnet
+from tests.conftest import HVNET, ROOT, run_hvnet
 
 pytestmark = pytest.mark.vm
 
@@ -91,6 +92,38 @@ def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         down = run_hvnet("lab", "down", env=env, timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
         assert leftovers(run_dir, pid) == []
+
+
+def test_lab_down_after_lab_up_was_killed_mid_boot_stops_the_vm_by_its_files(tmp_path: Path) -> None:
+    """SIGKILL of 'lab up' once QEMU runs, before SSH answers: the record written first lets 'down' find it all.
+
+    Runs before the module's lab (it takes the same management link)."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("QEMU is not installed")
+    topo = tmp_path / "vmhost.yaml"
+    topo.write_text(TOPOLOGY)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HVNET_LAB_DIR": str(run_dir)}
+    vm = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX)
+    up = subprocess.Popen([*HVNET, "lab", "up", "--topology", str(topo)], env=env, cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while (pid := vm.qemu_pid()) is None and up.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid is not None, "QEMU never started"
+        up.send_signal(signal.SIGKILL)
+        up.wait(timeout=10)
+        assert vm.qemu_pid() == pid and json.loads((run_dir / "lab.json").read_text())["created"]["vm_hosts"] == [HOST]
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        down = run_hvnet("lab", "down", env={"HVNET_LAB_DIR": str(run_dir)}, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert f"stopped VM host {HOST}: QEMU pid {pid}" in down.stdout, down.stdout
+    assert leftovers(run_dir, pid) == []
 
 
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
