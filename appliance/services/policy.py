@@ -33,7 +33,7 @@ from typing import Any, Optional
 from appliance.core.errors import ConflictError, HvnetError, UsageError
 from appliance.core.ovsdb import Connection
 from appliance.policy import REMOVE, ApplyResult, MirrorRule, Plan, Policy, PolicyEngine, Selector, VifRule, require_one
-from appliance.policy.apply import journal, openflow
+from appliance.policy.apply import journal, openflow, tcpolice
 from appliance.policy.apply.engine import AGENT_LOCK, Enforcement, change_json
 from appliance.policy.apply.orphans import Collector as OrphanCollector
 from appliance.policy.apply.read import COLUMNS
@@ -138,7 +138,7 @@ def vswitchd_pid(engine: PolicyEngine) -> Optional[int]:
 
 def tc_police_works(host: Host) -> bool:
     """Whether ``host``'s kernel enforces tc's police action (probed once per boot, then cached)."""
-    return openflow.tc_police_works(host.runner, host.paths.cache_dir)
+    return tcpolice.tc_police_works(host.runner, host.paths.cache_dir)
 
 
 # -- declarative ----------------------------------------------------------------

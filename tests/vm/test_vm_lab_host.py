@@ -21,10 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core.runner import LocalRunner
 from appliance.endpoints.topology import load as load_topology
+from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
 from appliance.lab.vmhost import labhost
 from appliance.lab.vmhost.boot import VmHost
+from appliance.policy.apply import tcpolice
 from tests.conftest import HVNET, ROOT, run_hvnet
 
 pytestmark = pytest.mark.vm
@@ -176,6 +179,61 @@ def test_apply_of_an_ingress_rate_installs_a_tc_police_filter_in_the_vm(vm_lab: 
     assert res.returncode == 0, res.stdout + res.stderr
     shown = in_vm(vm_lab, "tc -s filter show dev vif1.0 ingress").stdout
     assert "police" in shown and "rate 10240Kbit" in shown, shown
+
+
+def flood(lab: Lab, sender: str, address: str) -> subprocess.CompletedProcess[str]:
+    """Pings of 60000 bytes, 8 in flight (~41 fragments each): bursts beyond a 1024 kbit bucket at 10240 kbit/s."""
+    argv = ["ip", "netns", "exec", lab.ns_of(sender), "ping", "-q", "-f", "-l", "8", "-s", "60000", "-c", "300",
+            address]  # fmt: skip
+    return in_vm(lab, " ".join(map(shlex.quote, argv)), check=False)
+
+
+def test_tc_polices_what_the_guest_sends_and_its_own_counters_show_the_drops(vm_lab: Lab, tmp_path: Path) -> None:
+    """The probe finds tc policing works on the VM host, so 'auto' chooses tc; traffic beyond the rate is dropped
+    by the police action OVS installed, as tc's own counters show."""
+    policy = tmp_path / "police.yaml"
+    policy.write_text(POLICY.replace("burst: 1024", "burst: 2048"))  # a change: apply checks its enforcement
+    res = hv(vm_lab, "apply", str(policy), "--json", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (applied,) = [e for e in json.loads(res.stdout)["enforcement"] if e["kind"] == "ingress"]
+    assert (applied["port"], applied["mechanism"], applied["verified"]) == ("vif1.0", "tc", True), applied
+    assert applied["detail"].startswith("tc police (matchall) rate 10240 kbit/s burst 262144 B: "), applied
+    host = build_host(ssh_host=HOST, environ={**os.environ, "HVNET_LAB_DIR": str(vm_lab.run_dir)})
+    try:
+        (before,) = tcpolice.tc_enforcement(host.runner, "vif1.0").police or ()
+        sent = flood(vm_lab, "VA", "10.77.0.2")
+        (after,) = tcpolice.tc_enforcement(host.runner, "vif1.0").police or ()
+        print(f"\n{after.describe()} ({sent.stdout.strip().splitlines()[-2:]})")
+        assert (after.classifier, after.rate_kbit, after.burst_bytes) == ("matchall", 10240, 262144)
+        assert after.dropped > before.dropped and after.passed > before.passed, (before, after)
+        cache = tmp_path / "cache"
+        assert tcpolice.tc_police_works(host.runner, cache) is True
+        boot_id = in_vm(vm_lab, "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+        release = in_vm(vm_lab, "uname -r").stdout.strip()
+        assert [p.name for p in cache.iterdir()] == [f"tc-police-{HOST}-{release}-{boot_id}"]
+    finally:
+        host.close()
+
+
+class NetnsRefused(LocalRunner):
+    """This machine, where ``ip netns add`` fails (as it does in a container without the right to mount)."""
+
+    def run(self, argv, **kw):  # type: ignore[no-untyped-def]
+        if list(argv[:3]) == ["ip", "netns", "add"]:
+            return subprocess.CompletedProcess(list(argv), 1, "", "mount --make-shared /run/netns failed")
+        return super().run(argv, **kw)
+
+
+def test_this_machine_says_no_and_only_its_kernels_no_is_cached(tmp_path: Path) -> None:
+    """This kernel lacks act_police (PLATFORM.md): a probe that could not run says no and caches nothing;
+    the kernel's own refusal is cached for this boot."""
+    cache = tmp_path / "cache"
+    assert tcpolice.tc_police_works(NetnsRefused(), cache) is False
+    assert not cache.exists() or list(cache.iterdir()) == []
+    assert tcpolice.tc_police_works(LocalRunner(), cache) is False
+    boot_id = Path(tcpolice.BOOT_ID).read_text().strip()
+    (cached,) = cache.iterdir()
+    assert (cached.name, cached.read_text()) == (f"tc-police-local-{os.uname().release}-{boot_id}", "no\n")
 
 
 def test_lab_status_shows_the_vm_host_and_that_ssh_answers(vm_lab: Lab) -> None:

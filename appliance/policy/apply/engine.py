@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from appliance.core.errors import ConfigError, HvnetError, OutcomeUnknown, Problem
 from appliance.core.ovsdb import Connection, TxnContext
-from appliance.policy.apply import journal, openflow, writer
+from appliance.policy.apply import journal, openflow, tcpolice, writer
 from appliance.policy.apply.journal import Journal
 from appliance.policy.apply.read import state as read_state
 from appliance.policy.plan import planner
@@ -156,7 +156,7 @@ class PolicyEngine:
 
     def options(self) -> PlanOptions:
         if self._tc_police is None and self.force_policing in (None, "auto"):
-            self._tc_police = openflow.tc_police_works(self.host.runner, self.host.paths.cache_dir)
+            self._tc_police = tcpolice.tc_police_works(self.host.runner, self.host.paths.cache_dir)
         return PlanOptions(tc_police=bool(self._tc_police), openflow=self.of is not None, lenient=self.lenient,
                            pool=self.pool)  # fmt: skip
 
@@ -629,12 +629,12 @@ class PolicyEngine:
     def _enforcement(self, state: State, touched: set[tuple[str, str]]) -> list[Enforcement]:
         out: list[Enforcement] = []
         by_bridge: dict[str, openflow.Installed] = {}
-        by_interface: dict[str, tuple[bool | None, bool | None]] = {}
+        by_interface: dict[str, tcpolice.TcReading] = {}
 
-        def tc_state(interface: str) -> tuple[bool | None, bool | None]:
+        def tc_state(interface: str) -> tcpolice.TcReading:
             """Both directions' tc state from one pair of ``tc`` runs per interface."""
             if interface not in by_interface:
-                by_interface[interface] = openflow.tc_enforcement(self.host.runner, interface)
+                by_interface[interface] = tcpolice.tc_enforcement(self.host.runner, interface)
             return by_interface[interface]
 
         for name, kind in sorted(touched):
@@ -661,34 +661,41 @@ class PolicyEngine:
                     )
                     out.append(Enforcement(name, kind, "meter", ok, detail))
                 else:
-                    police, _ = tc_state(p.interface)
-                    if police is None:
-                        detail = "tc cannot inspect this interface here; enforcement not verified"
-                    elif police:
-                        detail = "tc police filter installed on the interface's ingress"
-                    else:
-                        detail = (
-                            "NOT enforced: OVS could not install the tc police action (this kernel lacks it); "
-                            "use mechanism meter"
-                        )
-                    out.append(Enforcement(name, kind, "tc", police, detail))
+                    verified, detail = _tc_police_evidence(tc_state(p.interface).police, eff.rate_kbps)
+                    out.append(Enforcement(name, kind, "tc", verified, detail))
             else:
                 eff = p.qos.effective() if p.qos else None
                 if eff is None:
                     continue
-                _, htb = tc_state(p.interface)
+                reading = tc_state(p.interface)
+                htb = reading.htb_installed
                 detail = (
-                    "htb qdisc installed on the interface"
-                    if htb
+                    f"{reading.htb.describe()}; its rate ({eff.rate_kbps} kbit/s configured) not read back"
+                    if reading.htb is not None
                     else ("tc cannot inspect this interface here" if htb is None else "NOT enforced: no htb qdisc")
                 )
                 out.append(Enforcement(name, kind, "htb", htb, detail))
         return out
 
 
+def _tc_police_evidence(police: tuple[tcpolice.Police, ...] | None, rate_kbps: int) -> tuple[bool | None, str]:
+    """Whether tc polices at the configured rate, and what its own counters say (passed, dropped, never hit)."""
+    if police is None:
+        return None, f"tc cannot inspect this interface here; {rate_kbps} kbit/s configured, enforcement not verified"
+    if not police:
+        return False, (
+            "NOT enforced: no tc police action on the interface's ingress (OVS could not install it: "
+            "this kernel lacks it?); use mechanism meter"
+        )
+    shown = "; ".join(a.describe() for a in police)
+    if not any(a.rate_kbit == rate_kbps for a in police):
+        return False, f"NOT enforced as configured: {rate_kbps} kbit/s configured, installed {shown}"
+    return True, shown
+
+
 _PROBLEM = {
     ("ingress", "meter"): "{name}: ingress policing not installed ({detail})",
-    ("ingress", "tc"): "{name}: ingress policing configured but not enforced by tc",
+    ("ingress", "tc"): "{name}: ingress policing configured but not enforced by tc ({detail})",
     ("egress", "htb"): "{name}: egress shaping configured but no htb qdisc on the interface",
 }
 

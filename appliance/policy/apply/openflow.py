@@ -16,9 +16,7 @@ it.  Nothing else on the bridge is touched.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -469,59 +467,3 @@ def _lowest_free(used: set[int]) -> int:
     while i in used:
         i += 1
     return i
-
-
-def tc_police_works(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet") -> bool:
-    """Whether this kernel can run tc's police action (what ``ingress_policing_rate`` needs).
-
-    Probed once per boot on a veth pair in a throwaway namespace -- the only
-    reliable answer (the module may be built in, absent, or blacklisted) --
-    and cached per kernel release.  Without root the answer is "no": hvnet
-    then prefers meters, which it can verify.
-    """
-    if runner.local:
-        key = os.uname().release
-        if os.geteuid() != 0:
-            return False
-    else:  # the remote kernel's answer, cached under its host's name
-        res = runner.run(["uname", "-r"], check=False, timeout=30)
-        key = f"{getattr(runner, 'host', 'remote')}-{res.stdout.strip() or 'unknown'}".replace("/", "_")
-    cache = Path(cache_dir) / f"tc-police-{key}"
-    try:
-        return cache.read_text().strip() == "yes"
-    except OSError:
-        pass
-    if runner.which_optional("tc") is None:
-        return False
-    ns = f"hvnet-tcprobe-{os.getpid()}-{secrets.token_hex(3)}"  # hosts probed at once may share a kernel (a lab)
-    ok = False
-    try:
-        runner.run(["ip", "netns", "add", ns], timeout=10)
-        steps = [
-            ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
-            ["tc", "-n", ns, "qdisc", "add", "dev", "p0", "handle", "ffff:", "ingress"],
-            ["tc", "-n", ns, "filter", "add", "dev", "p0", "parent", "ffff:", "protocol", "all", "prio", "49",
-             "basic", "police", "rate", "1000kbit", "burst", "100k", "drop"],
-        ]  # fmt: skip
-        ok = all(runner.run(s, check=False, timeout=10).returncode == 0 for s in steps)
-    except (HvnetError, OSError):
-        ok = False
-    finally:
-        runner.run(["ip", "netns", "del", ns], check=False, timeout=10)
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text("yes\n" if ok else "no\n")
-    except OSError:
-        pass
-    return ok
-
-
-def tc_enforcement(runner: CommandRunner, interface: str) -> tuple[bool | None, bool | None]:
-    """(tc police installed on ingress, htb qdisc on egress) for a host interface; None if unknown."""
-    if runner.which_optional("tc") is None:
-        return None, None
-    filt = runner.run(["tc", "filter", "show", "dev", interface, "parent", "ffff:"], check=False, timeout=10)
-    qdisc = runner.run(["tc", "qdisc", "show", "dev", interface], check=False, timeout=10)
-    if filt.returncode != 0 and qdisc.returncode != 0:
-        return None, None
-    return ("police" in filt.stdout, "htb" in qdisc.stdout)
