@@ -33,7 +33,7 @@ from typing import Any, Optional
 from appliance.core.errors import ConflictError, HvnetError, UsageError
 from appliance.core.ovsdb import Connection
 from appliance.policy import REMOVE, ApplyResult, MirrorRule, Plan, Policy, PolicyEngine, Selector, VifRule, require_one
-from appliance.policy.apply import journal, openflow, tcpolice
+from appliance.policy.apply import journal, tcpolice
 from appliance.policy.apply.engine import AGENT_LOCK, Enforcement, change_json
 from appliance.policy.apply.orphans import Collector as OrphanCollector
 from appliance.policy.apply.read import COLUMNS
