@@ -657,8 +657,13 @@ class Lab:
         return {g: in_lab[g] for g in names}
 
     def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
-        """``names`` as endpoints for the engine (suites, isolation checks): the lab is their GuestSource."""
-        return {name: _endpoint(name, rec) for name, rec in self.require_guests(topology, names).items()}
+        """``names`` as endpoints for the engine (suites, isolation checks): the lab is their GuestSource.
+
+        A guest of a VM host is a namespace inside that VM: its endpoint is remote, its processes started by
+        the driven host's runner (the VM over SSH), as a probe's over ``--host`` are."""
+        inside = set(self._vm_names())
+        return {name: _endpoint(name, rec, remote=rec.get("host") in inside)
+                for name, rec in self.require_guests(topology, names).items()}  # fmt: skip
 
     def start_collector(self, kind: str, run_dir: Path) -> Collector:
         """A pmacct collector of ``kind`` on this machine's loopback, started and listening (suite cases that
@@ -676,7 +681,7 @@ class Lab:
         if not (rec.get("namespace_present") and rec.get("vif_present")):
             raise UsageError(f"guest {name} is recorded but its namespace, domain or VIF is gone",
                              hint="hvnet lab down && hvnet lab up")  # fmt: skip
-        return _endpoint(name, rec)
+        return _endpoint(name, rec, remote=rec.get("host") in set(self._vm_names()))
 
     # -- guests ----------------------------------------------------------------
 
@@ -711,8 +716,8 @@ class Lab:
         return proc.run(proc.in_netns(self.ns_of(guest), argv), timeout=timeout, check=check)
 
 
-def _endpoint(name: str, rec: dict[str, Any]) -> GuestEndpoint:
-    """A guest's lab record as the engine sees it."""
+def _endpoint(name: str, rec: dict[str, Any], *, remote: bool = False) -> GuestEndpoint:
+    """A guest's lab record as the engine sees it (``remote``: its namespace is inside a VM host, not here)."""
     channel = rec.get("channel")
     return GuestEndpoint(
         name=name,
@@ -723,4 +728,5 @@ def _endpoint(name: str, rec: dict[str, Any]) -> GuestEndpoint:
         netns=rec.get("namespace") or None,
         channel=channel,
         gexec=tuple(gexec_argv("", [])[:-2]) if channel else (),  # the program that reaches a VM's channel
+        remote=remote,
     )

@@ -244,3 +244,85 @@ def test_lab_status_shows_the_vm_host_and_that_ssh_answers(vm_lab: Lab) -> None:
     st = json.loads(run_hvnet("lab", "status", "--json", env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}).stdout)
     assert st["state"] == "up" and st["hosts"][HOST]["ssh"] is True
     assert all(g["namespace_present"] and g["vif_present"] for g in st["guests"])
+
+
+SUITE = """\
+version: 1
+name: vmhost-policing
+description: TCP and UDP from VA to VB inside the VM host, VA's VIF policed by tc at 10240 kbit/s
+topology: {topology}
+endpoints:
+  client: VA
+  server: VB
+setup:
+  policy:
+    vifs:
+      - {{vm: VA, ingress: {{rate: 10240}}}}
+defaults:
+  duration: 3
+  repetitions: 1
+  concurrency: [1]
+tests:
+  - {{name: tcp-stream, type: TCP_STREAM}}
+  - {{name: udp-stream, type: UDP_STREAM, message_size: 1400}}
+"""
+
+
+def test_a_suite_runs_netperf_in_the_vm_hosts_namespaces_through_tc_policing(vm_lab: Lab, tmp_path: Path) -> None:
+    """netperf and netserver run inside the VM (its namespaces, started over its SSH connection), the setup's
+    ingress rate is policed by tc there; achieved ÷ configured is printed for TCP and UDP (the issue's target:
+    TCP >= 0.80, UDP within 5% of the rate). Under TCG only what is robust is asserted: traffic flowed and
+    the policer held it to the rate plus its burst. Nothing of the run is left in the VM."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE.format(topology=vm_lab.state["topology_file"]))
+    out = tmp_path / "run"
+    started = time.monotonic()
+    res = run_hvnet("suite", "run", str(suite), "--out", str(out), "--json",
+                    env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}, timeout=300)  # fmt: skip
+    took = time.monotonic() - started
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    meta = doc["meta"]
+    assert (doc["state"], meta["host"], meta["datapath_types"]) == ("complete", HOST, ["system"]), doc["state"]
+    assert meta["kernel"].endswith("-cloud-amd64"), meta["kernel"]  # the VM's kernel, not this machine's
+    assert (
+        f"{HOST} is another machine: its CPU and ovs-vswitchd's are not measured (nor are netperf's and "
+        "netserver's: they ran there)" in meta["warnings"]
+    ), meta["warnings"]
+    steps = {s["test"]: s for s in doc["steps"]}
+    assert set(steps) == {"tcp-stream", "udp-stream"}, list(steps)
+    raw, fed = {}, {}
+    for name, step in steps.items():
+        (rep,) = step["repetitions"]
+        agg = rep["aggregate"]
+        assert (agg["instances"], agg["ok"], agg["lost"]) == (1, 1, 0), (name, agg, rep["instances"])
+        pol = step["policing"]
+        assert (pol["port"], pol["rate_kbps"], pol["mechanism"], pol["verified"]) == ("vif1.0", 10240, "tc", True)
+        received = agg["sum"] if name == "tcp-stream" else agg["received_mbps"]
+        seconds = rep["instances"][0]["elapsed_s"] or step["duration"]
+        rate = pol["rate_kbps"] / 1000.0
+        raw[name] = received / rate
+        # the bucket starts full: over a 3 s test its burst adds burst / seconds to what may pass
+        fed[name] = received * seconds / (rate * seconds + pol["burst_kbit"] / 1000.0)
+        # the VM host is another machine: its cores are not sampled as this machine's, nor netperf's rusage
+        assert "host_pct" not in rep["cpu"] and rep["cpu"].get("netperf_pct_of_core") is None, rep["cpu"]
+        assert rep["counters"]["vif1.0"]["rx_packets"] > 100, rep["counters"]  # over the forwarded OVSDB
+    print(f"\nsuite on {HOST} ({took:.1f} s), tc policing at 10240 kbit/s, burst {pol['burst_kbit']} kbit: "
+          f"achieved ÷ configured TCP {raw['tcp-stream']:.3f}, UDP received {raw['udp-stream']:.3f}; "
+          f"÷ (rate + burst over the test) TCP {fed['tcp-stream']:.3f}, UDP {fed['udp-stream']:.3f}")  # fmt: skip
+    # robust under TCG: traffic passed the policer and no more than the rate plus the bucket's burst got through
+    assert all(0.2 < f <= 1.05 for f in fed.values()), (raw, fed)
+    # the control shell made its work dir under the host's endpoints directory and removed it (the VM's PATH is
+    # curated: no ps or ls there, the shell's own reads suffice)
+    left = in_vm(vm_lab, LEFT_IN_VM, check=False)
+    assert left.stdout.strip() == "" and left.returncode == 0, left.stdout + left.stderr
+
+
+LEFT_IN_VM = r"""for p in /proc/[0-9]*; do
+  c=; read -r c <"$p/comm" 2>/dev/null; case $c in netperf|netserver) echo "$c still runs: ${p#/proc/}";; esac
+done
+d=/var/lib/hvnet/endpoints
+[ -d "$d" ] || echo "no $d"
+for f in "$d"/* "$d"/.[!.]*; do [ -e "$f" ] && echo "left: $f"; done
+true
+"""

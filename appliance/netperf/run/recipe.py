@@ -199,7 +199,7 @@ class Runner:
             self._warn(w)
         if not self.rig.kernel_here:
             self._warn(f"{self.host.label} is another machine: its CPU and ovs-vswitchd's are not measured "
-                       "(the CPU figures are this machine's netperf and netserver only)")  # fmt: skip
+                       f"{cpu_left(self.rig.client, self.rig.server)}")  # fmt: skip
 
     def _endpoints(self) -> tuple[Endpoint, Optional[Endpoint], str]:
         """The client, a managed server guest (None: the suite names an address), and where to connect."""
@@ -340,3 +340,12 @@ def _progress_line(step: Step, rep: int, r: RepetitionResult) -> str:
 
 def _with_verdict(line: str, found: Optional[verdict.Verdict]) -> str:
     return line if found is None else f"{line}, bottleneck {found.verdict}"
+
+
+def cpu_left(client: Endpoint, server: Optional[Endpoint]) -> str:
+    """What CPU a run on another machine still measures: this machine's netperf and netserver, or nothing when
+    they ran on that host too (its guests' namespaces are there: their rusage is not this machine's to read)."""
+    here = [n for n, ep in (("netperf", client), ("netserver", server)) if ep is not None and not ep.remote]
+    if not here:
+        return "(nor are netperf's and netserver's: they ran there)"
+    return f"(the CPU figures are this machine's {' and '.join(here)} only)"

@@ -71,3 +71,21 @@ def test_crr_exhaustion_is_noted_only_near_the_ports_ceiling(test_type: str, tra
     notes = verdict.crr_exhaustion(test_type, 10, transactions, 10_000)  # 10 s: the ceiling is the ports themselves
     assert bool(notes) is noted
     assert not verdict.crr_exhaustion(test_type, 10, transactions, None)  # port range not read: nothing to say
+
+
+def test_a_run_on_another_machine_says_which_cpu_it_still_measures() -> None:
+    """A VM host's guests are namespaces inside it: netperf and netserver ran there, so nothing of their CPU is
+    this machine's to report; a probe of this machine's against a remote server still has its netperf."""
+    from appliance.endpoints.guests import GuestEndpoint
+    from appliance.netperf.run.recipe import cpu_left
+
+    def ep(name: str, remote: bool) -> Endpoint:
+        return Endpoint.of(GuestEndpoint(name, "netns", "10.0.0.1/24", "02:00:00:00:00:01", "vif1.0",
+                                         netns=f"hvl-{name}", remote=remote))  # fmt: skip
+
+    assert cpu_left(ep("VA", True), ep("VB", True)) == "(nor are netperf's and netserver's: they ran there)"
+    assert cpu_left(ep("VA", False), ep("VB", True)) == "(the CPU figures are this machine's netperf only)"
+    assert cpu_left(ep("VA", False), None) == "(the CPU figures are this machine's netperf only)"
+    assert cpu_left(ep("VA", False), ep("VB", False)) == (
+        "(the CPU figures are this machine's netperf and netserver only)"
+    )
