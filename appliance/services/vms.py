@@ -214,3 +214,23 @@ class VmSource:
             raise UsageError(f"{access.label}: no address under test found inside the VM ({why})",
                              hint=f"give ip: ADDRESS/PREFIX for {entry.name} in the VM inventory")  # fmt: skip
         return found
+
+
+class MixedSource:
+    """Probes and real VMs in one run (a file naming both ``probes:`` and ``vms:``): each name from the
+    source that has it."""
+
+    def __init__(self, probes: Any, vms: VmSource, vm_names: tuple[str, ...]) -> None:
+        self.probes = probes
+        self.vms = vms
+        self.vm_names = set(vm_names)
+
+    def require(self, topology: Topology, names: list[str]) -> dict[str, GuestEndpoint]:
+        found: dict[str, GuestEndpoint] = {}
+        here = [n for n in names if n not in self.vm_names]
+        there = [n for n in names if n in self.vm_names]
+        if here:
+            found.update(self.probes.require(topology, here))
+        if there:
+            found.update(self.vms.require(topology, there))
+        return {n: found[n] for n in names}
