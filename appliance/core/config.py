@@ -117,7 +117,7 @@ def _seconds_up_to_60(text: str) -> str:
 
 
 GUEST_SOURCES = ("lab", "probes", "vms")  # where suites and isolation checks find their endpoints (--guests)
-GUEST_SOURCES_TEXT = "lab, probes or vms"
+GUEST_SOURCES_TEXT = ", ".join(GUEST_SOURCES[:-1]) + " or " + GUEST_SOURCES[-1]  # for messages
 
 
 def _guest_source(text: str) -> str:

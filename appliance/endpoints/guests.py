@@ -10,9 +10,10 @@ hands the engine a :class:`GuestSource`; the engine never imports the lab.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:
     from appliance.core.runner import CommandRunner
@@ -73,6 +74,20 @@ class GuestEndpoint:
         if self.netns:
             return ["ip", "netns", "exec", self.netns, *argv]
         return list(argv)
+
+
+def link_with_mac(ip_json: str, mac: str) -> Optional[dict[str, Any]]:
+    """The interface whose MAC is ``mac`` in ``ip -j link`` or ``ip -j addr`` output from inside a guest
+    (pure; None: no such interface, or not that output): a VM's data interface is the one carrying its VIF's
+    MAC, never its management link."""
+    try:
+        links = json.loads(ip_json)
+    except ValueError:
+        return None
+    for link in links if isinstance(links, list) else []:
+        if isinstance(link, dict) and str(link.get("address", "")).lower() == mac.lower():
+            return link
+    return None
 
 
 class GuestSource(Protocol):

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from appliance.core.errors import HvnetError
 from appliance.core.safedirs import create_new
-from appliance.endpoints.guests import GuestEndpoint
+from appliance.endpoints.guests import GuestEndpoint, link_with_mac
 from appliance.endpoints.jobs import Job
 from appliance.isolation.pcap import parse_tcpdump_counts
 
@@ -43,15 +42,8 @@ LISTEN_POLL_S = 0.1
 
 def ifname_of(ip_json: str, mac: str) -> Optional[str]:
     """The interface whose MAC is ``mac`` in ``ip -j link`` (or ``addr``) output (pure; None: none)."""
-    try:
-        links = json.loads(ip_json)
-    except ValueError:
-        return None
-    for link in links if isinstance(links, list) else []:
-        if isinstance(link, dict) and str(link.get("address", "")).lower() == mac.lower():
-            name = link.get("ifname")
-            return name if isinstance(name, str) and name else None
-    return None
+    name = (link_with_mac(ip_json, mac) or {}).get("ifname")
+    return name if isinstance(name, str) and name else None
 
 
 @dataclass
@@ -63,7 +55,6 @@ class VmCapture:
     group: Any = None
     error: Optional[str] = None
     stderr: str = ""
-    sizes: list[int] = field(default_factory=list)
 
     @property
     def runner(self) -> Any:
@@ -82,10 +73,10 @@ def down_reason(guest: GuestEndpoint) -> tuple[Optional[str], str]:
         res = guest.access.runner.run(["ip", "-j", "link", "show"], check=False, timeout=15)
     except HvnetError as exc:
         return f"{guest.access.label} does not answer: {exc}", ""
-    name = ifname_of(res.stdout, guest.mac) if res.returncode == 0 else None
-    if name is None:
+    link = link_with_mac(res.stdout, guest.mac) if res.returncode == 0 else None
+    name = link.get("ifname") if link is not None else None
+    if link is None or not isinstance(name, str) or not name:
         return f"no interface in {guest.access.label} carries its VIF's MAC {guest.mac}", ""
-    link = next(lk for lk in json.loads(res.stdout) if lk.get("ifname") == name)
     if "UP" not in (link.get("flags") or []):
         return f"{name} is down in {guest.access.label}", name
     for tool in ("tcpdump", "python3"):

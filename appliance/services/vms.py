@@ -21,26 +21,18 @@ each name the suite uses it
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Optional
 
-from appliance.core import render
 from appliance.core.errors import HvnetError, MissingTool, UsageError
-from appliance.core.runner import CommandRunner
+from appliance.core.render import terminal
 from appliance.core.vmlist import InventoryVm, VmInventory
-from appliance.endpoints.guests import GuestEndpoint, VmAccess
+from appliance.endpoints.agent import boot_id
+from appliance.endpoints.guests import GuestEndpoint, VmAccess, link_with_mac
 from appliance.endpoints.topology import Topology
+from appliance.netperf.run.pktgen import find_iperf3
+from appliance.netperf.run.preflight import MIN_NETPERF, parse_version
 from appliance.switch.host import Host
 from appliance.switch.inventory import Vif
-
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-MIN_NETPERF = (2, 5)  # omni output selectors and latency percentiles, as the suite's preflight requires
-
-
-def shown(text: str) -> str:
-    """A name from a hypervisor or a file as the terminal shows it: literally, control characters escaped."""
-    return render.terminal(text)
 
 
 def vif_for(entry: InventoryVm, vifs: list[Vif], where: str) -> Vif:
@@ -54,13 +46,13 @@ def vif_for(entry: InventoryVm, vifs: list[Vif], where: str) -> Vif:
         how = f"mac {entry.mac}"
     else:
         found = [v for v in ours if entry.vm in (v.vm_name, v.vm_uuid)]
-        how = f"VM name '{shown(entry.vm)}'"
+        how = f"VM name '{terminal(entry.vm)}'"
     if not found:
         raise UsageError(f"VM {entry.name} ({entry.where}): no VIF on {where} matches its {how}",
                          hint="hvnet measures VMs on the switch it drives: give vif: or mac: in the VM inventory, "
                               "or --host the VM's hypervisor")  # fmt: skip
     if len(found) > 1:
-        ports = ", ".join(shown(v.port) for v in found)  # port names are the switch's: planted ones too
+        ports = ", ".join(terminal(v.port) for v in found)  # port names are the switch's: planted ones too
         raise UsageError(f"VM {entry.name} ({entry.where}): {len(found)} VIFs on {where} match its {how}: {ports}",
                          hint="say which one is under test: vif: PORT (or mac:) in the VM inventory")  # fmt: skip
     return found[0]
@@ -69,26 +61,19 @@ def vif_for(entry: InventoryVm, vifs: list[Vif], where: str) -> Vif:
 def address_on(ip_json: str, mac: str) -> Optional[str]:
     """The IPv4 address (else the first global IPv6) with its prefix on the interface whose MAC is ``mac``,
     from ``ip -j addr`` run inside the VM (pure; None: no such interface or no address on it)."""
-    try:
-        links = json.loads(ip_json)
-    except ValueError:
-        return None
-    if not isinstance(links, list):
-        return None
-    for link in links:
-        if not isinstance(link, dict) or str(link.get("address", "")).lower() != mac.lower():
-            continue
-        infos = [a for a in link.get("addr_info") or [] if isinstance(a, dict) and a.get("local")]
-        for family in ("inet", "inet6"):
-            for a in infos:
-                if a.get("family") == family and a.get("scope", "global") == "global":
-                    return f"{a['local']}/{a.get('prefixlen', 32 if family == 'inet' else 128)}"
+    link = link_with_mac(ip_json, mac)
+    infos = [a for a in (link or {}).get("addr_info") or [] if isinstance(a, dict) and a.get("local")]
+    for family in ("inet", "inet6"):
+        for a in infos:
+            if a.get("family") == family and a.get("scope", "global") == "global":
+                return f"{a['local']}/{a.get('prefixlen', 32 if family == 'inet' else 128)}"
     return None
 
 
 def netperf_version(text: str) -> Optional[tuple[int, ...]]:
-    m = re.search(r"[Nn]etperf version ([0-9]{1,9})\.([0-9]{1,9})", text)
-    return tuple(int(x) for x in m.groups()) if m else None
+    """netperf's major and minor version, as the suite's preflight reads ``netperf -V``."""
+    version = parse_version(text)
+    return version[:2] if version else None
 
 
 class VmSource:
@@ -152,7 +137,7 @@ class VmSource:
         self._require_tools(entry, access)
         mac = (vif.mac or entry.mac or "").lower()
         if not mac:
-            raise UsageError(f"VM {entry.name} ({entry.where}): its VIF {shown(vif.port)} carries no attached-mac",
+            raise UsageError(f"VM {entry.name} ({entry.where}): its VIF {terminal(vif.port)} carries no attached-mac",
                              hint="give the VM's MAC on that VIF as mac: in the VM inventory")  # fmt: skip
         ip = entry.ip or self._address(entry, access, mac)
         return GuestEndpoint(entry.name, "vm", ip, mac, vif.port, access=access)
@@ -183,17 +168,17 @@ class VmSource:
             raise
         runner = SshRunner(session)
         launcher = RemoteLauncher(runner, PurePosixPath("/var/tmp/hvnet-endpoints"), label=label)
-        return VmAccess("ssh", label, runner, launcher, _boot_id(runner))
+        return VmAccess("ssh", label, runner, launcher, boot_id(runner))
 
     def _agent(self, entry: InventoryVm) -> VmAccess:
         from appliance.endpoints.agent import AgentChannel, AgentLauncher, AgentRunner
 
         uri = entry.libvirt or self.host.names.libvirt_uri
-        label = f"VM {entry.name} (libvirt domain '{shown(entry.vm)}', through its guest agent)"
+        label = f"VM {entry.name} (libvirt domain '{terminal(entry.vm)}', through its guest agent)"
         channel = AgentChannel(self.host.runner, entry.vm, uri=uri, label=label, timeout=self.timeout)
         runner = AgentRunner(channel)
         launcher = AgentLauncher(channel, records=self.host.paths.state_dir / "vm-endpoints")
-        boot = _boot_id(runner)
+        boot = boot_id(runner)
         self.swept += [f"{entry.name}: {s}" for s in launcher.sweep()]
         return VmAccess("agent", label, runner, launcher, boot)
 
@@ -207,12 +192,10 @@ class VmSource:
                               hint="install in the VM: netperf (Debian non-free, EPEL), iperf3 for packet-rate "
                                    "tests, tcpdump and python3 for the isolation check's traffic method; hvnet "
                                    "copies no programs into VMs")  # fmt: skip
-        if "iperf3" in tools:  # --json, which hvnet reads, came with iperf 3.0
-            res = access.runner.run(["iperf3", "--version"], check=False, timeout=self.timeout)
-            words = (res.stdout.splitlines() or [""])[0].split()
-            if len(words) < 2 or words[0] != "iperf" or not words[1].startswith("3."):
-                raise MissingTool(f"{access.label}: iperf3 in the VM does not report iperf 3.x (JSON output)",
-                                  hint="install iperf3 in the VM")  # fmt: skip
+        # --json, which hvnet reads, came with iperf 3.0
+        if "iperf3" in tools and not find_iperf3(access.runner)[1].startswith("iperf3 3."):
+            raise MissingTool(f"{access.label}: iperf3 in the VM does not report iperf 3.x (JSON output)",
+                              hint="install iperf3 in the VM")  # fmt: skip
         if "netperf" in tools:
             res = access.runner.run(["netperf", "-V"], check=False, timeout=self.timeout)
             version = netperf_version(res.stdout + res.stderr)
@@ -231,11 +214,6 @@ class VmSource:
             raise UsageError(f"{access.label}: no address under test found inside the VM ({why})",
                              hint=f"give ip: ADDRESS/PREFIX for {entry.name} in the VM inventory")  # fmt: skip
         return found
-
-
-def _boot_id(runner: CommandRunner) -> Optional[str]:
-    text = runner.read_text(BOOT_ID)
-    return text.strip() if text and text.strip() else None
 
 
 class MixedSource:
