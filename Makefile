@@ -18,7 +18,7 @@ run: setup
 
 ## test: set up, then run the whole test suite (needs root: real OVS, namespaces)
 test: setup
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS)
 
 lab: setup
 	$(HVNET) lab up

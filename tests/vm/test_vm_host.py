@@ -8,10 +8,14 @@ guests on the same host: run it under ``flock /tmp/hvnet-lab.lock``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from appliance.core.errors import LabError
 from appliance.lab.vmhost import boot
 from appliance.lab.vmhost import image as vmhost_image
 from appliance.lab.vmhost.image import PackagesUnavailable, VmHostImage, build_image
+from tests.conftest import run_hvnet
+from tests.lab.remote_helpers import apply_stopped_at
 
 pytestmark = pytest.mark.vm
 
@@ -88,6 +94,21 @@ def test_the_image_comes_from_the_cache_the_second_time(image: VmHostImage) -> N
     assert image.root_bytes < 600e6
 
 
+def test_a_module_its_kernel_lacks_is_refused_by_name_and_leaves_nothing(
+    image: VmHostImage, accel: str, tmp_path: Path
+) -> None:
+    """A host whose kernel cannot load a module the lab needs is refused, naming it and the kernel.
+
+    Boots before the module's host (its own management link), so the two never share the CPU."""
+    vm = boot.VmHost("khmods", tmp_path, INDEX + 1, modules=(*boot.MODULES, "hvnet_absent"))
+    with pytest.raises(LabError) as refused:
+        vm.start(image, accel)
+    said = str(refused.value)
+    assert "came up without: module hvnet_absent: not loaded" in said, said
+    assert f"(kernel {image.kernel_release})" in said, said
+    assert vm.leftovers() == []
+
+
 def test_it_answers_over_ssh_with_the_host_key_the_lab_put_in_and_no_other(host: boot.VmHost) -> None:
     assert host.boot_s < boot.BOOT_TIMEOUT_S
     out = host.ssh("uname -n; uname -r; printf '%s\\n' \"$PATH\"; command -v python3 || echo no-python").stdout
@@ -131,6 +152,50 @@ def test_ingress_policing_is_a_tc_police_filter_on_the_kernel_path(host: boot.Vm
     used_mb = (int(meminfo["MemTotal"]) - int(meminfo["MemAvailable"])) / 1024
     print(f"\nVM host memory: {used_mb:.0f} MB in use of {int(meminfo['MemTotal']) / 1024:.0f} MB")
     assert used_mb < host.memory_mb / 2
+
+
+def test_the_host_killed_mid_apply_is_settled_by_the_next_command_once_it_is_back(
+    host: boot.VmHost, image: VmHostImage, accel: str, tmp_path: Path
+) -> None:
+    """QEMU SIGKILLed after hvnet committed a VLAN change: the apply says it committed and then lost the host;
+    the next command says the host is unreachable; once the host is booted again on its disk, the next
+    ``rollback`` settles the intent by what the host's OVSDB kept (whether the commit reached the disk is the
+    crash's business: hvnet must read it, not assume it) and undoes it when it was applied."""
+    short = Path(tempfile.mkdtemp(prefix="khf-", dir="/tmp"))  # an SSH control socket's path has a limit
+    env = {"HVNET_SSH_CONFIG": str(host.ssh_config), "HVNET_STATE_DIR": str(tmp_path / "state"),
+           "HVNET_AUDIT_LOG": str(tmp_path / "audit.jsonl"), "TMPDIR": str(short)}  # fmt: skip
+    policy = tmp_path / "tag.yaml"
+    policy.write_text("version: 1\nvifs:\n  - port: vif1\n    vlan: {tag: 20}\n")
+    try:
+        assert host.ssh("ovs-vsctl get port vif1 tag").stdout.strip() == "[]"
+        host.ssh("sync")  # what the host had before the apply is on its disk, as on a host up for a while
+        apply = apply_stopped_at(["--host", NAME, "apply", str(policy)], "committed", env)
+        pid = host.qemu_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the host dies between the commit and hvnet reading it back
+        while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+            time.sleep(0.05)
+        os.kill(apply.pid, signal.SIGCONT)
+        _out, err = apply.communicate(timeout=120)
+        assert apply.returncode == 6 and "Traceback" not in err, err
+        assert "the change was committed, then: " + NAME in err, err
+        down = run_hvnet("--timeout", "3", "--host", NAME, "status", env=env, timeout=60)
+        assert down.returncode == 3 and NAME in down.stderr and "Traceback" not in down.stderr, down.stderr
+        again = host.boot_again(image, accel)
+        kept = host.ssh("ovs-vsctl get port vif1 tag").stdout.strip()
+        print(f"\nbooted again in {again:.1f} s; the crash left the tag {kept}")
+        res = run_hvnet("--host", NAME, "rollback", env=env, timeout=120)
+        assert "settled an interrupted apply" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        if kept == "20":
+            assert ": applied (" in res.stderr and res.returncode == 0, res.stdout + res.stderr
+        else:
+            assert kept == "[]" and ": not applied (" in res.stderr, res.stderr
+            assert res.returncode == 1 and "nothing to roll back" in res.stderr, res.stderr
+        assert host.ssh("ovs-vsctl get port vif1 tag").stdout.strip() == "[]"
+        said = [json.loads(line)["result"] for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+        assert said[0].startswith("outcome unknown: committed, then " + NAME), said
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_stopping_it_leaves_no_process_tap_overlay_or_file(host: boot.VmHost) -> None:

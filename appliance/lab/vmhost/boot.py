@@ -159,11 +159,13 @@ def console_tail(text: str, lines: int = CONSOLE_LINES) -> str:
 class VmHost:
     """One VM host in ``<base>/<name>``, with the ``index``-th management link."""
 
-    def __init__(self, name: str, base: Path, index: int, memory_mb: int = MEMORY_MB) -> None:
+    def __init__(self, name: str, base: Path, index: int, memory_mb: int = MEMORY_MB,
+                 modules: tuple[str, ...] = MODULES) -> None:  # fmt: skip
         self.link = plan(name, index)
         self.name = name
         self.dir = Path(base).resolve() / name
         self.memory_mb = memory_mb
+        self.modules = modules  # what its init loads; one it cannot load makes start() refuse the host
         self.boot_s = 0.0  # QEMU start -> sshd answering with the lab's key
 
     @property
@@ -189,18 +191,34 @@ class VmHost:
             self.dir.mkdir(parents=True)
             self._files(image)
             self._tap()
-            started = time.monotonic()
-            proc.run(qemu_argv(image, self.dir, self.link, accel, self.memory_mb), timeout=60)
-            self._wait_ssh(started + timeout, timeout)
-            self.boot_s = time.monotonic() - started
-            found = problems(self.ssh("cat /run/hvnet/status").stdout)
-            if found:
-                raise LabError(f"the VM host {self.name} came up without: {'; '.join(found)}",
-                               hint="a module the kernel lacks, or OVS failed: see its console")  # fmt: skip
+            self._boot(image, accel, timeout)
         except BaseException:
             self.stop()
             raise
         return self.boot_s
+
+    def boot_again(self, image: VmHostImage, accel: str, timeout: float = BOOT_TIMEOUT_S) -> float:
+        """Boot it once more on the disk it had: what a host that crashed does when it comes back.
+
+        Its OVSDB is what reached the disk before the crash; what lived in memory (the kernel datapath,
+        namespaces) is gone, as on a real host after a power cut."""
+        if self.qemu_pid() is not None:
+            raise LabError(f"the VM host {self.name} is still running (QEMU pid {self.qemu_pid()})")
+        if not self.overlay.exists():
+            raise LabError(f"the VM host {self.name} has no disk to boot again: {self.overlay}")
+        self._boot(image, accel, timeout)
+        return self.boot_s
+
+    def _boot(self, image: VmHostImage, accel: str, timeout: float) -> None:
+        started = time.monotonic()
+        proc.run(qemu_argv(image, self.dir, self.link, accel, self.memory_mb), timeout=60)
+        self._wait_ssh(started + timeout, timeout)
+        self.boot_s = time.monotonic() - started
+        found = problems(self.ssh("cat /run/hvnet/status").stdout)
+        if found:
+            release = self.ssh("uname -r", check=False).stdout.strip() or "unknown"
+            raise LabError(f"the VM host {self.name} came up without: {'; '.join(found)} (kernel {release})",
+                           hint="a module its kernel lacks, or OVS failed: see its console")  # fmt: skip
 
     def _files(self, image: VmHostImage) -> None:
         proc.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.root), str(self.overlay)])
@@ -208,7 +226,7 @@ class VmHost:
         sshd.keygen(self.dir / "client_key", f"hvnet-lab-{self.name}")
         host_pub = (self.dir / "host_key.pub").read_text()
         archive = config_archive(self.link, (self.dir / "host_key").read_text(), host_pub,
-                                 (self.dir / "client_key.pub").read_text())  # fmt: skip
+                                 (self.dir / "client_key.pub").read_text(), self.modules)  # fmt: skip
         (self.dir / "config.tar").write_bytes(archive)
         self.known_hosts.write_text(sshd.known_hosts_line(self.link.address, PORT, host_pub))
         self.ssh_config.write_text(sshd.ssh_config_block(self.name, self.link.address, PORT,
