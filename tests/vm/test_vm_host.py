@@ -168,7 +168,7 @@ def test_the_host_killed_mid_apply_is_settled_by_the_next_command_once_it_is_bac
     policy.write_text("version: 1\nvifs:\n  - port: vif1\n    vlan: {tag: 20}\n")
     try:
         assert host.ssh("ovs-vsctl get port vif1 tag").stdout.strip() == "[]"
-        host.ssh("sync")  # what the host had before the apply is on its disk, as on a host up for a while
+        host.ssh("/usr/bin/sync")  # what the host had before the apply is on its disk, as on a host up for a while
         apply = apply_stopped_at(["--host", NAME, "apply", str(policy)], "committed", env)
         pid = host.qemu_pid()
         assert pid is not None
@@ -190,6 +190,7 @@ def test_the_host_killed_mid_apply_is_settled_by_the_next_command_once_it_is_bac
             assert ": applied (" in res.stderr and res.returncode == 0, res.stdout + res.stderr
         else:
             assert kept == "[]" and ": not applied (" in res.stderr, res.stderr
+            assert "committed it, but the switch no longer has the change" in res.stderr, res.stderr
             assert res.returncode == 1 and "nothing to roll back" in res.stderr, res.stderr
         assert host.ssh("ovs-vsctl get port vif1 tag").stdout.strip() == "[]"
         said = [json.loads(line)["result"] for line in (tmp_path / "audit.jsonl").read_text().splitlines()]

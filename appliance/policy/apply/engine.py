@@ -332,6 +332,8 @@ class PolicyEngine:
             raise
         except HvnetError as exc:
             try:
+                if rec is not None:
+                    self.journal.mark_committed(rec["id"])
                 self._audit(result.plan.changes, f"outcome unknown: committed, then {exc.message}")
             except HvnetError:
                 pass  # the intent on disk is what the next run settles from
@@ -477,7 +479,7 @@ class PolicyEngine:
                     log.error("meters after an interrupted apply: %s", exc)
                 text = f"applied ({who} after its commit; verification did not run)"
             elif verdict == "not committed":
-                text = f"not applied ({who} before its commit)"
+                text = self._settle_not_made(rec, who)
             else:
                 if rec.get("keep"):
                     self.journal.save_last({k: v for k, v in rec.items() if k not in ("pid", "keep")})
@@ -488,6 +490,17 @@ class PolicyEngine:
             said.append(f"{rec['id']}: {text}")
             log.warning("settled an interrupted apply: %s", said[-1])
         return said
+
+    def _settle_not_made(self, rec: dict[str, Any], who: str) -> str:
+        """An intent whose change the switch does not have: rollback goes back to the apply before it.
+
+        When the switch had acknowledged the commit, the host lost the change since (it crashed before
+        its database reached the disk, or someone changed it back): said so, not "before its commit"."""
+        self.journal.unsave_last(rec["id"])
+        if rec.get("committed"):
+            return (f"not applied (hvnet process {rec.get('pid')} ({rec.get('command')}) committed it, "
+                    "but the switch no longer has the change: the host lost it or it was changed back)")  # fmt: skip
+        return f"not applied ({who} before its commit)"
 
     def _audit(self, changes: list[Change], result: str, **extra: Any) -> None:
         if self.audit:

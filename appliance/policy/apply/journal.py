@@ -438,6 +438,15 @@ class Journal:
         """Say what is about to be committed, before the commit (``keep``: it becomes the rollback record)."""
         _write_json(self._intent_path(record["id"]), {**record, "pid": os.getpid(), "keep": keep})
 
+    def mark_committed(self, record_id: str) -> None:
+        """The switch acknowledged the intent's commit: a later settle that does not find the change
+        then knows the host lost it (a crash before its database reached the disk), not that hvnet
+        stopped short of committing."""
+        path = self._intent_path(record_id)
+        rec = _read_json(path)
+        if rec is not None:
+            _write_json(path, {**rec, "committed": True})
+
     def clear_intent(self, record_id: str) -> None:
         self._intent_path(record_id).unlink(missing_ok=True)
 

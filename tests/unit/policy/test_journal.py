@@ -82,6 +82,22 @@ def test_intents_of_dead_processes_are_interrupted_live_ones_not(tmp_path: Path)
     assert j.interrupted() == []
 
 
+def test_an_intent_marked_committed_says_so_to_the_settle_and_keeps_its_changes(tmp_path: Path) -> None:
+    j = _journal(tmp_path)
+    rec = j.new_record("hvnet apply", [])
+    j.write_intent(rec, keep=True)
+    p = tmp_path / "state" / f"applying.{rec['id']}.json"
+    p.write_text(p.read_text().replace(f'"pid": {os.getpid()}', '"pid": 999999999'))
+    (before,) = j.interrupted()
+    assert "committed" not in before
+    j.mark_committed(rec["id"])
+    (after,) = j.interrupted()
+    assert after == {**before, "committed": True}
+    j.clear_intent(rec["id"])
+    j.mark_committed(rec["id"])  # gone already: nothing is written back
+    assert j.interrupted() == []
+
+
 def test_unwritable_audit_log_is_refused_before_anything(tmp_path: Path) -> None:
     j = Journal(REMOTE, tmp_path / "state", Path("/proc/hvnet-test/audit.jsonl"))
     with pytest.raises(JournalError, match="nothing was applied"):
