@@ -187,6 +187,25 @@ def test_a_span_mirror_copies_what_va_sends_to_the_monitor_and_nothing_else_brea
         assert requests(mon.stop(), "VA", "VB") == 0  # gone with the mirror: MON's VLAN hears nothing of VLAN 10
 
 
+def test_a_mirrors_snaplen_truncates_the_copies_in_the_kernel_datapath(vm_lab: Lab) -> None:
+    """snaplen 64: the kernel datapath's trunc action cuts each copy to 64 bytes; VB still gets whole pings."""
+    out = hv(vm_lab, "mirror", "add", "short", "--bridge", BRIDGE, "--src", "vm:VA", "--output-port", "vm:MON",
+             "--allow-isolation-exception", "--snaplen", "64")  # fmt: skip
+    try:
+        assert out["status"] == "applied", out
+        mon = VmTcpdump(vm_lab, "MON", "icmp")
+        try:
+            sent, back = ping(vm_lab, "VA", "VB", 10, size=1000)
+        finally:
+            lines = mon.stop()
+        lengths = sorted({int(m.group(1)) for x in lines if (m := re.search(r", length (\d+): ", x))})
+        print(f"\nsnaplen 64: {len(lines)} copies at MON of {sent} pings in 1042-byte frames, their lengths {lengths}")
+        assert (sent, back) == (10, 10)
+        assert len(lines) == 10 and lengths == [64], lines[:2]
+    finally:
+        hv(vm_lab, "mirror", "del", "short")
+
+
 def test_an_rspan_mirror_floods_the_copies_on_its_vlan_to_the_monitor(vm_lab: Lab) -> None:
     """Output VLAN 30: the copies go to every port of VLAN 30 (MON's access port, untagged), never to VB twice."""
     out = hv(vm_lab, "mirror", "add", "rspan", "--bridge", BRIDGE, "--src", "vm:VA", "--dst", "vm:VA",
@@ -348,6 +367,30 @@ def test_a_tunnel_to_an_address_the_vm_cannot_route_is_applied_with_a_warning(vm
                                "datapath's tunnels): every GRE copy is dropped there"), said  # fmt: skip
     finally:
         hv(vm_lab, "mirror", "del", "nowhere")
+
+
+def test_a_tap_to_an_erspan_collector_sends_only_its_match_untagged(vm_lab: Lab, tmp_path: Path) -> None:
+    """A TAP's copies leave by an OpenFlow output to its tunnel port: the frame as VA sent it (no VLAN tag, unlike
+    a mirror's), and only what the TAP matches (ICMP, not VB's replies)."""
+    link = vm(vm_lab.run_dir).link
+    out = hv(vm_lab, "tap", "add", "to-col", "--bridge", BRIDGE, "--vif", "vm:VA", "--direction", "in",
+             "--protocol", "icmp", "--output-erspan", link.peer, "--key", "9")  # fmt: skip
+    try:
+        assert out["status"] == "applied" and not [w for w in out["warnings"] if "no route" in w], out
+        cap = LocalTcpdump(link.tap, tmp_path / "tap.pcap", ["ip", "proto", "47"])
+        try:
+            sent, back = ping(vm_lab, "VA", "VB")
+        finally:
+            frames = cap.stop()
+        decoded = [d for d in map(decap, frames) if d is not None]
+        arrived = inner_icmp_requests([d[3] for d in decoded], guests(vm_lab)["VA"].mac, "VA", "VB")  # type: ignore[attr-defined]
+        print(f"\nERSPAN TAP to {link.peer}: {len(frames)} frames, echo requests inside by VLAN {arrived} of {sent}")
+        assert (sent, back) == (PINGS, PINGS)
+        assert arrived == {None: PINGS} and len(decoded) == PINGS, decoded[:2]
+        assert {(d[0], d[2]) for d in decoded} == {(ERSPAN_II, 9)}
+    finally:
+        hv(vm_lab, "tap", "del", "to-col")
+    assert not [p for p in ovs(vm_lab, "list-ports", BRIDGE).split() if p.startswith("tap")]
 
 
 # -- flow TAPs ----------------------------------------------------------------------------------------------------
