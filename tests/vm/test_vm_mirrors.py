@@ -365,6 +365,12 @@ def test_a_tunnel_to_an_address_the_vm_cannot_route_is_applied_with_a_warning(vm
         print(f"\n{said}")
         assert said.startswith("mirror nowhere: kvm1 has no route to 192.0.2.77 (the kernel routes the kernel "
                                "datapath's tunnels): every GRE copy is dropped there"), said  # fmt: skip
+        sent, _ = ping(vm_lab, "VA", "VB", 10)
+        deadline = time.monotonic() + 12  # the Mirror row's statistics: written every 5 s
+        while (listed := hv(vm_lab, "mirror", "list")["mirrors"][0])["tx_packets"] < sent:
+            assert time.monotonic() < deadline, listed  # OVS counts the copies it hands the kernel as sent
+            time.sleep(1)
+        print(f"  ({sent} pings: the mirror counts {listed['tx_packets']} copies sent)")
     finally:
         hv(vm_lab, "mirror", "del", "nowhere")
 
