@@ -29,6 +29,8 @@ RING_MAX_MB = 100_000  # --rotate-mb x --rotate-files: 100 GB at most
 DEFAULT_RING = (100, 10)  # MB per file, files: every capture is bounded (1 GB) unless told otherwise
 DEFAULT_MAX_MB = DEFAULT_RING[0] * DEFAULT_RING[1]
 PCAP_SUFFIX = ".pcap"
+# What tcpdump appends to a capture's name: the suffix and a ring number (-C/-W), or the time (-G).
+PCAP_FILE_RE = re.compile(r"(?:\.pcap[0-9]{0,6}|-[0-9]{8}-[0-9]{6}\.pcap[0-9]{0,6})")
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,18 @@ def pcap_files(directory: Path, spec: CaptureSpec) -> list[Path]:
     return sorted(
         found,
         key=lambda p: (p.stat().st_mtime_ns, [int(t) if t.isdigit() else t for t in re.split(r"([0-9]+)", p.name)]),
+    )
+
+
+def is_pcap_file_name(capture: str, file_name: str) -> bool:
+    """Whether ``file_name`` (as another host listed it) is one of the capture's own pcaps: a plain name
+    tcpdump made from the capture's (``NAME.pcap``, ``NAME.pcap3``, ``NAME-20250101-120000.pcap``), never a path."""
+    rest = file_name[len(capture) :] if file_name.startswith(capture) else None
+    return (
+        rest is not None
+        and PCAP_FILE_RE.fullmatch(rest) is not None
+        and "/" not in file_name
+        and NAME_RE.fullmatch(capture) is not None
     )
 
 

@@ -1,4 +1,4 @@
-"""``hvnet capture``: packet captures on the switch's ports or inside lab guests (start, stop, list, show, delete).
+"""``hvnet capture``: packet captures on switch ports or inside lab guests (start, stop, list, show, fetch, delete).
 
 Its commands import the services when they run: every hvnet command builds the parser, and
 ``status``, ``plan`` and the agent load no more than they need.
@@ -99,6 +99,20 @@ def cmd_capture_delete(args: argparse.Namespace) -> int:
 
     removed = captures.delete(host_of(args), args.name, if_exists=args.if_exists)
     print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
+    return EXIT_OK
+
+
+def cmd_capture_fetch(args: argparse.Namespace) -> int:
+    from appliance.services import captures
+
+    out = Path(args.out) if args.out else Path.cwd() / args.name
+    done = captures.fetch(host_of(args), args.name, out)
+    if args.json:
+        render.print_json(done.to_json())
+        return EXIT_OK
+    for name, size in done.files:
+        print(f"{done.directory / name}  {render.si(size, 'B')}")
+    print(f"capture {done.name}: {len(done.files)} file(s), {render.si(done.bytes, 'B')} from {done.source}")
     return EXIT_OK
 
 

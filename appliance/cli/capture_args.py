@@ -14,7 +14,9 @@ DEFAULT_MAX_MB = DEFAULT_RING[0] * DEFAULT_RING[1]
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("capture", help="packet captures on switch ports or in lab guests: start, stop, list, show")
+    p = sub.add_parser(
+        "capture", help="packet captures on switch ports or in lab guests: start, stop, list, show, fetch"
+    )
     cs = p.add_subparsers(dest="capture_command", metavar="COMMAND", required=True)
 
     s = cs.add_parser("start", help="start a detached capture (pcaps and capture.json under $HVNET_PCAP_DIR)",
@@ -77,6 +79,12 @@ def register(sub: Any) -> None:
         else:
             v.add_argument("--if-exists", action="store_true", help="no capture of that name is success")
         v.set_defaults(func=lazy("appliance.cli.capture", func))
+
+    f = cs.add_parser("fetch", help="copy an ended capture's pcaps here (from the host over SSH with --host)")
+    f.add_argument("name", metavar="NAME")
+    f.add_argument("--out", metavar="DIR", help="the directory they go to (default ./NAME); no file is overwritten")
+    f.add_argument("--json", action="store_true", help="as JSON")
+    f.set_defaults(func=lazy("appliance.cli.capture", "cmd_capture_fetch"))
 
     ls = cs.add_parser("list", help="every capture: state, packets so far, rate, drops, completeness")
     ls.add_argument("--json", action="store_true", help="as JSON")

@@ -34,7 +34,7 @@ BY_METAVAR = {
 }  # fmt: skip
 # A NAME positional means the objects of its verb.
 BY_VERB = {"hvnet mirror del": "mirrors", "hvnet capture stop": "captures", "hvnet capture show": "captures",
-           "hvnet capture delete": "captures"}  # fmt: skip
+           "hvnet capture delete": "captures", "hvnet capture fetch": "captures"}  # fmt: skip
 # Kinds whose names are also paths: the shell completes files (or directories) beside them.
 WITH_PATHS = {"suites": "file", "runs": "dir"}
 

@@ -26,6 +26,8 @@ from appliance.capture import disk
 from appliance.capture import record as rec_mod
 from appliance.capture import supervise as supervisor
 from appliance.capture.completeness import Completeness
+from appliance.capture.fetch import Fetched
+from appliance.capture.fetch import fetch as fetch_files
 from appliance.capture.record import CaptureRecord
 from appliance.capture.spec import (
     CaptureSpec,
@@ -47,7 +49,7 @@ from appliance.switch.counters import read_kernel_many
 from appliance.switch.host import Host
 
 # What front ends show and build, named here so that they depend on this module, not on the capture engine.
-__all__ = ["CaptureRecord", "CaptureView", "Completeness", "Limits"]
+__all__ = ["CaptureRecord", "CaptureView", "Completeness", "Fetched", "Limits"]
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
@@ -252,6 +254,21 @@ def delete(host: Host, name: str, *, if_exists: bool = False) -> Path | str | No
         raise UsageError(f"capture {name} is {view.state}", hint=f"hvnet capture stop {name}")
     shutil.rmtree(directory)
     return directory
+
+
+def fetch(host: Host, name: str, out: Path) -> Fetched:
+    """Copy an ended capture's pcaps into ``out`` on this machine (from the hypervisor over SSH when it is
+    another machine's); a live capture is refused: its files still change."""
+    if not host.runner.local:
+        from appliance.services import captures_remote
+
+        return captures_remote.fetch(host, name, out)
+    directory = _find(host, name)
+    view = inspect(rec_mod.load(directory), live=False)
+    if view.state in rec_mod.LIVE_STATES:
+        raise UsageError(f"capture {name} is {view.state}: its files still change", hint=f"hvnet capture stop {name}")
+    listed = [(p.name, p.stat().st_size) for p in pcap_files(directory, view.record.spec)]
+    return fetch_files(host.runner, "this machine", name, directory, listed, out)
 
 
 def inspect(record: CaptureRecord, *, live: bool = True) -> CaptureView:

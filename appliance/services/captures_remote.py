@@ -3,6 +3,7 @@
 tcpdump runs on that host, detached under a small shell (:mod:`appliance.capture.remote`),
 and its pcaps, log and ``capture.json`` are in hvnet's captures directory *there*
 (``$HVNET_PCAP_DIR`` names the path on the host, default ``/var/lib/hvnet/captures``).
+``fetch`` brings an ended capture's pcaps here over the same connection.
 No process of hvnet stays behind on this machine: the host itself stops tcpdump
 after the duration and records how it ended; the next command that looks
 completes the record from what was recorded then.
@@ -19,10 +20,12 @@ from __future__ import annotations
 import json
 import posixpath
 import time
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from appliance.capture import disk
 from appliance.capture import remote as rc
+from appliance.capture.fetch import Fetched
+from appliance.capture.fetch import fetch as fetch_files
 from appliance.capture.record import LIVE_STATES, CaptureRecord, final_counts_text
 from appliance.capture.spec import CaptureSpec, check_name, tcpdump_argv
 from appliance.capture.supervise import counters_of, read_port_counters
@@ -238,3 +241,14 @@ def delete(host: Host, name: str, *, if_exists: bool = False) -> str | None:
     directory = str(capture_dir(host, name))
     _sh(host, rc.DELETE, directory)
     return directory
+
+
+def fetch(host: Host, name: str, out: Path) -> Fetched:
+    """Copy an ended capture's pcaps from the host into ``out`` here: the files the host lists in the capture's
+    directory, each checked against the size listed."""
+    probe = _one(host, name)
+    view = _view(host, probe)
+    if view.state in LIVE_STATES:
+        hint = f"hvnet --host {host.label} capture stop {name}"
+        raise UsageError(f"capture {name} is {view.state} on {host.label}: its files still change", hint=hint)
+    return fetch_files(host.runner, host.label, name, capture_dir(host, name), probe.files, out)

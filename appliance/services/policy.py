@@ -38,7 +38,7 @@ from appliance.policy.apply.engine import AGENT_LOCK, Enforcement, change_json
 from appliance.policy.apply.orphans import Collector as OrphanCollector
 from appliance.policy.apply.read import COLUMNS
 from appliance.policy.plan import export as exp
-from appliance.policy.plan import intents
+from appliance.policy.plan import intents, reach
 from appliance.policy.plan.document import DEFAULT_POLICY
 from appliance.policy.plan.document import load as load_policy
 from appliance.policy.plan.fields import FieldError
@@ -175,7 +175,9 @@ def apply(
     still undone in time.
     """
     if confirm_within is None or dry_run:
-        return engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait, record=record, guard=guard)
+        result = engine.apply(policy, dry_run=dry_run, verify=verify, wait=wait, record=record, guard=guard)
+        warn_unrouted(engine, result)
+        return result
     settle_overdue(engine)
     slot = f"reserved-{os.getpid()}-{time.monotonic_ns()}"
     try:
@@ -202,7 +204,29 @@ def apply(
             arming.disarm()  # nothing of it stayed (the meters failed and the change was undone)
     finally:
         engine.journal.release_pending(slot)  # a no-op once replaced
+    warn_unrouted(engine, result)
     return result
+
+
+def warn_unrouted(engine: PolicyEngine, result: ApplyResult) -> None:
+    """Warn of each new GRE/ERSPAN destination the host has no route to (see :mod:`..policy.plan.reach`):
+    its copies would be dropped there without a word.  A lookup that cannot run says nothing."""
+    outs = reach.new_destinations(result.plan.changes)
+    if not outs:
+        return
+    host = engine.host
+    bridges = engine.snapshot().bridges
+    for out in outs:
+        datapath = bridges[out.bridge].datapath_type if out.bridge in bridges else ""
+        argv = reach.lookup_argv(datapath, out.remote_ip)
+        if reach.userspace(datapath):
+            argv = ["ovs-appctl", "-t", host.daemon_ctl("ovs-vswitchd") or "ovs-vswitchd", *argv]
+        try:
+            res = host.runner.run(argv, check=False, env=host.ovs_env, timeout=10)
+        except HvnetError:
+            continue
+        if reach.routed(datapath, res.returncode, res.stdout, res.stderr) is False:
+            result.plan.warnings.append(reach.warning(out, datapath, host.label or "this host"))
 
 
 @dataclass(frozen=True)

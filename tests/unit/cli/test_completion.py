@@ -127,6 +127,7 @@ def test_bash_completes_verbs_options_and_what_exists(bash_script: Path, bin_dir
     assert offers("capture", "start", "--guest", "VM") == ["VM1", "VM2"]
     assert offers("status", "--hosts", "") == ["all", "hvA", "rack1", "xs02"]
     assert offers("capture", "delete", "") == ["vm2-cap"]
+    assert offers("capture", "fetch", "") == ["vm2-cap"]
     assert offers("suite", "report", "") == [f"{sources['HVNET_RUNS_DIR']}/quick-1"]
     assert offers("_") == []  # the hidden verbs are not offered
     # No switch at HVNET_DB: no names, and nothing printed into the shell.
