@@ -204,6 +204,21 @@ def parse_htb(text: str) -> Htb | None:
     return found
 
 
+_HTB_ROOT_CLASS = re.compile(r"^class htb \S+ root .*?\brate (\S+)")
+
+
+def parse_htb_rate_kbit(text: str) -> int | None:
+    """The rate of the htb root class in ``tc class show dev IF`` (kbit/s): the shaping rate the kernel has.
+
+    OVS's linux-htb puts the QoS's max-rate on the root class (``class htb 1:fffe root rate 10240Kbit``) and
+    the queue's own class under it; None when there is no htb root class."""
+    for line in text.splitlines():
+        if m := _HTB_ROOT_CLASS.match(line):
+            rate = _quantity(m.group(1), _RATE_UNIT)
+            return None if rate is None else round(rate)
+    return None
+
+
 def _quantity(text: str | None, units: dict[str, float]) -> float | None:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]+)", text or "")
     if m is None or m.group(2) not in units:
