@@ -167,6 +167,7 @@ def test_report_shows_the_verdict_and_hvnets_own_cpu() -> None:
 
 
 VMHOST = DATA / "seed-2010-tc-vmhost.json"  # seed-2010 at c10, 10 s, on the lab's kernel-datapath VM host: tc police
+VMHOST_LATE = DATA / "seed-2010-tc-vmhost-late.json"  # the same, another run: udp-stream's senders ran 17.6 s
 
 
 def test_tc_policing_on_the_kernel_datapath_is_the_policer_by_tcs_own_drop_count() -> None:
@@ -220,10 +221,24 @@ def test_udp_datagrams_in_fragments_through_a_policer_lose_whole_datagrams() -> 
     assert v.verdict == "policer"
     assert v.evidence == [
         "the tc police action on vif1.0 dropped 737,785 packets",
-        "10,000-byte datagrams leave as 7 IP fragments: the switch delivered 10.94 Mbit/s of them towards the "
-        "server (the rate is 10.24), netserver received 0.17 Mbit/s of whole datagrams -- one fragment dropped "
-        "loses its datagram",
+        "10,000-byte datagrams leave as 7 IP fragments: the switch delivered 10.14 Mbit/s of them towards the "
+        "server over the 10.8 s its counters span (the rate is 10.24), netserver received 0.17 Mbit/s of whole "
+        "datagrams -- one fragment dropped loses its datagram",
     ]
+
+
+def test_fragments_are_set_against_the_time_the_senders_really_sent() -> None:
+    """Another run of the same step: TCG held the 10 s senders for 17.6 s, and the switch's counters span all
+    of it. Over the test's 10 s the switch would seem to have delivered 17.9 Mbit/s, beyond any policer."""
+    doc = _run(VMHOST_LATE)
+    step = _step(doc, "udp-stream/default/m10000/c10")
+    assert step.repetitions[0].wall_s == 17.626
+    v = _verdict(doc, step)
+    assert v.verdict == "policer"
+    assert (
+        "the switch delivered 10.18 Mbit/s of them towards the server over the 17.6 s its counters span"
+        in (v.evidence[1])
+    )
 
 
 def test_datagrams_that_fit_a_frame_are_not_put_down_to_fragments() -> None:
