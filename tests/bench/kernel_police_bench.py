@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from appliance.lab import Lab  # noqa: E402
 from appliance.lab.vmhost import labhost  # noqa: E402
 from appliance.lab.vmhost.boot import VmHost  # noqa: E402
 from appliance.policy.apply import openflow, tcpolice  # noqa: E402
@@ -177,8 +178,11 @@ def _userspace(tmp: Path) -> list[Row]:
     try:
         _hvnet(env, "lab", "up", "--topology", str(USERSPACE_TOPOLOGY), timeout=300)
 
+        ovs = {**os.environ, **Lab(tmp / "uslab").switch.env()}  # the lab's private OVS
+
         def meter() -> int | None:
-            out = shell("ovs-ofctl -O OpenFlow13 meter-stats br-pol", 30)
+            out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", "br-pol"], capture_output=True,
+                                 text=True, env=ovs, timeout=30, check=True).stdout  # fmt: skip
             return sum(openflow.parse_meter_stats(out).values())
 
         with _netserver(shell, "hvnet-VM2"):
