@@ -4,7 +4,8 @@
 interface's ingress (``tc -s filter show dev vif1.0 ingress`` on the kernel datapath shows ``pref 1
 matchall`` ... ``police 0x1 rate 10240Kbit burst 128Kb``); a QoS of type ``linux-htb`` makes it an
 ``htb`` root qdisc.  The probe tries what OVS installs, and the reading takes tc's own counters of
-that police action (packets it saw and dropped) as the evidence that the limit is enforced.
+that police action (packets it saw and dropped) as the evidence that the limit is enforced; an htb's
+root class (``tc class show``) carries the rate the kernel shapes to.
 
 The reading parses ``tc -s`` text: iproute2 6.1 gives JSON for these filters, but its police action
 there has no rate and no burst (``tests/unit/data/tc-filter-matchall-police-after.json``).
