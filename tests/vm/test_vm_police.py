@@ -182,9 +182,10 @@ def test_the_probe_chooses_tc_and_tc_polices_tcp_and_udp_at_the_2010_rate(
     # UDP is offered far beyond the rate (~140 Mbit/s unpoliced here): tc drops most, what passes is the rate
     assert counted["UDP_STREAM"][1] > counted["UDP_STREAM"][0] > 0, counted
     assert 0.9 <= figures["UDP_STREAM"][2] <= 1.05, figures
-    # TCP backs off at the first drop: below the rate, never above rate + burst
+    # one TCP flow backs off at every drop of a 1024 kbit bucket: 0.51 to 0.93 of the rate in runs here (TCG),
+    # never above rate + burst
     assert counted["TCP_STREAM"][0] > 0 and counted["TCP_STREAM"][1] > 0, counted
-    assert 0.5 <= figures["TCP_STREAM"][2] <= 1.05, figures
+    assert 0.3 <= figures["TCP_STREAM"][2] <= 1.05, figures
 
 
 def htb_counters(lab: Lab, port: str) -> tuple[int, int]:
