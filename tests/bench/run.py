@@ -482,6 +482,7 @@ def _sections() -> dict[str, Callable[[], list[str]]]:
         "vm-rr": beside("vm_bench", "bench_vm_rr"),
         "vms-ssh": beside("vms_bench", "bench_vms_ssh"),
         "vms-agent": beside("vms_bench", "bench_vms_agent"),
+        "kernel-police": beside("kernel_police_bench", "bench_kernel_police"),
     }
 
 

@@ -3,7 +3,7 @@
 Around a measured repetition's batch, in this order: the case's listeners
 start (before the counters are read: every packet counted was offered to a
 listener); the switch's port counters, the collector guest's interface
-counters and the client's policing meter are read; a monitored case's
+counters and the client's policer's drops (its meter or tc police action) are read; a monitored case's
 :class:`.watch.Watch` begins; the batch is spawned; the CPU sampler starts.
 Then the batch is released and reaped (:meth:`Repetition.run`), and the
 after-readings are taken in the order they matter (:meth:`Repetition.finish`).
@@ -47,7 +47,7 @@ class Readings:
     arrived_before: Optional[dict[str, int]] = None  # the collector guest's interface counters
     arrived_after: Optional[dict[str, int]] = None
     arrival_problems: list[Optional[str]] = field(default_factory=list)
-    drops_before: Optional[int] = None  # the client VIF's policing meter
+    drops_before: Optional[int] = None  # the client VIF's policer (its meter or tc police action)
     drops_after: Optional[int] = None
     listened: list[dict[str, Any]] = field(default_factory=list)  # each capture's counts
     listen_problems: list[str] = field(default_factory=list)
@@ -76,7 +76,7 @@ class Repetition:
         self.raw = rig.raw_dir(step, rep, warmup)
         self.batch = Batch(rig.argvs(step, self.seconds, warmup), rig.client, self.raw, runner=rig.host.local_runner,
                            host=rig.host)  # fmt: skip
-        self.metered = not warmup and policing is not None and policing.mechanism == "meter"
+        self.policed = None if warmup else policing  # its policer's drops are read around the repetition
         self.bridge: Optional[str] = None
         self.ofport: Optional[int] = None
         self.readings = Readings()
@@ -113,7 +113,7 @@ class Repetition:
         if self.case.collector is not None:
             r.arrived_before, problem = self.case.collector.read()
             r.arrival_problems.append(problem)
-        r.drops_before = rig.switch.meter_drops(self.bridge, self.ofport) if self.metered else None
+        r.drops_before = rig.switch.policer_drops(self.policed, self.bridge, self.ofport) if self.policed else None
         self.watch = Watch(self.case.monitoring, self.step, r.before, lambda: rig.switch.port_counters(self.bridge))
         stack.callback(self.watch.stop)
         self.watch.begin()
@@ -182,7 +182,7 @@ class Repetition:
 
     def finish(self) -> Readings:
         """The after-readings of a measured repetition: CPU, port counters, the collector guest's counters
-        (once the uplink drained), the captures' counts, the watch stopped, the meter's drops."""
+        (once the uplink drained), the captures' counts, the watch stopped, the policer's drops."""
         rig, r = self.rig, self.readings
         r.cpu = self._stop_sampling()
         if not rig.kernel_here:  # this machine's cores are not the host's: not the host's figures
@@ -195,5 +195,5 @@ class Repetition:
             r.listened, r.listen_problems = self.listeners.stop()
         if self.watch is not None:
             self.watch.stop()
-        r.drops_after = rig.switch.meter_drops(self.bridge, self.ofport) if self.metered else None
+        r.drops_after = rig.switch.policer_drops(self.policed, self.bridge, self.ofport) if self.policed else None
         return r

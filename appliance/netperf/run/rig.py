@@ -3,7 +3,7 @@
 A :class:`Rig` is built by the runner from its preflight; a repetition
 (:mod:`.repetition`) takes from it what its instances run (:meth:`Rig.argvs`),
 where their output goes (:meth:`Rig.raw_dir`) and what reads the switch
-around them (:class:`SwitchReadings`: port counters, meter drops,
+around them (:class:`SwitchReadings`: port counters, the policer's drops,
 ovs-vswitchd's pid).
 """
 
@@ -19,7 +19,9 @@ from appliance.netperf.define.suite import Step
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.pktgen import Listen
+from appliance.netperf.store.records import Policing
 from appliance.policy import PolicyEngine
+from appliance.policy.apply import tcpolice
 from appliance.policy.apply.openflow import OpenFlow
 from appliance.switch.host import Host
 
@@ -53,6 +55,19 @@ class SwitchReadings:
         except HvnetError as exc:
             self.warn(f"port counters not read: {exc}")
             return {}
+
+    def policer_drops(self, policing: Policing, bridge: Optional[str], ofport: Optional[int]) -> Optional[int]:
+        """Packets the client VIF's policer has dropped so far: its meter's band, or tc's police action on
+        the interface's ingress (None: not readable, or a mechanism that keeps no count)."""
+        if policing.mechanism == "meter":
+            return self.meter_drops(bridge, ofport)
+        if policing.mechanism == "tc" and policing.port:
+            try:
+                police = tcpolice.tc_enforcement(self.engine.host.runner, policing.port).police
+            except HvnetError:
+                return None
+            return sum(a.dropped for a in police) if police else None
+        return None
 
     def meter_drops(self, bridge: Optional[str], ofport: Optional[int]) -> Optional[int]:
         """Packets the client VIF's policing meter has dropped so far (None: not readable)."""

@@ -164,6 +164,12 @@ def parse_meters(text: str) -> dict[int, tuple[int, int]]:
     return out
 
 
+def parse_meter_features(text: str) -> int | None:
+    """``max_meter`` of ``ovs-ofctl meter-features``: how many meters the switch's datapath runs (0: none)."""
+    m = re.search(rf"\bmax_meter:{_N}", text)
+    return int(m.group(1)) if m else None
+
+
 def parse_meter_stats(text: str) -> dict[int, int]:
     return {int(m.group(1)): int(m.group(2)) for m in _METER_STATS.finditer(text)}
 
@@ -305,8 +311,22 @@ class OpenFlow:
             mod, why = next(iter(failed.items()))
             raise HvnetError(
                 f"the switch refused {len(failed)} of {len(mods)} meter changes on {bridge} "
-                f"(meter {mod.meter_id}: {why})"
+                f"(meter {mod.meter_id}: {why}){self._no_meters(bridge)}"
             )
+
+    def _no_meters(self, bridge: str) -> str:
+        """Why a refusal may be the datapath's: OVS offers no meters where its datapath cannot run them
+        (an older kernel datapath), and refuses every meter id then."""
+        try:
+            most = parse_meter_features(self._ofctl("meter-features", self._switch(bridge)))
+        except HvnetError:
+            return ""
+        if most != 0:
+            return ""
+        return (
+            f"; {bridge}'s datapath has no meters (ovs-ofctl meter-features: max_meter 0): "
+            "use mechanism tc where its kernel polices"
+        )
 
     def _undo_meters(self, bridge: str, inst: Installed, todo: MeterDiff) -> None:
         """After a refused bundle: the meters added taken away, the modified ones put back (best effort)."""

@@ -4,7 +4,8 @@
 interface's ingress (``tc -s filter show dev vif1.0 ingress`` on the kernel datapath shows ``pref 1
 matchall`` ... ``police 0x1 rate 10240Kbit burst 128Kb``); a QoS of type ``linux-htb`` makes it an
 ``htb`` root qdisc.  The probe tries what OVS installs, and the reading takes tc's own counters of
-that police action (packets it saw and dropped) as the evidence that the limit is enforced.
+that police action (packets it saw and dropped) as the evidence that the limit is enforced; an htb's
+root class (``tc class show``) carries the rate the kernel shapes to.
 
 The reading parses ``tc -s`` text: iproute2 6.1 gives JSON for these filters, but its police action
 there has no rate and no burst (``tests/unit/data/tc-filter-matchall-police-after.json``).
@@ -202,6 +203,21 @@ def parse_htb(text: str) -> Htb | None:
             found = Htb(handle, int(m.group(1)), int(m.group(2)), int(m.group(3)))
             handle = None
     return found
+
+
+_HTB_ROOT_CLASS = re.compile(r"^class htb \S+ root .*?\brate (\S+)")
+
+
+def parse_htb_rate_kbit(text: str) -> int | None:
+    """The rate of the htb root class in ``tc class show dev IF`` (kbit/s): the shaping rate the kernel has.
+
+    OVS's linux-htb puts the QoS's max-rate on the root class (``class htb 1:fffe root rate 10240Kbit``) and
+    the queue's own class under it; None when there is no htb root class."""
+    for line in text.splitlines():
+        if m := _HTB_ROOT_CLASS.match(line):
+            rate = _quantity(m.group(1), _RATE_UNIT)
+            return None if rate is None else round(rate)
+    return None
 
 
 def _quantity(text: str | None, units: dict[str, float]) -> float | None:

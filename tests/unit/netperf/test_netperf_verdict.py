@@ -66,6 +66,7 @@ def test_policed_tcp_stream_is_the_policer() -> None:
     assert v.evidence == [
         "the meter on vif1.0 dropped 2,291 packets",
         "received 4.84 Mbit/s of the 10.24 Mbit/s configured (0.47)",
+        "its 1,024 kbit burst lets 0.10 Mbit/s more through over a 10 s test: 0.47 of rate plus burst",
     ]
 
 
@@ -163,3 +164,91 @@ def test_report_shows_the_verdict_and_hvnets_own_cpu() -> None:
     assert "  bottleneck at 10: receiver-cpu: netserver at 0% of a core" in text
     assert "  bottleneck at 1: policer: the meter on vif1.0 dropped 2,291 packets" in text
     assert all(s.verdict is None for s in doc.steps)  # a run from before verdicts: computed, the doc untouched
+
+
+VMHOST = DATA / "seed-2010-tc-vmhost.json"  # seed-2010 at c10, 10 s, on the lab's kernel-datapath VM host: tc police
+VMHOST_LATE = DATA / "seed-2010-tc-vmhost-late.json"  # the same, another run: udp-stream's senders ran 17.6 s
+
+
+def test_tc_policing_on_the_kernel_datapath_is_the_policer_by_tcs_own_drop_count() -> None:
+    doc = _run(VMHOST)
+    step = _step(doc, "tcp-stream/default/m10000/c10")
+    assert step.policing is not None and step.policing.mechanism == "tc"
+    v = _verdict(doc, step)
+    assert v.verdict == "policer"
+    assert v.evidence == [
+        "the tc police action on vif1.0 dropped 2,475 packets",
+        "received 10.20 Mbit/s of the 10.24 Mbit/s configured (1.00)",
+        "its 1,024 kbit burst lets 0.10 Mbit/s more through over a 10 s test: 0.99 of rate plus burst",
+    ]
+    assert v.verdict == verdict.Verdict.from_json(step.verdict).verdict  # as the run itself recorded it
+
+
+def test_the_burst_of_a_short_test_is_counted_not_hidden() -> None:
+    """3 s at 10240 kbit/s with the 8192 kbit default burst: 1.2 of the rate passes, 0.95 of rate plus burst."""
+    doc = _run(VMHOST)
+    step = copy.deepcopy(_step(doc, "tcp-stream/default/m10000/c10"))
+    assert step.policing is not None
+    step.duration, step.policing.burst_kbit = 3, 8192
+    step.repetitions[0].aggregate.sum = 12.29
+    v = _verdict(doc, step)
+    assert v.verdict == "policer"
+    assert v.evidence[1:] == [
+        "received 12.29 Mbit/s of the 10.24 Mbit/s configured (1.20)",
+        "its 8,192 kbit burst lets 2.73 Mbit/s more through over a 3 s test: 0.95 of rate plus burst",
+    ]
+
+
+def test_without_a_drop_count_only_rate_plus_burst_is_the_policer() -> None:
+    doc = _run(VMHOST)
+    step = copy.deepcopy(_step(doc, "tcp-stream/default/m10000/c10"))
+    assert step.policing is not None
+    step.duration, step.policing.burst_kbit = 3, 8192
+    step.repetitions[0].meter_drops = None
+    step.repetitions[0].aggregate.sum = 12.29  # within rate + burst over 3 s
+    v = _verdict(doc, step)
+    assert (v.verdict, v.evidence[-1]) == ("policer", "(drops of tc policing are not counted here)")
+    step.repetitions[0].aggregate.sum = 40.0  # far beyond what the policer could let through
+    assert _verdict(doc, step).verdict != "policer"
+
+
+def test_udp_datagrams_in_fragments_through_a_policer_lose_whole_datagrams() -> None:
+    """The study's -m 10000: the switch delivered about the rate in fragments, netserver got almost nothing;
+    with no CPU measured on the VM host, the policer's fragments explain it."""
+    doc = _run(VMHOST)
+    step = _step(doc, "udp-stream/default/m10000/c10")
+    v = _verdict(doc, step)
+    assert v.verdict == "policer"
+    assert v.evidence == [
+        "the tc police action on vif1.0 dropped 737,785 packets",
+        "10,000-byte datagrams leave as 7 IP fragments: the switch delivered 10.14 Mbit/s of them towards the "
+        "server over the 10.8 s its counters span (the rate is 10.24), netserver received 0.17 Mbit/s of whole "
+        "datagrams -- one fragment dropped loses its datagram",
+    ]
+
+
+def test_fragments_are_set_against_the_time_the_senders_really_sent() -> None:
+    """Another run of the same step: TCG held the 10 s senders for 17.6 s, and the switch's counters span all
+    of it. Over the test's 10 s the switch would seem to have delivered 17.9 Mbit/s, beyond any policer."""
+    doc = _run(VMHOST_LATE)
+    step = _step(doc, "udp-stream/default/m10000/c10")
+    assert step.repetitions[0].wall_s == 17.626
+    v = _verdict(doc, step)
+    assert v.verdict == "policer"
+    assert (
+        "the switch delivered 10.18 Mbit/s of them towards the server over the 17.6 s its counters span"
+        in (v.evidence[1])
+    )
+
+
+def test_datagrams_that_fit_a_frame_are_not_put_down_to_fragments() -> None:
+    doc = _run(VMHOST)
+    step = copy.deepcopy(_step(doc, "udp-stream/default/m10000/c10"))
+    step.message_size = 1400
+    assert _verdict(doc, step).verdict == "unknown"
+
+
+def test_request_response_steps_through_an_idle_policer_are_not_the_policer() -> None:
+    doc = _run(VMHOST)
+    v = _verdict(doc, _step(doc, "tcp-crr/default/m-/c10"))
+    assert v.verdict == "unknown" and v.evidence[0] == "the tc police action on vif1.0 dropped 0 packets"

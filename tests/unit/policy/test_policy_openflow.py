@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from appliance.core.target import DbTarget
@@ -205,3 +206,33 @@ def test_openflow_for_host_and_sockets(tmp_path) -> None:
     (tmp_path / "xenbr0.mgmt").touch()
     assert of.available("xenbr0")
     assert of._switch("xenbr0") == f"unix:{tmp_path}/xenbr0.mgmt"
+
+
+def test_meter_features_say_how_many_meters_the_datapath_runs() -> None:
+    """The lab's kernel-datapath VM host (OVS 3.1, Linux 6.1) offers meters; a datapath without them says 0."""
+    assert openflow.parse_meter_features(data("ofctl-meter-features-kernel.txt")) == 200000
+    assert openflow.parse_meter_features("OFPST_METER_FEATURES reply (OF1.3) (xid=0x2):\nmax_meter:0 max_bands:0") == 0
+    assert openflow.parse_meter_features("") is None
+
+
+class FeaturesRunner:
+    """A host whose switch answers meter-features with ``text``."""
+
+    local = True
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def run(self, argv: list[str], **_: object) -> object:
+        assert argv[:4] == ["ovs-ofctl", "-O", "OpenFlow13", "meter-features"], argv
+        return subprocess.CompletedProcess(argv, 0, self.text, "")
+
+
+def test_a_refused_meter_says_when_the_datapath_has_none() -> None:
+    none = OpenFlow("/run/openvswitch", FeaturesRunner("max_meter:0 max_bands:0\nband_types:\n"))  # type: ignore[arg-type]
+    assert none._no_meters("xenbr0") == (
+        "; xenbr0's datapath has no meters (ovs-ofctl meter-features: max_meter 0): use mechanism tc where its "
+        "kernel polices"
+    )
+    kernel = OpenFlow("/run/openvswitch", FeaturesRunner(data("ofctl-meter-features-kernel.txt")))  # type: ignore[arg-type]
+    assert kernel._no_meters("xenbr0") == ""  # it has meters: the refusal was something else, said as it was

@@ -66,6 +66,15 @@ def test_the_htb_qdisc_ovs_installed_and_how_often_it_held_packets_back() -> Non
     assert parse_htb(data("tc-qdisc-ingress-only.txt")) is None
 
 
+def test_the_htb_root_class_says_the_rate_the_kernel_shapes_to() -> None:
+    """``tc -s qdisc`` then ``tc -s class`` on the VM host after 10 s of TCP and UDP through 10240 kbit/s."""
+    text = data("tc-qdisc-class-htb-vmhost.txt")
+    assert parse_htb(text) == Htb("1:", packets=17635, dropped=0, overlimits=17435)  # the qdisc's, not a class's
+    assert tcpolice.parse_htb_rate_kbit(text) == 10240  # the root class 1:fffe, not the queue's 12Kbit min-rate
+    assert tcpolice.parse_htb_rate_kbit(data("tc-qdisc-htb.txt")) is None  # no class lines: nothing said
+    assert tcpolice.parse_htb_rate_kbit("class htb 1:fffe root rate 1Gbit ceil 1Gbit burst 1375b") == 1_000_000
+
+
 def test_the_evidence_says_policed_installed_never_hit_wrong_rate_or_not_verified() -> None:
     after = parse_police(data("tc-filter-matchall-police-after.txt"))
     assert _tc_police_evidence(after, 10240) == (True, after[0].describe())
