@@ -284,10 +284,10 @@ def test_seed_2010s_policed_steps_on_the_vm_host_are_the_tc_policer(
     run in the VM's namespaces; tc polices; the verdict names the policer from tc's own drop count (TCP through
     it, UDP's fragments dropped by it). Nothing of the run is left in the VM.
 
-    The VM's conntrack table is sized for 512 MB (nf_conntrack_max 4096) and conntrack tracks the guests'
-    namespaces: tcp-crr's 10 instances fill it with TIME_WAIT entries, and udp-rr's sends then fail (EPERM)
-    or are dropped. A hypervisor has more memory than this VM: the table is raised for the run."""
-    in_vm(vm_lab, "echo 65536 > /proc/sys/net/netfilter/nf_conntrack_max")
+    conntrack tracks the guests' namespaces: with the table the kernel sizes for 512 MB (4096 entries)
+    tcp-crr's 10 instances filled it with TIME_WAIT entries and udp-rr's sends then failed (EPERM); the VM
+    host's init sizes it as a hypervisor's would."""
+    assert int(in_vm(vm_lab, "cat /proc/sys/net/netfilter/nf_conntrack_max").stdout) >= 65536
     started = time.monotonic()
     doc = run_suite(vm_lab, "seed-2010", tmp_path / "seed",
                     "--concurrency", "10", "--duration", str(SECONDS), "--repetitions", "1")  # fmt: skip

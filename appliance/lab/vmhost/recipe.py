@@ -73,6 +73,11 @@ for m in virtio_net $MODULES; do
     modprobe "$m" || echo "module $m: not loaded" >> "$STATUS"
 done
 set +f
+# openvswitch.ko brings conntrack, which then tracks every guest namespace's connections too. The table is
+# sized by memory (4096 entries for 512 MB): a TCP_CRR step fills it with TIME_WAIT entries and the next
+# step's sends fail with EPERM. A hypervisor has far more memory than this VM: size it as one would.
+CT=/proc/sys/net/netfilter/nf_conntrack_max
+[ -w "$CT" ] && echo 262144 > "$CT"
 DEV=
 n=0
 while [ -z "$DEV" ] && [ $n -lt 100 ]; do
