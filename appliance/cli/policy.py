@@ -454,8 +454,12 @@ def _agent_prepare(args: argparse.Namespace) -> int:
     kernel enforces tc's police action is probed in a throwaway network namespace (which needs
     CAP_SYS_ADMIN and mounts) and cached for the boot, where the sandboxed agent reads it."""
     host = host_of(args)
-    works = svc.tc_police_works(host)
-    print(f"hvnet: tc police {'works' if works else 'does not work'} on this kernel (cached in {host.paths.cache_dir})")
+    answer = svc.tc_police(host)
+    said = "works" if answer.works else "does not work"
+    if answer.cached is not None:
+        print(f"hvnet: tc police {said} on this kernel (cached for this boot in {answer.cached})")
+    else:
+        print(f"hvnet: tc police {said} for now: {answer.why}; not cached, probed again at the next start")
     return EXIT_OK
 
 

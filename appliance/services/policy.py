@@ -136,9 +136,10 @@ def vswitchd_pid(engine: PolicyEngine) -> Optional[int]:
     return engine.of.vswitchd_pid() if engine.of is not None else None
 
 
-def tc_police_works(host: Host) -> bool:
-    """Whether ``host``'s kernel enforces tc's police action (probed once per boot, then cached)."""
-    return tcpolice.tc_police_works(host.runner, host.paths.cache_dir)
+def tc_police(host: Host) -> tcpolice.PoliceAnswer:
+    """Whether ``host``'s kernel enforces tc's police action (probed once per boot, then cached), and
+    whether that answer is the kernel's own (cached) or a "no" for now because the probe could not run."""
+    return tcpolice.tc_police(host.runner, host.paths.cache_dir)
 
 
 # -- declarative ----------------------------------------------------------------

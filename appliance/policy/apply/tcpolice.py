@@ -32,8 +32,22 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
 # -- the probe ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PoliceAnswer:
+    """The probe's answer, and whether it is the kernel's own (cached for the boot) or "no" for now."""
+
+    works: bool
+    cached: Path | None  # where the kernel's answer is kept; None: not cached, asked again next time
+    why: str = ""  # when not cached: why the probe gave no answer of the kernel's
+
+
 def tc_police_works(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet") -> bool:
-    """Whether this host's kernel runs the tc police action the way OVS installs it.
+    """Whether this host's kernel runs the tc police action the way OVS installs it (see :func:`tc_police`)."""
+    return tc_police(runner, cache_dir).works
+
+
+def tc_police(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet") -> PoliceAnswer:
+    """Whether this host's kernel runs the tc police action the way OVS installs it, and how that is known.
 
     Probed on a veth pair in a throwaway namespace -- the only reliable answer (the modules may be
     built in, absent or blacklisted) -- and cached under what the answer depends on: the host (a
@@ -43,24 +57,27 @@ def tc_police_works(runner: CommandRunner, cache_dir: str | Path = "/run/hvnet")
     root the answer is "no": hvnet then prefers meters, which it can verify.
     """
     if runner.local and os.geteuid() != 0:
-        return False
+        return PoliceAnswer(False, None, "the probe needs root")
     key = cache_key(runner)
     cache = Path(cache_dir) / f"tc-police-{key}" if key is not None else None
     if cache is not None:
         try:
-            return cache.read_text().strip() == "yes"
+            return PoliceAnswer(cache.read_text().strip() == "yes", cache)
         except OSError:
             pass
     if runner.which_optional("tc") is None:
-        return False
+        return PoliceAnswer(False, None, "tc is not installed")
     answer = probe(runner)
-    if answer is not None and cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text("yes\n" if answer else "no\n")
-        except OSError:
-            pass
-    return bool(answer)
+    if answer is None:
+        return PoliceAnswer(False, None, "the probe could not be set up (namespace, veth or connection)")
+    if cache is None:
+        return PoliceAnswer(answer, None, "the host's boot id or kernel release could not be read")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text("yes\n" if answer else "no\n")
+    except OSError as exc:
+        return PoliceAnswer(answer, None, f"{cache} could not be written: {exc.strerror}")
+    return PoliceAnswer(answer, cache)
 
 
 def cache_key(runner: CommandRunner) -> str | None:

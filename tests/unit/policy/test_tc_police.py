@@ -168,3 +168,14 @@ def test_a_hostile_host_name_stays_one_file_in_the_cache_directory(tmp_path: Pat
     assert tcpolice.tc_police_works(r, tmp_path) is True  # type: ignore[arg-type]
     (f,) = tmp_path.iterdir()
     assert f.parent == tmp_path and "/" not in f.name and ";" not in f.name
+
+
+def test_the_answer_says_whether_it_is_the_kernels_and_where_it_is_kept(tmp_path: Path) -> None:
+    kept = tcpolice.tc_police(Runner(kernel_without_police), tmp_path)  # type: ignore[arg-type]
+    assert (kept.works, kept.cached, kept.why) == (False, tmp_path / "tc-police-kvm1-6.1.0-b00t-1", "")
+    for_now = tcpolice.tc_police(Runner(netns_refused), tmp_path / "other")  # type: ignore[arg-type]
+    assert (for_now.works, for_now.cached) == (False, None) and "could not be set up" in for_now.why
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # the cache directory cannot be made under a file
+    unkept = tcpolice.tc_police(Runner(lambda argv: 0), blocked / "cache")  # type: ignore[arg-type]
+    assert (unkept.works, unkept.cached) == (True, None) and "could not be written" in unkept.why
