@@ -45,10 +45,11 @@ def vm_topology() -> dict:
 
 
 def scenario_on(src: Path, topology: Path, dest: Path, **changes: object) -> Path:
-    """The shipped scenario ``src`` naming ``topology`` (and ``changes``), written to ``dest``."""
-    doc = yaml.safe_load(src.read_text())
-    doc.update(topology=str(topology), **changes)
-    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    """The shipped scenario ``src`` as shipped, but naming ``topology`` (plus ``changes``, keys it lacks),
+    written to ``dest`` (its text edited, not re-dumped: its yes/no cells stay strings)."""
+    lines = [f"topology: {topology}" if ln.startswith("topology:") else ln for ln in src.read_text().splitlines()]
+    assert not any(ln.split(":")[0] in changes for ln in lines), "the shipped scenario already sets that key"
+    dest.write_text("\n".join(lines) + "\n" + (yaml.safe_dump(changes, default_flow_style=None) if changes else ""))
     return dest
 
 
