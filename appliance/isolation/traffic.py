@@ -8,7 +8,10 @@ and only then are the captures stopped.  Probes are written to raw packet
 sockets opened inside each guest's namespace, so hundreds of probes cost
 milliseconds, not one process each.  A QEMU guest does the same from inside
 the VM: its capture streams back over the agent channel (``tcpdump -w -``)
-and one small sender in the guest writes all its probes to a raw socket.
+and one small sender in the guest writes all its probes to a raw socket.  A
+namespace on another host (a VM host's guest) captures and sends there, as
+jobs over that host's connection, with ``arping`` -- tagged too, from the
+guest's VLAN sub-interfaces (:mod:`.nstraffic`).
 
 A positive control is sent to every guest: an ARP frame the switch puts
 straight onto the guest's port (OpenFlow packet-out).  A guest whose capture
@@ -349,7 +352,7 @@ def run(
     out_dir: Path,
 ) -> TrafficRun:
     """Capture on every guest, probe from every guest, collect the frames (a real VM's part through its own
-    access: :mod:`.vmtraffic`)."""
+    access: :mod:`.vmtraffic`; a namespace's on another host through that host's: :mod:`.nstraffic`)."""
     runner = host.local_runner
     make_private(out_dir)
     down = {ep.name: why for ep in endpoints if ep.guest.access is None and not ep.in_remote_netns
