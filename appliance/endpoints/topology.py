@@ -150,6 +150,23 @@ class Topology:
     def guests_on(self, host: str) -> tuple[Guest, ...]:
         return tuple(g for g in self.guests if g.host == host)
 
+    def bridges_on(self, host: str | None) -> tuple[Bridge, ...]:
+        """The bridges as ``host`` has them: a VM host's on the kernel datapath (the point of such a host),
+        a namespaced host's as the file says (a mixed chain's userspace hosts keep ``netdev``)."""
+        if host is not None and host in self.vm_hosts:
+            return tuple(replace(b, datapath_type="system") for b in self.bridges)
+        return self.bridges
+
+    def tagged_vlans(self, guest: str) -> tuple[int, ...]:
+        """The VLANs ``guest`` sends 802.1Q-tagged frames on: a guest of a VM host (whose kernel has 8021q)
+        has a VLAN sub-interface ``eth0.V`` for each VLAN its port trunks explicitly, its native VLAN and
+        VLAN 0 aside (those it sends untagged).  Elsewhere none: this machine's kernel has no 8021q, so a
+        namespace guest here only ever sends untagged."""
+        g = self.guest(guest)
+        if g.host is None or g.host not in self.vm_hosts:
+            return ()
+        return tuple(sorted(set(g.trunks) - {0, g.tag}))
+
     def guest(self, name: str) -> Guest:
         for g in self.guests:
             if g.name == name:
@@ -196,8 +213,10 @@ def from_document(doc: yamldoc.Document) -> Topology:
     if switches and raw_bridges is None:
         raw_bridges = [{"name": OVN_BRIDGE}]
     bridges = _bridges(doc, raw_bridges, seen_ifnames, problems)
-    if vm_hosts:
-        bridges = _kernel_bridges(doc, raw_bridges, bridges, data, problems)
+    if vm_hosts and vm_hosts == hosts:
+        bridges = _kernel_bridges(doc, raw_bridges, bridges, problems)
+    if vm_hosts and data.get("ovn") is not None:
+        bad(("ovn",), "an OVN pool's chassis are namespaced hosts: no 'kind: vm' host")
     if switches and [b.name for b in bridges] not in ([OVN_BRIDGE], []):
         bad(("bridges",), f"an OVN pool's hosts have one bridge, {OVN_BRIDGE} (ovn-controller's): drop 'bridges'")
     for i, b in enumerate(bridges):
@@ -275,23 +294,25 @@ def _hosts(doc: yamldoc.Document, raw: Any, problems: list[Problem]) -> tuple[li
         if kind == "vm" and "management" in rh:
             problems.append(doc.problem((*path, "management"), "a VM host's management link is its own (a tap "
                                         "on this machine), never a bridge port: drop 'management'"))  # fmt: skip
-    if vms and len(raw) > 1:
-        at = next(i for i, rh in enumerate(raw) if isinstance(rh, dict) and rh.get("name") == vms[0])
-        problems.append(doc.problem(("hosts", at, "kind"), "a VM host is the only host of its topology for now: "
-                                    "trunk links between a VM and other hosts are not built yet"))  # fmt: skip
+    for a, b in zip(names, names[1:]):
+        if a in vms and b in vms:  # each trunk is one VM's NIC, its outside end a port of a namespaced host
+            at = next(i for i, rh in enumerate(raw) if isinstance(rh, dict) and rh.get("name") == b)
+            problems.append(doc.problem(("hosts", at, "kind"), f"VM hosts {a} and {b} are neighbours in the "
+                                        "chain: a trunk joins a VM host to a namespaced host, so put one "
+                                        "between them"))  # fmt: skip
     return names, vms
 
 
 def _kernel_bridges(
-    doc: yamldoc.Document, raw_bridges: Any, bridges: list[Bridge], data: dict[str, Any], problems: list[Problem]
+    doc: yamldoc.Document, raw_bridges: Any, bridges: list[Bridge], problems: list[Problem]
 ) -> list[Bridge]:
-    """A VM host's bridges: on the kernel datapath (``system``), the point of such a host; ``netdev`` refused."""
+    """The bridges of a topology whose hosts are all VMs: on the kernel datapath (``system``), the point of
+    such a host; ``netdev`` refused.  (With namespaced hosts too, ``datapath_type`` is theirs:
+    :meth:`Topology.bridges_on` puts a VM host's on the kernel datapath whatever it says.)"""
     for i, rb in enumerate(raw_bridges if isinstance(raw_bridges, list) else []):
         if isinstance(rb, dict) and rb.get("datapath_type", "system") != "system":
             problems.append(doc.problem(("bridges", i, "datapath_type"), "a VM host's bridges are on the kernel "
                                         "datapath: 'system' (or leave it out)"))  # fmt: skip
-    if data.get("ovn") is not None:
-        problems.append(doc.problem(("ovn",), "an OVN pool's chassis are namespaced hosts: no 'kind: vm' host"))
     return [replace(b, datapath_type="system") for b in bridges]
 
 

@@ -229,7 +229,7 @@ def run_traffic(
         v = where[name].inv.vif_by_port(vif_of[name])
         address = sc.topology.guest(name).address
         eps.append(traffic.Endpoint(guests[name], address, v.bridge if v else "", v.ofport if v else None,
-                                    switch=where[name].host))  # fmt: skip
+                                    switch=where[name].host, tagged=sc.topology.tagged_vlans(name)))  # fmt: skip
     unused = unused_address([sc.topology.guest(n).ip for n in sc.guests])
     run = traffic.run(views[0].host, eps, {e.name: unused for e in eps}, sc.probes_per_target, out_dir)
     res = traffic_cells(run, eps)
@@ -351,7 +351,8 @@ def _expected(sc: Scenario, views: list[SiteView], vif_of: dict[str, str]) -> mo
     unknown_ports = [g for g in sc.guests if g not in ports]
     if unknown_ports:
         raise HvnetError(f"cannot derive expectations: no port on the switch for {', '.join(unknown_ports)}")
-    return model.derive(ports, mirrors, sc.guests)
+    tagged = {g: vlans for g in sc.guests if (vlans := sc.topology.tagged_vlans(g))}
+    return model.derive(ports, mirrors, sc.guests, tagged)
 
 
 def run_check(

@@ -14,7 +14,11 @@ logic (trace) and real traffic show.  Rules (ovs-vswitchd.conf.db(5), Port
 * an empty ``trunks`` means every VLAN; no tag and no trunks on a VM's port
   is therefore a trunk of every VLAN -- the fail-open misconfiguration;
 * a mirror's output port carries only mirrored copies: it neither forwards
-  what it receives nor gets normal traffic.
+  what it receives nor gets normal traffic;
+* a frame a guest sends *tagged* with VLAN v (from a VLAN sub-interface,
+  where the guest's kernel has 8021q) is dropped entering an *access* port;
+  a *trunk* port takes it into v if it trunks v; a *native-* port if v is
+  its tag or it trunks v (OVS trunks the native VLAN of such a port).
 """
 
 from __future__ import annotations
@@ -79,6 +83,26 @@ def ingress_vlan(port: PortVlan) -> int | None:
     return port.tag
 
 
+def tagged_ingress_vlan(port: PortVlan, vlan: int) -> int | None:
+    """VLAN of a frame a guest sends tagged with ``vlan``, or None if the port drops it."""
+    mode = port.effective_mode
+    if mode == "access" or vlan == 0:  # VLAN 0 is a priority tag: never sent tagged here
+        return None
+    if mode == "trunk":
+        return vlan if port.trunks_vlan(vlan) else None
+    return vlan if vlan == port.tag or port.trunks_vlan(vlan) else None
+
+
+def sent_vlans(port: PortVlan, tagged: tuple[int, ...] = ()) -> list[int]:
+    """Every VLAN a guest's frames get on its port: its untagged frames' and, for each VLAN it sends
+    tagged (``tagged``), that VLAN if the port takes it; in that order, each once."""
+    out: list[int] = []
+    for vlan in [ingress_vlan(port), *(tagged_ingress_vlan(port, v) for v in tagged)]:
+        if vlan is not None and vlan not in out:
+            out.append(vlan)
+    return out
+
+
 def egress(port: PortVlan, vlan: int) -> str | None:
     """How a frame of ``vlan`` leaves ``port``: "untagged", "tagged" or None (not at all)."""
     mode = port.effective_mode
@@ -97,34 +121,41 @@ def _mirror_outputs(mirrors: list[MirrorSpec]) -> set[str]:
     return {m.output for m in mirrors if m.output}
 
 
-def hears_normally(ports: dict[str, PortVlan], listener: str, sender: str, mirrors: list[MirrorSpec]) -> bool:
-    """Does ``listener`` get ``sender``'s broadcast by normal switching?"""
+Tagged = dict[str, tuple[int, ...]]  # guest -> the VLANs it sends tagged frames on (none: untagged only)
+
+
+def hears_normally(
+    ports: dict[str, PortVlan], listener: str, sender: str, mirrors: list[MirrorSpec], tagged: Tagged | None = None
+) -> bool:
+    """Does ``listener`` get ``sender``'s broadcast -- untagged, or tagged on one of its VLANs -- by normal
+    switching?"""
     s, lst = ports[sender], ports[listener]
     if s.bridge != lst.bridge:
         return False
     outputs = _mirror_outputs([m for m in mirrors if m.bridge == s.bridge])
     if sender in outputs or listener in outputs:
         return False
-    vlan = ingress_vlan(s)
-    return vlan is not None and egress(lst, vlan) is not None
+    return any(egress(lst, vlan) is not None for vlan in sent_vlans(s, (tagged or {}).get(sender, ())))
 
 
-def mirrored_to(ports: dict[str, PortVlan], listener: str, sender: str, mirrors: list[MirrorSpec]) -> list[str]:
+def mirrored_to(
+    ports: dict[str, PortVlan], listener: str, sender: str, mirrors: list[MirrorSpec], tagged: Tagged | None = None
+) -> list[str]:
     """Names of mirrors that copy ``sender``'s broadcast to ``listener``."""
     s = ports[sender]
-    vlan = ingress_vlan(s)
-    if vlan is None or sender in _mirror_outputs(mirrors):
+    vlans = sent_vlans(s, (tagged or {}).get(sender, ()))
+    if not vlans or sender in _mirror_outputs(mirrors):
         return []
     names = []
     for m in mirrors:
         if m.output != listener or m.bridge != s.bridge:
             continue
-        if m.select_vlans and vlan not in m.select_vlans:
+        if m.select_vlans and not m.select_vlans.intersection(vlans):
             continue
         selected = m.select_all or sender in m.select_src
         if not selected and m.select_dst:
             selected = any(
-                d != sender and d in ports and hears_normally(ports, d, sender, mirrors) for d in m.select_dst
+                d != sender and d in ports and hears_normally(ports, d, sender, mirrors, tagged) for d in m.select_dst
             )
         if selected:
             names.append(m.name)
@@ -140,18 +171,21 @@ class Expected:
     exceptions: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # cell -> mirror names
 
 
-def derive(ports: dict[str, PortVlan], mirrors: list[MirrorSpec], guests: list[str]) -> Expected:
-    """Who should hear whom, from VLAN settings; mirror copies are declared exceptions."""
+def derive(
+    ports: dict[str, PortVlan], mirrors: list[MirrorSpec], guests: list[str], tagged: Tagged | None = None
+) -> Expected:
+    """Who should hear whom, from VLAN settings and the VLANs each guest sends tagged on (``tagged``);
+    mirror copies are declared exceptions."""
     cells: dict[tuple[str, str], str] = {}
     exceptions: dict[tuple[str, str], list[str]] = {}
     for listener in guests:
         for sender in guests:
             if listener == sender:
                 continue
-            if hears_normally(ports, listener, sender, mirrors):
+            if hears_normally(ports, listener, sender, mirrors, tagged):
                 cells[(listener, sender)] = YES
                 continue
-            via = mirrored_to(ports, listener, sender, mirrors)
+            via = mirrored_to(ports, listener, sender, mirrors, tagged)
             if via:
                 cells[(listener, sender)] = EXCEPTION
                 exceptions[(listener, sender)] = via

@@ -71,11 +71,17 @@ def trace_sites(sc: Scenario, views: list[SiteView], vif_of: dict[str, str]) -> 
     }
     for sender in sc.guests:
         view = where[sender]
-        heard, problem = _trace_sender(view.host, sc, sender, vifs[sender], vif_of[sender], odp[id(view)], res)
-        reached = {(id(view), d.port) for d in heard}
-        if problem is None and len(views) > 1:
-            more, problem = _across_links(sc, sender, views, view, heard, odp)
-            reached |= more
+        reached: set[tuple[int, str]] = set()
+        problem = None
+        for vlan in (None, *sc.topology.tagged_vlans(sender)):  # untagged, then tagged on each of its VLANs
+            heard, problem = _trace_sender(view.host, sc, sender, vifs[sender], vif_of[sender], odp[id(view)], res,
+                                           vlan)  # fmt: skip
+            reached |= {(id(view), d.port) for d in heard}
+            if problem is None and len(views) > 1:
+                more, problem = _across_links(sc, sender, views, view, heard, odp)
+                reached |= more
+            if problem is not None:
+                break
         heard_by = {guest_at[k] for k in reached if k in guest_at}
         for listener in sc.guests:
             if listener == sender:
@@ -128,21 +134,31 @@ def _across_links(
 
 
 def _trace_sender(
-    host: Host, sc: Scenario, sender: str, vif: Vif | None, port: str, odp_ports: OdpPorts, res: MethodResult
+    host: Host,
+    sc: Scenario,
+    sender: str,
+    vif: Vif | None,
+    port: str,
+    odp_ports: OdpPorts,
+    res: MethodResult,
+    vlan: int | None = None,
 ) -> tuple[list[trace.Delivery], str | None]:
-    """Where ``sender``'s broadcast ARP leaves the switch, or why that is not known."""
+    """Where ``sender``'s broadcast ARP (tagged ``vlan``, as from its sub-interface ``eth0.VLAN``) leaves the
+    switch, or why that is not known."""
     if vif is None:
         return [], f"{port} is not on the switch"
     g = sc.topology.guest(sender)
     target = next(sc.topology.guest(o).address for o in sc.guests if o != sender)
-    flow = trace.arp_flow(vif.port, g.mac, g.address, target)
+    flow = trace.arp_flow(vif.port, g.mac, g.address, target, vlan=vlan)
+    what = f"{sender}'s broadcast" if vlan is None else f"{sender}'s broadcast tagged {vlan}"
     try:
         out = host.appctl("ovs-vswitchd", "ofproto/trace", vif.bridge, flow)
         passes = trace.passes(out)
-        res.stats.setdefault("datapath_actions", {})[sender] = trace.describe(passes)
+        key = sender if vlan is None else f"{sender} (tagged {vlan})"
+        res.stats.setdefault("datapath_actions", {})[key] = trace.describe(passes)
         return trace.deliveries(passes, odp_ports(vif.bridge)), None
     except (CommandFailed, ValueError) as exc:
-        return [], f"the trace of {sender}'s broadcast could not be read: {exc}"
+        return [], f"the trace of {what} could not be read: {exc}"
 
 
 def _trace_control(host: Host, vif: Vif | None, port: str, ip: str, odp_ports: OdpPorts) -> str | None:

@@ -8,7 +8,10 @@ and only then are the captures stopped.  Probes are written to raw packet
 sockets opened inside each guest's namespace, so hundreds of probes cost
 milliseconds, not one process each.  A QEMU guest does the same from inside
 the VM: its capture streams back over the agent channel (``tcpdump -w -``)
-and one small sender in the guest writes all its probes to a raw socket.
+and one small sender in the guest writes all its probes to a raw socket.  A
+namespace on another host (a VM host's guest) captures and sends there, as
+jobs over that host's connection, with ``arping`` -- tagged too, from the
+guest's VLAN sub-interfaces (:mod:`.nstraffic`).
 
 A positive control is sent to every guest: an ARP frame the switch puts
 straight onto the guest's port (OpenFlow packet-out).  A guest whose capture
@@ -44,7 +47,7 @@ from appliance.core.errors import CommandFailed
 from appliance.core.runner import CommandRunner
 from appliance.core.safedirs import create_new, make_private
 from appliance.endpoints.guests import GuestEndpoint
-from appliance.isolation import vmtraffic
+from appliance.isolation import nstraffic, vmtraffic
 from appliance.isolation.pcap import ArpFrame, TcpdumpCounts, parse_tcpdump_counts, read_arp
 from appliance.switch.host import Host
 
@@ -66,6 +69,7 @@ class Endpoint:
     bridge: str
     ofport: int | None
     switch: Host | None = None  # the hypervisor whose switch holds the VIF, when not the run's host
+    tagged: tuple[int, ...] = ()  # VLANs it also sends on tagged, from its sub-interfaces eth0.V (a VM host's)
 
     @property
     def name(self) -> str:
@@ -82,6 +86,11 @@ class Endpoint:
     @property
     def channel(self) -> str | None:
         return self.guest.channel
+
+    @property
+    def in_remote_netns(self) -> bool:
+        """A namespace on another host (a VM host's guest): its part runs there (:mod:`.nstraffic`)."""
+        return self.guest.remote and self.guest.access is None
 
 
 # Runs inside a QEMU guest: argv = repetitions, then the frames in hex.
@@ -343,11 +352,14 @@ def run(
     out_dir: Path,
 ) -> TrafficRun:
     """Capture on every guest, probe from every guest, collect the frames (a real VM's part through its own
-    access: :mod:`.vmtraffic`)."""
+    access: :mod:`.vmtraffic`; a namespace's on another host through that host's: :mod:`.nstraffic`)."""
     runner = host.local_runner
     make_private(out_dir)
-    down = {ep.name: why for ep in endpoints if ep.guest.access is None
+    down = {ep.name: why for ep in endpoints if ep.guest.access is None and not ep.in_remote_netns
             for why in [guest_down_reason(runner, ep)] if why}  # fmt: skip
+    down.update({ep.name: why for ep in endpoints if ep.in_remote_netns
+                 for why in [nstraffic.down_reason(ep.switch or host, ep.netns, nstraffic.interfaces(ep.tagged))]
+                 if why})  # fmt: skip
     vm_if: dict[str, str] = {}
     for ep in endpoints:
         if ep.guest.access is not None:
@@ -360,6 +372,8 @@ def run(
     for ep in live:
         if ep.name in vm_if:
             vmtraffic.flush_neighbours(ep.guest, vm_if[ep.name])
+        elif ep.in_remote_netns:
+            (ep.switch or host).runner.run(["ip", "-n", ep.netns, "neigh", "flush", "all"], check=False, timeout=30)
         elif ep.channel:
             _in_guest(runner, ep, ["ip", "neigh", "flush", "all"])
         else:
@@ -370,10 +384,66 @@ def run(
         for ep in live
     }
     vm_caps = [vmtraffic.VmCapture(ep.guest, vm_if[ep.name]) for ep in live if ep.name in vm_if]
+    ns_caps: dict[int, nstraffic.HostCaptures] = {}
     try:
-        return _window(host, live, frames, probes_per_target, out_dir, vm_caps, down)
+        for ep in live:
+            if ep.in_remote_netns and id(ep.switch or host) not in ns_caps:
+                ns_caps[id(ep.switch or host)] = nstraffic.HostCaptures(ep.switch or host)
+        targets = {ep.name: [o.ip for o in endpoints if o is not ep] + ([unused_ips[ep.name]] if ep.name in unused_ips
+                                                                         else []) for ep in live}  # fmt: skip
+        return _window(host, live, frames, probes_per_target, out_dir, vm_caps, down,
+                       _NsPart(ns_caps, targets, host))  # fmt: skip
     finally:
         vmtraffic.close(vm_caps)
+        for caps in ns_caps.values():
+            caps.close()
+
+
+@dataclass
+class _NsPart:
+    """The run's part in namespaces on other hosts: one :class:`nstraffic.HostCaptures` per host."""
+
+    caps: dict[int, nstraffic.HostCaptures]
+    targets: dict[str, list[str]]  # each sender's who-has targets
+    host: Host
+
+    def of(self, ep: Endpoint) -> nstraffic.HostCaptures:
+        return self.caps[id(ep.switch or self.host)]
+
+    def arm(self, live: list[Endpoint], timeout: float) -> None:
+        for key, caps in self.caps.items():
+            caps.arm([(ep.name, ep.netns) for ep in live if ep.in_remote_netns and id(ep.switch or self.host) == key],
+                     CAPTURE_FILTER, timeout)  # fmt: skip
+
+    def probe(self, live: list[Endpoint], repeat: int) -> int:
+        """Every remote sender's probes (each host's jobs at once, the hosts in turn); how many went out."""
+        sent = 0
+        for key, caps in self.caps.items():
+            mine = [ep for ep in live if ep.in_remote_netns and id(ep.switch or self.host) == key]
+            jobs = [j for i, ep in enumerate(mine) for j in nstraffic.send_jobs(
+                i, ep.netns, nstraffic.interfaces(ep.tagged), ep.ip, self.targets[ep.name], repeat)]  # fmt: skip
+            done = caps.probe(jobs)
+            per_job = {j.name: repeat * len(j.argv[8:]) for j in jobs}  # argv[8:]: its targets
+            sent += sum(per_job[n] for n in done)
+        return sent
+
+    def finish(self, live: list[Endpoint], closing: list[str], out_dir: Path) -> dict[str, Capture]:
+        """Wait for quiet, stop every capture, bring its frames back here as a pcap."""
+        for caps in self.caps.values():
+            caps.settle(QUIET_S, SETTLE_MAX_S)
+        for caps in self.caps.values():
+            caps.stop()
+        out = {}
+        for ep in live:
+            if not ep.in_remote_netns:
+                continue
+            got = self.of(ep).caps.get(ep.name)
+            cap = Capture(ep.name, out_dir / f"{ep.name}.pcap", closing_sent=ep.name in closing)
+            cap.error = self.of(ep).write(ep.name, cap.pcap) if got is not None else "not started"
+            if got is not None:
+                cap.counts, cap.settled = got.counts, got.settled
+            out[ep.name] = _read_frames(cap)
+        return out
 
 
 def _window(
@@ -384,18 +454,23 @@ def _window(
     out_dir: Path,
     vm_caps: list[vmtraffic.VmCapture],
     down: dict[str, str],
+    ns: _NsPart,
 ) -> TrafficRun:
     """Arm every capture, send every probe and the closing controls, wait for quiet, stop and read back."""
     runner = host.local_runner
-    here = [ep for ep in live if ep.guest.access is None]
+    here = [ep for ep in live if ep.guest.access is None and not ep.in_remote_netns]
     running = _arm_captures(runner, here, out_dir, timeout=10.0)
     vmtraffic.arm(vm_caps, CAPTURE_FILTER, timeout=10.0)
+    ns.arm(live, timeout=30.0)
     started = time.monotonic()
+    closing: list[str] = []
+    ns_captures: dict[str, Capture] = {}
     try:
         controls = [ep.name for ep in live if _send_control(host, ep)]
         probes = _probe(runner, here, frames, repeat)
         probes += vmtraffic.probe({c.guest.name: (c.guest, c.ifname) for c in vm_caps if c.error is None}, frames,
                                   repeat)  # fmt: skip
+        probes += ns.probe(live, repeat)
         closing = _send_closing(host, live)
         settle = _settle(running, closing)
         vm_quiet = vmtraffic.settle([c for c in vm_caps if c.error is None], QUIET_S, SETTLE_MAX_S)
@@ -404,6 +479,7 @@ def _window(
         _stop_captures(running)
         for c in vm_caps:
             vmtraffic.stop(c)
+        ns_captures = ns.finish(live, closing, out_dir)
     for name in closing:
         if name in running:
             running[name][1].closing_sent = True
@@ -413,6 +489,7 @@ def _window(
         cap.error = c.error or vmtraffic.fetch(c, cap.pcap)
         cap.counts, cap.settled = vmtraffic.counts(c), vm_quiet.get(c.guest.name, False)
         captures[c.guest.name] = _read_frames(cap)
+    captures.update(ns_captures)
     return TrafficRun(
         captures=captures,
         down=down,

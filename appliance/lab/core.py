@@ -31,7 +31,7 @@ from appliance.core.ovsdb import column as col
 from appliance.core.target import DbTarget
 from appliance.core.vlan import VlanCols
 from appliance.endpoints.guests import GuestEndpoint
-from appliance.endpoints.topology import Guest, Topology
+from appliance.endpoints.topology import Guest, Link, Topology
 from appliance.lab import guestssh, multihost, ovn, underlay
 from appliance.lab.collector import Collector, free_udp_port
 from appliance.lab.sshhost import SshHost
@@ -277,10 +277,6 @@ class Lab:
                 ],
             }
         )
-        if t.vm_hosts:  # for now a VM host is its topology's only host (the topology says so)
-            self._up_vm_hosts(t, report)
-            report.guests = self.status()["guests"]
-            return
         if t.hosts:
             self._up_hosts(t, report)
             report.guests = self.status()["guests"]
@@ -306,19 +302,29 @@ class Lab:
         report.guests, report.vm_access = st["guests"], st["vm_access"]
 
     def _up_hosts(self, t: Topology, report: LabReport) -> None:
-        """Hosts, trunk links, guests, each host's switch, then the files a client reaches them with."""
-        hosts = multihost.lab_hosts(self.run_dir, t.hosts)
-        for name, h in hosts.items():
+        """Hosts (namespaced ones started, VM hosts booted), trunk links, guests, each host's switch, then the
+        files a client reaches them with.  A VM host's switch is configured by the same transaction through
+        its forwarded OVSDB socket; its trunk links are NICs of its own (:func:`labhost.join_trunk`)."""
+        for name in t.hosts:
             self._record("hosts", name)  # before it exists: 'down' removes a half-started host too
+            if name in t.vm_hosts:
+                self._record("vm_hosts", name)  # before QEMU starts: 'down' stops a half-booted VM by its files
+        hosts = self._hosts()
+        for name, h in hosts.items():
             if multihost.start_host(h):
                 report.actions.append(f"started host {name}: namespace {h.netns}, its own OVS and sshd "
                                       f"({h.address}:{h.port}, no Python on its PATH)")  # fmt: skip
+        ends = {n: tuple(port for _, port in multihost.uplinks(t, n)) for n in t.vm_hosts}
+        vms = labhost.vm_hosts(multihost.hosts_dir(self.run_dir), self._vm_names(), ends)
+        report.actions += labhost.boot(vms)
         for ln in t.links():
-            if multihost.make_link(hosts, ln):
-                report.actions.append(f"linked {ln.a} {ln.a_end} -- {ln.b} {ln.b_end} (a trunk on {ln.bridge})")
-        for g in t.guests:
-            assert g.host is not None  # the topology gives every guest a host when it has hosts
-            host, ns = hosts[g.host], self.ns_of(g.name)
+            report.actions += self._make_link(hosts, vms, ln)
+        ns_of = {g.name: self.ns_of(g.name) for g in t.guests}
+        tagged = {g.name: vlans for g in t.guests if (vlans := t.tagged_vlans(g.name))}
+        for name, vm in vms.items():
+            report.actions += labhost.plug_guests(vm, t.guests_on(name), ns_of, tagged)
+        for g in (g for g in t.guests if g.host in hosts):
+            host, ns = hosts[g.host or ""], self.ns_of(g.name)
             if _ns_exists(ns) and multihost.link_in(host.netns, g.vif):
                 continue
             self._record("namespaces", ns)
@@ -327,32 +333,33 @@ class Lab:
         for name, h in hosts.items():
             self._configure_switch(h.switch.remote, t, t.guests_on(name), multihost.uplinks(t, name),
                                    DataPaths.for_lab(h.dir), report, hostname=name)  # fmt: skip
+        for name, vm in vms.items():
+            with labhost.ovsdb_forwarded(vm) as db:
+                self._configure_switch(db, t, t.guests_on(name), multihost.uplinks(t, name),
+                                       DataPaths.for_lab(vm.dir), report, hostname=name)  # fmt: skip
         for name, bridge in t.management:
             if multihost.manage_through_bridge(hosts[name], bridge):
                 report.actions.append(f"moved {name}'s management link onto {bridge} ({hosts[name].address})")
         if t.ovn:
             self._up_ovn(t, hosts, report)
-        multihost.write_client_files(
-            self.run_dir, t, {n: (str(h.switch.run_dir), h.ssh_config) for n, h in hosts.items()}
-        )
+        clients = {n: (str(h.switch.run_dir), h.ssh_config) for n, h in hosts.items()}
+        clients.update({n: (labhost.OVS_RUNDIR, vm.ssh_config) for n, vm in vms.items()})
+        multihost.write_client_files(self.run_dir, t, {n: clients[n] for n in t.hosts})
         report.actions.append(f"wrote the hosts' inventory and ssh_config in {self.run_dir}")
 
-    def _up_vm_hosts(self, t: Topology, report: LabReport) -> None:
-        """VM hosts booted (each recorded first), their guests plugged over SSH, each switch configured by the
-        lab's one transaction through the VM's forwarded OVSDB socket, then the files a client reaches them with."""
-        for name in t.vm_hosts:
-            self._record("hosts", name)
-            self._record("vm_hosts", name)  # before QEMU starts: 'down' stops a half-booted VM by its files
-        vms = self._vm_hosts()
-        report.actions += labhost.boot(vms)
-        ns_of = {g.name: self.ns_of(g.name) for g in t.guests}
-        for name, vm in vms.items():
-            report.actions += labhost.plug_guests(vm, t.guests_on(name), ns_of)
-            with labhost.ovsdb_forwarded(vm) as db:
-                self._configure_switch(db, t, t.guests_on(name), [], DataPaths.for_lab(vm.dir), report,
-                                       hostname=name)  # fmt: skip
-        multihost.write_client_files(self.run_dir, t, {n: (labhost.OVS_RUNDIR, vm.ssh_config) for n, vm in vms.items()})
-        report.actions.append(f"wrote the hosts' inventory and ssh_config in {self.run_dir}")
+    def _make_link(self, hosts: dict[str, SshHost], vms: dict[str, VmHost], ln: Link) -> list[str]:
+        """One trunk link: a veth between two namespaced hosts, or a VM host's NIC whose tap becomes the
+        namespaced neighbour's end (the topology never puts two VM hosts side by side)."""
+        if ln.a in hosts and ln.b in hosts:
+            made = multihost.make_link(hosts, ln)
+        else:
+            vm_name, vm_end, other, other_end = (ln.a, ln.a_end, ln.b, ln.b_end) if ln.a in vms else \
+                (ln.b, ln.b_end, ln.a, ln.a_end)  # fmt: skip
+            vm = vms[vm_name]
+            nic = next(n for n in vm.trunks if n.inside == vm_end)
+            self._record("trunk_ends", f"{other} {other_end}")  # 'down' deletes it in that host's namespace
+            made = labhost.join_trunk(vm, nic, hosts[other].netns, other_end)
+        return [f"linked {ln.a} {ln.a_end} -- {ln.b} {ln.b_end} (a trunk on {ln.bridge})"] if made else []
 
     def _up_ovn(self, t: Topology, hosts: dict[str, SshHost], report: LabReport) -> None:
         """The pool: central daemons, the underlay, a chassis per host, the logical network, every port bound."""
@@ -428,7 +435,7 @@ class Lab:
         bridges = {col(b, "name"): b for b in ctx.rows("Bridge")}
         ports = {col(p, "name"): p for p in ctx.rows("Port")}
         root_bridges = list(root.bridges)
-        for b in t.bridges:
+        for b in t.bridges_on(hostname):
             row = bridges.get(b.name)
             if row is None:
                 iface = ctx.insert("Interface")
@@ -535,6 +542,13 @@ class Lab:
             if _ns_exists(ns):
                 proc.run(["ip", "netns", "del", ns], check=False)
                 report.actions.append(f"deleted namespace {ns}")
+        # A VM host's trunk tap in a namespaced host goes first, by its name there: never left to outlive it.
+        hosts = self._hosts()
+        for entry in self._recorded("trunk_ends"):
+            host_name, _, end = entry.partition(" ")
+            if host_name in hosts and multihost.link_in(hosts[host_name].netns, end):
+                proc.run(["ip", "-n", hosts[host_name].netns, "link", "del", end], check=False)
+                report.actions.append(f"deleted trunk end {end} on {host_name}")
         # A host's namespace takes its VIF and trunk ends with it; sshd and OVS go by their pids.
         for host in self._hosts().values():
             if (line := ovn.stop_chassis(host)) is not None:

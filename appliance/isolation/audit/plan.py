@@ -239,12 +239,7 @@ def _ingress(pv: model.PortVlan, probe: Probe) -> int | None:
     """The VLAN a probe belongs to once the port admits it (None: dropped on entry)."""
     if not probe.tagged:
         return model.ingress_vlan(pv)
-    mode, v = pv.effective_mode, probe.vlan
-    if mode == "access" or v is None:
-        return None
-    if mode == "trunk":
-        return v if pv.trunks_vlan(v) else None
-    return v if (v == pv.tag or pv.trunks_vlan(v)) else None  # a native-* port always trunks its tag
+    return None if probe.vlan is None else model.tagged_ingress_vlan(pv, probe.vlan)
 
 
 def derive(

@@ -56,6 +56,9 @@ _NAME = re.compile(r"[a-z][a-z0-9-]{0,14}$")
 _MODULE = re.compile(r"[a-z0-9_]+$")
 
 
+TRUNK_MAX = 8  # trunk NICs of one VM host (a chain gives it at most two per bridge)
+
+
 @dataclass(frozen=True)
 class MgmtLink:
     """A VM host's management link: the tap here (``peer``) and the VM's ``mgmt0`` (``address``)."""
@@ -67,6 +70,17 @@ class MgmtLink:
     address: str
     mac: str
     prefix: int = 30
+
+
+@dataclass(frozen=True)
+class TrunkNic:
+    """A VM host's NIC for a trunk link to its neighbour: a tap here (``tap``, until the lab moves it into the
+    neighbour's namespace under the link end's name), ``inside`` in the VM -- a port of the VM's bridge --
+    found there by its ``mac``."""
+
+    tap: str
+    mac: str
+    inside: str
 
 
 # -- planning (pure) ----------------------------------------------------------------------
@@ -82,6 +96,21 @@ def plan(name: str, index: int) -> MgmtLink:
     net = list(MGMT_BLOCK.subnets(new_prefix=30))[index]
     return MgmtLink(name, index, f"{TAP_PREFIX}{index}", str(net[1]), str(net[2]),
                     f"52:54:00:6b:{index >> 8:02x}:{index & 0xFF:02x}")  # fmt: skip
+
+
+def trunk_nics(link: MgmtLink, inside: tuple[str, ...]) -> tuple[TrunkNic, ...]:
+    """The VM's trunk NICs, one per link end ``inside`` names (in order): taps ``hvkNtI`` beside the
+    management tap ``hvkN``, MACs apart from the management link's (``52:54:00:6b:...``)."""
+    if len(inside) > TRUNK_MAX:
+        raise LabError(f"VM host {link.name}: {len(inside)} trunk links, at most {TRUNK_MAX}")
+    return tuple(TrunkNic(f"{link.tap}t{i}", f"52:54:{0x10 + i:02x}:6b:{link.index >> 8:02x}:{link.index & 0xFF:02x}",
+                          name) for i, name in enumerate(inside))  # fmt: skip
+
+
+def trunk_taps(link: MgmtLink, names: list[str]) -> list[str]:
+    """Which of ``names`` (this machine's interfaces) are this VM host's trunk taps still here."""
+    mine = re.compile(rf"{re.escape(link.tap)}t[0-9]+$")
+    return sorted(n for n in names if mine.match(n))
 
 
 def host_conf(link: MgmtLink, modules: tuple[str, ...] = MODULES) -> str:
@@ -124,10 +153,15 @@ def kernel_cmdline() -> str:
     return "console=ttyS0 panic=-1 loglevel=4"
 
 
-def qemu_argv(image: VmHostImage, run_dir: Path, link: MgmtLink, accel: str, memory_mb: int = MEMORY_MB) -> list[str]:
-    """QEMU's arguments: daemonized with a pid file, the overlay and the configuration disk, the tap."""
+def qemu_argv(image: VmHostImage, run_dir: Path, link: MgmtLink, accel: str, memory_mb: int = MEMORY_MB,
+              trunks: tuple[TrunkNic, ...] = ()) -> list[str]:  # fmt: skip
+    """QEMU's arguments: daemonized with a pid file, the overlay and the configuration disk, the management
+    tap, then one virtio NIC on its own tap per trunk link."""
     if accel not in ("kvm", "tcg"):
         raise LabError(f"accelerator {accel!r}: kvm or tcg")
+    nics = [word for i, nic in enumerate(trunks)
+            for word in ("-netdev", f"tap,id=trunk{i},ifname={nic.tap},script=no,downscript=no",
+                         "-device", f"virtio-net-pci,netdev=trunk{i},mac={nic.mac}")]  # fmt: skip
     return [
         "qemu-system-x86_64", "-name", f"hvnet-vmhost-{link.name}", "-machine", "q35", "-accel", accel,
         "-cpu", "host" if accel == "kvm" else "max", "-smp", str(VCPUS), "-m", str(memory_mb),
@@ -137,7 +171,7 @@ def qemu_argv(image: VmHostImage, run_dir: Path, link: MgmtLink, accel: str, mem
         "-drive", f"file={run_dir / 'root.qcow2'},format=qcow2,if=virtio",
         "-drive", f"file={run_dir / 'config.tar'},format=raw,if=virtio,readonly=on",
         "-netdev", f"tap,id=mgmt,ifname={link.tap},script=no,downscript=no",
-        "-device", f"virtio-net-pci,netdev=mgmt,mac={link.mac}",
+        "-device", f"virtio-net-pci,netdev=mgmt,mac={link.mac}", *nics,
         "-pidfile", str(run_dir / "qemu.pid"), "-daemonize",
     ]  # fmt: skip
 
@@ -157,11 +191,14 @@ def console_tail(text: str, lines: int = CONSOLE_LINES) -> str:
 
 
 class VmHost:
-    """One VM host in ``<base>/<name>``, with the ``index``-th management link."""
+    """One VM host in ``<base>/<name>``, with the ``index``-th management link and a NIC for each trunk
+    link end ``trunks`` names (its ports in the VM).  Found again from its files alone, ``trunks`` is not
+    needed: :meth:`stop` finds its trunk taps by their names."""
 
     def __init__(self, name: str, base: Path, index: int, memory_mb: int = MEMORY_MB,
-                 modules: tuple[str, ...] = MODULES) -> None:  # fmt: skip
+                 trunks: tuple[str, ...] = (), modules: tuple[str, ...] = MODULES) -> None:  # fmt: skip
         self.link = plan(name, index)
+        self.trunks = trunk_nics(self.link, trunks)
         self.name = name
         self.dir = Path(base).resolve() / name
         self.memory_mb = memory_mb
@@ -211,7 +248,7 @@ class VmHost:
 
     def _boot(self, image: VmHostImage, accel: str, timeout: float) -> None:
         started = time.monotonic()
-        proc.run(qemu_argv(image, self.dir, self.link, accel, self.memory_mb), timeout=60)
+        proc.run(qemu_argv(image, self.dir, self.link, accel, self.memory_mb, self.trunks), timeout=60)
         self._wait_ssh(started + timeout, timeout)
         self.boot_s = time.monotonic() - started
         found = problems(self.ssh("cat /run/hvnet/status").stdout)
@@ -237,6 +274,15 @@ class VmHost:
         proc.run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"])
         proc.run(["ip", "addr", "add", f"{self.link.peer}/{self.link.prefix}", "dev", tap])
         proc.run(["ip", "link", "set", tap, "up"])
+        for nic in self.trunks:  # QEMU opens each by name; the lab then moves it to the neighbour
+            proc.run(["ip", "tuntap", "add", "dev", nic.tap, "mode", "tap"])
+            proc.run(["ip", "link", "set", nic.tap, "up"])
+
+    def _trunk_taps_here(self) -> list[str]:
+        try:
+            return trunk_taps(self.link, [p.name for p in Path("/sys/class/net").iterdir()])
+        except OSError:
+            return []
 
     def _wait_ssh(self, deadline: float, timeout: float) -> None:
         while not sshd.answers(self.ssh_config, self.name):
@@ -279,6 +325,7 @@ class VmHost:
             found.append(f"QEMU pid {pid}")
         if Path(f"/sys/class/net/{self.link.tap}").exists():
             found.append(f"tap {self.link.tap}")
+        found += [f"tap {t}" for t in self._trunk_taps_here()]
         if self.overlay.exists():
             found.append(f"overlay {self.overlay}")
         if self.dir.exists():
@@ -286,11 +333,13 @@ class VmHost:
         return found
 
     def stop(self) -> None:
-        """QEMU by its pid, the tap, the overlay and every file; idempotent, and works after a crash."""
+        """QEMU by its pid, the taps, the overlay and every file; idempotent, and works after a crash."""
         if (pid := self.qemu_pid()) is not None:
             stop_pid(pid, timeout=5.0)
         if Path(f"/sys/class/net/{self.link.tap}").exists():
             proc.run(["ip", "link", "del", self.link.tap], check=False)
+        for tap in self._trunk_taps_here():  # not yet moved to the neighbour (whose namespace takes the rest)
+            proc.run(["ip", "link", "del", tap], check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

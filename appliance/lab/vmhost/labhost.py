@@ -26,11 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.core import proc
 from appliance.core.errors import LabError
 from appliance.core.ssh import SshOptions, SshSession, SshTarget
 from appliance.endpoints.topology import Guest
-from appliance.lab import sshd
-from appliance.lab.vmhost.boot import VCPUS, VmHost, choose_accel
+from appliance.lab import multihost, sshd
+from appliance.lab.vmhost.boot import VCPUS, TrunkNic, VmHost, choose_accel
 from appliance.lab.vmhost.image import build_image
 
 FIRST_INDEX = 1  # the lab's VM hosts take the block's first /30s (tests of the VM host alone take later ones)
@@ -39,9 +40,42 @@ OVS_RUNDIR = "/run/openvswitch"  # where the VM's init starts ovsdb-server (appl
 XEN_VIF_HOST_MAC = "fe:ff:ff:ff:ff:ff"
 
 
-def vm_hosts(hosts_dir: Path, names: list[str] | tuple[str, ...]) -> dict[str, VmHost]:
-    """The lab's VM hosts, in the recorded order, each with its own management link."""
-    return {n: VmHost(n, hosts_dir, FIRST_INDEX + i) for i, n in enumerate(names)}
+def vm_hosts(
+    hosts_dir: Path, names: list[str] | tuple[str, ...], trunks: dict[str, tuple[str, ...]] | None = None
+) -> dict[str, VmHost]:
+    """The lab's VM hosts, in the recorded order, each with its own management link (and a NIC per trunk
+    link end ``trunks`` names for it, when it is to boot)."""
+    return {n: VmHost(n, hosts_dir, FIRST_INDEX + i, trunks=(trunks or {}).get(n, ())) for i, n in enumerate(names)}
+
+
+# -- trunk links ------------------------------------------------------------------------------
+
+
+def trunk_inside_script(nic: TrunkNic) -> str:
+    """One shell line for the VM: its NIC with ``nic.mac`` renamed ``nic.inside`` (unless it is already), up,
+    transmit checksums computed by the VM (what leaves it crosses a userspace datapath, which would pass a
+    checksum left to offload on unfilled).  Every value quoted."""
+    q = shlex.quote
+    mac, inside = q(nic.mac), q(nic.inside)
+    return (f"set -e; dev=; for d in /sys/class/net/*; do a=; read -r a <\"$d/address\" || true; "
+            f"if [ \"$a\" = {mac} ]; then dev=${{d##*/}}; fi; done; "
+            f"[ -n \"$dev\" ] || {{ echo \"no NIC has the MAC \"{mac} >&2; exit 1; }}; "
+            f"[ \"$dev\" = {inside} ] || ip link set \"$dev\" name {inside}; "
+            f"ip link set {inside} up; ethtool -K {inside} tx off >/dev/null")  # fmt: skip
+
+
+def join_trunk(vm: VmHost, nic: TrunkNic, netns: str, outside: str) -> bool:
+    """The trunk NIC's tap moved into the neighbour host's namespace ``netns`` as the link end ``outside``
+    (a port of that host's bridge, as a veth end is between namespaced hosts), its inside named and up.
+    False when it was done already."""
+    if multihost.link_in(netns, outside):
+        return False
+    proc.run(["ip", "link", "set", "dev", nic.tap, "netns", netns, "name", outside])
+    proc.run(["ip", "-n", netns, "link", "set", outside, "up"])
+    # the userspace datapath sends TCP with bad checksums through a device that offloads them
+    proc.run(proc.in_netns(netns, ["ethtool", "-K", outside, "tx", "off"]))
+    vm.ssh(trunk_inside_script(nic))
+    return True
 
 
 def conflicts(hosts: dict[str, VmHost], recorded: list[str]) -> list[str]:
@@ -53,9 +87,14 @@ def conflicts(hosts: dict[str, VmHost], recorded: list[str]) -> list[str]:
 # -- guests (pure) ----------------------------------------------------------------------------
 
 
-def guest_script(g: Guest, netns: str) -> str:
+def guest_script(g: Guest, netns: str, tagged: tuple[int, ...] = ()) -> str:
     """One shell line for the VM: ``netns`` with ``eth0`` (the guest's MAC and address), the VIF on the VM's
-    side with XenServer's host MAC.  Run under ``set -e``; every name and value quoted."""
+    side with XenServer's host MAC.  Run under ``set -e``; every name and value quoted.
+
+    ``tagged``: the VLANs the guest sends tagged on (a trunk's, see
+    :meth:`~appliance.endpoints.topology.Topology.tagged_vlans`): each gets a sub-interface ``eth0.V``
+    (this kernel has 8021q) carrying the guest's own address without a route of its own, so what the guest
+    sends there is still its own (MAC and address) but leaves tagged, and plain traffic keeps ``eth0``."""
     q = shlex.quote
     ns, vif = q(netns), q(g.vif)
     steps = [
@@ -66,8 +105,15 @@ def guest_script(g: Guest, netns: str) -> str:
         f"ip -n {ns} link set eth0 address {q(g.mac)}",
         f"ip -n {ns} addr add {q(g.ip)} dev eth0",
         f"ip -n {ns} link set eth0 up",
-        f"ip link set {vif} up",
     ]
+    for vlan in tagged:
+        sub = q(f"eth0.{int(vlan)}")
+        steps += [
+            f"ip -n {ns} link add link eth0 name {sub} type vlan id {int(vlan)}",
+            f"ip -n {ns} addr add {q(g.ip)} dev {sub} noprefixroute",
+            f"ip -n {ns} link set {sub} up",
+        ]
+    steps += [f"ip link set {vif} up"]
     # what a killed 'lab up' left of this guest goes first: the VIF takes its peer with it
     return "; ".join([f"ip link del {vif} 2>/dev/null || true", f"ip netns del {ns} 2>/dev/null || true",
                       "set -e", *steps])  # fmt: skip
@@ -142,8 +188,11 @@ def boot(hosts: dict[str, VmHost]) -> list[str]:
     return done
 
 
-def plug_guests(vm: VmHost, guests: tuple[Guest, ...], ns_of: dict[str, str]) -> list[str]:
-    """Each guest's namespace and VIF inside the VM, unless both are there; what was created."""
+def plug_guests(
+    vm: VmHost, guests: tuple[Guest, ...], ns_of: dict[str, str], tagged: dict[str, tuple[int, ...]] | None = None
+) -> list[str]:
+    """Each guest's namespace and VIF inside the VM (and its VLAN sub-interfaces, ``tagged``), unless both
+    are there; what was created."""
     now = presence(vm)
     if not now.ssh:
         raise LabError(f"the VM host {vm.name} does not answer over SSH", hint="hvnet lab down && hvnet lab up")
@@ -152,8 +201,10 @@ def plug_guests(vm: VmHost, guests: tuple[Guest, ...], ns_of: dict[str, str]) ->
         ns = ns_of[g.name]
         if ns in now.namespaces and g.vif in now.links:
             continue
-        vm.ssh(guest_script(g, ns))
-        done.append(f"created guest {g.name} on {vm.name}: namespace {ns} in the VM, VIF {g.vif}")
+        vlans = (tagged or {}).get(g.name, ())
+        vm.ssh(guest_script(g, ns, vlans))
+        subs = f" (sends tagged from {', '.join(f'eth0.{v}' for v in vlans)})" if vlans else ""
+        done.append(f"created guest {g.name} on {vm.name}: namespace {ns} in the VM, VIF {g.vif}{subs}")
     return done
 
 

@@ -248,14 +248,10 @@ def test_a_vm_host_puts_every_bridge_on_the_kernel_datapath(tmp_path) -> None:
             "topo.yaml:1: hosts[0].kind: unknown host kind 'xen'; allowed: netns, vm",
         ),
         (
-            "hosts: [{name: hv1, kind: vm}, {name: hv2}]\n",
+            "hosts:\n  - {name: kv1, kind: vm}\n  - {name: kv2, kind: vm}\n",
             "",
-            "topo.yaml:1: hosts[0].kind: a VM host is the only host of its topology for now: trunk links",
-        ),
-        (
-            "hosts:\n  - {name: hv1}\n  - {name: kv2, kind: vm}\n",
-            "",
-            "topo.yaml:3: hosts[1].kind: a VM host is the only host of its topology for now",
+            "topo.yaml:3: hosts[1].kind: VM hosts kv1 and kv2 are neighbours in the chain: a trunk joins a VM "
+            "host to a namespaced host, so put one between them",
         ),
         ("hosts: [{name: hv1, kind: vm, management: br0}]\n", "", "hosts[0].management: a VM host's management link"),
         (
@@ -275,3 +271,43 @@ def test_bad_vm_hosts(tmp_path, hosts, bridge_extra, message) -> None:
 def test_an_ovn_pool_has_no_vm_host(tmp_path) -> None:
     text = "hypervisor: libvirt\nhosts: [{name: hv1, kind: vm}]\novn: {switches: [ls1]}\nguests: []\n"
     assert any("ovn: an OVN pool's chassis are namespaced hosts" in p for p in problems(tmp_path, text))
+
+
+MIXED = """\
+hypervisor: xenserver
+hosts:
+  - {name: hv1}
+  - {name: kvm1, kind: vm}
+bridges:
+  - {name: xenbr0, datapath_type: netdev}
+guests:
+  - {name: VM1, host: hv1, ip: 192.168.0.150/24, tag: 1}
+  - {name: VM2, host: kvm1, ip: 192.168.0.151/24, tag: 1}
+  - {name: T, host: kvm1, ip: 192.168.0.153/24, vlan_mode: trunk, trunks: "1,2"}
+  - {name: N, host: kvm1, ip: 192.168.0.154/24, vlan_mode: native-untagged, tag: 1, trunks: "0,1,3"}
+  - {name: U, host: hv1, ip: 192.168.0.155/24, vlan_mode: trunk, trunks: "1,2"}
+"""
+
+
+def test_a_mixed_pair_keeps_the_namespaced_hosts_datapath_and_puts_the_vm_hosts_on_the_kernel(tmp_path) -> None:
+    t = load_text(tmp_path, MIXED)
+    assert (t.hosts, t.vm_hosts) == (("hv1", "kvm1"), ("kvm1",))
+    assert [b.datapath_type for b in t.bridges_on("hv1")] == ["netdev"]
+    assert [b.datapath_type for b in t.bridges_on("kvm1")] == ["system"]
+    assert [b.datapath_type for b in t.bridges_on(None)] == ["netdev"]  # the file's, as for any namespaced host
+    # one trunk between them: the VM's NIC inside (eth0-hv1), its tap the namespaced host's end (eth0-kvm1)
+    assert [(ln.a, ln.a_end, ln.b, ln.b_end) for ln in t.links()] == [("hv1", "eth0-kvm1", "kvm1", "eth0-hv1")]
+
+
+def test_only_a_vm_hosts_guests_send_tagged_and_only_on_what_their_port_trunks_explicitly(tmp_path) -> None:
+    t = load_text(tmp_path, MIXED)
+    # T trunks 1 and 2: eth0.1, eth0.2; N's native VLAN 1 and VLAN 0 go untagged: eth0.3 only
+    assert {g.name: t.tagged_vlans(g.name) for g in t.guests} == {"VM1": (), "VM2": (), "T": (1, 2), "N": (3,),
+                                                                  "U": ()}  # fmt: skip
+    # U is on hv1, a namespace of this machine, whose kernel has no 8021q
+
+
+def test_a_vm_host_between_two_namespaced_hosts_is_a_chain(tmp_path) -> None:
+    text = MIXED.replace("  - {name: kvm1, kind: vm}\n", "  - {name: kvm1, kind: vm}\n  - {name: hv3}\n")
+    t = load_text(tmp_path, text)
+    assert [(ln.a_end, ln.b_end) for ln in t.links()] == [("eth0-kvm1", "eth0-hv1"), ("eth0-hv3", "eth0-kvm1")]

@@ -51,3 +51,30 @@ def test_vm_hosts_take_their_management_links_in_the_recorded_order(tmp_path: Pa
         ("hvk2", "169.254.32.10"),
     ]
     assert hosts["kv2"].dir == tmp_path.resolve() / "kv2"
+
+
+def test_a_trunk_guest_gets_a_vlan_sub_interface_per_tagged_vlan_with_its_own_address() -> None:
+    g = Guest("T", "xenbr0", "10.0.0.5/24", "02:00:00:00:00:05", "vif5.0", 5, trunks=(10, 20), vlan_mode="trunk")
+    steps = labhost.guest_script(g, "hvnet-T", (10, 20)).split("; ")
+    for v in (10, 20):
+        assert f"ip -n hvnet-T link add link eth0 name eth0.{v} type vlan id {v}" in steps
+        # its own address, no prefix route: plain traffic keeps eth0, the probes from eth0.V are still its own
+        assert f"ip -n hvnet-T addr add 10.0.0.5/24 dev eth0.{v} noprefixroute" in steps
+        assert steps.index(f"ip -n hvnet-T link set eth0.{v} up") > steps.index("ip -n hvnet-T link set eth0 up")
+    assert steps[-1] == "ip link set vif5.0 up"  # the VIF goes up last, its namespace complete
+    assert "eth0." not in labhost.guest_script(g, "hvnet-T")
+
+
+def test_the_trunk_nic_is_found_in_the_vm_by_its_mac_and_renamed_quoted() -> None:
+    nic = labhost.TrunkNic("hvk1t0", "52:54:10:6b:00:01", "eth0-hv1")
+    line = labhost.trunk_inside_script(nic)
+    assert line.startswith("set -e; ") and "ip link set eth0-hv1 up; ethtool -K eth0-hv1 tx off" in line
+    assert '[ "$a" = 52:54:10:6b:00:01 ]' in line and 'ip link set "$dev" name eth0-hv1' in line
+    hostile = labhost.trunk_inside_script(labhost.TrunkNic("t", "$(reboot)", "x;reboot"))
+    assert "'$(reboot)'" in hostile and "'x;reboot'" in hostile
+
+
+def test_vm_hosts_get_their_trunk_nics_when_they_are_to_boot(tmp_path: Path) -> None:
+    hosts = labhost.vm_hosts(tmp_path, ["kv1", "kv2"], {"kv2": ("eth0-hv1", "eth0-hv3")})
+    assert hosts["kv1"].trunks == ()
+    assert [(n.tap, n.inside) for n in hosts["kv2"].trunks] == [("hvk2t0", "eth0-hv1"), ("hvk2t1", "eth0-hv3")]

@@ -221,3 +221,29 @@ def test_the_init_reads_host_conf_without_evaluating_it(tmp_path: Path) -> None:
     out = subprocess.run(["dash", "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert out == "$(touch pwned)|52:54:00:6b:00:01|openvswitch act_police"
     assert not (tmp_path / "pwned").exists()
+
+
+def test_trunk_nics_are_taps_beside_the_management_one_with_macs_of_their_own() -> None:
+    link = boot.plan("kvm1", 3)
+    nics = boot.trunk_nics(link, ("eth0-hv1", "eth1-hv1"))
+    assert [n.tap for n in nics] == ["hvk3t0", "hvk3t1"]
+    assert len({link.mac, *(n.mac for n in nics)}) == 3
+    assert all(int(n.mac.split(":")[0], 16) & 0b10 for n in nics)  # locally administered
+    with pytest.raises(LabError, match="at most 8"):
+        boot.trunk_nics(link, tuple(f"eth{i}-x" for i in range(9)))
+
+
+def test_qemu_gets_a_virtio_nic_on_its_own_tap_per_trunk(tmp_path: Path) -> None:
+    link = boot.plan("kvm1", 1)
+    img = VmHostImage(tmp_path / "k", tmp_path / "i", tmp_path / "r", "d", False, 0.0)
+    nics = boot.trunk_nics(link, ("eth0-hv1",))
+    argv = boot.qemu_argv(img, tmp_path, link, "tcg", trunks=nics)
+    i = argv.index("tap,id=trunk0,ifname=hvk1t0,script=no,downscript=no")
+    assert argv[i - 1 : i + 3] == ["-netdev", argv[i], "-device", f"virtio-net-pci,netdev=trunk0,mac={nics[0].mac}"]
+    assert "trunk0" not in " ".join(boot.qemu_argv(img, tmp_path, link, "tcg"))
+
+
+def test_the_trunk_taps_still_here_are_found_by_name_alone() -> None:
+    link = boot.plan("kvm1", 1)
+    names = ["hvk1", "hvk1t0", "hvk1t12", "hvk10", "hvk10t0", "hvk1tx", "eth0-kvm1"]
+    assert boot.trunk_taps(link, names) == ["hvk1t0", "hvk1t12"]
