@@ -216,9 +216,6 @@ def test_tcp_crosses_the_mixed_trunk_with_good_checksums(mixed_lab: Lab) -> None
     assert mbps > 1.0, res.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="suite run resolves netserver with the client's runner: with the client "
-                   "in the VM host, a netserver started here is given the VM's path (appliance/netperf/run/"
-                   "preflight.py, not the lab's to change)")  # fmt: skip
 def test_a_suite_runs_between_a_guest_on_each_host(mixed_lab: Lab, tmp_path: Path) -> None:
     """netperf in VM2's namespace in the VM (over its SSH connection), netserver in VM1's here (hv1's guest):
     every frame crosses the kernel datapath, the VM's trunk NIC and the userspace datapath."""

@@ -68,8 +68,12 @@ def port_range(text: str) -> Optional[tuple[int, int]]:
     return int(parts[0]), int(parts[1])
 
 
-def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_server: bool) -> Preflight:
-    """Everything that can be checked before starting a process that matters."""
+def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_server: bool,
+          server_runner: Optional[CommandRunner] = None) -> Preflight:  # fmt: skip
+    """Everything that can be checked before starting a process that matters.
+
+    ``runner`` reaches the client's host; ``server_runner`` the server's when that is another machine (a guest
+    of the other host of a mixed pair): netserver is looked for where it will run."""
     pf = Preflight()
     try:
         pf.netperf = runner.which("netperf")
@@ -78,7 +82,7 @@ def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_serv
         return pf
     if managed_server:
         try:
-            pf.netserver = runner.which("netserver")
+            pf.netserver = (server_runner or runner).which("netserver")
         except HvnetError as exc:
             pf.failures.append(str(exc))
     try:

@@ -173,7 +173,8 @@ class Runner:
             self._warn(f"stopped what an earlier run left in a VM: {left}")
         # a VM's tools were checked inside it by its guest source: the server VM's netserver is not the client's
         managed = server is not None and server.vm is None
-        pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=managed)
+        pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=managed,
+                             server_runner=server.runner_for(self.host) if managed else None)  # fmt: skip
         pf.failures += preflight.fragment_failures(self.suite, self.engine, self.guests, self.host.label)
         failures, iperf3, self.generator = pktgen.packet_rate(self.suite, self.host.local_runner,
                                                               have_listen=self.listen is not None,
