@@ -98,9 +98,10 @@ def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedPro
 
 
 def check(lab: Lab, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    """``hvnet --host kvm1 isolation check`` on the lab's guests, both methods; its exit and its JSON."""
+    """``hvnet --host kvm1 isolation check`` (a host of the running lab: its guests are the lab's without --guests),
+    both methods; its exit and its JSON."""
     started = time.monotonic()
-    res = run_hvnet("--host", HOST, "--guests", "lab", "isolation", "check", str(scenario), "--method", "both",
+    res = run_hvnet("--host", HOST, "isolation", "check", str(scenario), "--method", "both",
                     "--json", "--out", str(out), env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=400)  # fmt: skip
     print(f"\n{scenario.name}: {time.monotonic() - started:.1f} s")
     try:
