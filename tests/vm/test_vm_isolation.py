@@ -11,8 +11,6 @@ lab lock: ``flock /tmp/hvnet-lab.lock``.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,9 +21,8 @@ import yaml
 
 from appliance.isolation.pcap import read_arp
 from appliance.lab import Lab
-from appliance.lab.vmhost import labhost
-from appliance.lab.vmhost.boot import VmHost
 from tests.conftest import ROOT, run_hvnet
+from tests.vm import vmlab
 
 pytestmark = pytest.mark.vm
 
@@ -53,48 +50,15 @@ def scenario_on(src: Path, topology: Path, dest: Path, **changes: object) -> Pat
     return dest
 
 
-def leftovers(run_dir: Path, pid: int | None) -> list[str]:
-    found = []
-    if (
-        pid is not None
-        and Path(f"/proc/{pid}").exists()
-        and b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ):
-        found.append(f"QEMU pid {pid}")
-    tap = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).link.tap
-    found += [f"tap {t}" for t in os.listdir("/sys/class/net") if t == tap or t.startswith(f"{tap}t")]
-    if run_dir.exists():
-        found.append(f"directory {run_dir}")
-    return found
-
-
 @pytest.fixture(scope="module")
 def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
-    if os.geteuid() != 0:
-        pytest.fail("the VM host isolation test needs root (tap device, debootstrap)")
-    base = tmp_path_factory.mktemp("vmiso")
-    topo = base / "vm-isolation.yaml"
-    topo.write_text(yaml.safe_dump(vm_topology(), sort_keys=False))
-    run_dir = base / "run"
-    env = {"HVNET_LAB_DIR": str(run_dir)}
-    pid = None
-    try:
-        started = time.monotonic()
-        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
-        print(f"\nlab up: {time.monotonic() - started:.1f} s\n{up.stdout}")
-        assert up.returncode == 0, up.stdout + up.stderr
-        pid = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).qemu_pid()
-        yield Lab(run_dir)
-    finally:
-        down = run_hvnet("lab", "down", env=env, timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert leftovers(run_dir, pid) == []
+    text = yaml.safe_dump(vm_topology(), sort_keys=False)
+    with vmlab.lab_up(tmp_path_factory.mktemp("vmiso"), text, HOST) as lab:
+        yield lab
 
 
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return VmHost(HOST, lab.run_dir / "hosts", labhost.FIRST_INDEX).ssh(command, timeout=60, check=check)
+    return vmlab.in_vm(lab, HOST, command, check=check)
 
 
 def check(lab: Lab, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import time
@@ -29,6 +28,7 @@ from appliance.lab.vmhost import labhost
 from appliance.lab.vmhost.boot import VmHost
 from appliance.policy.apply import tcpolice
 from tests.conftest import HVNET, ROOT, run_hvnet
+from tests.vm import vmlab
 
 pytestmark = pytest.mark.vm
 
@@ -54,55 +54,17 @@ vifs:
 """
 
 
-def leftovers(run_dir: Path, pid: int | None) -> list[str]:
-    """What of the VM host this machine still has: its QEMU, its tap, its files."""
-    found = []
-    if (
-        pid is not None
-        and Path(f"/proc/{pid}").exists()
-        and b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ):
-        found.append(f"QEMU pid {pid}")
-    tap = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).link.tap
-    if Path(f"/sys/class/net/{tap}").exists():
-        found.append(f"tap {tap}")
-    if run_dir.exists():
-        found.append(f"directory {run_dir}: {sorted(p.name for p in run_dir.rglob('*'))[:10]}")
-    return found
-
-
 @pytest.fixture(scope="module")
 def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
-    if os.geteuid() != 0:
-        pytest.fail("the VM host lab test needs root (tap device, debootstrap)")
-    base = tmp_path_factory.mktemp("vmlab")
-    topo = base / "vmhost.yaml"
-    topo.write_text(TOPOLOGY)
-    run_dir = base / "run"
-    env = {"HVNET_LAB_DIR": str(run_dir)}
-    pid = None
-    try:
-        started = time.monotonic()
-        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
-        print(f"\nlab up: {time.monotonic() - started:.1f} s\n{up.stdout}")
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert re.search(rf"booted VM host {HOST} \(\w+, 4 vCPUs, \d+ MB; .*\): boot to SSH \d+\.\d s", up.stdout)
-        pid = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).qemu_pid()
-        yield Lab(run_dir)
-    finally:
-        down = run_hvnet("lab", "down", env=env, timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert leftovers(run_dir, pid) == []
+    with vmlab.lab_up(tmp_path_factory.mktemp("vmlab"), TOPOLOGY, HOST) as lab:
+        yield lab
 
 
 def test_lab_down_after_lab_up_was_killed_mid_boot_stops_the_vm_by_its_files(tmp_path: Path) -> None:
     """SIGKILL of 'lab up' once QEMU runs, before SSH answers: the record written first lets 'down' find it all.
 
     Runs before the module's lab (it takes the same management link)."""
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("QEMU is not installed")
+    vmlab.require_qemu_and_root()
     topo = tmp_path / "vmhost.yaml"
     topo.write_text(TOPOLOGY)
     run_dir = tmp_path / "run"
@@ -126,11 +88,11 @@ def test_lab_down_after_lab_up_was_killed_mid_boot_stops_the_vm_by_its_files(tmp
         down = run_hvnet("lab", "down", env={"HVNET_LAB_DIR": str(run_dir)}, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert f"stopped VM host {HOST}: QEMU pid {pid}" in down.stdout, down.stdout
-    assert leftovers(run_dir, pid) == []
+    assert vmlab.leftovers(run_dir, HOST, pid) == []
 
 
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return VmHost(HOST, lab.run_dir / "hosts", labhost.FIRST_INDEX).ssh(command, timeout=60, check=check)
+    return vmlab.in_vm(lab, HOST, command, check=check)
 
 
 def hv(lab: Lab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

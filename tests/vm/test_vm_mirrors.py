@@ -11,10 +11,8 @@ sFlow's datagrams there): tcpdump on the tap, pmacct's sfacctd on its address.  
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
 import signal
 import struct
 import subprocess
@@ -27,9 +25,9 @@ import pytest
 from appliance.endpoints.topology import load as load_topology
 from appliance.lab import Lab
 from appliance.lab.collector import Collector, free_udp_port
-from appliance.lab.vmhost import labhost
 from appliance.lab.vmhost.boot import VmHost
 from tests.conftest import run_hvnet
+from tests.vm import vmlab
 
 pytestmark = pytest.mark.vm
 
@@ -55,34 +53,12 @@ GRE_TEB, ERSPAN_II = 0x6558, 0x88BE
 
 @pytest.fixture(scope="module")
 def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
-    if os.geteuid() != 0:
-        pytest.fail("the VM host lab test needs root (tap device, debootstrap)")
-    base = tmp_path_factory.mktemp("vmmirrors")
-    topo = base / "vmhost.yaml"
-    topo.write_text(TOPOLOGY)
-    run_dir = base / "run"
-    env = {"HVNET_LAB_DIR": str(run_dir)}
-    pid = None
-    try:
-        started = time.monotonic()
-        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
-        print(f"\nlab up: {time.monotonic() - started:.1f} s")
-        assert up.returncode == 0, up.stdout + up.stderr
-        pid = vm(run_dir).qemu_pid()
-        yield Lab(run_dir)
-    finally:
-        down = run_hvnet("lab", "down", env=env, timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert (
-            pid is None or not Path(f"/proc/{pid}").exists() or b"qemu" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-        )
-        assert not Path(f"/sys/class/net/{vm(run_dir).link.tap}").exists()
+    with vmlab.lab_up(tmp_path_factory.mktemp("vmmirrors"), TOPOLOGY, HOST) as lab:
+        yield lab
 
 
 def vm(run_dir: Path) -> VmHost:
-    return VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX)
+    return vmlab.vm(run_dir, HOST)
 
 
 def in_vm(lab: Lab, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:

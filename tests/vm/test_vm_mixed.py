@@ -10,9 +10,7 @@ boot for the module, through the real CLI.  Needs root and ``flock /tmp/hvnet-la
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,9 +20,8 @@ import pytest
 import yaml
 
 from appliance.lab import Lab
-from appliance.lab.vmhost import labhost
-from appliance.lab.vmhost.boot import VmHost
 from tests.conftest import ROOT, run_hvnet
+from tests.vm import vmlab
 
 pytestmark = pytest.mark.vm
 
@@ -43,55 +40,17 @@ def mixed_topology() -> dict:
             "bridges": doc["bridges"], "guests": guests}  # fmt: skip
 
 
-def leftovers(run_dir: Path, pid: int | None) -> list[str]:
-    """What of the mixed lab this machine still has: QEMU, the VM's taps, any namespace, the run directory."""
-    found = []
-    if (
-        pid is not None
-        and Path(f"/proc/{pid}").exists()
-        and b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ):
-        found.append(f"QEMU pid {pid}")
-    tap = VmHost(VM, run_dir / "hosts", labhost.FIRST_INDEX).link.tap
-    found += [f"interface {t}" for t in os.listdir("/sys/class/net")
-              if t == tap or t.startswith(f"{tap}t") or t.startswith("eth0-")]  # fmt: skip
-    netns = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    found += [f"namespace {n}" for n in sorted(netns & {"hvnet-hv1", "hvnet-VM1", "hvnet-VM3"})]
-    if run_dir.exists():
-        found.append(f"directory {run_dir}")
-    return found
-
-
 @pytest.fixture(scope="module")
 def mixed_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
-    if os.geteuid() != 0:
-        pytest.fail("the mixed pair test needs root (taps, namespaces, debootstrap)")
-    base = tmp_path_factory.mktemp("mixed")
-    topo = base / "mixed-pair.yaml"
-    topo.write_text(yaml.safe_dump(mixed_topology(), sort_keys=False))
-    run_dir = base / "run"
-    env = {"HVNET_LAB_DIR": str(run_dir)}
-    pid = None
-    try:
-        started = time.monotonic()
-        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
-        print(f"\nlab up: {time.monotonic() - started:.1f} s\n{up.stdout}")
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert f"linked {HV} eth0-{VM} -- {VM} eth0-{HV} (a trunk on xenbr0)" in up.stdout, up.stdout
-        pid = VmHost(VM, run_dir / "hosts", labhost.FIRST_INDEX).qemu_pid()
-        assert pid is not None
-        yield Lab(run_dir)
-    finally:
-        down = run_hvnet("lab", "down", env=env, timeout=120)
-        print(f"\nlab down:\n{down.stdout}")
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert leftovers(run_dir, pid) == []
+    text = yaml.safe_dump(mixed_topology(), sort_keys=False)
+    with vmlab.lab_up(tmp_path_factory.mktemp("mixed"), text, VM,
+                      said=[f"linked {HV} eth0-{VM} -- {VM} eth0-{HV} (a trunk on xenbr0)"],
+                      namespaces=["hvnet-hv1", "hvnet-VM1", "hvnet-VM3"]) as lab:  # fmt: skip
+        yield lab
 
 
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return VmHost(VM, lab.run_dir / "hosts", labhost.FIRST_INDEX).ssh(command, timeout=60, check=check)
+    return vmlab.in_vm(lab, VM, command, check=check)
 
 
 def hv(lab: Lab, host: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

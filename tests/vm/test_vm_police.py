@@ -19,10 +19,8 @@ run it under ``flock /tmp/hvnet-lab.lock``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,10 +29,9 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from appliance.lab.vmhost import labhost
-from appliance.lab.vmhost.boot import VmHost
 from appliance.policy.apply import openflow
 from tests.conftest import run_hvnet
+from tests.vm import vmlab
 
 pytestmark = pytest.mark.vm
 
@@ -58,48 +55,14 @@ BURST_KBIT = 1024
 SECONDS = 10
 
 
-def leftovers(run_dir: Path, pid: int | None) -> list[str]:
-    """What of the VM host this machine still has: its QEMU, its tap, its files."""
-    found = []
-    if (
-        pid is not None
-        and Path(f"/proc/{pid}").exists()
-        and b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ):
-        found.append(f"QEMU pid {pid}")
-    tap = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).link.tap
-    if Path(f"/sys/class/net/{tap}").exists():
-        found.append(f"tap {tap}")
-    if run_dir.exists():
-        found.append(f"directory {run_dir}: {sorted(p.name for p in run_dir.rglob('*'))[:10]}")
-    return found
-
-
 @pytest.fixture(scope="module")
 def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
-    if os.geteuid() != 0:
-        pytest.fail("the VM host lab test needs root (tap device, debootstrap)")
-    base = tmp_path_factory.mktemp("vmpolice")
-    topo = base / "vmhost.yaml"
-    topo.write_text(TOPOLOGY)
-    run_dir = base / "run"
-    env = {"HVNET_LAB_DIR": str(run_dir)}
-    pid = None
-    try:
-        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
-        assert up.returncode == 0, up.stdout + up.stderr
-        pid = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX).qemu_pid()
-        yield Lab(run_dir)
-    finally:
-        down = run_hvnet("lab", "down", env=env, timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert leftovers(run_dir, pid) == []
+    with vmlab.lab_up(tmp_path_factory.mktemp("vmpolice"), TOPOLOGY, HOST) as lab:
+        yield lab
 
 
 def in_vm(lab: Lab, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return VmHost(HOST, lab.run_dir / "hosts", labhost.FIRST_INDEX).ssh(command, timeout=timeout, check=check)
+    return vmlab.in_vm(lab, HOST, command, timeout=timeout, check=check)
 
 
 def hv(lab: Lab, *args: str, timeout: float = 300) -> dict:

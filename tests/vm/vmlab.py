@@ -1,0 +1,92 @@
+"""A lab with a kernel-datapath VM host, as the tests/vm modules bring it up: one boot per module through the real
+CLI (``hvnet lab up``), and nothing of it left on this machine after ``hvnet lab down``.
+
+Needs root (taps, namespaces, debootstrap for a first image build) and QEMU; run under
+``flock /tmp/hvnet-lab.lock``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from appliance.lab import Lab
+from appliance.lab.vmhost import labhost
+from appliance.lab.vmhost.boot import VmHost
+from tests.conftest import run_hvnet
+
+
+def vm(run_dir: Path, host: str) -> VmHost:
+    """The lab's first VM host as its files describe it (the one every tests/vm lab has)."""
+    return VmHost(host, run_dir / "hosts", labhost.FIRST_INDEX)
+
+
+def in_vm(
+    lab: Lab, host: str, command: str, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``command`` (one shell line, quoted by the caller) in the VM host, over its management link."""
+    return vm(lab.run_dir, host).ssh(command, timeout=timeout, check=check)
+
+
+def leftovers(run_dir: Path, host: str, pid: int | None, namespaces: Iterable[str] = ()) -> list[str]:
+    """What of the lab this machine still has: the VM's QEMU, its management and trunk taps, a trunk's end here
+    (``eth0-*``), the ``namespaces`` named, the run directory."""
+    found = []
+    if (
+        pid is not None
+        and Path(f"/proc/{pid}").exists()
+        and b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ):
+        found.append(f"QEMU pid {pid}")
+    tap = vm(run_dir, host).link.tap
+    found += [f"interface {t}" for t in os.listdir("/sys/class/net")
+              if t == tap or t.startswith(f"{tap}t") or t.startswith("eth0-")]  # fmt: skip
+    netns = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    found += [f"namespace {n}" for n in sorted(netns & set(namespaces))]
+    if run_dir.exists():
+        found.append(f"directory {run_dir}: {sorted(p.name for p in run_dir.rglob('*'))[:10]}")
+    return found
+
+
+def require_qemu_and_root() -> None:
+    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
+        pytest.skip("QEMU is not installed (packages qemu-system-x86 and qemu-utils; .ci/setup-host installs them)")
+    if os.geteuid() != 0:
+        pytest.fail("the VM host lab tests need root (taps, namespaces, debootstrap)")
+
+
+@contextmanager
+def lab_up(base: Path, topology: str, host: str, *, said: Iterable[str] = (),
+           namespaces: Iterable[str] = ()) -> Iterator[Lab]:  # fmt: skip
+    """``hvnet lab up`` on ``topology`` (YAML text) in ``base``; its output must say the VM booted (and each of
+    ``said``); ``lab down`` afterwards, whatever happened, must leave nothing (``namespaces``: those of the
+    topology's namespaced hosts and guests on this machine)."""
+    require_qemu_and_root()
+    topo = base / "topology.yaml"
+    topo.write_text(topology)
+    run_dir = base / "run"
+    env = {"HVNET_LAB_DIR": str(run_dir)}
+    pid = None
+    try:
+        started = time.monotonic()
+        up = run_hvnet("lab", "up", "--topology", str(topo), env=env, timeout=900)
+        print(f"\nlab up: {time.monotonic() - started:.1f} s\n{up.stdout}")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert re.search(rf"booted VM host {host} \(\w+, 4 vCPUs, \d+ MB; .*\): boot to SSH \d+\.\d s", up.stdout)
+        for line in said:
+            assert line in up.stdout, up.stdout
+        pid = vm(run_dir, host).qemu_pid()
+        assert pid is not None
+        yield Lab(run_dir)
+    finally:
+        down = run_hvnet("lab", "down", env=env, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert leftovers(run_dir, host, pid, namespaces) == []
