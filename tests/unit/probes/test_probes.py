@@ -148,39 +148,3 @@ def test_a_bad_guests_setting_is_refused_naming_where(monkeypatch: pytest.Monkey
     monkeypatch.setenv("HVNET_GUESTS", "probes")
     assert choice_of(SimpleNamespace(guests=None)) == "probes"
     assert choice_of(SimpleNamespace(guests="lab")) == "lab"  # the flag outranks the variable
-
-
-def test_a_host_of_the_running_lab_is_no_real_target(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """``--host hv1`` on a running lab of hosts measures the lab's guests; another name is a real target."""
-    import json
-    import subprocess
-    import sys
-    from types import SimpleNamespace
-
-    from appliance.frontdoor.guests import real_target
-
-    (tmp_path / "hvnet.conf").write_text("")
-    monkeypatch.setenv("HVNET_CONFIG", str(tmp_path / "hvnet.conf"))
-    monkeypatch.delenv("HVNET_INVENTORY", raising=False)
-    monkeypatch.delenv("HVNET_HOST", raising=False)
-    monkeypatch.delenv("HVNET_DB", raising=False)
-    run = tmp_path / "lab"
-    ovsdb_run = run / "hosts" / "hv1" / "run"
-    ovsdb_run.mkdir(parents=True)
-    (run / "lab.json").write_text(json.dumps({"hosts": ["hv1"], "created": {}}))
-    (run / "hosts.yaml").write_text("hosts: []\n")
-    monkeypatch.setenv("HVNET_LAB_DIR", str(run))
-    args = SimpleNamespace(host="hv1", db=None, hosts=None, pool=None)
-    assert real_target(args) == "--host hv1"  # recorded, but its daemon is not running: not a running lab
-    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(ovsdb_run)])
-    try:
-        (ovsdb_run / "ovsdb-server.pid").write_text(f"{daemon.pid}\n")
-        assert real_target(args) is None
-        assert real_target(SimpleNamespace(host="hv9", db=None, hosts=None, pool=None)) == "--host hv9"
-        monkeypatch.setenv("HVNET_HOST", "hv1")
-        assert real_target(SimpleNamespace(host=None, db=None, hosts=None, pool=None)) is None
-        monkeypatch.setenv("HVNET_INVENTORY", str(run / "hosts.yaml"))  # an inventory named: hosts are its own
-        assert real_target(args) == "--host hv1"
-    finally:
-        daemon.kill()
-        daemon.wait()
