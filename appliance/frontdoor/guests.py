@@ -31,7 +31,6 @@ from typing import Any, Callable, Optional
 from appliance.core import config
 from appliance.core.errors import UsageError
 from appliance.endpoints.guests import GuestSource
-from appliance.frontdoor.hosts import is_lab_host
 from appliance.switch.host import Host
 
 
@@ -89,16 +88,14 @@ def choose(
 
 def real_target(args: Any) -> Optional[str]:
     """Which option or setting names a real switch: ``--host``, ``--db``, ``--hosts``, ``--pool``,
-    ``$HVNET_HOST``/``$HVNET_DB`` or their keys in the configuration file; None when none does.
-
-    A host of the running lab (``--host kvm1`` on a lab of hosts) is no real target: its guests are the lab's."""
-    env = config.environ()
+    ``$HVNET_HOST``/``$HVNET_DB`` or their keys in the configuration file; None when none does."""
     for attr, flag in (("host", "--host"), ("db", "--db"), ("hosts", "--hosts"), ("pool", "--pool")):
         value = getattr(args, attr, None)
-        if value and not (attr == "host" and is_lab_host(str(value), env)):
+        if value:
             return f"{flag} {value}"
+    env = config.environ()
     for name in ("HVNET_HOST", "HVNET_DB"):
-        if env.get(name) and not (name == "HVNET_HOST" and is_lab_host(env[name], env)):
+        if env.get(name):
             return f"{name} ({config.origin(env, name)})"
     return None
 

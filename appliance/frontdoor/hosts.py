@@ -199,13 +199,6 @@ def inventory_file(env: Mapping[str, str] | None = None) -> Path:
     return lab.inventory if lab is not None else DEFAULT_INVENTORY
 
 
-def is_lab_host(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """Whether ``--host NAME`` reaches one of the running lab's hypervisors (through the lab's inventory):
-    its guests are the lab's, so a measurement there is no real target's."""
-    lab = _lab_hosts(config.environ() if env is None else env)
-    return lab is not None and name in lab.names
-
-
 def _lab_hosts(env: Mapping[str, str]) -> labstate.LabHosts | None:
     """The running lab of several hypervisors, when its inventory is the one in use."""
     if env.get("HVNET_INVENTORY"):

@@ -63,7 +63,7 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], str]:
 
 def check(lab: Lab, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
     started = time.monotonic()
-    res = run_hvnet("--host", VM, "isolation", "check", str(scenario), "--method", "both",
+    res = run_hvnet("--host", VM, "--guests", "lab", "isolation", "check", str(scenario), "--method", "both",
                     "--json", "--out", str(out), env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=400)  # fmt: skip
     print(f"\n{scenario.name}: {time.monotonic() - started:.1f} s")
     try:
