@@ -561,6 +561,8 @@ class Lab:
         # Before the run directory goes: a VM host is stopped by its files (QEMU's pid, the tap's name).
         for name, vm in reversed(list(self._vm_hosts().items())):
             found = vm.leftovers()
+            if (hung := labhost.unanswered_console(vm)) is not None:
+                report.actions.append(f"VM host {name} did not answer over SSH; its console ends:\n{hung}")
             vm.stop()
             if found:
                 report.actions.append(f"stopped VM host {name}: {', '.join(found)}")

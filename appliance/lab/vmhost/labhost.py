@@ -31,7 +31,7 @@ from appliance.core.errors import LabError
 from appliance.core.ssh import SshOptions, SshSession, SshTarget
 from appliance.endpoints.topology import Guest
 from appliance.lab import multihost, sshd
-from appliance.lab.vmhost.boot import VCPUS, TrunkNic, VmHost, choose_accel
+from appliance.lab.vmhost.boot import VCPUS, TrunkNic, VmHost, choose_accel, console_tail
 from appliance.lab.vmhost.image import build_image
 
 FIRST_INDEX = 1  # the lab's VM hosts take the block's first /30s (tests of the VM host alone take later ones)
@@ -226,3 +226,11 @@ def describe(vm: VmHost, now: Presence) -> dict[str, object]:
     """A VM host in ``lab status``."""
     return {"kind": "vm", "address": vm.link.address, "port": 22, "tap": vm.link.tap, "qemu_pid": vm.qemu_pid(),
             "ssh": now.ssh, "ovs_rundir": OVS_RUNDIR, "console": str(vm.console)}  # fmt: skip
+
+
+def unanswered_console(vm: VmHost) -> str | None:
+    """The console's last lines of a VM host whose QEMU runs but whose SSH does not answer (None otherwise):
+    said before ``lab down`` removes it with its files, so a hung host leaves its evidence."""
+    if vm.qemu_pid() is None or not vm.ssh_config.exists() or sshd.answers(vm.ssh_config, vm.name):
+        return None
+    return console_tail(vm.console_text())
