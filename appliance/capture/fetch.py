@@ -80,7 +80,10 @@ def fetch(runner: CommandRunner, label: str, capture: str, source: PurePosixPath
             if got != size:
                 raise HvnetError(f"{label}: {name} of capture {capture}: {got} bytes read, the host listed {size}",
                                  hint="fetch again")  # fmt: skip
-            os.rename(part, out / name)
+            try:
+                os.link(part, out / name)  # unlike a rename, never replaces a file that appeared since the plan
+            except FileExistsError:
+                raise UsageError(f"{out} already has {name}", hint="fetch into another --out directory") from None
         finally:
             part.unlink(missing_ok=True)
         done.files.append((name, size))
