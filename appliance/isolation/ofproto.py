@@ -174,17 +174,21 @@ def _nested(name: str, args: str) -> list[str]:
     return []
 
 
-def deliveries(actions: str | list[Pass], odp_ports: dict[int, str]) -> list[Delivery]:
+def deliveries(actions: str | list[Pass], odp_ports: dict[int, str], vlan: int | None = None) -> list[Delivery]:
     """Where the frame goes, with the VLAN tag it carries on each port.
 
     ``actions`` is one datapath-actions string or every pass of a trace; a
     recirculated pass starts with the tags the frame had at its ``recirc``.
-    ValueError when the actions cannot be read.
+    ``vlan`` is the tag the frame arrived with (a trunk guest's tagged frame,
+    or one entering from another switch's trunk): an output before any
+    ``pop_vlan`` sends it on tagged so, as the datapath does.  ValueError when
+    the actions cannot be read.
     """
     trace_passes = [Pass(None, actions)] if isinstance(actions, str) else actions
     walk = _Walk(odp_ports)
+    arrived = [] if vlan is None else [vlan]
     for p in trace_passes:
-        start = walk.recirc_vlans.get(p.recirc_id, []) if p.recirc_id else []
+        start = walk.recirc_vlans.get(p.recirc_id, []) if p.recirc_id else arrived
         walk.run(p.actions, list(start))
     return walk.out
 

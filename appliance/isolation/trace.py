@@ -125,7 +125,7 @@ def _across_links(
             flow = trace.arp_flow(peer[1], g.mac, g.address, target, vlan=d.vlan)
             try:
                 out = other.host.appctl("ovs-vswitchd", "ofproto/trace", ln.bridge, flow)
-                deliveries = trace.deliveries(trace.passes(out), odp[id(other)](ln.bridge))
+                deliveries = trace.deliveries(trace.passes(out), odp[id(other)](ln.bridge), d.vlan)
             except (CommandFailed, ValueError) as exc:
                 return reached, f"the trace of {sender}'s broadcast on {peer[0]} could not be read: {exc}"
             reached |= {(id(other), x.port) for x in deliveries}
@@ -156,7 +156,7 @@ def _trace_sender(
         passes = trace.passes(out)
         key = sender if vlan is None else f"{sender} (tagged {vlan})"
         res.stats.setdefault("datapath_actions", {})[key] = trace.describe(passes)
-        return trace.deliveries(passes, odp_ports(vif.bridge)), None
+        return trace.deliveries(passes, odp_ports(vif.bridge), vlan), None
     except (CommandFailed, ValueError) as exc:
         return [], f"the trace of {what} could not be read: {exc}"
 

@@ -93,8 +93,9 @@ def run_hosts(
         if snd.vif.mac is None:
             problems[n] = f"{snd.port} has no known MAC (external_ids attached-mac), so no probe is made for it"
             continue
-        flow = trace.arp_flow(snd.port, snd.vif.mac, "0.0.0.0", PROBE_TARGET, vlan=probe.vlan if probe.tagged else None)
-        todo[snd.host].append((("probe", n, snd.host), ("t", snd.vif.bridge, flow, "")))
+        tag = probe.vlan if probe.tagged else None
+        flow = trace.arp_flow(snd.port, snd.vif.mac, "0.0.0.0", PROBE_TARGET, vlan=tag)
+        todo[snd.host].append((("probe", n, snd.host, tag), ("t", snd.vif.bridge, flow, "")))
     for p in ports:
         flow = trace.control_flow(inject.CONTROL_MAC, CONTROL_TARGET)
         todo[p.host].append((("control", p.label), ("p", p.vif.bridge, flow, f"output:{p.vif.ofport}")))
@@ -114,7 +115,7 @@ def run_hosts(
                 if isinstance(result, str):
                     problems.setdefault(n, result)
                     continue
-                out, problem = _read(plan[n], result, _ports(odp, h, item[1]), res, first=key[0] == "probe")
+                out, problem = _read(plan[n], result, _ports(odp, h, item[1]), res, key[3], first=key[0] == "probe")
                 if problem:
                     problems.setdefault(n, problem)
                 heard.setdefault((n, h), set()).update(d.port for d in out)
@@ -128,7 +129,7 @@ def run_hosts(
                 heard[(n, y)] = set()
                 for u in ups.get((y, bridge), []):
                     flow = trace.arp_flow(u, snd.vif.mac or "", "0.0.0.0", PROBE_TARGET, vlan=vlan)
-                    todo[y].append((("far", n, y), ("t", bridge, flow, "")))
+                    todo[y].append((("far", n, y, vlan), ("t", bridge, flow, "")))
     for n, probe in enumerate(plan):
         for p in ports:
             if p.label == probe.sender:
@@ -167,9 +168,9 @@ def _ports(odp: dict[str | None, str], host: str | None, bridge: str) -> dict[in
 
 
 def _read(
-    probe: Probe, result: tuple[int, str], odp: dict[int, str], res: MethodResult, *, first: bool
+    probe: Probe, result: tuple[int, str], odp: dict[int, str], res: MethodResult, vlan: int | None, *, first: bool
 ) -> tuple[list[trace.Delivery], str | None]:
-    """Where one trace sends the probe, or why that is not known."""
+    """Where one trace sends the probe (which entered tagged ``vlan``, or untagged), or why that is not known."""
     rc, text = result
     if rc != 0:
         return [], f"the trace of {probe.key}'s probe failed: {text.strip()[:200]}"
@@ -180,7 +181,7 @@ def _read(
         passes = trace.passes(text)
         if first:
             res.stats["datapath_actions"][probe.key] = trace.describe(passes)
-        return trace.deliveries(passes, odp), None
+        return trace.deliveries(passes, odp, vlan), None
     except ValueError as exc:
         return [], f"the trace of {probe.key}'s probe could not be read: {exc}"
 

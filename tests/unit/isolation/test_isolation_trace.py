@@ -71,6 +71,18 @@ def test_a_recirculated_pass_keeps_the_tags_the_frame_had() -> None:
     assert [(d.port, d.vlan) for d in trace.deliveries(passes, {1: "a"})] == [("a", 7)]
 
 
+@pytest.mark.parametrize(
+    "actions",
+    # a trunk guest's frame tagged 1 on a kernel-datapath VM host (dp ports: 1 VM2's access port, 2 the trunk NIC,
+    # 4 the bridge's internal port), in the two orders the flood took in runs there
+    ["4,pop_vlan,1,push_vlan(vid=1,pcp=0),2", "2,4,pop_vlan,1"],
+)
+def test_a_frame_that_arrived_tagged_leaves_tagged_until_its_tag_is_popped(actions: str) -> None:
+    out = {(d.port, d.vlan) for d in trace.deliveries(actions, {1: "vif2.0", 2: "eth0-hv1", 4: "xenbr0"}, vlan=1)}
+    assert out == {("xenbr0", 1), ("vif2.0", None), ("eth0-hv1", 1)}
+    assert ("eth0-hv1", None) in {(d.port, d.vlan) for d in trace.deliveries("2", {2: "eth0-hv1"})}  # untagged in
+
+
 def test_sample_and_check_pkt_len_branches() -> None:
     actions = "sample(sample=100.0%,actions(push_vlan(vid=5,pcp=0),1)),check_pkt_len(size=200,gt(2),le(3)),4"
     out = trace.deliveries(actions, {1: "a", 2: "b", 3: "c", 4: "d"})
