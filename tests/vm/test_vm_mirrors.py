@@ -296,6 +296,30 @@ class LocalTcpdump:
         return read_pcap(self.pcap)
 
 
+def first_copy(lab: Lab, tap: str, pcap: Path, within: float = 20) -> float:
+    """Seconds until a first tunnelled copy of VA's pings reached the collector (one ping a try).
+
+    ovs-vswitchd sets a new mirror up after its commit: the tunnel vport, then the flows that output to it, and the
+    VM's kernel resolves the collector's address for the first copy.  What is counted afterwards is the mirror at
+    work, not its start."""
+    started = time.monotonic()
+    cap = LocalTcpdump(tap, pcap, ["ip", "proto", "47"])
+    try:
+        while pcap.stat().st_size <= 24:  # the pcap header alone
+            assert time.monotonic() - started < within, f"no tunnelled copy within {within:.0f} s"
+            ping(lab, "VA", "VB", 1)
+            time.sleep(0.3)
+    finally:
+        cap.stop()
+    return time.monotonic() - started
+
+
+def tunnel_counters(lab: Lab) -> str:
+    """The VM's device statistics (``gre_sys``/``erspan_sys`` among them), its datapath's and the mirrors', for a
+    failure's message."""
+    return in_vm(lab, "ip -s link; ovs-appctl dpctl/show -s; ovs-vsctl list mirror", check=False).stdout[-4000:]
+
+
 @pytest.mark.parametrize("kind", ["gre", "erspan"])
 def test_a_tunnel_mirror_reaches_the_collector_encapsulated(vm_lab: Lab, tmp_path: Path, kind: str) -> None:
     """The kernel's GRE/ERSPAN vport carries the copies (OVS made the ``gre_sys``/``erspan_sys`` device), routed
@@ -314,6 +338,7 @@ def test_a_tunnel_mirror_reaches_the_collector_encapsulated(vm_lab: Lab, tmp_pat
         # the tunnel port is no network device of the VM's kernel (its copies leave by the shared one): said
         res = run_hvnet("--host", HOST, "capture", "start", "--port", name, env={"HVNET_LAB_DIR": str(vm_lab.run_dir)})
         assert res.returncode == 2 and "has no network device on the hypervisor" in res.stderr, res.stderr
+        waited = first_copy(vm_lab, link.tap, tmp_path / f"{kind}-first.pcap")
         cap = LocalTcpdump(link.tap, tmp_path / f"{kind}.pcap", ["ip", "proto", "47"])
         try:
             sent, back = ping(vm_lab, "VA", "VB")
@@ -323,11 +348,12 @@ def test_a_tunnel_mirror_reaches_the_collector_encapsulated(vm_lab: Lab, tmp_pat
         va_mac = guests(vm_lab)["VA"].mac  # type: ignore[attr-defined]
         arrived = inner_icmp_requests([d[3] for d in decoded], va_mac, "VA", "VB")
         protos = {d[0] for d in decoded}
-        print(f"\n{kind.upper()} mirror to {link.peer}: {len(frames)} GRE frames at the collector, echo requests "
-              f"inside by VLAN {arrived} of {sent} sent; protocols {sorted(map(hex, protos))}")  # fmt: skip
+        print(f"\n{kind.upper()} mirror to {link.peer}: first copy after {waited:.1f} s; {len(frames)} GRE frames at "
+              f"the collector, echo requests inside by VLAN {arrived} of {sent} sent; protocols "
+              f"{sorted(map(hex, protos))}")  # fmt: skip
         assert_unbroken(sent, back)
         # a tunnel port is no access port: each copy keeps VA's VLAN as an 802.1Q tag (the collector sees it)
-        assert arrived == {10: PINGS}, decoded[:3]
+        assert arrived == {10: PINGS}, (decoded[:3], tunnel_counters(vm_lab))
         if kind == "gre":
             assert protos == {GRE_TEB} and {d[1] for d in decoded} == {key}, decoded[:3]
         else:
@@ -367,6 +393,7 @@ def test_a_tap_to_an_erspan_collector_sends_only_its_match_untagged(vm_lab: Lab,
              "--protocol", "icmp", "--output-erspan", link.peer, "--key", "9")  # fmt: skip
     try:
         assert out["status"] == "applied" and not [w for w in out["warnings"] if "no route" in w], out
+        first_copy(vm_lab, link.tap, tmp_path / "tap-first.pcap")
         cap = LocalTcpdump(link.tap, tmp_path / "tap.pcap", ["ip", "proto", "47"])
         try:
             sent, back = ping(vm_lab, "VA", "VB")
@@ -376,7 +403,7 @@ def test_a_tap_to_an_erspan_collector_sends_only_its_match_untagged(vm_lab: Lab,
         arrived = inner_icmp_requests([d[3] for d in decoded], guests(vm_lab)["VA"].mac, "VA", "VB")  # type: ignore[attr-defined]
         print(f"\nERSPAN TAP to {link.peer}: {len(frames)} frames, echo requests inside by VLAN {arrived} of {sent}")
         assert_unbroken(sent, back)
-        assert arrived == {None: PINGS} and len(decoded) == PINGS, decoded[:2]
+        assert arrived == {None: PINGS} and len(decoded) == PINGS, (decoded[:2], tunnel_counters(vm_lab))
         assert {(d[0], d[2]) for d in decoded} == {(ERSPAN_II, 9)}
     finally:
         hv(vm_lab, "tap", "del", "to-col")
