@@ -8,7 +8,7 @@ datapath, tc) with two guests, netperf between them inside the VM.
   kernel enforces it;
 - the quick suite and seed-2010's policed steps on the VM host's guests.
 
-Steps are 5 s: the bucket starts full, so its burst adds ``burst / seconds`` to what may pass; at 1024 kbit
+Steps are 5 s (seed-2010's are the study's 10 s): the bucket starts full, so its burst adds ``burst / seconds`` to what may pass; at 1024 kbit
 over 5 s that is 0.2 Mbit/s (2% of the rate), and the figures are printed both against the rate and
 against rate plus burst.  Under TCG only what is robust is asserted; the issue's targets (TCP >= 0.80, UDP
 within 5%) are printed beside the figures (``make bench`` section kernel-police measures them side by side
@@ -53,6 +53,10 @@ PORT = 12866  # this module's own netserver: the suites start theirs on netperf'
 RATE_KBPS = 10240  # the 2010 study's ingress_policing_rate and ingress_policing_burst
 BURST_KBIT = 1024
 SECONDS = 5
+# seed-2010's 10 instances start up to ~130 ms apart here (over SSH, under TCG) and each is measured over its own
+# run, so their sum overstates what the policer passed by about the share of the step the stagger covers: 1.054 of
+# rate plus burst in a run at 5 s steps, 0.98-1.00 at the study's 10 s
+SEED_SECONDS = 10
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +247,7 @@ def test_the_quick_suite_runs_on_the_vm_hosts_guests(vm_lab: Lab, tmp_path: Path
 def test_seed_2010s_policed_steps_on_the_vm_host_are_the_tc_policer(
     vm_lab: Lab, netserver: int, tmp_path: Path
 ) -> None:
-    """seed-2010 (both VIFs policed at 10240/1024, -m 10000) at concurrency 10 for 5 s: netperf and netserver
+    """seed-2010 (both VIFs policed at 10240/1024, -m 10000) at concurrency 10 for 10 s: netperf and netserver
     run in the VM's namespaces; tc polices; the verdict names the policer from tc's own drop count (TCP through
     it, UDP's fragments dropped by it). Nothing of the run is left in the VM.
 
@@ -253,7 +257,7 @@ def test_seed_2010s_policed_steps_on_the_vm_host_are_the_tc_policer(
     assert int(in_vm(vm_lab, "cat /proc/sys/net/netfilter/nf_conntrack_max").stdout) >= 65536
     started = time.monotonic()
     doc = run_suite(vm_lab, "seed-2010", tmp_path / "seed",
-                    "--concurrency", "10", "--duration", str(SECONDS), "--repetitions", "1")  # fmt: skip
+                    "--concurrency", "10", "--duration", str(SEED_SECONDS), "--repetitions", "1")  # fmt: skip
     took = time.monotonic() - started
     assert (
         f"{HOST} is another machine: its CPU and ovs-vswitchd's are not measured (nor are netperf's and "
@@ -269,8 +273,8 @@ def test_seed_2010s_policed_steps_on_the_vm_host_are_the_tc_policer(
         assert rep["aggregate"]["lost"] == 0, (name, rep["aggregate"])
         assert rep["meter_drops"] is not None, name  # tc's police counter, read around the repetition
     tcp, udp = (steps[n]["repetitions"][0] for n in ("tcp-stream", "udp-stream"))
-    ratio, fed = fidelity(tcp["aggregate"]["sum"], SECONDS, RATE_KBPS, BURST_KBIT)
-    print(f"\nseed-2010 on {HOST} at c10, {SECONDS} s ({took:.0f} s): TCP {ratio:.3f} of the rate ({fed:.3f} of "
+    ratio, fed = fidelity(tcp["aggregate"]["sum"], SEED_SECONDS, RATE_KBPS, BURST_KBIT)
+    print(f"\nseed-2010 on {HOST} at c10, {SEED_SECONDS} s ({took:.0f} s): TCP {ratio:.3f} of the rate ({fed:.3f} of "
           f"rate + burst), tc dropped {tcp['meter_drops']}; UDP -m 10000 received "
           f"{udp['aggregate']['received_mbps']} Mbit/s, tc dropped {udp['meter_drops']}; verdicts "
           + ", ".join(f"{n} {s['verdict']['verdict']}" for n, s in steps.items()))  # fmt: skip
