@@ -91,20 +91,6 @@ def test_lab_down_after_lab_up_was_killed_mid_boot_stops_the_vm_by_its_files(tmp
     assert vmlab.leftovers(run_dir, HOST, pid) == []
 
 
-def test_lab_down_of_a_hung_vm_host_shows_its_console_before_removing_it(tmp_path: Path) -> None:
-    """QEMU stopped (SIGSTOP: a host that hangs): 'lab down' says SSH did not answer and shows the console's last
-    lines, the only evidence of why, before it removes the VM with its files.  Runs before the module's lab."""
-    with vmlab.lab_up(tmp_path, TOPOLOGY, HOST) as lab:
-        pid = vmlab.vm(lab.run_dir, HOST).qemu_pid()
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        down = run_hvnet("lab", "down", env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        said = down.stdout
-        assert f"VM host {HOST} did not answer over SSH; its console ends:" in said, said
-        assert "hvnet-vmhost: ready at" in said, said  # the init's own line, from the console
-
-
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return vmlab.in_vm(lab, HOST, command, check=check)
 
@@ -223,3 +209,18 @@ def test_lab_status_shows_the_vm_host_and_that_ssh_answers(vm_lab: Lab) -> None:
     st = json.loads(run_hvnet("lab", "status", "--json", env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}).stdout)
     assert st["state"] == "up" and st["hosts"][HOST]["ssh"] is True
     assert all(g["namespace_present"] and g["vif_present"] for g in st["guests"])
+
+
+def test_lab_down_of_a_hung_vm_host_shows_its_console_before_removing_it(vm_lab: Lab) -> None:
+    """QEMU stopped (SIGSTOP: a host that hangs): 'lab down' says SSH did not answer and shows the console's last
+    lines, the only evidence of why, before it removes the VM with its files.  The module's last test: it takes
+    the module's lab down (the fixture's own 'lab down' then finds nothing, and checks nothing is left)."""
+    pid = vmlab.vm(vm_lab.run_dir, HOST).qemu_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    down = run_hvnet("lab", "down", env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    said = down.stdout
+    assert f"VM host {HOST} did not answer over SSH; its console ends:" in said, said
+    assert "hvnet-vmhost: ready at" in said, said  # the init's own line, from the console
+    assert f"stopped VM host {HOST}: QEMU pid {pid}" in said, said
