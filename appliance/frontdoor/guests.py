@@ -213,7 +213,7 @@ def suite_measurement(
     client_host = suite.topology.guest(suite.client).host
     from appliance.frontdoor.hosts import host_of
 
-    pps = ("iperf3",) if any(t.is_pps for t in suite.tests) else ()
+    pps = ("iperf3",) if any(t.is_iperf for t in suite.tests) else ()
     tools = ("netperf", "netserver", *pps)
     vm_tools = {suite.client: ("netperf", *pps)}
     if suite.server.guest:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 from appliance.core import render
 from appliance.netperf.figures import verdict
+from appliance.netperf.report import flows as report_flows
 from appliance.netperf.report import monitoring as report_monitoring
 from appliance.netperf.report import path
 from appliance.netperf.report import pps as report_pps
@@ -234,11 +235,11 @@ def tables(doc: SuiteResult) -> list[Table]:
     by_group = groups(doc)
     first_case = doc.steps[0].case if doc.steps else None
     for (test, case, size), steps in by_group.items():
-        steps = [s for s in steps if s.summary and not report_pps.is_pps(s)]
+        steps = [s for s in steps if s.summary and not report_pps.is_pps(s) and not report_flows.is_flows(s)]
         if steps:
             out.append(_table(steps, by_group, first_case, test, case, size))
-    out += [Table(title, headers, rows, notes, test, case)
-            for title, headers, rows, notes, test, case in report_pps.tables(doc)]  # fmt: skip
+    built = report_pps.tables(doc) + report_flows.tables(doc)
+    out += [Table(title, headers, rows, notes, test, case) for title, headers, rows, notes, test, case in built]
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from appliance.netperf.define.suite import Step
-from appliance.netperf.figures import aggregate, pps, verdict
+from appliance.netperf.figures import aggregate, flows, pps, verdict
 from appliance.netperf.figures import arrival as arrival_figures
 from appliance.netperf.figures.counters import deltas
 from appliance.netperf.parse import iperf, omni
@@ -34,6 +34,8 @@ def step_record(step: Step, cs: CaseState, setup: CaseState, generator: Optional
     if t.is_pps:
         rec.frame_size, rec.generator = step.frame_size, generator
         rec.offered = step.offered.to_json(step.frame_size or 0) if step.offered else None
+    if t.is_flows:
+        rec.flows, rec.generator, rec.offered = t.flows, generator, flows.offered_json(step)
     rec.collector_guest = step.case.collector_guest
     if step.case.capture is not None:
         rec.capture = {"guests": list(step.case.capture.guests), "ports": list(cs.capture_vifs.values()),
@@ -96,6 +98,8 @@ def read_instances(step: Step, batch: Batch, stop_reason: str) -> list[Any]:
         stderr = strip_start(batch.err_path(i).read_text(errors="replace"))
         if step.test.is_pps:
             inst = iperf.parse(i, step.frame_size or 0, stdout, stderr, outcome.returncode, stopped)
+        elif step.test.is_flows:
+            inst = iperf.parse_tcp(i, step.test.flows, stdout, stderr, outcome.returncode, stopped)
         else:
             inst = omni.parse(i, step.test, stdout, stderr, outcome.returncode, stopped)
         if outcome.started_ns is not None and batch.released_ns is not None:
@@ -130,6 +134,8 @@ def _figures(
     t = step.test
     if t.is_pps:
         agg = pps.step_figures(step, instances, cs.mirrors, counters)
+    elif t.is_flows:
+        agg = flows.step_figures(step, instances)
     else:
         agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
     ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]

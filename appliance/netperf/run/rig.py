@@ -107,8 +107,16 @@ class Rig:
         return self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
 
     def argvs(self, step: Step, seconds: int, warmup: bool) -> list[list[str]]:
-        """Each instance's command line: netperf, or iperf3 for packet-rate tests (instance i: server port + i)."""
+        """Each instance's command line: netperf, or iperf3 for packet-rate and many-flows tests (instance i:
+        server port + i)."""
         t = step.test
+        if t.is_flows:
+            program = self.client.tool("iperf3", self.iperf3)
+            return [
+                iperf.tcp_client_argv(program, self.address, iperf.DEFAULT_PORT + i, flows=t.flows,
+                                      offered=step.offered, seconds=seconds)
+                for i in range(step.concurrency)
+            ]  # fmt: skip
         if t.is_pps:
             program = self.client.tool("iperf3", self.iperf3)
             return [

@@ -105,7 +105,7 @@ class Servers:
         server = self.rig.server
         if server is not None and (server.in_vm or server.remote):
             return lambda: None  # a process in a VM is not a host process: its CPU is not sampled (not reported)
-        if step.test.is_pps:
+        if step.test.is_iperf:
             pids = self.iperf3.pids if self.iperf3 is not None else []
             return lambda: pids[0] if pids and step.concurrency == 1 else None
         return lambda: self.netserver.pid if self.netserver else None

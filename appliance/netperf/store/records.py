@@ -110,6 +110,8 @@ PPS_FIGURES = (
     "arrived_inner_mbps",
     "arrived_ratio",
 )
+# many-flows tests (TCP_IPERF): every stream of the step, all instances together (see .figures.flows)
+FLOW_FIGURES = ("flow_mean_mbps", "flow_min_mbps", "flow_max_mbps", "flow_jain")
 LATENCY_FIGURES = ("latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us")
 
 
@@ -124,7 +126,7 @@ class Aggregate(Record):
 
     OPTIONAL = frozenset(
         {"retransmissions", "transactions", "confidence_width_pct_max", "confidence_met", *PPS_FIGURES,
-         "monitor_ports", "captured", "capture_dropped", "arrived"}
+         "monitor_ports", "captured", "capture_dropped", "arrived", "flows", *FLOW_FIGURES}
     )  # fmt: skip
 
     instances: int = 0
@@ -167,6 +169,11 @@ class Aggregate(Record):
     arrived_mbps: Optional[float] = None  # as the uplink carried them: encapsulated, + 4 FCS per frame
     arrived_inner_mbps: Optional[float] = None  # decapsulated: less the outer headers' bytes per packet
     arrived_ratio: Optional[float] = None  # arrived ÷ mirrored, in packets
+    flows: Optional[int] = None  # TCP streams measured (of the instances that reported)
+    flow_mean_mbps: Optional[float] = None  # received Mbit/s per stream
+    flow_min_mbps: Optional[float] = None
+    flow_max_mbps: Optional[float] = None
+    flow_jain: Optional[float] = None  # Jain's index over every stream of the step (``jain``: over instances)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -226,6 +233,7 @@ SUMMARY_FIGURES = (
     "received_mbps",
     *LATENCY_FIGURES,
     *PPS_FIGURES,
+    *FLOW_FIGURES,
 )
 CPU_FIGURES = (
     "host_pct",
@@ -273,6 +281,10 @@ class Summary(Record):
     arrived_mbps: Optional[Figure] = None
     arrived_inner_mbps: Optional[Figure] = None
     arrived_ratio: Optional[Figure] = None
+    flow_mean_mbps: Optional[Figure] = None
+    flow_min_mbps: Optional[Figure] = None
+    flow_max_mbps: Optional[Figure] = None
+    flow_jain: Optional[Figure] = None
     lost: int = 0
     instances: int = 0
     lost_reasons: dict[str, int] = field(default_factory=dict)
@@ -331,7 +343,7 @@ class StepResult(Record):
 
     OPTIONAL = frozenset(
         {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict",
-         "frame_size", "offered", "generator", "capture", "collector_guest"}
+         "frame_size", "offered", "generator", "capture", "collector_guest", "flows"}
     )  # fmt: skip
     NESTED = {
         "policing": _optional(Policing),
@@ -370,6 +382,7 @@ class StepResult(Record):
     generator: Optional[str] = None  # "iperf3 3.12" for packet-rate tests (netperf otherwise)
     capture: Optional[Json] = None  # the case's listeners: {guests, ports, snaplen}
     collector_guest: Optional[str] = None  # the remote collector whose receive counters say what arrived
+    flows: Optional[int] = None  # TCP_IPERF: parallel streams per instance (iperf3 -P)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

@@ -86,6 +86,19 @@ PPS_CSV_COLUMNS = (
     "arrived_ratio",
 )
 
+# added last when the run has many-flows steps (TCP_IPERF): flows per instance, the offered rate per flow,
+# and the figures over every flow of the step ("flows": how many were measured, all instances together)
+FLOW_CSV_COLUMNS = (
+    "flows_per_instance",
+    "offered_mbps_per_flow",
+    "flows",
+    "achieved_ratio",
+    "flow_mean_mbps",
+    "flow_min_mbps",
+    "flow_max_mbps",
+    "flow_jain",
+)
+
 
 CPU_COLUMNS = ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
 
@@ -94,6 +107,8 @@ def write_csv(fh: Any, doc: SuiteResult) -> None:
     """One row per step repetition: the figures a spreadsheet wants, units in their own column."""
     w = csv.writer(fh)
     columns = CSV_COLUMNS + (PPS_CSV_COLUMNS if any(s.frame_size is not None for s in doc.steps) else ())
+    if any(s.flows is not None for s in doc.steps):
+        columns += tuple(c for c in FLOW_CSV_COLUMNS if c not in columns)
     w.writerow(columns)
     for step in doc.steps:
         for rep in step.repetitions:
@@ -104,7 +119,7 @@ def write_csv(fh: Any, doc: SuiteResult) -> None:
 def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:
     agg = rep.aggregate
     # None: not measured, an empty cell
-    row = {c: agg.figure(c) for c in CSV_COLUMNS + PPS_CSV_COLUMNS if c != "lost_reasons"}
+    row = {c: agg.figure(c) for c in CSV_COLUMNS + PPS_CSV_COLUMNS + FLOW_CSV_COLUMNS if c != "lost_reasons"}
     row.update({c: rep.cpu.get(c) for c in CPU_COLUMNS})
     row.update(
         step=step.key,
@@ -119,6 +134,8 @@ def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:
         lost_reasons="; ".join(f"{n}x {r}" for r, n in agg.lost_reasons.items()),
         frame_size=step.frame_size,
         offered_pps=step.offered.get("pps") if isinstance(step.offered, dict) else None,
+        flows_per_instance=step.flows,
+        offered_mbps_per_flow=step.offered.get("value") if step.flows is not None and step.offered else None,
     )
     return row
 

@@ -411,7 +411,7 @@ BAD = [
         HEAD + "tests:\n  - {type: TCP_RR, name: x, colour: red}\n",
         "colour",
         "tests[0].colour",
-        ["unknown key; allowed: concurrency, confidence, duration, frame_size, message_size, name"],
+        ["unknown key; allowed: concurrency, confidence, duration, flows, frame_size, message_size, name"],
         id="unknown-test-key",
     ),
     pytest.param(
