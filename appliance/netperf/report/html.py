@@ -25,6 +25,7 @@ from appliance.core.errors import HvnetError
 from appliance.core.htmlpage import esc
 from appliance.netperf.define.suite import SUITES_DIR
 from appliance.netperf.figures import compare as compare_mod
+from appliance.netperf.report import flows as report_flows
 from appliance.netperf.report import pps as report_pps
 from appliance.netperf.report import text as report
 from appliance.netperf.store.records import StepResult, SuiteResult
@@ -95,6 +96,10 @@ def _settings(doc: SuiteResult) -> str:
         if s0.frame_size is not None:  # a packet-rate test: frames on the wire, and its offered rates
             sizes = f"frames {_listed(st.frame_size for st in steps)} B on the wire; offered " + (
                 ", ".join(dict.fromkeys(report_pps.offered_text(st) for st in steps))
+            )
+        if s0.flows is not None:  # a many-flows test: streams per instance, and its offered rates per flow
+            sizes = f"{s0.flows} flows per instance; offered " + (
+                ", ".join(dict.fromkeys(report_flows.offered_text(st).split(" (")[0] for st in steps))
             )
         conf = s0.confidence
         rows.append([

@@ -278,8 +278,9 @@ def test_csv_gains_the_flow_columns() -> None:
     assert paced["flow_jain"] == "1.0"
 
 
-def test_the_plot_and_html_page_take_a_many_flows_run() -> None:
+def test_the_html_page_carries_the_flows_table_and_settings() -> None:
     from appliance.netperf.report import html
 
     page = html.suite_page(_doc(), "RUN", plots=False)
     assert "fairness over flows (Jain)" in page
+    assert "10 flows per instance; offered unpaced, 80 Mbit/s per flow" in page
