@@ -773,7 +773,7 @@ def _flow_rates(
         ("offered_pps", "a TCP stream is paced in bits: give offered_mbps (per flow)"),
     ):
         if key in raw:
-            ck.bad((*path, key), f"TCP_IPERF has no {key}: {why}")  # fmt: skip
+            ck.bad((*path, key), f"TCP_IPERF has no {key}: {why}")
     flows = ck.integer(raw.get("flows", 1), (*path, "flows"), 1, MAX_FLOWS,
                        "flows (parallel TCP streams per instance, iperf3 -P)")  # fmt: skip
     if flows is not None and concurrency and max(concurrency) * flows > MAX_STEP_FLOWS:
