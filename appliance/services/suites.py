@@ -160,7 +160,10 @@ def load_suite(
     """The suite in ``file`` (or a shipped suite's name), validated whole, with the operator's overrides."""
     s = suite_mod.load(file)
     if concurrency or duration or repetitions:
-        s = s.with_overrides(concurrency=concurrency, duration=duration, repetitions=repetitions)
+        try:
+            s = s.with_overrides(concurrency=concurrency, duration=duration, repetitions=repetitions)
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="lower --concurrency, or the test's flows in the suite file") from None
     if topology or client or server:
         topo = load_topology(topology) if topology else s.topology
         try:

@@ -276,7 +276,14 @@ class Suite:
         duration: Optional[int] = None,
         repetitions: Optional[int] = None,
     ) -> Suite:
-        """A copy with every test's concurrency/duration/repetitions replaced (CLI and TUI adjustments)."""
+        """A copy with every test's concurrency/duration/repetitions replaced (CLI and TUI adjustments).
+
+        ValueError when the new concurrency takes a many-flows test past the flows a step may hold: the file's
+        own check cannot see an override."""
+        for t in self.tests:
+            if concurrency and t.flows > 1 and max(concurrency) * t.flows > MAX_STEP_FLOWS:
+                raise ValueError(f"test {t.name}: {max(concurrency)} instances x {t.flows} flows is more than the "
+                                 f"{MAX_STEP_FLOWS} flows a step may hold")  # fmt: skip
         tests = [
             dataclasses.replace(
                 t,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.core.errors import EXIT_USAGE, ConfigError
+from appliance.core.errors import EXIT_USAGE, ConfigError, UsageError
 from appliance.netperf.define import suite
 from appliance.netperf.define.frames import Offered
 from appliance.netperf.figures import aggregate, flows
@@ -18,6 +18,7 @@ from appliance.netperf.parse import iperf
 from appliance.netperf.report import text as report
 from appliance.netperf.store import results
 from appliance.netperf.store.records import Aggregate, RepetitionResult, StepResult, SuiteResult
+from appliance.services import suites as suites_service
 
 DATA = Path(__file__).parents[1] / "data" / "iperf3"
 ROOT = Path(__file__).resolve().parents[3]
@@ -189,6 +190,13 @@ def test_the_step_bound_is_eight_full_clients(tmp_path: Path) -> None:
     found = _problems(tmp_path, "tests: [{type: TCP_IPERF, flows: 114, concurrency: [4, 9]}]\n")
     assert any(":3: tests[0].flows: 9 instances x 114 flows = 1026 flows in a step; at most 1024" in p
                for p in found), found  # fmt: skip
+
+
+def test_an_operators_concurrency_cannot_take_a_step_past_the_bound(tmp_path: Path) -> None:
+    path = _write(tmp_path, "tests: [{type: TCP_IPERF, flows: 125, concurrency: [8]}]\n")
+    assert suites_service.load_suite(path, concurrency=(2,)).tests[0].concurrency == (2,)
+    with pytest.raises(UsageError, match=r"9 instances x 125 flows is more than the 1024 flows a step may hold"):
+        suites_service.load_suite(path, concurrency=(1, 9))
 
 
 @pytest.mark.parametrize(
