@@ -49,6 +49,7 @@ TCP_MAX_MESSAGE = 1 << 20  # netperf allocates send rings of this size per insta
 CONFIDENCE_LEVELS = (95, 99)
 DEFAULT_NETSERVER_PORT = 12865
 SNAPLEN_RANGE = (14, 262144)  # the capture service's: an Ethernet header at least, tcpdump's maximum
+BUFFER_KIB_RANGE = (64, 1_048_576)  # the capture service's tcpdump -B, KiB
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -71,7 +72,7 @@ _SERVER_KEYS = {"address", "port"}
 _DEFAULT_KEYS = {"duration", "repetitions", "warmup", "concurrency"}
 _SETUP_KEYS = {"policy"}
 _CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest"}
-_CAPTURE_KEYS = {"guests", "snaplen"}
+_CAPTURE_KEYS = {"guests", "snaplen", "buffer_kib"}
 _TEST_KEYS = {
     "name",
     "type",
@@ -125,6 +126,7 @@ class CaseCapture:
 
     guests: tuple[str, ...]
     snaplen: Optional[int] = None  # bytes kept per packet; None: tcpdump's default (all of it)
+    buffer_kib: Optional[int] = None  # the kernel's ring for each tcpdump (-B); None: libpcap's default (2 MiB)
 
 
 @dataclass(frozen=True)
@@ -581,9 +583,10 @@ def _cases(ck: _Checker, value: Any, bridges: set[str], guests: set[str]) -> lis
 
 
 def _capture(ck: _Checker, value: Any, path: yamldoc.PathKey, guests: set[str]) -> Optional[CaseCapture]:
-    """``capture: {guests: [MON1, ...], snaplen: N}``: a capture on each guest's VIF during every repetition."""
+    """``capture: {guests: [MON1, ...], snaplen: N, buffer_kib: N}``: a capture on each guest's VIF during every
+    repetition, keeping N bytes per packet, with a kernel ring of N KiB (tcpdump -s and -B)."""
     if not isinstance(value, dict):
-        ck.bad(path, "must be a mapping {guests: [GUEST, ...], snaplen: BYTES}")
+        ck.bad(path, "must be a mapping {guests: [GUEST, ...], snaplen: BYTES, buffer_kib: KIB}")
         return None
     ck.problems += ck.doc.unknown_keys(value, path, _CAPTURE_KEYS)
     raw = value.get("guests")
@@ -592,12 +595,15 @@ def _capture(ck: _Checker, value: Any, path: yamldoc.PathKey, guests: set[str]) 
     snaplen = None
     if "snaplen" in value:
         snaplen = ck.integer(value["snaplen"], (*path, "snaplen"), *SNAPLEN_RANGE, "snaplen (bytes)")
+    buffer_kib = None
+    if "buffer_kib" in value:
+        buffer_kib = ck.integer(value["buffer_kib"], (*path, "buffer_kib"), *BUFFER_KIB_RANGE, "buffer (KiB)")
     if not raw or not all(isinstance(g, str) and g in guests for g in names):
         ck.bad((*path, "guests"), f"a list of lab guests whose VIFs are captured, not {raw!r}; guests: {known}")
         return None
     if len(set(names)) != len(names):
         ck.bad((*path, "guests"), "a guest is listed twice")
-    return CaseCapture(tuple(names), snaplen)
+    return CaseCapture(tuple(names), snaplen, buffer_kib)
 
 
 def _collector_guest(
