@@ -46,7 +46,8 @@ class CaptureRecord:
     tcpdump_pid: int | None = None
     counters_before: dict[str, Any] | None = None
     counters_after: dict[str, Any] | None = None
-    tcpdump: dict[str, Any] | None = None  # tcpdump's counts at stop
+    tcpdump: dict[str, Any] | None = None  # tcpdump's counts at stop (see .limits.counts)
+    tcpdump_cpu: dict[str, Any] | None = None  # tcpdump's own CPU over its life, or why not measured (.limits)
     completeness: dict[str, Any] | None = None
     files: list[str] = field(default_factory=list)
     disk: dict[str, Any] | None = None  # its worst case, the free-space floor, free space at start and stop

@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.capture import limits
 from appliance.capture.completeness import completeness
 from appliance.capture.disk import under_floor_reason
 from appliance.capture.record import CaptureRecord, final_counts_text
@@ -331,13 +332,16 @@ def outcome(record: CaptureRecord, probe: Probe) -> tuple[str, str]:
 
 def finished(record: CaptureRecord, probe: Probe, before: Counters | None, now: float) -> CaptureRecord:
     """The final record of a capture whose wrapper recorded its end (figures taken then, not now)."""
-    counts = parse_tcpdump_counts(final_counts_text(probe.log))
+    final = final_counts_text(probe.log)
+    counts = parse_tcpdump_counts(final)
     kind, _, figure = (probe.ended_by or "").partition(" ")
     if kind == "floor" and figure.isdigit() and record.disk is not None:
         record.disk["free_at_stop"] = int(figure) * 1024
     record.stopped = probe.ended_at or now
     record.counters_after = None if probe.counters_after is None else counters_json(probe.counters_after)
-    record.tcpdump = None if counts is None else vars(counts).copy()
+    record.tcpdump = limits.counts(final)
+    record.tcpdump_cpu = limits.not_measured(f"tcpdump ran on {record.host} under a detached shell, whose "
+                                             "children's times are not read there")  # fmt: skip
     record.completeness = completeness(
         counts, before, probe.counters_after, bpf=record.spec.bpf, count_limit=record.spec.limits.count
     ).to_json()

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from appliance.capture.limits import BUFFER_KIB_RANGE
 from appliance.core.errors import UsageError
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -44,6 +45,7 @@ class Limits:
     rotate_files: int | None = None  # keep only this many files, oldest overwritten (-W)
     rotate_seconds: int | None = None  # a new file every this many seconds (-G)
     max_mb: int | None = None  # a time-rotated capture stops when its files hold this many MB
+    buffer_kib: int | None = None  # the kernel's ring for tcpdump (-B); None: libpcap's default (see .limits)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ def check_limits(limits: Limits) -> Limits:
     _in_range("--rotate-files", limits.rotate_files, ROTATE_FILES_RANGE, "files")
     _in_range("--rotate-seconds", limits.rotate_seconds, ROTATE_SECONDS_RANGE, "seconds")
     _in_range("--max-mb", limits.max_mb, MAX_MB_RANGE, "MB")
+    _in_range("--buffer-kib", limits.buffer_kib, BUFFER_KIB_RANGE, "KiB")
     if limits.rotate_seconds is not None:
         if limits.rotate_mb is not None:
             raise UsageError("--rotate-mb and --rotate-seconds together: tcpdump then ignores --rotate-files and "
@@ -161,6 +164,8 @@ def tcpdump_argv(tcpdump: str, spec: CaptureSpec, directory: Path) -> list[str]:
     argv = [tcpdump, "-i", spec.interface, "-n", "-U", "--immediate-mode", "-Z", "root"]
     if lim.snaplen is not None:
         argv += ["-s", str(lim.snaplen)]
+    if lim.buffer_kib is not None:
+        argv += ["-B", str(lim.buffer_kib)]
     if lim.count is not None:
         argv += ["-c", str(lim.count)]
     if lim.rotate_mb is not None:

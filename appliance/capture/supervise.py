@@ -6,8 +6,9 @@ the record is right however it ends -- ``hvnet capture stop`` (SIGTERM to
 this process), the duration passing, tcpdump's own packet limit or ring of
 files, or tcpdump dying.  In order: the port's counters, tcpdump started and
 listening ("listening on" in its log), waiting, tcpdump stopped with SIGINT
-(it then prints its counts), the port's counters again, the record with its
-completeness.
+(it then prints its counts), its CPU read from ``/proc`` once it has exited
+and before it is reaped (:func:`_exited` never reaps it), the port's counters
+again, the record with its completeness and its limits (see :mod:`.limits`).
 
 While it waits it watches the disk (every :data:`DISK_CHECK_S`): free space
 under the capture's floor, or a time-rotated capture's files reaching their
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.capture import disk
+from appliance.capture import limits as lim_mod
 from appliance.capture import record as rec_mod
 from appliance.capture.completeness import completeness
 from appliance.capture.record import CaptureRecord
@@ -81,7 +83,8 @@ def supervise(host: Host, directory: Path) -> int:
     record.state, record.started = "running", time.time()
     rec_mod.save(record)
     ended_by = _wait_end(proc, record, stop)
-    finish(host, record, proc.returncode if ended_by is None else _end(proc), ended_by)
+    status, cpu = _end(proc)
+    finish(host, record, status, ended_by, cpu)
     return 0
 
 
@@ -106,7 +109,7 @@ def _wait_end(proc: subprocess.Popen[bytes], record: CaptureRecord, stop: thread
     duration = record.spec.limits.duration
     deadline = None if duration is None else (record.started or time.time()) + duration
     next_disk_check = 0.0
-    while proc.poll() is None:
+    while not _exited(proc):
         if stop.is_set():
             return "stop"
         if deadline is not None and time.time() >= deadline:
@@ -135,15 +138,44 @@ def _disk_full(record: CaptureRecord) -> str | None:
     return None
 
 
-def _end(proc: subprocess.Popen[bytes]) -> int:
-    """SIGINT tcpdump (it prints its counts and closes its file), SIGKILL it if it lingers; its status."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether tcpdump has exited, leaving it unreaped: its ``/proc/PID/stat`` still holds its CPU times."""
+    if proc.returncode is not None:
+        return True
     try:
-        return proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _end(proc: subprocess.Popen[bytes]) -> tuple[int, dict[str, Any]]:
+    """SIGINT tcpdump (it prints its counts and closes its file), SIGKILL it if it lingers; its status and
+    its CPU over its life, read between its exit and its reaping."""
+    if proc.returncode is not None:  # reaped while starting: its /proc entry is gone (or another's)
+        return proc.returncode, lim_mod.not_measured("tcpdump had exited before it listened")
+    if not _exited(proc):
+        proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while not _exited(proc) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not _exited(proc):
         proc.kill()
-        return proc.wait()
+        return proc.wait(), lim_mod.not_measured(f"tcpdump did not stop within {STOP_TIMEOUT_S:g} s and was killed")
+    cpu = _cpu(proc.pid)
+    return proc.wait(), cpu
+
+
+def _cpu(pid: int) -> dict[str, Any]:
+    """The exited, unreaped tcpdump's CPU (see :func:`.limits.cpu_figures`)."""
+    return lim_mod.cpu_figures(_read(f"/proc/{pid}/stat"), _read("/proc/uptime"), os.sysconf("SC_CLK_TCK"))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def _why(record: CaptureRecord, status: int | None, ended_by: str | None) -> tuple[str, str]:
@@ -168,13 +200,18 @@ def _why(record: CaptureRecord, status: int | None, ended_by: str | None) -> tup
     return "dead", f"tcpdump exited with status {status}: {lines[-1] if lines else 'no output'}"
 
 
-def finish(host: Host, record: CaptureRecord, status: int | None, ended_by: str | None) -> None:
-    """Read the counters after the capture, tcpdump's counts, the completeness; save the final record."""
+def finish(
+    host: Host, record: CaptureRecord, status: int | None, ended_by: str | None, cpu: dict[str, Any] | None = None
+) -> None:
+    """Read the counters after the capture, tcpdump's counts, the completeness; save the final record.
+    ``cpu``: tcpdump's, read as it exited (None: this process did not start it, so it could not)."""
     after = read_port_counters(host, record.spec.port)
     record.stopped = time.time()
     record.counters_after = _counters_json(after)
-    counts = parse_tcpdump_counts(rec_mod.final_counts_text(rec_mod.read_log(record.path)))
-    record.tcpdump = None if counts is None else vars(counts).copy()
+    final = rec_mod.final_counts_text(rec_mod.read_log(record.path))
+    counts = parse_tcpdump_counts(final)
+    record.tcpdump = lim_mod.counts(final)
+    record.tcpdump_cpu = cpu or lim_mod.not_measured("tcpdump was not this capture process's child when it ended")
     record.completeness = completeness(
         counts, _counters_of(record.counters_before), after,
         bpf=record.spec.bpf, count_limit=record.spec.limits.count,

@@ -28,7 +28,7 @@ def cmd_capture_start(args: argparse.Namespace) -> int:
 
         guest = Lab().endpoint(args.guest)
     limits = captures.Limits(
-        snaplen=args.snaplen, duration=args.duration, count=args.count,
+        snaplen=args.snaplen, buffer_kib=args.buffer_kib, duration=args.duration, count=args.count,
         rotate_mb=args.rotate_mb, rotate_files=args.rotate_files, rotate_seconds=args.rotate_seconds,
         max_mb=args.max_mb,
     )  # fmt: skip
@@ -145,6 +145,8 @@ def _row(v: CaptureView) -> list[str]:
 
 
 def _print_stats(view: CaptureView) -> None:
+    from appliance.services import captures
+
     rec = view.record
     rate = view.rate_pps
     print(
@@ -154,10 +156,16 @@ def _print_stats(view: CaptureView) -> None:
     )
     if rec.tcpdump is not None:
         t = rec.tcpdump
+        interface = t.get("dropped_by_interface")
         print(
             f"  tcpdump   {t['captured']} captured, {t['received']} received by filter, "
-            f"{t['dropped_by_kernel']} dropped by kernel, {t['dropped_by_interface']} dropped by interface"
+            f"{t['dropped_by_kernel']} dropped by kernel, "
+            + ("no interface drops reported" if interface is None else f"{interface} dropped by interface")
         )
+    print(f"  buffer    {captures.describe_buffer(rec.spec.limits.buffer_kib)}; "
+          f"snaplen {captures.describe_snaplen(rec.spec.limits.snaplen)}")  # fmt: skip
+    if rec.tcpdump_cpu is not None:
+        print(f"  tcpdump   CPU {captures.describe_cpu(rec.tcpdump_cpu)}")
     comp = _completeness(view)
     if comp is not None:
         print(f"  complete  {comp.describe()}")

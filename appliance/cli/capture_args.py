@@ -11,6 +11,8 @@ from appliance.cli.common import lazy
 RING_MAX_MB = 100_000
 DEFAULT_RING = (100, 10)
 DEFAULT_MAX_MB = DEFAULT_RING[0] * DEFAULT_RING[1]
+BUFFER_KIB_RANGE = (64, 1_048_576)  # appliance.capture.limits's
+DEFAULT_BUFFER_KIB = 2048
 
 
 def register(sub: Any) -> None:
@@ -30,6 +32,13 @@ def register(sub: Any) -> None:
     s.add_argument("--name", help="the capture's name (its directory; default TARGET-TIME)")
     s.add_argument("--filter", metavar="BPF", help="a tcpdump filter expression (checked by tcpdump before starting)")
     s.add_argument("--snaplen", type=int, metavar="BYTES", help="bytes kept per packet (14..262144; default all)")
+    s.add_argument(
+        "--buffer-kib",
+        type=int,
+        metavar="KIB",
+        help=f"the kernel's ring for tcpdump, in KiB (tcpdump -B; {BUFFER_KIB_RANGE[0]}..{BUFFER_KIB_RANGE[1]}; "
+        f"default: libpcap's, {DEFAULT_BUFFER_KIB} KiB on Linux); a ring too small drops packets in the kernel",
+    )
     s.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds (1..604800)")
     s.add_argument("--count", type=int, metavar="N", help="stop after this many packets (tcpdump -c)")
     s.add_argument(

@@ -21,13 +21,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from appliance.capture import disk
+from appliance.capture import disk, limits
 from appliance.capture import record as rec_mod
 from appliance.capture import supervise as supervisor
 from appliance.capture.completeness import Completeness
 from appliance.capture.fetch import Fetched
 from appliance.capture.fetch import fetch as fetch_files
+from appliance.capture.limits import describe_buffer, describe_cpu, describe_snaplen
 from appliance.capture.record import CaptureRecord
 from appliance.capture.spec import (
     CaptureSpec,
@@ -49,7 +51,8 @@ from appliance.switch.counters import read_kernel_many
 from appliance.switch.host import Host
 
 # What front ends show and build, named here so that they depend on this module, not on the capture engine.
-__all__ = ["CaptureRecord", "CaptureView", "Completeness", "Fetched", "Limits"]
+__all__ = ["CaptureRecord", "CaptureView", "Completeness", "Fetched", "Limits", "describe_buffer", "describe_cpu",
+           "describe_snaplen"]  # fmt: skip
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
@@ -290,9 +293,7 @@ def inspect(record: CaptureRecord, *, live: bool = True) -> CaptureView:
 
 def _figures(record: CaptureRecord, state: str, files: list[Path], live: bool) -> tuple[int | None, int | None]:
     if record.tcpdump is not None:  # final counts
-        return record.tcpdump.get("captured"), record.tcpdump.get("dropped_by_kernel", 0) + record.tcpdump.get(
-            "dropped_by_interface", 0
-        )
+        return record.tcpdump.get("captured"), limits.dropped(record.tcpdump)
     if live and state == "running" and rec_mod.process_alive(record.tcpdump_pid, str(record.path)):
         before = rec_mod.read_log(record.path)
         if rec_mod.signal_process(record.tcpdump_pid, str(record.path), signal.SIGUSR1):
@@ -354,18 +355,23 @@ def supervise(host: Host, directory: Path) -> int:
 @dataclass
 class SuiteListener:
     """Captures as a suite's case asks for them (:class:`appliance.netperf.run.pktgen.Listen`): started on a
-    port, stopped, counted and removed -- the suite keeps the counts, not the pcaps."""
+    port, stopped, counted and removed -- the suite keeps the counts and the capture's limits, not the pcaps."""
 
     host: Host
 
-    def start(self, port: str, name: str, snaplen: int | None) -> None:
-        start(self.host, port=port, name=name, limits=Limits(snaplen=snaplen))
+    def start(self, port: str, name: str, snaplen: int | None, buffer_kib: int | None = None) -> None:
+        start(self.host, port=port, name=name, limits=Limits(snaplen=snaplen, buffer_kib=buffer_kib))
 
-    def stop(self, name: str) -> dict[str, int | str | None]:
+    def stop(self, name: str) -> dict[str, Any]:
+        """Its counts as tcpdump reported them (None: not reported), its buffer and tcpdump's CPU."""
         record = stop(self.host, name)
         counts = record.tcpdump or {}
-        dropped = None
-        if "dropped_by_kernel" in counts or "dropped_by_interface" in counts:
-            dropped = int(counts.get("dropped_by_kernel", 0)) + int(counts.get("dropped_by_interface", 0))
+        cpu = record.tcpdump_cpu or limits.not_measured("the capture recorded none")
         delete(self.host, name, if_exists=True)
-        return {"captured": counts.get("captured"), "dropped": dropped, "state": record.state}
+        return {
+            "captured": counts.get("captured"), "received": counts.get("received"),
+            "dropped": limits.dropped(record.tcpdump), "dropped_by_kernel": counts.get("dropped_by_kernel"),
+            "dropped_by_interface": counts.get("dropped_by_interface"), "state": record.state,
+            "buffer_kib": record.spec.limits.buffer_kib, "buffer": describe_buffer(record.spec.limits.buffer_kib),
+            "tcpdump_cpu_pct": cpu.get("pct_of_core"), "tcpdump_cpu": cpu,
+        }  # fmt: skip

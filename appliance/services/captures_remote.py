@@ -22,7 +22,7 @@ import posixpath
 import time
 from pathlib import Path, PurePosixPath
 
-from appliance.capture import disk
+from appliance.capture import disk, limits
 from appliance.capture import remote as rc
 from appliance.capture.fetch import Fetched
 from appliance.capture.fetch import fetch as fetch_files
@@ -32,7 +32,6 @@ from appliance.capture.supervise import counters_of, read_port_counters
 from appliance.capture.view import CaptureView
 from appliance.core.errors import HvnetError, UsageError
 from appliance.core.safedirs import UnsafeDirectory
-from appliance.isolation.pcap import parse_tcpdump_counts
 from appliance.switch.host import Host
 
 STOP_WAIT_S = 30.0
@@ -170,7 +169,7 @@ def _view(host: Host, probe: rc.Probe) -> CaptureView:
             reason += f"; tcpdump still runs there: 'hvnet --host {host.label} capture stop {record.name}' ends it"
     if record.tcpdump is not None:
         t = record.tcpdump
-        packets, dropped = t.get("captured"), t.get("dropped_by_kernel", 0) + t.get("dropped_by_interface", 0)
+        packets, dropped = t.get("captured"), limits.dropped(t)
     else:
         live = probe.live_counts()
         packets, dropped = (live.captured, live.dropped) if live is not None else (None, None)
@@ -220,8 +219,7 @@ def _record_dead(host: Host, probe: rc.Probe) -> None:
     """Record a capture whose wrapper on the host was killed: tcpdump's counts if it printed them, no completeness."""
     record = probe.record
     assert record is not None
-    counts = parse_tcpdump_counts(final_counts_text(probe.log))
-    record.tcpdump = None if counts is None else vars(counts).copy()
+    record.tcpdump = limits.counts(final_counts_text(probe.log))
     record.state, record.stopped = "dead", time.time()
     record.reason = f"its shell on {host.label} was gone (killed behind hvnet's back, or the host restarted)"
     record.files = [n for n, _ in probe.files]

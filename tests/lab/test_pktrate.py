@@ -95,16 +95,33 @@ def test_capture_completeness_quick(lab: Lab, tmp_path: Path) -> None:
         assert s["summary"]["lost"] == 0, s["summary"]["lost_reasons"]
         rep = s["repetitions"][0]
         agg = rep["aggregate"]
-        want = 1 if s["case"] == "one-copy" else 2
+        want = 2 if s["case"] == "two-copies" else 1
+        buffer = 65536 if s["case"] == "one-copy-64mib-buffer" else None
         assert len(rep["captures"]) == want and s["capture"]["guests"] == ["MON1", "MON2"][:want]
+        assert s["capture"]["buffer_kib"] == buffer
         for c in rep["captures"]:
             assert c["state"] in ("stopped", "finished") and c["captured"] > 0 and c["dropped"] is not None, c
             assert c["offered"] >= agg["sent_pps"] * 0.5, c  # the mirror selected VM1's datagrams
             # tcpdump accounts for what its port was sent: each packet kept or counted as dropped
             assert c["captured"] + c["dropped"] >= 0.9 * c["sent_to_port"], c
+            # the capture's own limits, as tcpdump reported them and as it was asked
+            assert c["captured"] + c["dropped_by_kernel"] <= c["received"] <= c["sent_to_port"] + 50, c
+            assert c["dropped"] == c["dropped_by_kernel"] + (c["dropped_by_interface"] or 0), c
+            assert c["buffer_kib"] == buffer and c["snaplen"] is None, c
+            cpu = c["tcpdump_cpu"]
+            assert 0 < cpu["seconds"] <= cpu["lifetime_s"] and 0 < c["tcpdump_cpu_pct"] <= 100.5, cpu
+        limits = s["capture"]["limits"]
+        assert limits["captured"] == sum(c["captured"] for c in rep["captures"]), limits
+        assert limits["dropped_by_kernel"] == sum(c["dropped_by_kernel"] for c in rep["captures"]), limits
+        assert limits["buffer_kib"] == [buffer] and limits["tcpdump_cpu_pct"] is not None, limits
+        assert limits["reading"].startswith(("nothing missing", f"{limits['offered'] - limits['captured']:,} of")), (
+            limits
+        )
         assert 0 < agg["captured_ratio"] <= agg["captured_port_ratio"] <= 1.05, agg
-        ratios[(s["case"], s["frame_size"])] = agg["captured_ratio"]
+        ratios[(s["case"], s["frame_size"])] = (agg["captured_ratio"], limits["dropped_by_kernel"], limits["reading"])
     assert list(pcap_dir.iterdir()) == []  # the pcaps went once counted
     report = run_hvnet("suite", "report", str(tmp_path / "run")).stdout
     assert "captured ÷ offered" in report and "two-copies: captured ÷ sent to port" in report
-    print(f"capture-completeness-quick: {took:.0f} s; captured ÷ offered {ratios}")
+    for text in ("dropped by kernel", "tcpdump % of a core", "capture at 64 B", "65536 KiB"):
+        assert text in report, text
+    print(f"capture-completeness-quick: {took:.0f} s; captured ÷ offered, kernel drops, reading: {ratios}")

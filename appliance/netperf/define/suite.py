@@ -58,6 +58,7 @@ MAX_FLOWS = 128  # iperf3 3.12's own limit of parallel streams per client (-P): 
 # namespaces): 1,024 = 8 full clients of 128 holds the largest workload of the studies (CloudNet 2018's
 # 1,000 concurrent flows, as 8 x 125) while keeping a step about the switch, not the host's memory.
 MAX_STEP_FLOWS = 1024
+BUFFER_KIB_RANGE = (64, 1_048_576)  # the capture service's tcpdump -B, KiB
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -80,7 +81,7 @@ _SERVER_KEYS = {"address", "port"}
 _DEFAULT_KEYS = {"duration", "repetitions", "warmup", "concurrency"}
 _SETUP_KEYS = {"policy"}
 _CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest"}
-_CAPTURE_KEYS = {"guests", "snaplen"}
+_CAPTURE_KEYS = {"guests", "snaplen", "buffer_kib"}
 _TEST_KEYS = {
     "name",
     "type",
@@ -135,6 +136,7 @@ class CaseCapture:
 
     guests: tuple[str, ...]
     snaplen: Optional[int] = None  # bytes kept per packet; None: tcpdump's default (all of it)
+    buffer_kib: Optional[int] = None  # the kernel's ring for each tcpdump (-B); None: libpcap's default (2 MiB)
 
 
 @dataclass(frozen=True)
@@ -613,9 +615,10 @@ def _cases(ck: _Checker, value: Any, bridges: set[str], guests: set[str]) -> lis
 
 
 def _capture(ck: _Checker, value: Any, path: yamldoc.PathKey, guests: set[str]) -> Optional[CaseCapture]:
-    """``capture: {guests: [MON1, ...], snaplen: N}``: a capture on each guest's VIF during every repetition."""
+    """``capture: {guests: [MON1, ...], snaplen: N, buffer_kib: N}``: a capture on each guest's VIF during every
+    repetition, keeping N bytes per packet, with a kernel ring of N KiB (tcpdump -s and -B)."""
     if not isinstance(value, dict):
-        ck.bad(path, "must be a mapping {guests: [GUEST, ...], snaplen: BYTES}")
+        ck.bad(path, "must be a mapping {guests: [GUEST, ...], snaplen: BYTES, buffer_kib: KIB}")
         return None
     ck.problems += ck.doc.unknown_keys(value, path, _CAPTURE_KEYS)
     raw = value.get("guests")
@@ -624,12 +627,15 @@ def _capture(ck: _Checker, value: Any, path: yamldoc.PathKey, guests: set[str]) 
     snaplen = None
     if "snaplen" in value:
         snaplen = ck.integer(value["snaplen"], (*path, "snaplen"), *SNAPLEN_RANGE, "snaplen (bytes)")
+    buffer_kib = None
+    if "buffer_kib" in value:
+        buffer_kib = ck.integer(value["buffer_kib"], (*path, "buffer_kib"), *BUFFER_KIB_RANGE, "buffer (KiB)")
     if not raw or not all(isinstance(g, str) and g in guests for g in names):
         ck.bad((*path, "guests"), f"a list of lab guests whose VIFs are captured, not {raw!r}; guests: {known}")
         return None
     if len(set(names)) != len(names):
         ck.bad((*path, "guests"), "a guest is listed twice")
-    return CaseCapture(tuple(names), snaplen)
+    return CaseCapture(tuple(names), snaplen, buffer_kib)
 
 
 def _collector_guest(

@@ -130,3 +130,76 @@ def add_listened(
         c["offered"] = offered_to(c["port"], copies, counters)
         c["sent_to_port"] = counters.get(c["port"], {}).get("tx_packets")
     add_captures(out, listened, seconds)
+
+
+def _total(captures: list[dict[str, Any]], key: str) -> Optional[int]:
+    """The sum of ``key`` over the captures; None when one of them has no such figure."""
+    values = [c.get(key) for c in captures]
+    return None if not values or any(v is None for v in values) else int(sum(v for v in values if v is not None))
+
+
+def capture_limits(repetitions: list[Optional[list[dict[str, Any]]]]) -> Optional[dict[str, Any]]:
+    """A step's captures over its repetitions, beside what limits them: captured ÷ offered, the drops tcpdump
+    reported (kernel: its ring was full; interface: None when tcpdump reported none), the buffer and snaplen
+    asked, tcpdump's CPU (mean % of a core) and a one-line reading of where the missing packets went.  None:
+    the step has no captures."""
+    caps = [c for rep in repetitions for c in (rep or [])]
+    if not caps:
+        return None
+    captured, offered = _total(caps, "captured"), _total(caps, "offered")
+    reported = [c["dropped_by_interface"] for c in caps if c.get("dropped_by_interface") is not None]
+    cpu = [c["tcpdump_cpu_pct"] for c in caps if c.get("tcpdump_cpu_pct") is not None]
+    why = next((str(c["tcpdump_cpu"].get("reason")) for c in caps if isinstance(c.get("tcpdump_cpu"), dict)
+                and c["tcpdump_cpu"].get("reason")), None)  # fmt: skip
+    out: dict[str, Any] = {
+        "captures": len(caps),
+        "captured": captured,
+        "offered": offered,
+        "ratio": _round(captured / offered, 4) if captured is not None and offered else None,
+        "sent_to_port": _total(caps, "sent_to_port"),
+        "received_by_filter": _total(caps, "received"),
+        "dropped_by_kernel": _total(caps, "dropped_by_kernel"),
+        "dropped_by_interface": sum(reported) if reported else None,  # None: tcpdump reported none
+        "buffer_kib": sorted({c.get("buffer_kib") for c in caps}, key=lambda k: k or 0),
+        "buffer": sorted({str(c.get("buffer") or "-") for c in caps}),
+        "snaplen": sorted({c.get("snaplen") for c in caps}, key=lambda k: k or 0),
+        "tcpdump_cpu_pct": _round(stats.mean(cpu), 1) if len(cpu) == len(caps) else None,
+        "tcpdump_cpu_reason": None if len(cpu) == len(caps) else why or "not measured",
+    }
+    out["reading"] = reading(out)
+    return out
+
+
+def reading(f: dict[str, Any]) -> str:
+    """Where the packets a capture missed went, from the measured figures only (``f``: :func:`capture_limits`'s).
+
+    missing = offered - captured, in parts: copies the switch never sent the port (offered - sent to port),
+    sent but never received by the capture's socket (sent - received by filter, no drop counted by the
+    capture), dropped by the kernel (the ring full), by the interface, and the rest (received, neither
+    kept nor counted dropped: in the ring when tcpdump stopped)."""
+    captured, offered = f["captured"], f["offered"]
+    if captured is None or not offered:
+        return "unknown: " + ("a capture printed no counts" if captured is None else "nothing offered was counted")
+    missing = offered - captured
+    if missing <= 0:
+        return f"nothing missing: the captures kept {captured:,} of {offered:,} offered"
+    sent, received, kernel = f["sent_to_port"], f["received_by_filter"], f["dropped_by_kernel"]
+    interface = f["dropped_by_interface"] or 0
+    parts: list[tuple[int, str]] = []
+    if sent is not None and offered > sent:
+        parts.append((offered - sent, "never sent to the capture's port by the switch"))
+    if received is not None and sent is not None and sent > received:
+        parts.append((sent - received, "sent to the port but never received by the capture (no drops "
+                                       "counted by the capture)"))  # fmt: skip
+    if kernel:
+        cpu = f["tcpdump_cpu_pct"]
+        busy = f" while tcpdump used {cpu:.0f}% of a core" if cpu is not None else ""
+        parts.append((kernel, f"dropped by the kernel: the buffer ({', '.join(f['buffer'])}) filled{busy}"))
+    if interface:
+        parts.append((interface, "dropped by the interface (tcpdump's count)"))
+    if received is not None and kernel is not None and received - kernel - interface > captured:
+        parts.append((received - kernel - interface - captured, "received but neither kept nor counted dropped"))
+    if not parts:
+        return f"{missing:,} of {offered:,} offered missing; no measured figure accounts for them"
+    parts.sort(key=lambda p: -p[0])
+    return f"{missing:,} of {offered:,} offered missing: " + "; ".join(f"{n:,} {what}" for n, what in parts)

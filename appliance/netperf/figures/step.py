@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from appliance.netperf.define.monitoring import combine, thread_summary
-from appliance.netperf.figures import aggregate, verdict
+from appliance.netperf.figures import aggregate, pps, verdict
 from appliance.netperf.store.records import StepResult
 
 
@@ -18,6 +18,8 @@ def update(rec: StepResult, facts: dict[str, Any], client_vif: Optional[str]) ->
     """Set ``rec``'s figures from its repetitions; the bottleneck found (None: none can be named yet)."""
     rec.summary = aggregate.summary(rec.repetitions)
     rec.vswitchd_threads = thread_summary(rec.repetitions)
+    if rec.capture is not None:  # the captures' own limits beside their completeness
+        rec.capture = {**rec.capture, "limits": pps.capture_limits([x.captures for x in rec.repetitions])}
     rec.collector = combine([x.collector for x in rec.repetitions if x.collector]) if rec.monitor else None
     found = verdict.of_step(rec, facts=facts, client_vif=client_vif)
     rec.verdict = found.to_json() if found else None

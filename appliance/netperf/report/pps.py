@@ -15,7 +15,7 @@ receive counters) and arrived ÷ mirrored.  Recomputed from
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from appliance.netperf.store.records import Figure, StepResult, SuiteResult, Summary
 
@@ -71,6 +71,41 @@ def _drops(step: StepResult) -> str:
     return f"{sum(drops):,}" if drops else "-"
 
 
+def _limits(step: StepResult) -> dict[str, Any]:
+    return (step.capture or {}).get("limits") or {}
+
+
+def _limit(step: StepResult, key: str) -> str:
+    """One of the step's capture limits (see figures.pps.capture_limits): what tcpdump did not report is said."""
+    limits = _limits(step)
+    if not limits:
+        return "-"
+    value = limits.get(key)
+    if key == "dropped_by_interface" and value is None:
+        return "not reported"
+    if key == "tcpdump_cpu_pct":
+        return "not measured" if value is None else f"{value:.1f}"
+    if key == "snaplen":
+        return ", ".join("all" if v is None else str(v) for v in value or [None])
+    if key == "buffer":
+        return ", ".join("default" if v is None else f"{v} KiB" for v in limits.get("buffer_kib") or [None])
+    return "-" if value is None else f"{value:,}"
+
+
+def _limit_notes(steps: list[StepResult]) -> list[str]:
+    """Each point's reading of what limited its captures, and what the buffer and CPU columns are."""
+    notes = [f"capture at {point(st)}: {_limits(st)['reading']}" for st in steps if _limits(st).get("reading")]
+    if notes:
+        buffers = sorted({b for st in steps for b in _limits(st).get("buffer") or []})
+        notes.append("capture buffer: " + "; ".join(buffers) + ". dropped by kernel: tcpdump's count (its ring was "
+                     "full); dropped by interface: not reported = tcpdump printed no such line (it prints it only "
+                     "when not 0); tcpdump % of a core: its user + system time over its life")  # fmt: skip
+    why = next((_limits(st).get("tcpdump_cpu_reason") for st in steps if _limits(st).get("tcpdump_cpu_reason")), None)
+    if why:
+        notes.append(f"tcpdump's CPU: {why}")
+    return notes
+
+
 def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
     """The figures a test's table shows: monitor and capture columns only where some case measured them."""
     cols: list[tuple[str, Cell]] = [
@@ -96,6 +131,11 @@ def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
             ("captured ÷ offered", lambda st: _fmt(_mean(st, "captured_ratio"), 3)),
             ("captured ÷ sent to port", lambda st: _fmt(_mean(st, "captured_port_ratio"), 3)),
             ("capture drops", _drops),
+            ("dropped by kernel", lambda st: _limit(st, "dropped_by_kernel")),
+            ("dropped by interface", lambda st: _limit(st, "dropped_by_interface")),
+            ("capture buffer", lambda st: _limit(st, "buffer")),
+            ("snaplen", lambda st: _limit(st, "snaplen")),
+            ("tcpdump % of a core", lambda st: _limit(st, "tcpdump_cpu_pct")),
         ]
     if any(st.collector_guest for st in steps):
         cols += [
@@ -132,7 +172,7 @@ def tables(doc: SuiteResult) -> list[Built]:
         title = (f"{test}: {s0.type} ({s0.generator or 'iperf3'}), {s0.duration} s, {reps} repetition(s), "
                  f"case {case}; copies: {_copies(s0)}")  # fmt: skip
         rows = [[point(st), *[fn(st) for _, fn in cols]] for st in steps]
-        notes = _arrival_notes(steps)
+        notes = _arrival_notes(steps) + _limit_notes(steps)
         for st in steps:
             for reason, n in _s(st).lost_reasons.items():
                 notes.append(f"lost at {point(st)}: {n} x {reason}")

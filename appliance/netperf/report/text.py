@@ -168,6 +168,34 @@ def _capture_drops(step: StepResult) -> str:
     return f"{sum(drops):,}" if drops else "-"
 
 
+# A step's captures beside what limits them (step.capture["limits"], see figures.pps.capture_limits).
+CAPTURE_LIMIT_ROWS = (
+    ("dropped by kernel", "dropped_by_kernel"),
+    ("dropped by interface", "dropped_by_interface"),
+    ("buffer", "buffer"),
+    ("snaplen (B)", "snaplen"),
+    ("tcpdump % of a core", "tcpdump_cpu_pct"),
+    ("reading", "reading"),
+)
+
+
+def _limit(key: str) -> Callable[[StepResult], str]:
+    def cell(step: StepResult) -> str:
+        limits = (step.capture or {}).get("limits") or {}
+        value = limits.get(key)
+        if key == "dropped_by_interface" and value is None and limits:
+            return "not reported"
+        if key == "snaplen" and isinstance(value, list):
+            return ", ".join("all" if v is None else str(v) for v in value)
+        if key == "tcpdump_cpu_pct" and value is None and limits:
+            return str(limits.get("tcpdump_cpu_reason") or "-")
+        if isinstance(value, list):
+            return ", ".join(str(v) for v in value)
+        return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+    return cell
+
+
 def _meter_drops(step: StepResult) -> str:
     drops = [r.meter_drops for r in step.repetitions if r.meter_drops is not None]
     return f"{sum(drops):,}" if drops else "-"
@@ -354,6 +382,7 @@ def _extra_rows(
         rows.append(("captured ÷ offered", lambda st: _fmt(_fig(_summary(st), "captured_ratio"), 3)))
         rows.append(("captured ÷ sent to port", lambda st: _fmt(_fig(_summary(st), "captured_port_ratio"), 3)))
         rows.append(("capture drops (pkts, total)", _capture_drops))
+        rows += [(f"capture {label}", _limit(key)) for label, key in CAPTURE_LIMIT_ROWS]
     policed_differently = any(s.policing for s in steps)  # a rate sweep: "vs first case" says nothing
     if (
         first_case is not None

@@ -115,11 +115,12 @@ def _job(i: int) -> str:
 class Listen(Protocol):
     """Captures for a case's listeners, provided by the service layer (hvnet's capture service)."""
 
-    def start(self, port: str, name: str, snaplen: Optional[int]) -> None:
+    def start(self, port: str, name: str, snaplen: Optional[int], buffer_kib: Optional[int] = None) -> None:
         """Start a capture on switch port ``port``; return once tcpdump listens."""
 
     def stop(self, name: str) -> dict[str, Any]:
-        """Stop it and remove its files: ``{captured, dropped, state}`` (None: tcpdump printed no count)."""
+        """Stop it and remove its files: ``{captured, dropped, state}`` (None: tcpdump printed no count), with
+        its drops as tcpdump reported them, its buffer and tcpdump's CPU."""
         return {}
 
 
@@ -132,13 +133,14 @@ class Listeners:
     snaplen: Optional[int]
     prefix: str  # unique per repetition: the captures' names
     started: list[tuple[str, str, str]] = field(default_factory=list)  # (guest, vif, capture name)
+    buffer_kib: Optional[int] = None  # tcpdump -B (None: libpcap's default)
 
     def start(self) -> None:
         """Start every capture (each returns once tcpdump listens); stop the ones started if one fails."""
         try:
             for guest, vif in self.vifs.items():
                 name = f"{self.prefix}-{guest}"[:64]
-                self.listen.start(vif, name, self.snaplen)
+                self.listen.start(vif, name, self.snaplen, self.buffer_kib)
                 self.started.append((guest, vif, name))
         except BaseException:
             self.stop()

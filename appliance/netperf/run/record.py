@@ -39,7 +39,7 @@ def step_record(step: Step, cs: CaseState, setup: CaseState, generator: Optional
     rec.collector_guest = step.case.collector_guest
     if step.case.capture is not None:
         rec.capture = {"guests": list(step.case.capture.guests), "ports": list(cs.capture_vifs.values()),
-                       "snaplen": step.case.capture.snaplen}  # fmt: skip
+                       "snaplen": step.case.capture.snaplen, "buffer_kib": step.case.capture.buffer_kib}  # fmt: skip
     if cs.monitoring is not None:
         rec.monitor = cs.monitoring.describe()
         rec.phases = [p.to_json() for p in step.case.phases] or None

@@ -123,8 +123,9 @@ class Repetition:
         capture = self.step.case.capture
         if not self.case.capture_vifs or capture is None or self.rig.listen is None:
             return
-        self.listeners = Listeners(self.rig.listen, self.case.capture_vifs, capture.snaplen,
-                                   listener_prefix(self.step.index, self.rep))  # fmt: skip
+        prefix = listener_prefix(self.step.index, self.rep)
+        self.listeners = Listeners(self.rig.listen, self.case.capture_vifs, capture.snaplen, prefix,
+                                   buffer_kib=capture.buffer_kib)  # fmt: skip
         self.listeners.start()
         stack.callback(self.listeners.stop)
 

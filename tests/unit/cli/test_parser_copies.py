@@ -3,7 +3,7 @@ show are copies kept in the front end's parser modules; these tests keep the cop
 
 from __future__ import annotations
 
-from appliance.capture import spec
+from appliance.capture import limits, spec
 from appliance.cli import capture_args, tap_args
 from appliance.policy.plan import model
 
@@ -18,3 +18,5 @@ def test_capture_bounds_match_the_capture_spec() -> None:
     assert capture_args.DEFAULT_RING == spec.DEFAULT_RING
     assert capture_args.RING_MAX_MB == spec.RING_MAX_MB
     assert capture_args.DEFAULT_MAX_MB == spec.DEFAULT_MAX_MB
+    assert capture_args.BUFFER_KIB_RANGE == limits.BUFFER_KIB_RANGE
+    assert capture_args.DEFAULT_BUFFER_KIB == limits.DEFAULT_BUFFER_KIB

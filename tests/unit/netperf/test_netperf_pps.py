@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,7 +197,7 @@ def _problems(tmp_path: Path, body: str) -> list[str]:
 
 def test_steps_expand_frames_by_offered_rates_with_stable_keys(tmp_path: Path) -> None:
     s = suite.load(_write(tmp_path, """\
-        cases: [{name: none}, {name: one, capture: {guests: [MON1], snaplen: 96}}]
+        cases: [{name: none}, {name: one, capture: {guests: [MON1], snaplen: 96, buffer_kib: 8192}}]
         tests:
           - {name: udp, type: UDP_PPS, frame_size: [64, 1518], offered_mbps: [10, 20.5], duration: 2}
         """))  # fmt: skip
@@ -204,7 +205,7 @@ def test_steps_expand_frames_by_offered_rates_with_stable_keys(tmp_path: Path) -
     assert keys[:4] == ["udp/none/f64/o10Mbps/c1", "udp/none/f64/o20.5Mbps/c1", "udp/none/f1518/o10Mbps/c1",
                         "udp/none/f1518/o20.5Mbps/c1"]  # fmt: skip
     assert len(keys) == 8 and s.tests[0].metric == "packets/s"
-    assert s.cases[1].capture == suite.CaseCapture(("MON1",), 96)
+    assert s.cases[1].capture == suite.CaseCapture(("MON1",), 96, 8192)
     unpaced = suite.load(_write(tmp_path, "tests: [{type: UDP_PPS, frame_size: 64}]\n"))
     assert [st.key for st in unpaced.steps()] == ["udp-pps/default/f64/o-/c1"]
 
@@ -228,7 +229,9 @@ def test_steps_expand_frames_by_offered_rates_with_stable_keys(tmp_path: Path) -
         ("cases: [{name: c, capture: {guests: [MON1], snaplen: 5}}]\ntests: [{type: UDP_PPS, frame_size: 64}]",
          "cases[0].capture.snaplen", "14..262144"),
         ("cases: [{name: c, capture: {guests: [MON1], ring: 1}}]\ntests: [{type: UDP_PPS, frame_size: 64}]",
-         "cases[0].capture.ring", "allowed: guests, snaplen"),
+         "cases[0].capture.ring", "allowed: buffer_kib, guests, snaplen"),
+        ("cases: [{name: c, capture: {guests: [MON1], buffer_kib: 32}}]\ntests: [{type: UDP_PPS, frame_size: 64}]",
+         "cases[0].capture.buffer_kib", "64..1048576"),
     ],
 )  # fmt: skip
 def test_bad_packet_rate_tests_are_refused(tmp_path: Path, body: str, field: str, fragment: str) -> None:
@@ -327,3 +330,39 @@ def test_parse_a_lab_run_through_a_mirror() -> None:
     assert doc["start"]["test_start"]["blksize"] == frames.payload_of(64)
     assert inst.ok and inst.sent_pps == pytest.approx(20_000, rel=0.01)  # paced at 20,000 packets/s
     assert inst.received_pps <= inst.sent_pps  # type: ignore[operator]
+
+
+def _cap(**kw: Any) -> dict[str, Any]:
+    base = {"captured": 27907, "received": 146800, "dropped_by_kernel": 90986, "dropped_by_interface": None,
+            "offered": 150000, "sent_to_port": 149000, "buffer_kib": None, "buffer": "default (2048 KiB)",
+            "snaplen": None, "tcpdump_cpu_pct": 97.5, "tcpdump_cpu": {"pct_of_core": 97.5}}  # fmt: skip
+    return {**base, **kw}
+
+
+def test_capture_limits_name_the_kernel_drops_when_the_buffer_filled() -> None:
+    got = pps.capture_limits([[_cap()], None])
+    assert got is not None
+    assert (got["captured"], got["offered"], got["ratio"]) == (27907, 150000, 0.186)
+    assert got["dropped_by_kernel"] == 90986 and got["dropped_by_interface"] is None  # not reported, not 0
+    assert got["buffer_kib"] == [None] and got["snaplen"] == [None] and got["tcpdump_cpu_pct"] == 97.5
+    reading = got["reading"]
+    assert reading.startswith("122,093 of 150,000 offered missing: 90,986 dropped by the kernel: the buffer")
+    assert "while tcpdump used 98% of a core" in reading
+    assert "1,000 never sent to the capture's port by the switch" in reading
+    assert "2,200 sent to the port but never received by the capture" in reading
+    assert "27,907 received but neither kept nor counted dropped" in reading
+
+
+def test_capture_limits_without_drops_say_the_capture_never_got_them() -> None:
+    cap = _cap(captured=1000, received=1000, dropped_by_kernel=0, offered=5000, sent_to_port=5000)
+    got = pps.capture_limits([[cap]])
+    assert got is not None and got["reading"] == (
+        "4,000 of 5,000 offered missing: 4,000 sent to the port but never received by the capture "
+        "(no drops counted by the capture)"
+    )
+    assert pps.capture_limits([None, []]) is None
+    unmeasured = _cap(tcpdump_cpu_pct=None, tcpdump_cpu={"reason": "not measured: remote"})
+    got = pps.capture_limits([[_cap(), unmeasured]])
+    assert got is not None and got["tcpdump_cpu_pct"] is None and got["tcpdump_cpu_reason"] == "not measured: remote"
+    killed = pps.capture_limits([[_cap(captured=None)]])
+    assert killed is not None and killed["reading"].startswith("unknown")

@@ -23,7 +23,7 @@ class Captures:
     def __init__(self) -> None:
         self.log: list[tuple[str, str]] = []
 
-    def start(self, port: str, name: str, snaplen: Optional[int]) -> None:
+    def start(self, port: str, name: str, snaplen: Optional[int], buffer_kib: Optional[int] = None) -> None:
         self.log.append(("start", name))
 
     def stop(self, name: str) -> dict[str, Any]:
