@@ -27,6 +27,8 @@ from appliance.endpoints.topology import DEFAULT_TOPOLOGY, Topology, with_vm_gue
 from appliance.endpoints.topology import load as load_topology
 from appliance.netperf.define.frames import MAX_FRAME, MAX_OFFERED_MBPS, MAX_OFFERED_PPS, MIN_FRAME, Offered
 from appliance.netperf.define.monitoring import Monitor, Phase, parse_monitor, parse_phases, settle_seconds
+from appliance.netperf.define.perfstat import PerfStatSpec
+from appliance.netperf.define.perfstat import parse as parse_perf_stat
 from appliance.policy import Policy
 from appliance.policy.plan.document import from_document as policy_from_document
 from appliance.probes import spec as probe_spec
@@ -75,6 +77,7 @@ _TOP = {
     "setup",
     "cases",
     "tests",
+    "perf_stat",
 }
 _ENDPOINT_KEYS = {"client", "server"}
 _SERVER_KEYS = {"address", "port"}
@@ -151,6 +154,7 @@ class Case:
     duration: Optional[int] = None  # seconds per instance for this case's steps (a phased case's long run)
     capture: Optional[CaseCapture] = None  # a listener on the monitor ports: what it captured of what was offered
     collector_guest: Optional[str] = None  # a GRE/ERSPAN output's collector: what arrived there (its counters)
+    perf_stat: Optional[PerfStatSpec] = None  # the suite's perf_stat: events counted on ovs-vswitchd (see .perfstat)
 
     def monitors(self) -> list[Monitor]:
         """Every monitoring the case uses (a collector of each kind is started for it)."""
@@ -477,6 +481,7 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     cases = _cases(ck, data.get("cases"), bridges, guests)
     if topology is not None and topology.ovn:
         _refuse_pool_policy(ck, data, topology)
+    cases = _with_perf_stat(ck, data, cases)
     tests = _tests(ck, data.get("tests"), defaults)
     _check_phases(ck, cases, tests)
     _check_pps(ck, data, tests, server)
@@ -491,6 +496,14 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests,
         probes, vms,
     )  # fmt: skip
+
+
+def _with_perf_stat(ck: _Checker, data: dict[str, Any], cases: list[Case]) -> list[Case]:
+    """The suite's ``perf_stat:`` given to every case: each case's repetitions run the sampler."""
+    if "perf_stat" not in data:
+        return cases
+    spec = parse_perf_stat(data["perf_stat"], ck.bad, ("perf_stat",))
+    return [dataclasses.replace(c, perf_stat=spec) for c in cases] if spec else cases
 
 
 def _vm_names(ck: _Checker, value: Any) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from appliance.netperf.figures import verdict
 from appliance.netperf.report import flows as report_flows
 from appliance.netperf.report import monitoring as report_monitoring
 from appliance.netperf.report import path
+from appliance.netperf.report import perfstat as report_perfstat
 from appliance.netperf.report import pps as report_pps
 from appliance.netperf.store.records import Figure, StepResult, SuiteResult, Summary
 
@@ -241,7 +242,7 @@ def notes(doc: SuiteResult) -> list[str]:
             "not measured, each VM's whole CPU is (cpu.vms)"
         )
     out += [f"warning: {w}" for w in m.warnings]
-    return out
+    return out + report_perfstat.notes(doc)
 
 
 @dataclass
@@ -296,6 +297,7 @@ def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], te
     rows = (
         _rows(s0.type)
         + report_monitoring.thread_rows(steps)
+        + report_perfstat.rows(steps)
         + _extra_rows(steps, by_group, first_case, test, case, size)
         + observer_rows()
     )

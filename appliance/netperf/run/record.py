@@ -79,6 +79,7 @@ def repetition_record(
         notes=notes,
         captures=got.listened or None,
         arrival=arrived,
+        perf_stat=got.perf_stat,
     )
     if r.watch is not None:
         stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(step.concurrency)]

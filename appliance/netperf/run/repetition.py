@@ -4,7 +4,8 @@ Around a measured repetition's batch, in this order: the case's listeners
 start (before the counters are read: every packet counted was offered to a
 listener); the switch's port counters, the collector guest's interface
 counters and the client's policer's drops (its meter or tc police action) are read; a monitored case's
-:class:`.watch.Watch` begins; the batch is spawned; the CPU sampler starts.
+:class:`.watch.Watch` begins; the batch is spawned; the CPU sampler starts, and ``perf stat`` on
+ovs-vswitchd when the suite asks for it (:mod:`.perfstat`).
 Then the batch is released and reaped (:meth:`Repetition.run`), and the
 after-readings are taken in the order they matter (:meth:`Repetition.finish`).
 
@@ -27,6 +28,7 @@ from appliance.netperf.define.suite import Step
 from appliance.netperf.parse import procstat
 from appliance.netperf.run.fragments import CaseState
 from appliance.netperf.run.launch import Batch
+from appliance.netperf.run.perfstat import PerfStat
 from appliance.netperf.run.pktgen import Listeners, listener_prefix
 from appliance.netperf.run.rig import Rig, now
 from appliance.netperf.run.sampler import CpuSampler, interval_for
@@ -53,6 +55,7 @@ class Readings:
     listen_problems: list[str] = field(default_factory=list)
     cpu: dict[str, Any] = field(default_factory=dict)  # the sampler's summary
     vm_cpu: dict[str, Any] = field(default_factory=dict)  # a real VM's own /proc/stat: role -> its busy share
+    perf_stat: Optional[dict[str, Any]] = None  # perf stat's counts on ovs-vswitchd (the suite's perf_stat:)
 
 
 class Repetition:
@@ -83,6 +86,7 @@ class Repetition:
         self.listeners: Optional[Listeners] = None
         self.watch: Optional[Watch] = None
         self.sampler: Optional[CpuSampler] = None
+        self.perf: Optional[PerfStat] = None
         self._sampling = False
         self._reaped = False
         self._stack = ExitStack()
@@ -96,6 +100,7 @@ class Repetition:
             stack.callback(self._kill_unreaped)
             self.batch.spawn()
             self._sample(stack)
+            self._perf_stat(stack)
             self._stack = stack.pop_all()  # entered: __exit__ undoes it
         return self
 
@@ -142,6 +147,16 @@ class Repetition:
             self.sampler.start()
             self._sampling = True
 
+    def _perf_stat(self, stack: ExitStack) -> None:
+        """``perf stat`` on ovs-vswitchd over a measured repetition, when the suite asks for it."""
+        spec = self.step.case.perf_stat
+        if self.warmup or spec is None:
+            return
+        pid = self.rig.switch.vswitchd_pid(True)  # read where ovs-vswitchd runs: perf runs there too
+        self.perf = PerfStat(self.rig.host, pid, spec, float(self.step.test.max_seconds()), self.raw)
+        stack.callback(self.perf.stop)
+        self.perf.start()
+
     def _stop_sampling(self) -> dict[str, Any]:
         """The sampler's summary (idempotent: {} once stopped)."""
         if not self._sampling or self.sampler is None:
@@ -186,6 +201,7 @@ class Repetition:
         (once the uplink drained), the captures' counts, the watch stopped, the policer's drops."""
         rig, r = self.rig, self.readings
         r.cpu = self._stop_sampling()
+        r.perf_stat = self.perf.stop() if self.perf is not None else None
         if not rig.kernel_here:  # this machine's cores are not the host's: not the host's figures
             r.cpu = {k: v for k, v in r.cpu.items() if k not in HOST_ONLY}
         r.after = rig.switch.port_counters(self.bridge)

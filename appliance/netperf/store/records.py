@@ -183,7 +183,7 @@ class RepetitionResult(Record):
     """One measured repetition of a step: its instances, figures, CPU and the switch's counters."""
 
     NESTED = {"aggregate": lambda v: Aggregate.from_json(v)}
-    OPTIONAL = frozenset({"collector", "phases", "throughput_series", "captures", "arrival"})
+    OPTIONAL = frozenset({"collector", "phases", "throughput_series", "captures", "arrival", "perf_stat"})
 
     repetition: int = 0
     started: Optional[str] = None
@@ -203,6 +203,8 @@ class RepetitionResult(Record):
     throughput_series: Optional[list[Optional[float]]] = None  # netperf's interim results summed, 1 s bins
     captures: Optional[list[Json]] = None  # a case's listeners: each capture's port, counts and offered packets
     arrival: Optional[Json] = None  # a remote collector's receive counters (deltas) and the tunnel's overhead
+    # the suite's perf_stat: each event's count on ovs-vswitchd's threads or why not measured, CPI, thread groups
+    perf_stat: Optional[Json] = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

@@ -402,8 +402,8 @@ BAD = [
         "colour",
         "colour",
         [
-            "unknown key; allowed: cases, defaults, description, endpoints, name, netserver_port, probes, setup, tests, "
-            "topology, version"
+            "unknown key; allowed: cases, defaults, description, endpoints, name, netserver_port, perf_stat, probes, "
+            "setup, tests, topology, version"
         ],
         id="unknown-top-level-key",
     ),
