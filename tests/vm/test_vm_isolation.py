@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import yaml
 
 from appliance.isolation.pcap import read_arp
 from appliance.lab import Lab
-from tests.conftest import ROOT, run_hvnet
+from tests.conftest import ROOT
 from tests.vm import vmlab
 
 pytestmark = pytest.mark.vm
@@ -62,20 +61,7 @@ def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedPro
 
 
 def check(lab: Lab, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    """``hvnet --host kvm1 --guests lab isolation check``, both methods; its exit and its JSON. The lab's hosts
-    stand for real hypervisors: a measurement there says --guests lab, as one on a real host would have to."""
-    started = time.monotonic()
-    res = run_hvnet("--host", HOST, "--guests", "lab", "isolation", "check", str(scenario), "--method", "both",
-                    "--json", "--out", str(out), env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=400)  # fmt: skip
-    print(f"\n{scenario.name}: {time.monotonic() - started:.1f} s")
-    try:
-        return res, json.loads(res.stdout)
-    except ValueError:
-        pytest.fail(f"not JSON (exit {res.returncode}): {res.stdout[-2000:]} {res.stderr[-2000:]}")
-
-
-def cells(rows: list[dict]) -> dict[tuple[str, str], str]:
-    return {(r["listener"], r["sender"]): r["value"] for r in rows}
+    return vmlab.isolation_check(lab, HOST, scenario, out)
 
 
 def test_trunk_guests_have_a_vlan_sub_interface_per_trunked_vlan(vm_lab: Lab) -> None:
@@ -94,9 +80,9 @@ def test_the_2010_scenario_holds_on_the_kernel_datapath_by_traffic_and_by_trace(
     assert res.returncode == 0, json.dumps(doc["methods"], indent=1)[-4000:]
     want = {("VM1", "VM2"): "yes", ("VM2", "VM1"): "yes", ("VM1", "VM3"): "no", ("VM3", "VM1"): "no",
             ("VM2", "VM3"): "no", ("VM3", "VM2"): "no"}  # fmt: skip
-    assert cells(doc["expected"]) == want
+    assert vmlab.cells(doc["expected"]) == want
     for method in ("traffic", "trace"):
-        assert cells(doc["methods"][method]["observed"]) == want, (method, doc["methods"][method])
+        assert vmlab.cells(doc["methods"][method]["observed"]) == want, (method, doc["methods"][method])
     ev = {(e["listener"], e["sender"]): e for e in doc["methods"]["traffic"]["evidence"]}
     assert set(ev) == {("VM1", "VM2"), ("VM2", "VM1")} and ev[("VM1", "VM2")]["vlan"] is None  # access: untagged
 
@@ -109,13 +95,13 @@ def test_trunk_and_native_with_tagged_senders_by_traffic_and_by_trace(vm_lab: La
     sc = scenario_on(TN_SCENARIO, Path(vm_lab.state["topology_file"]), tmp_path / "tn.yaml", guests=tn)
     out = tmp_path / "caps"
     res, doc = check(vm_lab, sc, out)
-    expected = cells(doc["expected"])
+    expected = vmlab.cells(doc["expected"])
     tagged_only = {("a10", "trunk"): "yes", ("b10", "trunk"): "yes", ("c20", "trunk"): "yes", ("d30", "trunk"): "no",
                    ("c20", "nu10"): "yes", ("d30", "nt20"): "yes", ("a10", "nt20"): "no"}  # fmt: skip
     assert {k: expected[k] for k in tagged_only} == tagged_only
     assert res.returncode == 0, json.dumps({m: doc["methods"][m]["verdicts"] for m in doc["methods"]})[-4000:]
     for method in ("traffic", "trace"):
-        assert cells(doc["methods"][method]["observed"]) == expected, method
+        assert vmlab.cells(doc["methods"][method]["observed"]) == expected, method
     # the trunk's own capture shows its who-has leaving tagged 10 and 20 (and untagged), from its own MAC
     trunk_mac = vm_lab.state["guests"][[g["name"] for g in vm_lab.state["guests"]].index("trunk")]["mac"]
     sent = {f.vlan for f in read_arp(out / "trunk.pcap") if f.is_request and f.sender_mac == trunk_mac}
@@ -131,11 +117,11 @@ def test_a_tagged_vlan_the_port_stops_trunking_is_dropped_and_expected_so(vm_lab
     sc = scenario_on(TN_SCENARIO, Path(vm_lab.state["topology_file"]), tmp_path / "narrow.yaml",
                      guests=["a10", "b10", "c20", "trunk"], vlans={"trunk": {"trunks": [20]}})  # fmt: skip
     res, doc = check(vm_lab, sc, tmp_path / "caps")
-    expected = cells(doc["expected"])
+    expected = vmlab.cells(doc["expected"])
     assert (expected[("a10", "trunk")], expected[("b10", "trunk")], expected[("c20", "trunk")]) == ("no", "no", "yes")
     assert res.returncode == 0, json.dumps({m: doc["methods"][m]["verdicts"] for m in doc["methods"]})[-4000:]
-    assert cells(doc["methods"]["traffic"]["observed"]) == expected
-    assert cells(doc["methods"]["trace"]["observed"]) == expected
+    assert vmlab.cells(doc["methods"]["traffic"]["observed"]) == expected
+    assert vmlab.cells(doc["methods"]["trace"]["observed"]) == expected
     port = in_vm(vm_lab, "ovs-vsctl get port vif8.0 trunks").stdout.strip()
     assert port == "[10, 20]", port  # the run's setting undone
     left = in_vm(vm_lab, "for p in /proc/[0-9]*; do c=; read -r c <$p/comm 2>/dev/null; "

@@ -57,19 +57,8 @@ def hv(lab: Lab, host: str, *args: str, timeout: float = 120) -> subprocess.Comp
     return run_hvnet("--host", host, *args, env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=timeout)
 
 
-def cells(rows: list[dict]) -> dict[tuple[str, str], str]:
-    return {(r["listener"], r["sender"]): r["value"] for r in rows}
-
-
 def check(lab: Lab, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    started = time.monotonic()
-    res = run_hvnet("--host", VM, "--guests", "lab", "isolation", "check", str(scenario), "--method", "both",
-                    "--json", "--out", str(out), env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=400)  # fmt: skip
-    print(f"\n{scenario.name}: {time.monotonic() - started:.1f} s")
-    try:
-        return res, json.loads(res.stdout)
-    except ValueError:
-        pytest.fail(f"not JSON (exit {res.returncode}): {res.stdout[-2000:]} {res.stderr[-2000:]}")
+    return vmlab.isolation_check(lab, VM, scenario, out)
 
 
 def test_each_host_keeps_its_datapath_and_the_trunk_is_a_port_on_both(mixed_lab: Lab) -> None:
@@ -104,7 +93,7 @@ def test_the_cross_host_2010_scenario_holds_across_the_mixed_trunk(mixed_lab: La
     want = {("VM1", "VM2"): "yes", ("VM2", "VM1"): "yes", ("VM1", "VM3"): "no", ("VM3", "VM1"): "no",
             ("VM2", "VM3"): "no", ("VM3", "VM2"): "no"}  # fmt: skip
     for method in ("traffic", "trace"):
-        assert cells(doc["methods"][method]["observed"]) == want, (method, doc["methods"][method])
+        assert vmlab.cells(doc["methods"][method]["observed"]) == want, (method, doc["methods"][method])
 
 
 DERIVED = """\
@@ -126,13 +115,13 @@ def test_a_tagged_trunk_sender_crosses_to_the_userspace_host_on_the_vlans_its_po
     sc = tmp_path / "mixed-tagged.yaml"
     sc.write_text(DERIVED.format(topology=mixed_lab.state["topology_file"]))
     res, doc = check(mixed_lab, sc, tmp_path / "caps")
-    expected = cells(doc["expected"])
+    expected = vmlab.cells(doc["expected"])
     assert (expected[("VM1", "T")], expected[("VM2", "T")], expected[("VM3", "T")]) == ("yes", "yes", "no")
     assert (expected[("T", "VM1")], expected[("T", "VM3")]) == ("yes", "no")
     wrong = {m: [v for v in doc["methods"][m]["verdicts"] if v["value"] != "ok"] for m in doc["methods"]}
     assert res.returncode == 0, json.dumps({"wrong": wrong, "trace": doc["methods"]["trace"]}, indent=1)[:12000]
     for method in ("traffic", "trace"):
-        assert cells(doc["methods"][method]["observed"]) == expected, method
+        assert vmlab.cells(doc["methods"][method]["observed"]) == expected, method
     ev = {(e["listener"], e["sender"]): e for e in doc["methods"]["traffic"]["evidence"]}
     assert ev[("VM1", "T")]["vlan"] is None  # arrived on hv1 tagged over the trunk, left its access port untagged
     assert in_vm(mixed_lab, "ovs-vsctl get port vif4.0 trunks").stdout.strip() == "[1, 2]"  # the run's undone

@@ -7,6 +7,7 @@ Needs root (taps, namespaces, debootstrap for a first image build) and QEMU; run
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -90,3 +91,21 @@ def lab_up(base: Path, topology: str, host: str, *, said: Iterable[str] = (),
         down = run_hvnet("lab", "down", env=env, timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
         assert leftovers(run_dir, host, pid, namespaces) == []
+
+
+def isolation_check(lab: Lab, host: str, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """``hvnet --host HOST --guests lab isolation check``, both methods; its exit and its JSON. The lab's hosts
+    stand for real hypervisors: a measurement there says --guests lab, as one on a real host would have to."""
+    started = time.monotonic()
+    res = run_hvnet("--host", host, "--guests", "lab", "isolation", "check", str(scenario), "--method", "both",
+                    "--json", "--out", str(out), env={"HVNET_LAB_DIR": str(lab.run_dir)}, timeout=400)  # fmt: skip
+    print(f"\n{scenario.name}: {time.monotonic() - started:.1f} s")
+    try:
+        return res, json.loads(res.stdout)
+    except ValueError:
+        pytest.fail(f"not JSON (exit {res.returncode}): {res.stdout[-2000:]} {res.stderr[-2000:]}")
+
+
+def cells(rows: list[dict]) -> dict[tuple[str, str], str]:
+    """An isolation matrix's rows as {(listener, sender): value}."""
+    return {(r["listener"], r["sender"]): r["value"] for r in rows}
