@@ -62,3 +62,13 @@ def _lost(k: int) -> Callable[[StepResult], str]:
         return "-" if row is None else f"{row.get('lost', 0)}/{row.get('instances', 0)}"
 
     return fn
+
+
+def step_notes(step: StepResult, at: str, unit: str) -> list[str]:
+    """Each pair's figures as lines under a table whose rows are steps (packet-rate and many-flows tables)."""
+    out = []
+    for k, p in enumerate(step.pairs or []):
+        got = _figure(k, "sum")(step), _figure(k, "mean")(step), _lost(k)(step)
+        out.append(f"at {at}: pair {p['client']} -> {p['server']}: {got[0]} {unit} in all, {got[1]} per instance, "
+                   f"lost {got[2]}")  # fmt: skip
+    return out

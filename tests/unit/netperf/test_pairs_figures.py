@@ -15,6 +15,7 @@ from appliance.netperf.define import suite
 from appliance.netperf.figures import aggregate, pairs
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.parse.omni import Instance
+from appliance.netperf.report import pairs as report_pairs
 from appliance.netperf.report import text as report
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.rig import PairEnds, Rig
@@ -151,3 +152,10 @@ def test_pairs_sharing_a_server_use_their_own_iperf3_ports(tmp_path: Path) -> No
     rig, s = rig_of(tmp_path, TWO + "tests: [{type: UDP_PPS, frame_size: 64, concurrency: 2}]\n")
     argvs: list[list[Any]] = rig.argvs(s.steps()[0], 2, warmup=False)
     assert [port_of(a) for a in argvs] == ["5201", "5202", "5203", "5204"]  # pair 2 after pair 1's
+
+
+def test_tables_of_steps_give_each_pair_a_line() -> None:
+    lines = report_pairs.step_notes(step_of_pairs(), "64 B @ -", "packets/s")
+    assert lines[0].startswith("at 64 B @ -: pair VM1 -> VM3: 610.00 ±127.06 packets/s in all, 610.00 ±")
+    assert lines[1].endswith("lost 0/2")
+    assert report_pairs.step_notes(StepResult(key="k"), "x", "Mbit/s") == []  # a single pair's step: none
