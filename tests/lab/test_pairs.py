@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from appliance.lab import Lab
-from tests.conftest import run_hvnet
+from tests.conftest import ROOT, run_hvnet
 
 pytestmark = pytest.mark.lab
 
@@ -66,3 +66,22 @@ def test_two_senders_into_one_receiver(lab: Lab, tmp_path: Path) -> None:
         assert f"pair {pair}: total (Mbit/s)" in report and f"pair {pair}: lost" in report
     assert netperf_pids(lab) == set()
     print(f"shared-receiver-quick: VM1 {first['sum']:.0f} + VM2 {second['sum']:.0f} = {agg['sum']:.0f} Mbit/s")
+
+
+def test_pairs_into_two_servers_get_a_netserver_each(lab: Lab, tmp_path: Path) -> None:
+    """VM1 -> VM2 and VM3 -> VM1: two server guests, each its own netserver, both stopped after the run."""
+    topology = ROOT / "vlan-tests" / "topologies" / "seed-2010.yaml"
+    suite = tmp_path / "two-servers.yaml"
+    suite.write_text(f"topology: {topology}\nendpoints:\n  pairs:\n    - {{client: VM1, server: VM2}}\n"
+                     "    - {client: VM3, server: VM1}\n"
+                     "tests: [{type: TCP_RR, duration: 2, concurrency: 2}]\n")  # fmt: skip
+    run = tmp_path / "run"
+    res = run_hvnet("suite", "run", str(suite), "--out", str(run), timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (step,) = json.loads((run / "results.json").read_text())["steps"]
+    (rep,) = step["repetitions"]
+    assert [i["pair"] for i in rep["instances"]] == [0, 0, 1, 1] and rep["aggregate"]["lost"] == 0
+    for pair in rep["aggregate"]["pairs"]:
+        assert pair["instances"] == 2 and pair["lost"] == 0 and pair["sum"] > 0, pair
+    assert (run / "netserver-VM1.log").exists()  # the second server guest's netserver, beside the first's
+    assert netperf_pids(lab) == set()
