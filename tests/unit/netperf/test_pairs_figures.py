@@ -10,11 +10,13 @@ from typing import Any, Optional
 
 import pytest
 
+from appliance.core.htmlpage import esc
 from appliance.endpoints.guests import GuestEndpoint
 from appliance.netperf.define import suite
 from appliance.netperf.figures import aggregate, pairs
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.parse.omni import Instance
+from appliance.netperf.report import html
 from appliance.netperf.report import pairs as report_pairs
 from appliance.netperf.report import text as report
 from appliance.netperf.run.launch import Endpoint
@@ -159,3 +161,12 @@ def test_tables_of_steps_give_each_pair_a_line() -> None:
     assert lines[0].startswith("at 64 B @ -: pair VM1 -> VM3: 610.00 ±127.06 packets/s in all, 610.00 ±")
     assert lines[1].endswith("lost 0/2")
     assert report_pairs.step_notes(StepResult(key="k"), "x", "Mbit/s") == []  # a single pair's step: none
+
+
+def test_the_html_page_names_every_pair_and_a_single_pairs_page_no_pairs() -> None:
+    page = html.suite_page(SuiteResult(state="complete", partial=False, steps=[step_of_pairs()]), "r")
+    assert esc("VM1 -> VM3, VM2 -> VM3 (each a step's concurrency") in page
+    assert esc("pair VM2 -> VM3: lost") in page  # the text report's rows, cell for cell
+    single = step_of_pairs()
+    single.pairs = None
+    assert "<th>pairs</th>" not in html.suite_page(SuiteResult(state="complete", partial=False, steps=[single]), "r")
