@@ -123,10 +123,13 @@ class Servers:
         return "; ".join(said)
 
     def _iperf3(self, server: Endpoint, log_dir: Path) -> Optional[Iperf3Servers]:
+        """``server``'s iperf3 servers: enough for every pair it serves (None: no iperf3 test)."""
         senders = sum(p.server.name == server.name for p in self.rig.pairs) or 1
-        log_dir.mkdir(parents=True, exist_ok=True)
-        return pktgen.servers_for(self.suite, server, self.rig.iperf3, log_dir, server.runner_for(self.rig.host),
-                                  self.rig.host, senders=senders)  # fmt: skip
+        found = pktgen.servers_for(self.suite, server, self.rig.iperf3, log_dir, server.runner_for(self.rig.host),
+                                   self.rig.host, senders=senders)  # fmt: skip
+        if found is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        return found
 
     def stop(self) -> None:
         for ns in [self.netserver, *self.others.values()]:
