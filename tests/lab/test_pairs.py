@@ -1,5 +1,6 @@
-"""Two client -> server pairs in one step through ``hvnet suite run`` on the built-in lab: VM1 -> VM3 and
-VM2 -> VM3 at once (``shared-receiver-quick``, TCP_STREAM 2 s, concurrency 1 per pair).
+"""Two client -> server pairs in one step through ``hvnet suite run`` on the shared-receiver lab (three guests
+on one VLAN): VM1 -> VM3 and VM2 -> VM3 at once (``shared-receiver-quick``, TCP_STREAM 2 s, concurrency 1
+per pair).
 
 Asserted: the step ran two instances, one from each client, started together (one batch: their start
 spread is that of one batch); each instance names its pair; each pair's figures are its own instance's
@@ -11,14 +12,24 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from appliance.lab import Lab
 from tests.conftest import ROOT, run_hvnet
+from tests.lab.conftest import lab_up
 
 pytestmark = pytest.mark.lab
+
+TOPOLOGY = ROOT / "netperf-suites" / "topologies" / "shared-receiver.yaml"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with lab_up(TOPOLOGY, tmp_path_factory.mktemp("pairslab") / "run") as the_lab:
+        yield the_lab
 
 
 def netperf_pids(lab: Lab) -> set[int]:
@@ -70,9 +81,8 @@ def test_two_senders_into_one_receiver(lab: Lab, tmp_path: Path) -> None:
 
 def test_pairs_into_two_servers_get_a_netserver_each(lab: Lab, tmp_path: Path) -> None:
     """VM1 -> VM2 and VM3 -> VM1: two server guests, each its own netserver, both stopped after the run."""
-    topology = ROOT / "vlan-tests" / "topologies" / "seed-2010.yaml"
     suite = tmp_path / "two-servers.yaml"
-    suite.write_text(f"topology: {topology}\nendpoints:\n  pairs:\n    - {{client: VM1, server: VM2}}\n"
+    suite.write_text(f"topology: {TOPOLOGY}\nendpoints:\n  pairs:\n    - {{client: VM1, server: VM2}}\n"
                      "    - {client: VM3, server: VM1}\n"
                      "tests: [{type: TCP_RR, duration: 2, concurrency: 2}]\n")  # fmt: skip
     run = tmp_path / "run"
