@@ -85,8 +85,8 @@ _TOP = {
 _ENDPOINT_KEYS = {"client", "server", "pairs"}
 _PAIR_KEYS = {"client", "server"}
 # Pairs in one step (``endpoints: {pairs: [...]}``).  The studies need two senders into one monitor (the vTAP
-# thesis' Tables 5.5/5.6); eight is every guest of the largest shipped topology sending at once, and keeps a
-# step's instances (concurrency x pairs) and its netservers within what a 2-core lab host schedules fairly.
+# thesis' Tables 5.5/5.6); eight is the senders MAX_STEP_FLOWS is sized for (8 clients), and since a step's
+# instances are concurrency x pairs (at most MAX_CONCURRENCY), eight pairs still leave 32 instances per pair.
 MAX_PAIRS = 8
 _SERVER_KEYS = {"address", "port"}
 _DEFAULT_KEYS = {"duration", "repetitions", "warmup", "concurrency"}
