@@ -215,9 +215,9 @@ def suite_measurement(
 
     pps = ("iperf3",) if any(t.is_iperf for t in suite.tests) else ()
     tools = ("netperf", "netserver", *pps)
-    vm_tools = {suite.client: ("netperf", *pps)}
-    if suite.server.guest:
-        vm_tools[suite.server.guest] = ("netserver", *pps)
+    vm_tools = {c: ("netperf", *pps) for c in [suite.client, *(p.client for p in suite.pairs)]}
+    for s in suite.server_guests():  # every pair's server (a server is never its pair's client)
+        vm_tools[s] = tuple(dict.fromkeys((*vm_tools.get(s, ()), "netserver", *pps)))
     return measurement(
         suite.topology, suite.probes, f"suite {suite.name}", choice=choice_of(args),
         real=real if reuse is not None else real_target(args),

@@ -220,7 +220,7 @@ class SuiteRun:
 
     def check(self) -> None:
         """Refuse missing or different guests before connecting anywhere (the runner asks again)."""
-        self.guests.require(self.suite.topology, [self.suite.client] + [g for g in [self.suite.server.guest] if g])
+        self.guests.require(self.suite.topology, self.suite.guest_names())  # every pair's, clients first
 
     def run(self) -> SuiteResult:
         """Connect, run, disconnect; the results (also saved in :attr:`out_dir`)."""

@@ -2,7 +2,10 @@
 
 A suite names its endpoints (a lab guest runs the netperf clients; the
 server is a lab guest, whose netserver hvnet starts and stops, or an address
-where someone else's netserver listens), an optional policy fragment applied
+where someone else's netserver listens) -- or several client -> server pairs
+of lab guests, ``endpoints: {pairs: [...]}``, whose instances every step
+starts at once (its concurrency per pair; a server shared by pairs gets one
+netserver) --, an optional policy fragment applied
 for the suite and restored afterwards, optional *cases* (further fragments,
 one at a time: a policing-rate sweep, 0/1/2/4/8 mirrors) and the tests.
 
@@ -79,7 +82,12 @@ _TOP = {
     "tests",
     "perf_stat",
 }
-_ENDPOINT_KEYS = {"client", "server"}
+_ENDPOINT_KEYS = {"client", "server", "pairs"}
+_PAIR_KEYS = {"client", "server"}
+# Pairs in one step (``endpoints: {pairs: [...]}``).  The studies need two senders into one monitor (the vTAP
+# thesis' Tables 5.5/5.6); eight is the senders MAX_STEP_FLOWS is sized for (8 clients), and since a step's
+# instances are concurrency x pairs (at most MAX_CONCURRENCY), eight pairs still leave 32 instances per pair.
+MAX_PAIRS = 8
 _SERVER_KEYS = {"address", "port"}
 _DEFAULT_KEYS = {"duration", "repetitions", "warmup", "concurrency"}
 _SETUP_KEYS = {"policy"}
@@ -118,6 +126,20 @@ class Server:
 
     def describe(self) -> str:
         return f"{self.guest} (lab guest)" if self.guest else f"{self.address}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One client -> server pair of a step with several (``endpoints: {pairs: [...]}``): both lab guests."""
+
+    client: str
+    server: str
+
+    def label(self) -> str:
+        return f"{self.client}->{self.server}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"client": self.client, "server": self.server}
 
 
 @dataclass(frozen=True)
@@ -255,6 +277,29 @@ class Suite:
     probes: tuple[ProbeSpec, ...] = ()
     # Real VMs of the VM inventory among the endpoints (``vms:``), beside probes or alone.
     vms: tuple[str, ...] = ()
+    # ``endpoints: {pairs: [...]}``: every step runs its concurrency for each pair at once; ``client`` and
+    # ``server`` are then the first pair's (the VIF a policer or monitor is read on).  Empty: the one pair.
+    pairs: tuple[Pair, ...] = ()
+
+    def endpoint_pairs(self) -> tuple[Pair, ...]:
+        """The pairs a step runs (the single form's one pair when the server is a guest; () for an address)."""
+        if self.pairs:
+            return self.pairs
+        return (Pair(self.client, self.server.guest),) if self.server.guest else ()
+
+    def guest_names(self) -> list[str]:
+        """Every endpoint guest, clients first, each once (what the guest source must provide)."""
+        names = [self.client, *(p.client for p in self.pairs)]
+        names += [g for g in [self.server.guest, *(p.server for p in self.pairs)] if g]
+        return list(dict.fromkeys(names))
+
+    def server_guests(self) -> list[str]:
+        """The guests hvnet starts servers in, each once however many pairs it serves."""
+        return list(dict.fromkeys(p.server for p in self.endpoint_pairs()))
+
+    def instances(self, concurrency: int) -> int:
+        """Instances a step of this concurrency starts: its concurrency for each pair."""
+        return concurrency * max(1, len(self.pairs))
 
     def steps(self) -> list[Step]:
         """Every measured point in run order: case-major, so each case's policy is applied once."""
@@ -286,9 +331,13 @@ class Suite:
 
         ValueError when the new concurrency takes a many-flows test past the flows a step may hold: the file's
         own check cannot see an override."""
+        n = self.instances(max(concurrency)) if concurrency else 0
+        if n > MAX_CONCURRENCY:
+            raise ValueError(f"concurrency is per pair: {max(concurrency or (0,))} x {len(self.pairs)} pairs = {n} "
+                             f"instances in a step; at most {MAX_CONCURRENCY}")  # fmt: skip
         for t in self.tests:
-            if concurrency and t.flows > 1 and max(concurrency) * t.flows > MAX_STEP_FLOWS:
-                raise ValueError(f"test {t.name}: {max(concurrency)} instances x {t.flows} flows is more than the "
+            if concurrency and t.flows > 1 and n * t.flows > MAX_STEP_FLOWS:
+                raise ValueError(f"test {t.name}: {n} instances x {t.flows} flows is more than the "
                                  f"{MAX_STEP_FLOWS} flows a step may hold")  # fmt: skip
         tests = [
             dataclasses.replace(
@@ -304,9 +353,12 @@ class Suite:
     def with_endpoints(self, topology: Topology, client: Optional[str] = None, server: Optional[str] = None) -> Suite:
         """A copy run on another lab topology's guests (any kind: namespace or QEMU).
 
-        ``ValueError`` names the guest that the topology lacks and lists the ones it has.
+        ``ValueError`` names the guest that the topology lacks and lists the ones it has; a suite of pairs
+        keeps its pairs (another client or server would say which pair it replaces).
         """
         names = [g.name for g in topology.guests]
+        if self.pairs:
+            return self._pairs_on(topology, names, client, server)
         client = client or self.client
         server_guest = server or self.server.guest
         for role, guest in (("client", client), ("server", server_guest)):
@@ -319,6 +371,16 @@ class Suite:
         new_server = dataclasses.replace(self.server, guest=server_guest) if server_guest else self.server
         probes = self.probes if topology is self.topology else ()  # another topology: its lab guests
         return dataclasses.replace(self, topology=topology, client=client, server=new_server, probes=probes)
+
+    def _pairs_on(self, topology: Topology, names: list[str], client: Optional[str], server: Optional[str]) -> Suite:
+        if client or server:
+            raise ValueError(f"the suite runs {len(self.pairs)} pairs ({', '.join(p.label() for p in self.pairs)}): "
+                             "edit its endpoints.pairs, not one client or server")  # fmt: skip
+        missing = [g for g in self.guest_names() if g not in names]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} not guests of topology {topology.file}; guests: {', '.join(names)}")
+        probes = self.probes if topology is self.topology else ()
+        return dataclasses.replace(self, topology=topology, probes=probes)
 
 
 # -- loading -------------------------------------------------------------------
@@ -465,8 +527,9 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
         topology = with_vm_guests(topology, vms)
     client: Optional[str] = None
     server: Optional[Server] = None
+    pairs: tuple[Pair, ...] = ()
     if topology is not None:  # endpoints are checked against the topology's guests
-        client, server = _endpoints(
+        client, server, pairs = _endpoints(
             ck, data.get("endpoints"), data.get("netserver_port"), {g.name for g in topology.guests}
         )
 
@@ -482,9 +545,10 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     if topology is not None and topology.ovn:
         _refuse_pool_policy(ck, data, topology)
     cases = _with_perf_stat(ck, data, cases)
-    tests = _tests(ck, data.get("tests"), defaults)
+    tests = _tests(ck, data.get("tests"), defaults, max(1, len(pairs)))
     _check_phases(ck, cases, tests)
     _check_pps(ck, data, tests, server)
+    _check_pairs(ck, data, pairs)
     n_steps = len(cases) * sum(len(t.points()) * len(t.concurrency) for t in tests)
     if n_steps > MAX_STEPS:
         ck.bad(("tests",), f"{n_steps} steps (cases x sizes x offered rates x concurrency); at most {MAX_STEPS}")
@@ -494,7 +558,7 @@ def from_document(doc: yamldoc.Document, sha256: str = "") -> Suite:
     assert topology is not None and client is not None and server is not None
     return Suite(
         name, doc.file, sha256, str(data.get("description", "")), topology, client, server, setup_policy, cases, tests,
-        probes, vms,
+        probes, vms, pairs,
     )  # fmt: skip
 
 
@@ -560,29 +624,47 @@ def _topology(ck: _Checker, ref: Any) -> Optional[Topology]:
     return None
 
 
-def _endpoints(ck: _Checker, value: Any, port_value: Any, guests: set[str]) -> tuple[Optional[str], Optional[Server]]:
+def _endpoints(
+    ck: _Checker, value: Any, port_value: Any, guests: set[str]
+) -> tuple[Optional[str], Optional[Server], tuple[Pair, ...]]:
+    """``{client, server}`` (one pair) or ``{pairs: [{client, server}, ...]}`` (several, each step's
+    concurrency per pair); with pairs, ``client`` and ``server`` are the first pair's."""
     known = ", ".join(sorted(guests)) or "(none)"
     if not isinstance(value, dict):
-        ck.bad(("endpoints",), "required: {client: GUEST, server: GUEST or {address: IP, port: N}}")
-        return None, None
+        ck.bad(("endpoints",), "required: {client: GUEST, server: GUEST or {address: IP, port: N}} "
+               "or {pairs: [{client: GUEST, server: GUEST}, ...]}")  # fmt: skip
+        return None, None, ()
     ck.problems += ck.doc.unknown_keys(value, ("endpoints",), _ENDPOINT_KEYS)
     port = DEFAULT_NETSERVER_PORT
     if port_value is not None:
         port = ck.integer(port_value, ("netserver_port",), 1, 65535, "netserver_port") or DEFAULT_NETSERVER_PORT
+    if "pairs" in value:
+        for key in ("client", "server"):
+            if key in value:
+                ck.bad(("endpoints", key), "give client and server (one pair) or pairs (several), not both")
+        pairs = _pairs(ck, value["pairs"], guests)
+        if not pairs:
+            return None, None, ()
+        return pairs[0].client, Server(guest=pairs[0].server, port=port), pairs
     client = value.get("client")
     if not isinstance(client, str) or client not in guests:
         ck.bad(("endpoints", "client"), f"unknown guest {client!r}: the client is a lab guest; guests: {known}")
         client = None
-    raw = value.get("server")
-    server: Optional[Server] = None
+    return client, _server(ck, value.get("server"), client, port, guests), ()
+
+
+def _server(ck: _Checker, raw: Any, client: Optional[str], port: int, guests: set[str]) -> Optional[Server]:
+    """The single form's server: a lab guest other than the client, or ``{address: IP, port: N}``."""
+    known = ", ".join(sorted(guests)) or "(none)"
     if isinstance(raw, str):
         if raw not in guests:
             ck.bad(("endpoints", "server"), f"unknown guest {raw!r}; guests: {known} (or {{address: IP}})")
         elif raw == client:
             ck.bad(("endpoints", "server"), "the server must be another guest than the client")
         else:
-            server = Server(guest=raw, port=port)
-    elif isinstance(raw, dict):
+            return Server(guest=raw, port=port)
+        return None
+    if isinstance(raw, dict):
         ck.problems += ck.doc.unknown_keys(raw, ("endpoints", "server"), _SERVER_KEYS)
         try:
             addr = str(ipaddress.ip_address(raw.get("address")))
@@ -591,10 +673,56 @@ def _endpoints(ck: _Checker, value: Any, port_value: Any, guests: set[str]) -> t
             addr = None
         if "port" in raw:
             port = ck.integer(raw["port"], ("endpoints", "server", "port"), 1, 65535, "port") or port
-        server = Server(address=addr, port=port) if addr else None
-    else:
-        ck.bad(("endpoints", "server"), f"required: a lab guest ({known}) or {{address: IP, port: N}}")
-    return client, server
+        return Server(address=addr, port=port) if addr else None
+    ck.bad(("endpoints", "server"), f"required: a lab guest ({known}) or {{address: IP, port: N}}")
+    return None
+
+
+def _pairs(ck: _Checker, value: Any, guests: set[str]) -> tuple[Pair, ...]:
+    """``pairs: [{client: GUEST, server: GUEST}, ...]``: 1..MAX_PAIRS distinct pairs of lab guests (a server
+    may serve several pairs: hvnet starts its netserver once)."""
+    path: yamldoc.PathKey = ("endpoints", "pairs")
+    if not isinstance(value, list) or not value:
+        ck.bad(path, "a non-empty list of {client: GUEST, server: GUEST}: each step runs its concurrency per pair")
+        return ()
+    if len(value) > MAX_PAIRS:
+        ck.bad(path, f"{len(value)} pairs; at most {MAX_PAIRS} (senders into one receiver at once)")
+        return ()
+    out: list[Pair] = []
+    for i, raw in enumerate(value):
+        pair = _pair(ck, raw, (*path, i), guests)
+        if pair is not None and pair in out:
+            ck.bad((*path, i), f"pair {pair.label()} is listed twice (more instances of a pair: concurrency)")
+        elif pair is not None:
+            out.append(pair)
+    return tuple(out) if len(out) == len(value) else ()
+
+
+def _pair(ck: _Checker, raw: Any, path: yamldoc.PathKey, guests: set[str]) -> Optional[Pair]:
+    known = ", ".join(sorted(guests)) or "(none)"
+    if not isinstance(raw, dict):
+        ck.bad(path, "each pair is a mapping {client: GUEST, server: GUEST}")
+        return None
+    ck.problems += ck.doc.unknown_keys(raw, path, _PAIR_KEYS)
+    names = {}
+    for role in ("client", "server"):
+        name = raw.get(role)
+        if not isinstance(name, str) or name not in guests:
+            ck.bad((*path, role), f"unknown guest {name!r}: in pairs the {role} is a lab guest (hvnet starts "
+                   f"each server's netserver); guests: {known}")  # fmt: skip
+            return None
+        names[role] = name
+    if names["client"] == names["server"]:
+        ck.bad((*path, "server"), f"the pair's server is its client {names['client']!r}: netperf needs two guests")
+        return None
+    return Pair(names["client"], names["server"])
+
+
+def _check_pairs(ck: _Checker, data: dict[str, Any], pairs: tuple[Pair, ...]) -> None:
+    """Pairs start instances in several guests through one group: lab guests and probes, not real VMs (each
+    has its own access)."""
+    if len(pairs) > 1 and "vms" in data:
+        ck.bad(("endpoints", "pairs"), "pairs run on lab guests and probes; real VMs (vms:) run one pair")
 
 
 def _cases(ck: _Checker, value: Any, bridges: set[str], guests: set[str]) -> list[Case]:
@@ -706,7 +834,8 @@ def _check_phases(ck: _Checker, cases: list[Case], tests: list[Test]) -> None:
                 ck.bad(("cases", i, "phases"), f"test {t.name} iterates for confidence: phases need one run")
 
 
-def _tests(ck: _Checker, value: Any, defaults: dict[str, Any]) -> list[Test]:
+def _tests(ck: _Checker, value: Any, defaults: dict[str, Any], pairs: int = 1) -> list[Test]:
+    """The tests; ``pairs``: the suite's endpoint pairs, each running a step's concurrency."""
     if not isinstance(value, list) or not value:
         ck.bad(("tests",), "required: a non-empty list of tests (type, duration, concurrency, ...)")
         return []
@@ -717,7 +846,7 @@ def _tests(ck: _Checker, value: Any, defaults: dict[str, Any]) -> list[Test]:
             ck.bad(path, "each test is a mapping with at least: type")
             continue
         ck.problems += ck.doc.unknown_keys(raw, path, _TEST_KEYS)
-        test = _test(ck, raw, path, defaults)
+        test = _test(ck, raw, path, defaults, pairs)
         if test is None:
             continue
         if any(t.name == test.name for t in out):
@@ -735,7 +864,9 @@ def _setting(raw: dict[str, Any], defaults: dict[str, Any], key: str, fallback: 
     return fallback, (*path, key)
 
 
-def _test(ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, defaults: dict[str, Any]) -> Optional[Test]:
+def _test(
+    ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, defaults: dict[str, Any], pairs: int = 1
+) -> Optional[Test]:
     ttype = raw.get("type")
     if ttype not in TEST_TYPES:
         ck.bad((*path, "type"), f"unknown test type {ttype!r}; allowed: {', '.join(TEST_TYPES)}")
@@ -752,6 +883,11 @@ def _test(ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, defaults: di
     warmup = ck.integer(value, where, 0, MAX_WARMUP_S, "warmup (seconds)")
     value, where = _setting(raw, defaults, "concurrency", [1], path)
     concurrency = ck.int_list(value, where, 1, MAX_CONCURRENCY, "concurrency")
+    if concurrency and max(concurrency) * pairs > MAX_CONCURRENCY:
+        n = max(concurrency)
+        ck.bad(where, f"concurrency is per pair: {n} x {pairs} pairs = {n * pairs} instances in a step; at most "
+               f"{MAX_CONCURRENCY}")  # fmt: skip
+        concurrency = ()
 
     frame_sizes: tuple[int, ...] = ()
     offered: tuple[Optional[Offered], ...] = (None,)
@@ -763,7 +899,7 @@ def _test(ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, defaults: di
             return None
     elif ttype in FLOW_TYPES:
         sizes, req, resp = (None,), None, None
-        offered, flows = _flow_rates(ck, raw, path, concurrency)
+        offered, flows = _flow_rates(ck, raw, path, tuple(c * pairs for c in concurrency))
         if not offered or flows is None:
             return None
     else:
@@ -790,7 +926,8 @@ def _flow_rates(
     ck: _Checker, raw: dict[str, Any], path: yamldoc.PathKey, concurrency: tuple[int, ...]
 ) -> tuple[tuple[Optional[Offered], ...], Optional[int]]:
     """A TCP_IPERF test's offered rates (Mbit/s per flow, or unpaced) and its flows per instance, whose
-    total over the busiest step's instances is bounded by MAX_STEP_FLOWS."""
+    total over the busiest step's instances (``concurrency``: instances of a step, every pair's) is bounded
+    by MAX_STEP_FLOWS."""
     for key, why in (
         ("message_size", "iperf3 writes its own 128 KiB blocks"),
         ("request_size", "no requests"),

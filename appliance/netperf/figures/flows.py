@@ -57,9 +57,9 @@ def step_figures(step: Step, instances: list[FlowsInstance]) -> Aggregate:
     return repetition(instances, step.offered.value if step.offered else None)
 
 
-def offered_json(step: Step) -> Optional[dict[str, float | str]]:
-    """What a step records of its offered rate: per flow, and in all (None: unpaced)."""
+def offered_json(step: Step, pairs: int = 1) -> Optional[dict[str, float | str]]:
+    """What a step records of its offered rate: per flow, and in all, every pair's instances (None: unpaced)."""
     if step.offered is None:
         return None
-    total = step.offered.value * step.test.flows * step.concurrency
+    total = step.offered.value * step.test.flows * step.concurrency * pairs
     return {"value": step.offered.value, "unit": step.offered.unit, "per": "flow", "mbps": round(total, 3)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Optional
 
+from appliance.netperf.report import pairs as report_pairs
 from appliance.netperf.store.records import Figure, StepResult, SuiteResult, Summary
 
 Cell = Callable[[StepResult], str]
@@ -88,6 +89,7 @@ def tables(doc: SuiteResult) -> list[Built]:
         notes = ["Mbit/s of TCP payload (iperf3's receiver); fairness: Jain's index over every flow of the step, "
                  "1 = even, 1/n = one flow took it all"]  # fmt: skip
         for st in steps:
+            notes += report_pairs.step_notes(st, point(st), "Mbit/s received")
             for reason, n in _s(st).lost_reasons.items():
                 notes.append(f"lost at {point(st)}: {n} x {reason}")
             for rep in st.repetitions:

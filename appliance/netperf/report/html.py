@@ -26,6 +26,7 @@ from appliance.core.htmlpage import esc
 from appliance.netperf.define.suite import SUITES_DIR
 from appliance.netperf.figures import compare as compare_mod
 from appliance.netperf.report import flows as report_flows
+from appliance.netperf.report import pairs as report_pairs
 from appliance.netperf.report import pps as report_pps
 from appliance.netperf.report import text as report
 from appliance.netperf.store.records import StepResult, SuiteResult
@@ -78,10 +79,21 @@ def _run_meta(doc: SuiteResult, run: str) -> list[tuple[str, object]]:
         ("client", f"{c.guest} {c.address or ''} on {c.vif or 'an unknown VIF'} ({c.runs_in or 'unknown'})"),
         ("server", f"{s.guest or '(not a lab guest)'} {s.address}:{s.port} "
                    f"({'netserver started by hvnet' if s.managed else 'netserver not managed by hvnet'})"),
+        *_pairs(doc),
         ("started", m.started),
         ("finished", m.finished),
         ("steps measured", f"{measured} of {len(doc.steps)} started"),
     ]  # fmt: skip
+
+
+def _pairs(doc: SuiteResult) -> list[tuple[str, object]]:
+    """Several client -> server pairs: a row naming them all (client and server above are the first's);
+    none for one pair, whose page is as it always was."""
+    found = report_pairs.run_pairs(doc)
+    if not found:
+        return []
+    said = ", ".join(f"{p['client']} -> {p['server']}" for p in found)
+    return [("pairs", f"{said} (each a step's concurrency, all at once; client and server above: the first's)")]
 
 
 def _settings(doc: SuiteResult) -> str:

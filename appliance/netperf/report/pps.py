@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
+from appliance.netperf.report import pairs as report_pairs
 from appliance.netperf.store.records import Figure, StepResult, SuiteResult, Summary
 
 Cell = Callable[[StepResult], str]
@@ -174,6 +175,7 @@ def tables(doc: SuiteResult) -> list[Built]:
         rows = [[point(st), *[fn(st) for _, fn in cols]] for st in steps]
         notes = _arrival_notes(steps) + _limit_notes(steps)
         for st in steps:
+            notes += report_pairs.step_notes(st, point(st), "packets/s received")
             for reason, n in _s(st).lost_reasons.items():
                 notes.append(f"lost at {point(st)}: {n} x {reason}")
             for rep in st.repetitions:

@@ -19,6 +19,7 @@ from appliance.core import render
 from appliance.netperf.figures import verdict
 from appliance.netperf.report import flows as report_flows
 from appliance.netperf.report import monitoring as report_monitoring
+from appliance.netperf.report import pairs as report_pairs
 from appliance.netperf.report import path
 from appliance.netperf.report import perfstat as report_perfstat
 from appliance.netperf.report import pps as report_pps
@@ -94,13 +95,15 @@ def delivery_ratio(step: StepResult) -> Optional[tuple[float, float]]:
     return sum(ratios) / len(ratios), min(ratios)
 
 
-def _rows(step_type: str) -> list[Row]:
+def _rows(step_type: str, steps: list[StepResult]) -> list[Row]:
+    """The figures down a table; a step of several pairs gets each pair's rows under its total."""
     rr = step_type in ("TCP_RR", "TCP_CRR", "UDP_RR")
     unit = "trans/s" if rr else "Mbit/s"
     name = "transaction rate" if rr else "throughput"
     rows: list[Row] = [
         (f"avg {name} ({unit})", lambda st: _pm(_summary(st), "mean")),
         (f"total {name} ({unit})", lambda st: _pm(_summary(st), "sum")),
+        *report_pairs.rows(steps, unit),
         (
             f"min/max per instance ({unit})",
             lambda st: f"{_fmt(_fig(_summary(st), 'min'), 1)}/{_fmt(_fig(_summary(st), 'max'), 1)}",
@@ -212,7 +215,8 @@ def header(doc: SuiteResult) -> str:
         f"  started {m.started}, finished {m.finished or '-'}",
         f"  hvnet {m.hvnet_version}, OVS {m.ovs_version or '?'} ({', '.join(m.datapath_types)}), "
         f"netperf {m.netperf_version or '?'}, kernel {m.kernel}, host {m.host}",
-        f"  client {m.client.guest} ({m.client.address}) -> server {srv.guest or ''} "
+        report_pairs.header_line(doc)
+        or f"  client {m.client.guest} ({m.client.address}) -> server {srv.guest or ''} "
         f"{srv.address}:{srv.port} ({managed})",
     ]
     if m.path is not None:
@@ -295,7 +299,7 @@ def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], te
     reps = max(_summary(s).repetitions for s in steps)
     title = f"{test}: {s0.type} {what}, {s0.duration} s, {reps} repetition(s), case {case}"
     rows = (
-        _rows(s0.type)
+        _rows(s0.type, steps)
         + report_monitoring.thread_rows(steps)
         + report_perfstat.rows(steps)
         + _extra_rows(steps, by_group, first_case, test, case, size)

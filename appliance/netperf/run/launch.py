@@ -215,7 +215,11 @@ class Outcome:
 @dataclass
 class Batch:
     """N instances, pre-spawned and released together: a group of :mod:`appliance.endpoints` on the
-    endpoint's host (this machine's fast path, or one control shell on a remote host)."""
+    endpoint's host (this machine's fast path, or one control shell on a remote host).
+
+    ``clients``: where each instance runs when the step has several client -> server pairs (guests the
+    endpoint's group can start: this machine's namespaces and QEMU guests, or one remote host's); empty:
+    every instance in ``endpoint``."""
 
     argvs: list[list[str]]
     endpoint: Endpoint
@@ -228,6 +232,11 @@ class Batch:
     ready: int = 0  # launchers that reported ready before the release
     finished_ns: Optional[int] = None  # when the last instance was reaped (the group's clock)
     cpu_unmeasured: int = 0  # instances whose CPU never came back (a VM's, a remote host's): unknown, not 0
+    clients: list[Endpoint] = field(default_factory=list)
+
+    def client(self, i: int) -> Endpoint:
+        """Where instance ``i`` runs."""
+        return self.clients[i] if self.clients else self.endpoint
 
     def out_path(self, i: int) -> Path:
         return self.out_dir / f"{_name(i)}.out"
@@ -243,11 +252,12 @@ class Batch:
         self.ready = self.group.ready
 
     def _job(self, i: int, argv: list[str]) -> Job:
-        if self.endpoint.in_vm:
+        client = self.client(i)
+        if client.in_vm:
             # The launcher waits on the host and becomes the channel client; netperf runs in the
             # guest, whose CPU comes back on the client's last stderr line.
-            return Job(_name(i), tuple(self.endpoint.wrap(argv)), env={"HVNET_GEXEC_CPU": "1"})
-        return Job(_name(i), tuple(argv), netns=self.endpoint.netns)
+            return Job(_name(i), tuple(client.wrap(argv)), env={"HVNET_GEXEC_CPU": "1"})
+        return Job(_name(i), tuple(argv), netns=client.netns)
 
     def release(self) -> Optional[int]:
         """Let every ready instance go; returns the release time (the group's clock, ns)."""
@@ -271,7 +281,7 @@ class Batch:
         for i, name in enumerate(names):
             r = results.get(name) or JobResult()
             self.outcomes[i] = Outcome(r.returncode, r.cpu_s or 0.0, r.stopped, r.started_ns, r.launcher_cpu_s)
-            if self.endpoint.in_vm:
+            if self.client(i).in_vm:
                 # Host rusage is the channel client's, not netperf's: use what the guest measured, or nothing.
                 guest_cpu = read_guest_cpu(self.err_path(i))
                 self.outcomes[i].cpu_s = guest_cpu if guest_cpu is not None else 0.0

@@ -182,11 +182,18 @@ def listener_failures(suite: Suite, have_listen: bool, host_label: Optional[str]
 
 
 def servers_for(
-    suite: Suite, endpoint: Endpoint, iperf3: str, log_dir: Path, runner: CommandRunner, host: Optional[Host] = None
+    suite: Suite,
+    endpoint: Endpoint,
+    iperf3: str,
+    log_dir: Path,
+    runner: CommandRunner,
+    host: Optional[Host] = None,
+    senders: int = 1,
 ) -> Optional[Iperf3Servers]:
-    """The iperf3 servers a suite needs: one per concurrent sender of its busiest iperf3 step (None: no
-    packet-rate or many-flows test).  A server serves all the streams of its client's test (-P)."""
-    count = max((max(t.concurrency) for t in suite.tests if t.is_iperf), default=0)
+    """The iperf3 servers a suite needs in ``endpoint``: one per concurrent sender of its busiest iperf3 step,
+    for each of the ``senders`` pairs it serves (None: no packet-rate or many-flows test).  A server serves
+    all the streams of its client's test (-P)."""
+    count = senders * max((max(t.concurrency) for t in suite.tests if t.is_iperf), default=0)
     if not count:
         return None
     return Iperf3Servers(endpoint, endpoint.tool("iperf3", iperf3), iperf.DEFAULT_PORT, count, log_dir, runner,

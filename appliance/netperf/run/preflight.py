@@ -109,7 +109,7 @@ def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_serv
 def _limits(suite: Suite, pf: Preflight) -> None:
     """Open files and processes for the peak concurrency; the one side effect here is raising
     hvnet's own soft open-file limit up to its hard limit when that is enough (recorded in facts)."""
-    peak = max(max(t.concurrency) for t in suite.tests)
+    peak = suite.instances(max(max(t.concurrency) for t in suite.tests))  # every pair's instances of a step
     need_fds = peak * FDS_PER_INSTANCE + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need_fds:

@@ -43,7 +43,7 @@ from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.pktgen import Listen
 from appliance.netperf.run.preflight import Preflight
 from appliance.netperf.run.repetition import Repetition
-from appliance.netperf.run.rig import Rig, SwitchReadings, now
+from appliance.netperf.run.rig import PairEnds, Rig, SwitchReadings, now
 from appliance.netperf.run.servers import Servers
 from appliance.netperf.store import results
 from appliance.netperf.store.records import Aggregate, RepetitionResult, StepResult, SuiteResult
@@ -169,6 +169,7 @@ class Runner:
     def _preflight(self) -> Preflight:
         """Check everything before starting anything (PreflightFailed: nothing was started); the rig."""
         client, server, address = self._endpoints()
+        pairs = self._pair_ends()
         for left in getattr(self.guests, "swept", ()):  # a real VM's guest source stopped what a killed run left
             self._warn(f"stopped what an earlier run left in a VM: {left}")
         # a VM's tools were checked inside it by its guest source: the server VM's netserver is not the client's
@@ -179,11 +180,12 @@ class Runner:
         failures, iperf3, self.generator = pktgen.packet_rate(self.suite, self.host.local_runner,
                                                               have_listen=self.listen is not None,
                                                               host_label=self.host.label)  # fmt: skip
-        pf.failures += failures + pktgen.remote_failures(self.suite, [client, server])
+        ends = [client, server, *(e for p in pairs for e in (p.client, p.server))]
+        pf.failures += failures + pktgen.remote_failures(self.suite, ends) + _pair_failures(pairs)
         pf.raise_if_failed()
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
                        client.tool("netperf", pf.netperf), iperf3, self.out_dir,
-                       SwitchReadings(self.engine, self.of, self._warn), self.listen)  # fmt: skip
+                       SwitchReadings(self.engine, self.of, self._warn), self.listen, pairs=pairs)  # fmt: skip
         return pf
 
     def _prepare(self, pf: Preflight) -> None:
@@ -212,13 +214,23 @@ class Runner:
             return client, server, server.address or ""
         return client, None, self.suite.server.address or ""
 
+    def _pair_ends(self) -> list[PairEnds]:
+        """Each client -> server pair as the guest source found it (empty: the single form's one pair)."""
+        found = self.guests.require(self.suite.topology, self.suite.guest_names()) if self.suite.pairs else {}
+        out: list[PairEnds] = []
+        for p in self.suite.pairs:
+            slot = sum(e.pair.server == p.server for e in out)
+            out.append(PairEnds(p, Endpoint.of(found[p.client]), Endpoint.of(found[p.server]), slot))
+        return out
+
     def _start_servers(self) -> None:
         """The netserver (reached from the client before going on), then iperf3's servers."""
         netserver = self.servers.start_netserver()
         if netserver is not None:
             self.doc.meta.server.netserver_pid = netserver.pid
         self.servers.await_netserver()
-        self._info(f"netserver answers at {self.rig.address}:{self.suite.server.port}")
+        where = sorted({p.address for p in self.rig.pairs}) or [self.rig.address]
+        self._info(f"netserver answers at {', '.join(f'{a}:{self.suite.server.port}' for a in where)}")
         listening = self.servers.start_iperf3()
         if listening is not None:
             self._info(listening)
@@ -285,9 +297,10 @@ class Runner:
 
     def _run_step(self, step: Step, cs: CaseState, setup: CaseState) -> None:
         t = step.test
-        rec = record.step_record(step, cs, setup, self.generator)
+        rec = record.step_record(step, cs, setup, self.generator, self.rig.step_pairs())
         self.doc.steps.append(rec)
-        self._emit("step", f"{step.key}: {step.concurrency} x {t.type} for {t.duration} s", step=step)
+        per_pair = f" for each of {len(self.rig.pairs)} pairs" if self.rig.pairs else ""
+        self._emit("step", f"{step.key}: {step.concurrency} x {t.type}{per_pair} for {t.duration} s", step=step)
         for rep in range(1, t.repetitions + 1):
             if self.stopping:
                 break
@@ -331,6 +344,14 @@ class Runner:
         line = _with_verdict(_progress_line(step, rep, r), found)
         self._emit("repetition", line, step=step, repetition=rep, aggregate=r.aggregate,
                    verdict=found.verdict if found else None)  # fmt: skip
+
+
+def _pair_failures(pairs: list[PairEnds]) -> list[str]:
+    """Pairs' clients start in one batch: on this machine (namespaces, QEMU guests) or all on the driven host."""
+    if pairs and len({p.client.remote for p in pairs}) > 1:
+        return ["the pairs' clients are on this machine and on a remote host: one step starts them together, "
+                "so they must all be on one"]  # fmt: skip
+    return []
 
 
 def _progress_line(step: Step, rep: int, r: RepetitionResult) -> str:

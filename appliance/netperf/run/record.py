@@ -8,10 +8,11 @@ could not be measured (a VM's CPU, a remote host's).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from appliance.netperf.define.suite import Step
-from appliance.netperf.figures import aggregate, flows, pps, verdict
+from appliance.netperf.define.suite import Pair, Step
+from appliance.netperf.figures import aggregate, flows, pairs, pps, verdict
 from appliance.netperf.figures import arrival as arrival_figures
 from appliance.netperf.figures.counters import deltas
 from appliance.netperf.parse import iperf, omni
@@ -21,8 +22,11 @@ from appliance.netperf.run.repetition import Readings, Repetition
 from appliance.netperf.store.records import Aggregate, RepetitionResult, StepResult
 
 
-def step_record(step: Step, cs: CaseState, setup: CaseState, generator: Optional[str]) -> StepResult:
-    """A step's record before its first repetition: what it runs, and the case's policy, copies and monitoring."""
+def step_record(
+    step: Step, cs: CaseState, setup: CaseState, generator: Optional[str], step_pairs: Sequence[Pair] = ()
+) -> StepResult:
+    """A step's record before its first repetition: what it runs (with ``step_pairs``, several client ->
+    server pairs, each its concurrency), and the case's policy, copies and monitoring."""
     t = step.test
     rec = StepResult(
         key=step.key, index=step.index, test=t.name, type=t.type, case=step.case.name,
@@ -35,7 +39,8 @@ def step_record(step: Step, cs: CaseState, setup: CaseState, generator: Optional
         rec.frame_size, rec.generator = step.frame_size, generator
         rec.offered = step.offered.to_json(step.frame_size or 0) if step.offered else None
     if t.is_flows:
-        rec.flows, rec.generator, rec.offered = t.flows, generator, flows.offered_json(step)
+        rec.flows, rec.generator, rec.offered = t.flows, generator, flows.offered_json(step, max(1, len(step_pairs)))
+    rec.pairs = [p.to_json() for p in step_pairs] or None
     rec.collector_guest = step.case.collector_guest
     if step.case.capture is not None:
         rec.capture = {"guests": list(step.case.capture.guests), "ports": list(cs.capture_vifs.values()),
@@ -67,9 +72,9 @@ def repetition_record(
     result = RepetitionResult(
         repetition=r.rep,
         started=got.started,
-        start_spread_ms=_r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(step.concurrency)])),
+        start_spread_ms=_r(aggregate.spread_ms([batch.outcomes[i].started_ns for i in range(len(batch.argvs))])),
         wall_s=round(span, 3),
-        instances=[i.to_json() for i in instances],
+        instances=_instance_records(instances, step.concurrency, r.rig.step_pairs()),
         aggregate=agg,
         cpu=cpu,
         counters=counters,
@@ -82,7 +87,7 @@ def repetition_record(
         perf_stat=got.perf_stat,
     )
     if r.watch is not None:
-        stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(step.concurrency)]
+        stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(len(batch.argvs))]
         r.watch.finish(result, got.after, r.sampler, stdouts)
     return result
 
@@ -90,7 +95,7 @@ def repetition_record(
 def read_instances(step: Step, batch: Batch, stop_reason: str) -> list[Any]:
     """Each instance's output read into its figures (netperf's or iperf3's); stopped ones say why."""
     instances = []
-    for i in range(step.concurrency):
+    for i in range(len(batch.argvs)):
         outcome = batch.outcomes[i]
         stopped = None
         if outcome.timed_out is not None:
@@ -107,6 +112,13 @@ def read_instances(step: Step, batch: Batch, stop_reason: str) -> list[Any]:
             inst.start_offset_ms = round((outcome.started_ns - batch.released_ns) / 1e6, 2)
         instances.append(inst)
     return instances
+
+
+def _instance_records(instances: list[Any], per_pair: int, step_pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+    """Each instance's figures as recorded; with several pairs, the index of the pair it belonged to."""
+    if not step_pairs:
+        return [i.to_json() for i in instances]
+    return [{**i.to_json(), "pair": pairs.pair_of(i.index, per_pair)} for i in instances]
 
 
 def _netperf_cpu(r: Repetition, cpu: dict[str, Any], span: float) -> dict[str, Any]:
@@ -139,6 +151,9 @@ def _figures(
         agg = flows.step_figures(step, instances)
     else:
         agg = aggregate.repetition(instances, rr=t.is_rr, udp_stream=t.type == "UDP_STREAM")
+    step_pairs = r.rig.step_pairs()
+    if step_pairs:
+        agg.pairs = pairs.repetition(instances, [p.to_json() for p in step_pairs], step.concurrency)
     ok = [i.elapsed_s for i in instances if i.ok and i.elapsed_s]
     seconds_run = sum(ok) / len(ok) if ok else float(t.duration)  # what the figures per second divide by
     if got.listened:  # a case's listeners, whatever generates the traffic
@@ -153,7 +168,7 @@ def _figures(
 def _batch_notes(r: Repetition) -> list[str]:
     """What the batch itself says of its figures: CPU not measured, a ragged start."""
     notes = []
-    batch, concurrency = r.batch, r.step.concurrency
+    batch, concurrency = r.batch, len(r.batch.argvs)
     if batch.cpu_unmeasured and not r.rig.client.remote:
         notes.append(f"netperf CPU not measured: {batch.cpu_unmeasured} instance(s) in the VM reported none")
     if batch.ready < concurrency:

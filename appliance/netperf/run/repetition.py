@@ -78,7 +78,7 @@ class Repetition:
         self.seconds = step.test.warmup if warmup else step.test.duration
         self.raw = rig.raw_dir(step, rep, warmup)
         self.batch = Batch(rig.argvs(step, self.seconds, warmup), rig.client, self.raw, runner=rig.host.local_runner,
-                           host=rig.host)  # fmt: skip
+                           host=rig.host, clients=rig.instance_clients(step) if rig.pairs else [])  # fmt: skip
         self.policed = None if warmup else policing  # its policer's drops are read around the repetition
         self.bridge: Optional[str] = None
         self.ofport: Optional[int] = None

@@ -9,13 +9,13 @@ ovs-vswitchd's pid).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from appliance.core.errors import HvnetError
-from appliance.netperf.define.suite import Step
+from appliance.netperf.define.suite import Pair, Step
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.pktgen import Listen
@@ -85,6 +85,23 @@ class SwitchReadings:
         return self.of.vswitchd_pid() if self.of and kernel_here else None
 
 
+@dataclass(frozen=True)
+class PairEnds:
+    """One client -> server pair of a suite with several, as the run reaches it.
+
+    ``slot``: the pair's rank among the pairs its server serves: its iperf3 servers' ports follow the
+    earlier pairs' (a step's ``concurrency`` each)."""
+
+    pair: Pair
+    client: Endpoint
+    server: Endpoint
+    slot: int = 0
+
+    @property
+    def address(self) -> str:
+        return self.server.address or ""
+
+
 @dataclass
 class Rig:
     """The run's endpoints and programs (as preflight found them) and what reads its switch."""
@@ -100,6 +117,18 @@ class Rig:
     switch: SwitchReadings
     listen: Optional[Listen] = None  # captures for cases with listeners (the service layer's capture service)
     kernel_here: bool = True  # the host's kernel is this machine's (see meta.same_kernel)
+    # several client -> server pairs (``client``/``server``/``address``: the first's); empty: the one pair
+    pairs: list[PairEnds] = field(default_factory=list)
+
+    def step_pairs(self) -> list[Pair]:
+        """The pairs every step runs (empty: the single form's one pair, recorded as always)."""
+        return [p.pair for p in self.pairs]
+
+    def instance_clients(self, step: Step) -> list[Endpoint]:
+        """Where each of a step's instances runs: the client, or each pair's client for its concurrency."""
+        if not self.pairs:
+            return [self.client] * step.concurrency
+        return [p.client for p in self.pairs for _ in range(step.concurrency)]
 
     def raw_dir(self, step: Step, rep: int, warmup: bool) -> Path:
         """Where a repetition's instances write their output."""
@@ -107,26 +136,32 @@ class Rig:
         return self.out_dir / "raw" / f"{step.index:03d}-{step.key.replace('/', '_')}" / tag
 
     def argvs(self, step: Step, seconds: int, warmup: bool) -> list[list[str]]:
-        """Each instance's command line: netperf, or iperf3 for packet-rate and many-flows tests (instance i:
-        server port + i)."""
+        """Each instance's command line, pair after pair: netperf, or iperf3 for packet-rate and many-flows
+        tests (a server's instance i: port + i, after the ports of the earlier pairs it serves)."""
+        if not self.pairs:
+            return self._argvs(step, seconds, warmup, self.client, self.address, 0)
+        return [
+            argv for p in self.pairs
+            for argv in self._argvs(step, seconds, warmup, p.client, p.address, p.slot * step.concurrency)
+        ]  # fmt: skip
+
+    def _argvs(
+        self, step: Step, seconds: int, warmup: bool, client: Endpoint, address: str, first: int
+    ) -> list[list[str]]:
+        """One pair's instances from ``client`` to ``address``; iperf3's ports from DEFAULT_PORT + ``first``."""
         t = step.test
+        ports = range(iperf.DEFAULT_PORT + first, iperf.DEFAULT_PORT + first + step.concurrency)
         if t.is_flows:
-            program = self.client.tool("iperf3", self.iperf3)
-            return [
-                iperf.tcp_client_argv(program, self.address, iperf.DEFAULT_PORT + i, flows=t.flows,
-                                      offered=step.offered, seconds=seconds)
-                for i in range(step.concurrency)
-            ]  # fmt: skip
+            program = client.tool("iperf3", self.iperf3)
+            return [iperf.tcp_client_argv(program, address, port, flows=t.flows, offered=step.offered,
+                                          seconds=seconds) for port in ports]  # fmt: skip
         if t.is_pps:
-            program = self.client.tool("iperf3", self.iperf3)
-            return [
-                iperf.client_argv(program, self.address, iperf.DEFAULT_PORT + i, frame=step.frame_size or 0,
-                                  offered=step.offered, seconds=seconds)
-                for i in range(step.concurrency)
-            ]  # fmt: skip
+            program = client.tool("iperf3", self.iperf3)
+            return [iperf.client_argv(program, address, port, frame=step.frame_size or 0, offered=step.offered,
+                                      seconds=seconds) for port in ports]  # fmt: skip
         return [
             omni.argv(
-                self.netperf, t, self.address, self.port, message_size=step.message_size,
+                self.netperf, t, address, self.port, message_size=step.message_size,
                 seconds=seconds, confidence=not warmup, interim_s=1.0 if step.case.phases and not warmup else None,
             )
             for _ in range(step.concurrency)

@@ -11,13 +11,14 @@ ends.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 from appliance.core.errors import HvnetError
 from appliance.netperf.define.suite import Step, Suite
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run import pktgen
-from appliance.netperf.run.launch import Netserver
+from appliance.netperf.run.launch import Endpoint, Netserver
 from appliance.netperf.run.pktgen import Iperf3Servers
 from appliance.netperf.run.preflight import PreflightFailed
 from appliance.netperf.run.rig import Rig
@@ -26,54 +27,77 @@ REACH_S = 5.0  # how long the client may take to reach a netserver that was just
 
 
 class Servers:
-    """The run's netserver (a managed server guest's) and iperf3 servers (packet-rate steps), once started."""
+    """The run's netservers (a managed server guest's, once per guest however many pairs it serves) and
+    iperf3 servers (packet-rate and many-flows steps), once started."""
 
     def __init__(self, rig: Rig, suite: Suite, netserver_path: str) -> None:
         self.rig = rig
         self.suite = suite
         self.netserver_path = netserver_path  # the netserver preflight found
-        self.netserver: Optional[Netserver] = None
+        self.netserver: Optional[Netserver] = None  # the server's (the first pair's)
+        self.others: dict[str, Netserver] = {}  # the other pairs' server guests', by name
         self.iperf3: Optional[Iperf3Servers] = None
+        self.other_iperf3: list[Iperf3Servers] = []
+
+    def _other_servers(self) -> dict[str, Endpoint]:
+        """The pairs' server guests other than the first pair's, each once."""
+        first = self.rig.server.name if self.rig.server is not None else None
+        return {p.server.name: p.server for p in self.rig.pairs if p.server.name != first}
 
     def start_netserver(self) -> Optional[Netserver]:
-        """Start the server guest's netserver (None: the suite's server is not managed by hvnet)."""
+        """Start the server guest's netserver, and each other pair's server's (None: the suite's server is
+        not managed by hvnet)."""
         rig = self.rig
         if rig.server is not None:
-            self.netserver = Netserver(rig.server, self.suite.server.port, rig.out_dir / "netserver.log",
-                                       self.netserver_path, rig.server.runner_for(rig.host), host=rig.host)  # fmt: skip
-            self.netserver.start()
+            self.netserver = self._netserver(rig.server, rig.out_dir / "netserver.log")
+        for name, ep in self._other_servers().items():
+            self.others[name] = self._netserver(ep, rig.out_dir / f"netserver-{name}.log")
         return self.netserver
 
+    def _netserver(self, server: Endpoint, log: Path) -> Netserver:
+        rig = self.rig
+        ns = Netserver(server, self.suite.server.port, log, self.netserver_path, server.runner_for(rig.host),
+                       host=rig.host)  # fmt: skip
+        ns.start()
+        return ns
+
     def await_netserver(self) -> None:
-        """Return once the client reaches a netserver; PreflightFailed with the last answer otherwise."""
+        """Return once every client reaches its netserver; PreflightFailed with the last answer otherwise."""
+        if not self.rig.pairs:
+            self._await(self.rig.client, self.rig.address, self.netserver)
+            return
+        for p in self.rig.pairs:
+            self._await(p.client, p.address, self.others.get(p.server.name, self.netserver), p.server.name)
+
+    def _await(self, client: Endpoint, address: str, netserver: Optional[Netserver], guest: str = "") -> None:
         deadline = time.monotonic() + REACH_S
         last = ""
         while time.monotonic() < deadline:
-            code, out, err = self._probe()
+            code, out, err = self._probe(client, address)
             if code == 0 and "THROUGHPUT=" in out:
-                self._check_ours()
+                self._check_ours(netserver)
                 return
             last = (out + err).strip().splitlines()[0] if (out + err).strip() else f"exit {code}"
-            if self.netserver is not None and not self.netserver.alive():
+            if netserver is not None and not netserver.alive():
                 break
             time.sleep(0.1)
         srv = self.suite.server
-        where = f"{srv.guest} ({self.rig.address}:{srv.port})" if srv.managed else srv.describe()
-        raise PreflightFailed([f"netserver on {where} cannot be reached from {self.rig.client.name}: {last}"])
+        where = f"{guest or srv.guest} ({address}:{srv.port})" if srv.managed else srv.describe()
+        raise PreflightFailed([f"netserver on {where} cannot be reached from {client.name}: {last}"])
 
-    def _probe(self) -> tuple[int, str, str]:
+    def _probe(self, client: Endpoint, address: str) -> tuple[int, str, str]:
         """One transaction from the client to the netserver: (exit status, stdout, stderr)."""
         rig = self.rig
-        probe = omni.reachability_argv(rig.netperf, rig.address, self.suite.server.port)
+        probe = omni.reachability_argv(rig.netperf, address, self.suite.server.port)
         try:
-            res = rig.client.runner_for(rig.host).run(rig.client.wrap(probe), check=False, timeout=10.0)
+            res = client.runner_for(rig.host).run(client.wrap(probe), check=False, timeout=10.0)
         except HvnetError as exc:  # no answer within the timeout
             return -1, "", str(exc)
         return res.returncode, res.stdout, res.stderr
 
-    def _check_ours(self) -> None:
+    def _check_ours(self, netserver: Optional[Netserver]) -> None:
         """A netserver answers: refuse the run if it is not the one hvnet started (that one exited)."""
-        if self.netserver is not None and not self.netserver.alive():
+        if netserver is not None and not netserver.alive():
             raise PreflightFailed(
                 [
                     f"the netserver hvnet started exited (port {self.suite.server.port} in use?), yet one "
@@ -82,36 +106,59 @@ class Servers:
             )
 
     def start_iperf3(self) -> Optional[str]:
-        """iperf3's servers in the server guest, one per concurrent sender of the busiest packet-rate step;
-        where they listen (None: none started)."""
+        """iperf3's servers in each server guest, one per concurrent sender of the busiest iperf3 step and
+        pair it serves; where they listen (None: none started)."""
         rig = self.rig
         if rig.server is not None:
-            self.iperf3 = pktgen.servers_for(self.suite, rig.server, rig.iperf3, rig.out_dir,
-                                             rig.server.runner_for(rig.host), rig.host)  # fmt: skip
+            self.iperf3 = self._iperf3(rig.server, rig.out_dir)
+        for name, ep in self._other_servers().items():
+            found = self._iperf3(ep, rig.out_dir / f"iperf3-{name}")
+            self.other_iperf3 += [found] if found is not None else []
         if self.iperf3 is None:
             return None
-        self.iperf3.start()
-        return f"{self.iperf3.count} iperf3 server(s) listen at {rig.address}:{iperf.DEFAULT_PORT}"
+        said = []
+        for servers in [self.iperf3, *self.other_iperf3]:
+            servers.start()
+            said.append(f"{servers.count} iperf3 server(s) listen at {servers.endpoint.address}:{iperf.DEFAULT_PORT}")
+        return "; ".join(said)
+
+    def _iperf3(self, server: Endpoint, log_dir: Path) -> Optional[Iperf3Servers]:
+        """``server``'s iperf3 servers: enough for every pair it serves (None: no iperf3 test)."""
+        senders = sum(p.server.name == server.name for p in self.rig.pairs) or 1
+        found = pktgen.servers_for(self.suite, server, self.rig.iperf3, log_dir, server.runner_for(self.rig.host),
+                                   self.rig.host, senders=senders)  # fmt: skip
+        if found is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        return found
 
     def stop(self) -> None:
-        if self.netserver is not None:
-            self.netserver.stop()
-        if self.iperf3 is not None:
-            self.iperf3.stop()
+        for ns in [self.netserver, *self.others.values()]:
+            if ns is not None:
+                ns.stop()
+        for servers in [self.iperf3, *self.other_iperf3]:
+            if servers is not None:
+                servers.stop()
 
     def receiver_pid(self, step: Step) -> Callable[[], Optional[int]]:
         """The receiving process whose CPU is sampled: the netserver, or for a packet-rate step with one
-        sender its iperf3 server (several: which one served which sender is not known, so none)."""
+        sender its iperf3 server (several: which one served which sender is not known, so none; several
+        server guests: none is the receiver)."""
         server = self.rig.server
         if server is not None and (server.in_vm or server.remote):
             return lambda: None  # a process in a VM is not a host process: its CPU is not sampled (not reported)
+        if self.others:
+            return lambda: None
         if step.test.is_iperf:
             pids = self.iperf3.pids if self.iperf3 is not None else []
-            return lambda: pids[0] if pids and step.concurrency == 1 else None
+            senders = step.concurrency * max(1, len(self.rig.pairs))
+            return lambda: pids[0] if pids and senders == 1 else None
         return lambda: self.netserver.pid if self.netserver else None
 
     def notes(self) -> list[str]:
         """What the servers say of a repetition's figures: a netserver that died under it."""
-        if self.netserver is not None and not self.netserver.alive():
-            return [f"netserver (pid {self.netserver.pid}) is not running (exit {self.netserver.exit_status()})"]
-        return []
+        out = []
+        for name, ns in [(self.suite.server.guest, self.netserver), *self.others.items()]:
+            if ns is not None and not ns.alive():
+                where = f" in {name}" if self.others else ""
+                out.append(f"netserver{where} (pid {ns.pid}) is not running (exit {ns.exit_status()})")
+        return out

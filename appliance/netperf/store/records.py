@@ -126,7 +126,7 @@ class Aggregate(Record):
 
     OPTIONAL = frozenset(
         {"retransmissions", "transactions", "confidence_width_pct_max", "confidence_met", *PPS_FIGURES,
-         "monitor_ports", "captured", "capture_dropped", "arrived", "flows", *FLOW_FIGURES}
+         "monitor_ports", "captured", "capture_dropped", "arrived", "flows", *FLOW_FIGURES, "pairs"}
     )  # fmt: skip
 
     instances: int = 0
@@ -174,6 +174,9 @@ class Aggregate(Record):
     flow_min_mbps: Optional[float] = None
     flow_max_mbps: Optional[float] = None
     flow_jain: Optional[float] = None  # Jain's index over every stream of the step (``jain``: over instances)
+    # several client -> server pairs: each pair's {client, server, instances, ok, lost, sum, mean} (see
+    # .figures.pairs); the figures above are the total over every pair's instances
+    pairs: Optional[list[Json]] = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -251,7 +254,7 @@ CPU_FIGURES = (
 class Summary(Record):
     """A step across its repetitions (see :func:`.aggregate.summary`): only what was measured is set."""
 
-    OPTIONAL = frozenset({*SUMMARY_FIGURES, *(f"cpu_{k}" for k in CPU_FIGURES), "start_spread_ms_max"})
+    OPTIONAL = frozenset({*SUMMARY_FIGURES, *(f"cpu_{k}" for k in CPU_FIGURES), "start_spread_ms_max", "pairs"})
     NESTED = {k: _optional(Figure) for k in SUMMARY_FIGURES}
 
     repetitions: int = 0
@@ -297,6 +300,7 @@ class Summary(Record):
     cpu_hvnet_pct_of_core: Optional[float] = None
     cpu_netperf_pct_of_core: Optional[float] = None
     start_spread_ms_max: Optional[float] = None
+    pairs: Optional[list[Json]] = None  # each pair's {client, server, sum, mean ({mean, ci95, n}), lost, instances}
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -345,7 +349,7 @@ class StepResult(Record):
 
     OPTIONAL = frozenset(
         {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict",
-         "frame_size", "offered", "generator", "capture", "collector_guest", "flows"}
+         "frame_size", "offered", "generator", "capture", "collector_guest", "flows", "pairs"}
     )  # fmt: skip
     NESTED = {
         "policing": _optional(Policing),
@@ -385,6 +389,9 @@ class StepResult(Record):
     capture: Optional[Json] = None  # the case's listeners: {guests, ports, snaplen}
     collector_guest: Optional[str] = None  # the remote collector whose receive counters say what arrived
     flows: Optional[int] = None  # TCP_IPERF: parallel streams per instance (iperf3 -P)
+    # several client -> server pairs: [{client, server}], each running ``concurrency`` instances (the
+    # step's instances are concurrency x pairs, pair after pair; each instance's record names its pair)
+    pairs: Optional[list[Json]] = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
