@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from appliance.core import render
 from appliance.netperf.define.studies import Conclusion, Key, Study, Table
+from appliance.netperf.figures import stats
 from appliance.netperf.store.records import StepResult, SuiteResult
 
 HOLDS, FAILS, NOT_COMPARABLE = "holds", "does not hold", "not comparable here"
@@ -231,7 +232,30 @@ def judge(c: Conclusion, steps: list[StepResult]) -> Judgement:
         if why:
             return Judgement(c, NOT_COMPARABLE, why)
         vals.append(v)
-    return _decide(c, vals[0], vals[1])
+    judged = _decide(c, vals[0], vals[1])
+    if c.kind in ("lower", "higher") and len(sides[0]) == len(sides[1]) == 1:
+        return _noise(judged, _samples(sides[0][0], c.figure), _samples(sides[1][0], c.figure))
+    return judged
+
+
+def _samples(step: StepResult, name: str) -> list[float]:
+    """A step's figure in each repetition (what its mean is the mean of)."""
+    raw = [r.cpu.get(name[4:]) if name.startswith("cpu_") else r.aggregate.figure(name) for r in step.repetitions]
+    return [float(x) for x in raw if isinstance(x, (int, float)) and not isinstance(x, bool)]
+
+
+def _noise(j: Judgement, a: list[float], b: list[float]) -> Judgement:
+    """A difference between two steps that their repetitions do not tell from noise decides nothing."""
+    if not a or not b:
+        return j
+    test = stats.welch(b, a)
+    if test.significant is None:
+        return Judgement(j.conclusion, j.status, f"{j.figures} (one repetition a side: not tested against noise)")
+    if not test.significant:
+        p = f"p={test.p_value:.2f}" if test.p_value is not None else "no p"
+        return Judgement(j.conclusion, NOT_COMPARABLE, f"{j.figures}: not significant at 95% "
+                         f"({test.method}, {p}; {len(a)} and {len(b)} repetitions)")  # fmt: skip
+    return j
 
 
 def _decide(c: Conclusion, a: list[float], b: list[float]) -> Judgement:
