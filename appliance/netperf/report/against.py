@@ -3,8 +3,10 @@ each of the study's conclusions held, not held, or not comparable here.
 
 A conclusion is decided only from what the run measured: a step that is missing,
 has no finished repetition, lacks the figure, or lost instances (its mean is
-then over survivors) makes it "not comparable", with the reason.  Nothing here
-reads the study's numbers to decide a conclusion: they are shown beside it.
+then over survivors) makes it "not comparable", with the reason; so does a
+difference between two steps their repetitions cannot tell from noise (Welch's
+t-test at 95%, as ``suite compare``).  Nothing here reads the study's numbers to
+decide a conclusion: they are shown beside it.
 """
 
 from __future__ import annotations

@@ -34,9 +34,12 @@ def suite_steps(name: str) -> list[StepResult]:
 # -- the shipped studies -------------------------------------------------------------------------
 
 
-def test_the_five_studies_are_shipped() -> None:
+def test_the_five_studies_are_shipped_and_the_command_names_them() -> None:
+    from appliance.cli.suite import STUDIES
+
     assert studies.names() == ["capture-2015", "cloudnet-2018", "seed-2010", "vtap-dissertation-2024",
                                "vtap-onos-thesis"]  # fmt: skip
+    assert sorted(STUDIES) == studies.names()
 
 
 @pytest.mark.parametrize("path", studies.shipped(), ids=lambda p: p.stem)
