@@ -171,7 +171,8 @@ def compare_table(table: Table, steps: list[StepResult]) -> Side:
             hv = None if value is None else value * col.scale
             ratio = hv / study if hv is not None and study else None
             cells.append(Cell(study, hv, ratio))
-        lines.append(Line(row.key, row.label, step.key, cells, _lost_note(step)))
+        note = "no finished repetition" if step.summary is None else _lost_note(step)
+        lines.append(Line(row.key, row.label, step.key, cells, note))
     return Side(table, lines)
 
 

@@ -147,6 +147,9 @@ def test_a_seed_2010_run_beside_the_study() -> None:
     assert tcp[0].cells[1] == against.Cell(0, 0, None)  # a study's 0 gives no ratio
     udp_rr = out.tables[3].lines[0]
     assert udp_rr.cells[1].hvnet == 10 and udp_rr.note == "10 of 10 instances lost"
+    doc.steps[1].summary = None  # a step whose first repetition never finished
+    udp = against.against(doc, studies.load_named("seed-2010")).tables[1].lines[0]
+    assert udp.note == "no finished repetition" and udp.cells[0].hvnet is None
     by_claim = {j.conclusion.claim: j for j in out.conclusions}
     j = by_claim["UDP_RR's transaction rate is far above TCP_CRR's"]
     assert j.status == against.NOT_COMPARABLE  # the run has 10 instances only
