@@ -21,6 +21,9 @@ from appliance.core.errors import EXIT_FAILED, EXIT_OK
 if TYPE_CHECKING:
     from appliance.services.suites import Event
 
+# netperf-suites/studies/*.yaml, named here so that building the parser reads no file (a test keeps them in step)
+STUDIES = ("seed-2010", "vtap-dissertation-2024", "vtap-onos-thesis", "capture-2015", "cloudnet-2018")
+
 
 class Progress:
     """One status line redrawn in place on a terminal; plain lines otherwise (logs, CI)."""
@@ -127,6 +130,8 @@ def _run_stoppable(run: Any) -> Any:
 def cmd_report(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
+    if args.against:
+        return _report_against(args)
     target = _html_target(args)
     doc = suites.load_run(args.run)
     if target is not None:
@@ -146,6 +151,20 @@ def cmd_report(args: argparse.Namespace) -> int:
             return EXIT_OK  # the report itself is printed
         for p in suites.write_plots(doc, args.run):
             print(f"plot: {p}")
+    return EXIT_OK
+
+
+def _report_against(args: argparse.Namespace) -> int:
+    from appliance.core.errors import UsageError
+    from appliance.services import suites
+
+    if args.html:
+        raise UsageError("--against prints the study beside the run; it writes no HTML", hint="drop --html")
+    result = suites.against(suites.load_run(args.run), args.against)
+    if args.json:
+        render.print_json(result.to_json())
+    else:
+        print(result.text())
     return EXIT_OK
 
 
@@ -267,6 +286,8 @@ def register(sub: Any) -> None:
     rp = ss.add_parser("report", help="print a run's tables and write its plots (no re-run)")
     rp.add_argument("run", metavar="RUN", help="run directory")
     rp.add_argument("--no-plots", action="store_true", help="skip the plots (PNG files, or SVG in --html)")
+    rp.add_argument("--against", metavar="STUDY", help="only the run beside a study's tables and conclusions, "
+                    "no plots (with --json: as JSON); STUDY: " + ", ".join(STUDIES))  # fmt: skip
     out = rp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print results.json")
     out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")

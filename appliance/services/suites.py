@@ -23,6 +23,7 @@ from appliance.netperf.define.suite import MAX_DURATION_S, MAX_REPETITIONS, Step
 from appliance.netperf.figures import compare as compare_mod
 from appliance.netperf.figures.compare import Result, Row
 from appliance.netperf.report import text as report
+from appliance.netperf.report.against import Against
 from appliance.netperf.run.recipe import Event, Runner
 from appliance.netperf.store import results
 from appliance.netperf.store.records import Aggregate, StepResult, SuiteResult
@@ -32,8 +33,8 @@ from appliance.switch.host import Host
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [
-    "MAX_DURATION_S", "MAX_REPETITIONS", "Aggregate", "Event", "OverrideError", "Overrides", "Result", "Row",
-    "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun", "compare", "compare_page",
+    "MAX_DURATION_S", "MAX_REPETITIONS", "Against", "Aggregate", "Event", "OverrideError", "Overrides", "Result", "Row",
+    "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun", "against", "compare", "compare_page",
     "compare_runs", "compare_text", "list_runs", "load_run", "load_suite", "parse_override", "parse_overrides",
     "plots_missing", "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod", "write_plots",
 ]  # fmt: skip
@@ -50,6 +51,16 @@ def load_run(path: str) -> SuiteResult:
 def report_text(doc: SuiteResult) -> str:
     """The study's table shape, regenerated from saved results."""
     return report.text(doc)
+
+
+def against(doc: SuiteResult, study: str) -> Against:
+    """The run set beside a shipped study (``seed-2010`` ...): its tables with the run's figures in the
+    study's units, and each of its conclusions judged on the run's measured figures.  An unknown study
+    is a usage error naming the known ones; a broken study file, a ConfigError (both exit 2)."""
+    from appliance.netperf.define import studies
+    from appliance.netperf.report import against as against_mod
+
+    return against_mod.against(doc, studies.load_named(study))
 
 
 def report_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
