@@ -352,6 +352,46 @@ def supervise(host: Host, directory: Path) -> int:
     return supervisor.supervise(host, directory)
 
 
+# -- the console's start form ---------------------------------------------------
+
+LIMIT_FIELDS = ("snaplen", "duration", "count")
+
+
+@dataclass
+class CaptureForm:
+    """The start dialog's fields as typed (empty = not given)."""
+
+    port: str = ""
+    name: str = ""
+    bpf: str = ""
+    snaplen: str = ""
+    duration: str = ""
+    count: str = ""
+
+
+def form_limits(form: CaptureForm) -> Limits:
+    """The limits asked for; a value that is not a number is refused naming the field, as argparse would."""
+    values: dict[str, float | int | None] = {}
+    for key in LIMIT_FIELDS:
+        text = getattr(form, key).strip()
+        if not text:
+            values[key] = None
+            continue
+        try:
+            values[key] = float(text) if key == "duration" else int(text)
+        except ValueError:
+            kind = "a number of seconds" if key == "duration" else "a whole number"
+            raise UsageError(f"--{key}: {text!r} is not {kind}") from None
+    return Limits(**values)  # type: ignore[arg-type]
+
+
+def start_form(host: Host, form: CaptureForm) -> CaptureRecord:
+    """Start a capture from the console's form: the same checks and refusals as ``hvnet capture start``."""
+    if not form.port:
+        raise UsageError("--port: choose a port to capture on")
+    return start(host, port=form.port, name=form.name.strip() or None, bpf=form.bpf or None, limits=form_limits(form))
+
+
 @dataclass
 class SuiteListener:
     """Captures as a suite's case asks for them (:class:`appliance.netperf.run.pktgen.Listen`): started on a

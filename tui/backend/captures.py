@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from appliance.core import render
-from appliance.core.errors import UsageError
 from appliance.services import captures as svc
-from appliance.services.captures import Completeness, Limits
+from appliance.services.captures import CaptureForm, Completeness
+
+# The start dialog builds the service's form through the console's backend.
+__all__ = ["CaptureForm"]
 
 if TYPE_CHECKING:
     from appliance.services.captures import CaptureRecord
     from tui.backend import Backend
-
-LIMIT_FIELDS = ("snaplen", "duration", "count")
 
 
 @dataclass(frozen=True)
@@ -94,40 +94,9 @@ def row_of(v: svc.CaptureView, rate_pps: float | None) -> CaptureRow:
     )  # fmt: skip
 
 
-@dataclass
-class CaptureForm:
-    """The start dialog's fields as typed (empty = not given)."""
-
-    port: str = ""
-    name: str = ""
-    bpf: str = ""
-    snaplen: str = ""
-    duration: str = ""
-    count: str = ""
-
-
-def form_limits(form: CaptureForm) -> Limits:
-    """The limits asked for; a value that is not a number is refused naming the field, as argparse would."""
-    values: dict[str, float | int | None] = {}
-    for key in LIMIT_FIELDS:
-        text = getattr(form, key).strip()
-        if not text:
-            values[key] = None
-            continue
-        try:
-            values[key] = float(text) if key == "duration" else int(text)
-        except ValueError:
-            kind = "a number of seconds" if key == "duration" else "a whole number"
-            raise UsageError(f"--{key}: {text!r} is not {kind}") from None
-    return Limits(**values)  # type: ignore[arg-type]
-
-
 def start(backend: Backend, form: CaptureForm) -> CaptureRecord:
     """Start the capture (everything checked first, by the service: nothing is started on a refusal)."""
-    if not form.port:
-        raise UsageError("--port: choose a port to capture on")
-    return svc.start(backend.host, port=form.port, name=form.name.strip() or None, bpf=form.bpf or None,
-                     limits=form_limits(form))  # fmt: skip
+    return svc.start_form(backend.host, form)
 
 
 def stop(backend: Backend, name: str) -> CaptureRow:

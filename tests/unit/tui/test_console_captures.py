@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.capture.spec import Limits, check_limits
-from appliance.core.errors import UsageError
-from tui.backend.captures import CaptureForm, LiveRates, complete_text, form_limits
-
-
-def test_limits_typed_are_the_clis() -> None:
-    assert form_limits(CaptureForm(snaplen="128", duration="2.5", count=" 10 ")) == Limits(128, 2.5, 10)
-    assert form_limits(CaptureForm()) == Limits()
-    with pytest.raises(UsageError, match="--count: 'ten' is not a whole number"):
-        form_limits(CaptureForm(count="ten"))
-    with pytest.raises(UsageError, match=r"--snaplen 5 is out of range: 14\.\.262144 bytes"):
-        check_limits(form_limits(CaptureForm(snaplen="5")))  # the range is the service's, checked at start
+from tui.backend.captures import LiveRates, complete_text
 
 
 def test_the_rate_is_measured_between_two_reads_of_a_running_capture() -> None:
