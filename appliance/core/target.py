@@ -77,7 +77,7 @@ class DbTarget:
             return None
         safe = ",".join("ssl:" + r[4:] if r.startswith("tcp:") else r for r in self.remotes)
         return (
-            f"warning: {self.remote} (from {self.source}) is plain TCP: OVSDB traffic is neither encrypted nor "
+            f"{self.remote} (from {self.source}) is plain TCP: OVSDB traffic is neither encrypted nor "
             f"authenticated, so anyone who can reach that port can read and change this switch; "
             f"use {safe} with --ssl-key, --ssl-cert and --ssl-ca (-p, -c, -C)"
         )

@@ -164,7 +164,7 @@ def insecure_warning(url: str, source: str) -> str | None:
         return None
     safe = "https://" + url[len("http://") :]
     return (
-        f"warning: {url} (from {source}) is plain HTTP: the pool's user and password are sent unencrypted, "
+        f"{url} (from {source}) is plain HTTP: the pool's user and password are sent unencrypted, "
         f"so anyone who can see that traffic can log in to the pool; use {safe}, with xapi_ca or "
         "xapi_fingerprint for XenServer's self-signed certificate"
     )

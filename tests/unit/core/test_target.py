@@ -184,6 +184,7 @@ def test_tcp_from_the_environment_is_warned_about_on_stderr(tmp_path: Path) -> N
     res = subprocess.run([sys.executable, "-m", "appliance", "--timeout", "1", "status"], capture_output=True,
                          text=True, cwd=ROOT, env=env, timeout=60, check=False)  # fmt: skip
     assert res.stderr.count("is plain TCP") == 1, res.stderr
+    assert "hvnet: warning: tcp:127.0.0.1:1 (from HVNET_DB) is plain TCP" in res.stderr  # one "warning:", not two
     assert "tcp:127.0.0.1:1 (from HVNET_DB)" in res.stderr and "use ssl:127.0.0.1:1" in res.stderr
 
 

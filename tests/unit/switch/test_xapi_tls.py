@@ -181,7 +181,7 @@ def test_http_is_warned_about_once_like_a_tcp_target(caplog, creds: str) -> None
     frontdoor.check_xapi(env, "/etc/hvnet/hvnet.conf:12")
     said = [w for w in _warnings(caplog) if url in w]
     assert said == [
-        f"warning: {url} (from /etc/hvnet/hvnet.conf:12) is plain HTTP: the pool's user and password are sent "
+        f"{url} (from /etc/hvnet/hvnet.conf:12) is plain HTTP: the pool's user and password are sent "
         "unencrypted, so anyone who can see that traffic can log in to the pool; use https://192.0.2.77, with "
         "xapi_ca or xapi_fingerprint for XenServer's self-signed certificate"
     ]
