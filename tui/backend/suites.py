@@ -33,7 +33,6 @@ from appliance.services.suites import (
 )
 from appliance.services.suites import ShippedSuite as SuiteChoice
 from appliance.switch.host import Host
-from tui.widgets.chart import Series
 
 # What the Suites screen shows, named here so that it depends on the console's backend.
 __all__ = ["Aggregate", "Event", "Result", "Row", "Suite", "SuiteChoice", "SuiteResult", "SuiteRun"]
@@ -162,14 +161,15 @@ def figures_of(doc: SuiteResult) -> list[StepFigures]:
     return [StepFigures.from_record(s) for s in doc.steps]
 
 
-def chart_series(figures: list[StepFigures], rr: bool) -> list[Series]:
-    """Mean total against concurrency, one series per test (RR tests: transactions/s; else Mbit/s)."""
+def chart_points(figures: list[StepFigures], rr: bool) -> dict[str, tuple[tuple[float, float], ...]]:
+    """Mean total against concurrency, the points of one line per test (RR tests: transactions/s; else
+    Mbit/s), in the order the tests first appear.  Plain data: how it is drawn is the screen's business."""
     by_label: dict[str, list[tuple[float, float]]] = {}
     for f in figures:
         if (f.type in RR_TYPES) != rr or f.mean_total is None:
             continue
         by_label.setdefault(f.label, []).append((float(f.concurrency), f.mean_total))
-    return [Series(name, tuple(sorted(points))) for name, points in by_label.items()]
+    return {name: tuple(sorted(points)) for name, points in by_label.items()}
 
 
 # -- past runs --------------------------------------------------------------------

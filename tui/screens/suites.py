@@ -55,7 +55,7 @@ from tui.backend.suites import (
     SuiteRun,
 )
 from tui.widgets.banner import ConnectionBanner
-from tui.widgets.chart import Chart
+from tui.widgets.chart import Chart, Series
 from tui.widgets.footer import Footer
 from tui.widgets.literal import Literal, literal
 
@@ -451,23 +451,26 @@ class SuitesScreen(Screen[None]):
         self.query_one("#showing", Static).update(f"showing {what}")
         self._update_chart()
 
-    def _update_chart(self) -> None:
-        figures = list(self.figures.values())
-        series = engine.chart_series(figures, self.rr_chart)
-        if not series and figures:  # nothing of the current kind: show the kind there is
-            other = engine.chart_series(figures, not self.rr_chart)
-            if other:
-                self.rr_chart = not self.rr_chart
-                series = other
+    def _series(self, rr: bool) -> list[Series]:
+        points = engine.chart_points(list(self.figures.values()), rr)
+        return [Series(name, line) for name, line in points.items()]
+
+    def _draw_chart(self, series: list[Series]) -> None:
         what = "transactions/s (total, mean of reps)" if self.rr_chart else "Mbit/s (total, mean of reps)"
         self.query_one(Chart).set_data(series, f"{what}{' · ' + self.showing if self.showing else ''}")
 
+    def _update_chart(self) -> None:
+        series = self._series(self.rr_chart)
+        if not series and self.figures:  # nothing of the current kind: show the kind there is
+            other = self._series(not self.rr_chart)
+            if other:
+                self.rr_chart = not self.rr_chart
+                series = other
+        self._draw_chart(series)
+
     def action_toggle_metric(self) -> None:
         self.rr_chart = not self.rr_chart
-        figures = list(self.figures.values())
-        series = engine.chart_series(figures, self.rr_chart)
-        what = "transactions/s (total, mean of reps)" if self.rr_chart else "Mbit/s (total, mean of reps)"
-        self.query_one(Chart).set_data(series, f"{what}{' · ' + self.showing if self.showing else ''}")
+        self._draw_chart(self._series(self.rr_chart))
         self._show_tab("tab-chart")
 
     def action_next_view(self) -> None:

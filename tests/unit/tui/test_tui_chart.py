@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.netperf.store.records import Aggregate
-from tui.backend.suites import InputError, StepFigures, chart_series, parse_overrides
+from tui.backend.suites import InputError, StepFigures, chart_points, parse_overrides
 from tui.widgets.chart import GLYPHS, OVERLAP, Series, compact, draw, nice_ceiling, render_lines
 
 
@@ -109,20 +109,20 @@ def figures(test: str, type_: str, totals: dict[int, list[float]]) -> list[StepF
     return out
 
 
-def test_chart_series_are_means_per_test_split_by_metric() -> None:
+def test_chart_points_are_means_per_test_split_by_metric() -> None:
     figs = figures("tcp-stream", "TCP_STREAM", {1: [100.0, 300.0], 4: [400.0]}) + figures(
         "tcp-rr", "TCP_RR", {1: [5000.0]}
     )
-    streams = chart_series(figs, rr=False)
-    assert streams == [Series("tcp-stream", ((1.0, 200.0), (4.0, 400.0)))]
-    assert chart_series(figs, rr=True) == [Series("tcp-rr", ((1.0, 5000.0),))]
+    streams = chart_points(figs, rr=False)
+    assert streams == {"tcp-stream": ((1.0, 200.0), (4.0, 400.0))}
+    assert chart_points(figs, rr=True) == {"tcp-rr": ((1.0, 5000.0),)}
 
 
 def test_a_repetition_without_a_result_is_not_plotted() -> None:
     f = StepFigures("t/default/m-/c1", "t", "default", "TCP_STREAM", None, 1, 2)
     f.add(Aggregate(sum=None, lost=1, instances=1))
     assert f.done == 1 and f.mean_total is None and f.lost == 1
-    assert chart_series([f], rr=False) == []
+    assert chart_points([f], rr=False) == {}
 
 
 def test_overrides_follow_the_cli_rules() -> None:
