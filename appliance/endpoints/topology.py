@@ -24,6 +24,9 @@ KINDS = ("netns", "qemu")
 # kernel datapath (appliance.lab.vmhost).
 HOST_KINDS = ("netns", "vm")
 MEMORY_MIB = (128, 4096)  # a QEMU guest's memory: the probe image needs ~100 MiB
+# A QEMU guest's vCPUs.  KVM gives each a host thread; under TCG on a small host a vCPU sweep measures the
+# emulator's threads, which the lab says when it boots such a guest.
+VCPUS = (1, 16)
 
 _GUEST_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,23}$")
 # A lab host's name: its namespace, its veths' and its trunk links' names are built from it
@@ -37,7 +40,7 @@ _LSWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 OVN_BRIDGE = "br-int"  # ovn-controller's integration bridge: the only bridge of an OVN pool's hosts
 _BRIDGE_KEYS = {"name", "datapath_type", "address"}
 _GUEST_KEYS = {"name", "kind", "host", "bridge", "ip", "mac", "vif", "domid", "tag", "trunks", "vlan_mode", "memory",
-               "switch"}  # fmt: skip
+               "vcpus", "switch"}  # fmt: skip
 
 # Namespace for the lab's deterministic VM/VIF/network uuids: the same
 # topology always produces the same ids, so re-running 'lab up' is stable.
@@ -76,6 +79,7 @@ class Guest:
     vlan_mode: str | None = None
     kind: str = "netns"
     memory_mib: int = 256
+    vcpus: int = 1
     host: str | None = None  # the lab hypervisor it runs on, in a topology with ``hosts``
     lswitch: str | None = None  # the OVN logical switch it joins, in a topology with ``ovn``
 
@@ -444,6 +448,7 @@ class _GuestReader:
         kind = self.kind(rg, path)
         host = self.host(rg, path, gname, kind)
         memory = self.memory(rg, path, kind)
+        vcpus = self.vcpus(rg, path, kind)
         bridge = self.bridge(rg, path)
         ip = self.ip(i, rg, path)
         domid = self.domid(i, rg, path)
@@ -465,6 +470,7 @@ class _GuestReader:
             vlan_mode=mode,
             kind=kind,
             memory_mib=memory,
+            vcpus=vcpus,
             host=host,
             lswitch=lswitch,
         )
@@ -533,6 +539,16 @@ class _GuestReader:
             self.bad((*path, "memory"), f"must be an integer {MEMORY_MIB[0]}..{MEMORY_MIB[1]} (MiB)")
             return 256
         return memory
+
+    def vcpus(self, rg: dict[str, Any], path: yamldoc.PathKey, kind: str) -> int:
+        """A QEMU guest's vCPU count; only a QEMU guest may give one (a namespace shares the host's CPUs)."""
+        vcpus = rg.get("vcpus", 1)
+        if "vcpus" in rg and kind != "qemu":
+            self.bad((*path, "vcpus"), "only a qemu guest has vCPUs to size; drop it or set 'kind: qemu'")
+        elif isinstance(vcpus, bool) or not isinstance(vcpus, int) or not VCPUS[0] <= vcpus <= VCPUS[1]:
+            self.bad((*path, "vcpus"), f"must be an integer {VCPUS[0]}..{VCPUS[1]}")
+            return 1
+        return vcpus
 
     def bridge(self, rg: dict[str, Any], path: yamldoc.PathKey) -> Any:
         """The guest's bridge: one of the topology's, implied when there is only one."""

@@ -32,7 +32,7 @@ bridges: [{name: br0, datapath_type: netdev}]
 guests:
   - {name: QA, kind: qemu, ip: 10.0.0.11/24, tag: 1}
   - {name: QB, kind: qemu, ip: 10.0.0.12/24, tag: 1}
-  - {name: QC, kind: qemu, ip: 10.0.0.13/24, tag: 2}
+  - {name: QC, kind: qemu, ip: 10.0.0.13/24, tag: 2, vcpus: 2, memory: 320}
 """
 
 
@@ -80,6 +80,14 @@ def leftovers(domains: list[str]) -> dict[str, str]:
     script = ('for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case $c in netperf|netserver|tcpdump) '
               'echo "$c ${p#/proc/}";; esac; done; ls /var/tmp/hvnet-endpoints 2>/dev/null')  # fmt: skip
     return {d: out for d in domains if (out := in_vm(d, script).strip())}
+
+
+def test_a_qemu_guest_boots_with_the_size_its_topology_gives(agent_lab: tuple[Lab, Path]) -> None:
+    """QC is sized in the topology (2 vCPUs, 320 MiB), the others take the defaults (1 vCPU, 256 MiB)."""
+    cpus = {g: in_vm(g, "grep -c ^processor /proc/cpuinfo").strip() for g in ("QA", "QC")}
+    assert cpus == {"QA": "1", "QC": "2"}
+    mem_kib = {g: int(in_vm(g, "sed -n 's/^MemTotal: *\\([0-9]*\\) kB$/\\1/p' /proc/meminfo")) for g in ("QA", "QC")}
+    assert 200 * 1024 < mem_kib["QA"] <= 256 * 1024 < mem_kib["QC"] <= 320 * 1024, mem_kib
 
 
 def test_a_suite_runs_between_two_vms_through_their_guest_agents(agent_lab: tuple[Lab, Path], tmp_path: Path) -> None:

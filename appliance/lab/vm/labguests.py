@@ -19,6 +19,7 @@ their logs, and the daemons the lab started.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,21 @@ def cmdline(g: Guest) -> str:
     from appliance.lab.vm.image import kernel_cmdline
 
     return kernel_cmdline(g.ip, extra=[f"hvnet.hostname={g.name}"])
+
+
+def size_text(g: Guest, domain_type: str) -> str:
+    """The guest's size as booted, and what a vCPU count means under software emulation.
+
+    Under TCG every vCPU is an emulator thread sharing the host's cores with the
+    switch and the other guests: a figure measured against the vCPU count there
+    is the emulator's, not comparable with a study's VMs under a hypervisor.
+    """
+    size = f"{g.vcpus} vCPU{'s' if g.vcpus != 1 else ''}, {g.memory_mib} MiB"
+    if domain_type != "kvm" and g.vcpus > 1:
+        cores = os.cpu_count() or 1
+        size += (f"; under TCG its {g.vcpus} vCPUs are emulator threads on this host's {cores} core(s): "
+                 "a vCPU sweep measures the emulator, not comparable with VMs under KVM or Xen")  # fmt: skip
+    return size
 
 
 def _open(uri: str = libvirtd.URI) -> Any:
@@ -153,10 +169,11 @@ def up(
                     channel=str(files.chan),
                     console_log=str(files.console),
                     memory_mib=g.memory_mib,
+                    vcpus=g.vcpus,
                     nics=(Nic(g.bridge, g.mac, g.tag, g.trunks, g.vlan_mode),),
                 )
                 dom = conn.defineXML(domain_xml(spec))
-                actions.append(f"defined libvirt domain {name} ({acc.name})")
+                actions.append(f"defined libvirt domain {name} ({acc.name}, {size_text(g, acc.domain_type)})")
             if not dom.isActive():
                 dom.create()
                 actions.append(f"started {name}: libvirt plugs its NIC into {g.bridge}")

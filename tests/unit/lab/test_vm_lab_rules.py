@@ -40,6 +40,9 @@ guests:
   - {name: B, kind: lxc, ip: 10.0.0.2/24}
   - {name: C, ip: 10.0.0.3/24, memory: 512}
   - {name: D, kind: qemu, ip: 10.0.0.4/24, memory: 64}
+  - {name: E, ip: 10.0.0.5/24, vcpus: 2}
+  - {name: F, kind: qemu, ip: 10.0.0.6/24, vcpus: 0}
+  - {name: G, kind: qemu, ip: 10.0.0.7/24, vcpus: true}
 """
     found = problems(tmp_path, text)
     assert any(":4: guests[0].kind:" in p and "hypervisor: libvirt" in p for p in found), found
@@ -47,6 +50,32 @@ guests:
     assert any(":5: guests[1].kind:" in p and "allowed: netns, qemu" in p for p in found), found
     assert any(":6: guests[2].memory:" in p and "only a qemu guest" in p for p in found), found
     assert any(":7: guests[3].memory:" in p and "128..4096" in p for p in found), found
+    assert any(":8: guests[4].vcpus:" in p and "only a qemu guest has vCPUs" in p for p in found), found
+    assert any(":9: guests[5].vcpus:" in p and "1..16" in p for p in found), found
+    assert any(":10: guests[6].vcpus:" in p and "1..16" in p for p in found), found
+
+
+def test_a_qemu_guest_is_sized_per_guest_and_says_what_tcg_vcpus_measure(tmp_path: Path) -> None:
+    from appliance.lab.vm.labguests import size_text
+
+    f = tmp_path / "topo.yaml"
+    f.write_text("""\
+hypervisor: libvirt
+bridges: [{name: br0}]
+guests:
+  - {name: MON1, kind: qemu, ip: 10.0.0.1/24, vcpus: 4, memory: 512}
+  - {name: VM1, kind: qemu, ip: 10.0.0.2/24}
+""")
+    mon, vm = topology.load(f).guests
+    assert (mon.vcpus, mon.memory_mib, vm.vcpus, vm.memory_mib) == (4, 512, 1, 256)
+    assert size_text(vm, "qemu") == "1 vCPU, 256 MiB"
+    assert size_text(mon, "kvm") == "4 vCPUs, 512 MiB"
+    tcg = size_text(mon, "qemu")
+    assert tcg.startswith("4 vCPUs, 512 MiB; under TCG") and "measures the emulator" in tcg
+    dom = ET.fromstring(domain_xml(DomainSpec(name="MON1", uuid="11111111-2222-3333-4444-555555555555",
+        domain_type="qemu", kernel="/k", initrd="/i", cmdline="", channel="/c", console_log="/l",
+        memory_mib=mon.memory_mib, vcpus=mon.vcpus, nics=())))  # fmt: skip
+    assert (dom.find("vcpu").text, dom.find("memory").text, dom.find("memory").get("unit")) == ("4", "512", "MiB")
 
 
 def test_domain_xml_plugs_into_ovs_with_the_vlan() -> None:
