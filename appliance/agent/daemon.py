@@ -38,7 +38,8 @@ from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
 from appliance.core.systemd import Notifier
 from appliance.services import policy as svc
-from appliance.services.policy import AGENT_LOCK, OrphanCollector, Policy
+from appliance.services.engine import AGENT_LOCK, OrphanCollector, open_engine, vswitchd_pid
+from appliance.services.policy import Policy
 from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet.agent")
@@ -62,7 +63,7 @@ class Agent:
         self.conn = conn
         self.policy_path = str(policy_path)
         self.tick = tick
-        self.engine = svc.open_engine(host, "hvnet agent", conn=conn, policing=policing, enforcing=True)
+        self.engine = open_engine(host, "hvnet agent", conn=conn, policing=policing, enforcing=True)
         # invalid or untrusted at start: refuse to run
         self.policy: Policy = svc.load_policy(self.policy_path, trusted=ENFORCED)
         self._wake = threading.Event()
@@ -206,7 +207,7 @@ class Agent:
         return False
 
     def _check_vswitchd(self) -> None:
-        pid = svc.vswitchd_pid(self.engine)
+        pid = vswitchd_pid(self.engine)
         if pid is None:
             return
         if self._vswitchd_pid is not None and pid != self._vswitchd_pid:

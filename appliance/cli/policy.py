@@ -25,6 +25,7 @@ from appliance.core.errors import (
 )
 from appliance.core.systemd import Notifier, log_handler
 from appliance.frontdoor.hosts import configured_host, host_of
+from appliance.services import confirm, engine, mirrors
 from appliance.services import fleet_policy as pool
 from appliance.services import policy as svc
 from appliance.services.policy import DEFAULT_POLICY, ApplyResult, FieldError, Plan, Policy, PolicyEngine, change_json
@@ -35,7 +36,7 @@ WATCHER_PATIENCE_S = 600.0
 
 def _engine(args: argparse.Namespace, host: Host | None = None) -> PolicyEngine:
     """An engine on ``host`` (else the one the global options name), ``--policing`` applied."""
-    return svc.open_engine(
+    return engine.open_engine(
         host or host_of(args), _command_line(), timeout=args.timeout, policing=getattr(args, "policing", None),
         pool=bool(getattr(args, "hosts", None)),  # one policy for several hosts: see services.fleet_policy
     )  # fmt: skip
@@ -259,7 +260,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        done = svc.commit(eng)
+        done = confirm.commit(eng)
     if done is None:
         msg = "nothing to commit: no --no-commit apply is pending"
         _out(args, {"committed": False, "message": msg}, msg)
@@ -284,7 +285,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
         return cmd_pool_rollback(args)
     with _engine(args) as eng:
-        result = svc.rollback(eng)
+        result = confirm.rollback(eng)
     assert result is not None
     return _finish(args, result)
 
@@ -300,12 +301,12 @@ def _watch(args: argparse.Namespace) -> int:
     from appliance.core.ssh import AuthRefused, HostUnreachable
 
     at = float(args.at)
-    svc.wait_until(at)  # before connecting: a connection idle for the whole window goes stale
+    confirm.wait_until(at)  # before connecting: a connection idle for the whole window goes stale
     delay = 1.0
     while True:
         try:
             with _engine(args) as eng:
-                result = svc.rollback(eng, pending_id=args.pending, at=at)
+                result = confirm.rollback(eng, pending_id=args.pending, at=at)
             break
         except (OvsdbUnreachable, ConflictError, HostUnreachable) as exc:
             if isinstance(exc, AuthRefused):
@@ -382,7 +383,7 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
     if not (args.all or args.src or args.dst or args.vlan is not None):
         raise UsageError("the mirror selects nothing: give --src, --dst, --vlan or --all")
     try:
-        rule = svc.mirror_rule(
+        rule = mirrors.mirror_rule(
             args.bridge,
             args.name,
             output=spec,
@@ -401,19 +402,19 @@ def cmd_mirror_add(args: argparse.Namespace) -> int:
             flag = "--output-" + exc.field.split(".")[-1] if exc.field.startswith("output") else "--" + exc.field
         raise _cli_problem(flag, str(exc)) from None
     with _engine(args) as eng:
-        return _finish(args, svc.add_mirror(eng, rule, dry_run=args.dry_run, may_exist=args.may_exist))
+        return _finish(args, mirrors.add_mirror(eng, rule, dry_run=args.dry_run, may_exist=args.may_exist))
 
 
 def cmd_mirror_del(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
         return _finish(
-            args, svc.delete_mirror(eng, args.name, args.bridge, dry_run=args.dry_run, if_exists=args.if_exists)
+            args, mirrors.delete_mirror(eng, args.name, args.bridge, dry_run=args.dry_run, if_exists=args.if_exists)
         )
 
 
 def cmd_mirror_list(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
-        out = svc.list_mirrors(eng)
+        out = mirrors.list_mirrors(eng)
     rows = [[m["bridge"], m["name"], m["owner"], m["config"], render.count(m["tx_packets"]) + " pkt",
              "-" if m["tx_bytes"] is None else render.si(m["tx_bytes"], "B")] for m in out]  # fmt: skip
     if args.json:
@@ -454,7 +455,7 @@ def _agent_prepare(args: argparse.Namespace) -> int:
     kernel enforces tc's police action is probed in a throwaway network namespace (which needs
     CAP_SYS_ADMIN and mounts) and cached for the boot, where the sandboxed agent reads it."""
     host = host_of(args)
-    answer = svc.tc_police(host)
+    answer = engine.tc_police(host)
     said = "works" if answer.works else "does not work"
     if answer.cached is not None:
         print(f"hvnet: tc police {said} on this kernel (cached for this boot in {answer.cached})")
@@ -482,7 +483,7 @@ def _agent_connect(args: argparse.Namespace, notifier: Notifier) -> tuple[Host, 
         while True:
             try:
                 host = host_of(args)
-                return host, svc.connect(host, timeout=args.timeout, statistics=False)
+                return host, engine.connect(host, timeout=args.timeout, statistics=False)
             except (OvsdbUnreachable, HostUnreachable) as exc:
                 remote = getattr(args, "host", None) or configured_host(args.db)
                 if not remote or isinstance(exc, AuthRefused):  # a refused host key is no HostUnreachable

@@ -1,16 +1,14 @@
 """Value rules shared by every file and argument hvnet accepts.
 
 Each checker returns the normalised value or raises ``ValueError`` with a
-message that says what is allowed; callers attach file, line and field.
+message that says what is allowed; callers attach file, line and field
+(a rule that reads several fields says which one was bad: :class:`FieldError`).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-
-VLAN_MIN, VLAN_MAX = 0, 4094
-VLAN_MODES = ("access", "trunk", "native-tagged", "native-untagged")
 
 # Linux IFNAMSIZ is 16 including the NUL; OVS port names that are kernel
 # devices must satisfy the kernel.  '/', whitespace and ':' are refused by
@@ -21,6 +19,14 @@ _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 # separators, bidi marks, embeddings, overrides and isolates, lone surrogates (render.terminal's set).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 TEXT_ALLOWS = "\n\t"  # what longer text (a description, a filter) may hold besides
+
+
+class FieldError(ValueError):
+    """A bad value of one field; ``field`` names it (``rate``, ``output.port``) for the caller's message."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def no_control(value: str, allow: str = "") -> str:
@@ -46,63 +52,6 @@ def ifname(value: Any) -> str:
             "not starting with '.' or '-'"
         )
     return value
-
-
-def vlan_id(value: Any) -> int:
-    """A VLAN id a port may be tagged with (0..4094)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"VLAN tag must be an integer {VLAN_MIN}..{VLAN_MAX}, not {value!r}")
-    if value == 4095:
-        raise ValueError("VLAN 4095 is reserved (hvnet uses it only as the fail-closed dead VLAN); allowed: 0..4094")
-    if not VLAN_MIN <= value <= VLAN_MAX:
-        raise ValueError(f"VLAN tag {value} is outside {VLAN_MIN}..{VLAN_MAX}")
-    return value
-
-
-def vlan_list(value: Any) -> list[int]:
-    """Trunk lists: a YAML list of ids, or a string like ``"10,20-30"``."""
-    items: list[Any]
-    if isinstance(value, int) and not isinstance(value, bool):
-        items = [value]
-    elif isinstance(value, list):
-        items = value
-    elif isinstance(value, str):
-        items = []
-        for part in value.replace(" ", "").split(","):
-            if not part:
-                raise ValueError(f"empty element in VLAN list {value!r}; write e.g. 10,20-30")
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-            if not m:
-                raise ValueError(f"malformed VLAN range {part!r} in {value!r}; write e.g. 10,20-30")
-            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-            if hi < lo:
-                raise ValueError(f"VLAN range {part!r} runs backwards")
-            if hi - lo > VLAN_MAX:
-                raise ValueError(f"VLAN range {part!r} is too large")
-            items.extend(range(lo, hi + 1))
-    else:
-        raise ValueError(f"VLAN list must be a list of ids or a string like '10,20-30', not {value!r}")
-    return sorted({vlan_id(v) for v in items})
-
-
-def format_vlan_list(vlans: list[int]) -> str:
-    """``[10, 20, 21, 22]`` -> ``"10,20-22"`` (the inverse of :func:`vlan_list`)."""
-    out: list[str] = []
-    vs = sorted(set(vlans))
-    i = 0
-    while i < len(vs):
-        j = i
-        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
-            j += 1
-        out.append(str(vs[i]) if i == j else f"{vs[i]}-{vs[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
-def vlan_mode(value: Any) -> str:
-    if value not in VLAN_MODES:
-        raise ValueError(f"invalid VLAN mode {value!r}; allowed: {', '.join(VLAN_MODES)}")
-    return str(value)
 
 
 def mac(value: Any) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from appliance.core import validate, yamldoc
 from appliance.core.errors import ConfigError, Problem
+from appliance.core.vlan import vlan_id, vlan_list, vlan_mode
 
 HYPERVISORS = ("xenserver", "libvirt")
 DATAPATH_TYPES = ("netdev", "system")
@@ -628,19 +629,19 @@ class _GuestReader:
         tag = rg.get("tag")
         if tag is not None:
             try:
-                tag = validate.vlan_id(tag)
+                tag = vlan_id(tag)
             except ValueError as exc:
                 self.bad((*path, "tag"), str(exc))
         trunks: list[int] = []
         if rg.get("trunks") is not None:
             try:
-                trunks = validate.vlan_list(rg["trunks"])
+                trunks = vlan_list(rg["trunks"])
             except ValueError as exc:
                 self.bad((*path, "trunks"), str(exc))
         mode = rg.get("vlan_mode")
         if mode is not None:
             try:
-                mode = validate.vlan_mode(mode)
+                mode = vlan_mode(mode)
             except ValueError as exc:
                 self.bad((*path, "vlan_mode"), str(exc))
         if mode == "access" and trunks:

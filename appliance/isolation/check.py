@@ -18,6 +18,7 @@ from pathlib import Path
 
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
 from appliance.core.ovsdb import Connection
+from appliance.core.vlan import VlanCols
 from appliance.endpoints.guests import GuestEndpoint, GuestSource
 from appliance.isolation import model, traffic
 from appliance.isolation.model import Evidence, MethodResult
@@ -26,7 +27,7 @@ from appliance.isolation.trace import OdpPorts, SiteView, run_trace, trace_sites
 from appliance.policy.apply.engine import PolicyEngine
 from appliance.policy.plan.model import OWNER_KEY as OWNER
 from appliance.policy.plan.planner import Change
-from appliance.policy.plan.state import MirrorCols, State, VlanCols
+from appliance.policy.plan.state import MirrorCols, State
 from appliance.switch import inventory
 from appliance.switch.host import Host
 from appliance.switch.inventory import Inventory

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.core import validate, yamldoc
+from appliance.core import yamldoc
 from appliance.core.errors import ConfigError, Problem
+from appliance.core.vlan import vlan_id, vlan_list, vlan_mode
 from appliance.endpoints.topology import Topology
 from appliance.endpoints.topology import load as load_topology
 from appliance.probes import spec as probe_spec
@@ -208,11 +209,11 @@ def _vlans(raw_vlans: Any, known: set[str], problems: _Problems) -> list[VlanOve
                 continue
             try:
                 if key == "tag":
-                    kwargs["tag"] = None if value is None else validate.vlan_id(value)
+                    kwargs["tag"] = None if value is None else vlan_id(value)
                 elif key == "trunks":
-                    kwargs["trunks"] = () if value is None else tuple(validate.vlan_list(value))
+                    kwargs["trunks"] = () if value is None else tuple(vlan_list(value))
                 else:
-                    kwargs["vlan_mode"] = None if value is None else validate.vlan_mode(value)
+                    kwargs["vlan_mode"] = None if value is None else vlan_mode(value)
             except ValueError as exc:
                 problems.bad((*path, key), str(exc))
         vlans.append(VlanOverride(guest=guest, **kwargs))
@@ -262,7 +263,7 @@ def _mirror(
         problems.bad((*path, "select_all"), "must be true or false")
         select_all = False
     try:
-        svlans = tuple(validate.vlan_list(rm["select_vlans"])) if rm.get("select_vlans") is not None else ()
+        svlans = tuple(vlan_list(rm["select_vlans"])) if rm.get("select_vlans") is not None else ()
     except ValueError as exc:
         problems.bad((*path, "select_vlans"), str(exc))
         svlans = ()

@@ -23,7 +23,6 @@ _WHERE = {
     "ApplyResult": "apply.engine", "PolicyEngine": "apply.engine", "require_one": "apply.engine",
     "REMOVE": "plan.model", "Egress": "plan.model", "Ingress": "plan.model", "MirrorOutput": "plan.model",
     "MirrorRule": "plan.model", "Policy": "plan.model", "Selector": "plan.model", "VifRule": "plan.model",
-    "Vlan": "plan.model",
     "Change": "plan.planner", "Plan": "plan.planner", "PlanOptions": "plan.planner", "describe": "plan.planner",
     "COLUMNS": "apply.read", "State": "plan.state",
 }  # fmt: skip
@@ -45,7 +44,6 @@ __all__ = [
     "Selector",
     "State",
     "VifRule",
-    "Vlan",
     "describe",
     "export",
     "load",
@@ -76,7 +74,6 @@ if TYPE_CHECKING:
         Policy,
         Selector,
         VifRule,
-        Vlan,
     )
     from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe
     from appliance.policy.plan.state import State

@@ -21,11 +21,12 @@ from typing import Optional
 from appliance.core.errors import CommandFailed, HvnetError, UsageError
 from appliance.core.ovsdb import Connection, TxnContext
 from appliance.core.ovsdb import column as col
+from appliance.core.vlan import VlanCols
 from appliance.endpoints.guests import GuestEndpoint
 from appliance.policy.apply import writer
 from appliance.policy.apply.read import COLUMNS
 from appliance.policy.plan.planner import Change, owned_qos
-from appliance.policy.plan.state import PoliceCols, VlanCols
+from appliance.policy.plan.state import PoliceCols
 from appliance.probes import spec as sp
 from appliance.probes.spec import FoundProbe, ProbeSpec
 from appliance.switch.host import Host

@@ -23,8 +23,9 @@ from typing import Any, Callable, Optional
 
 from appliance.core import yamldoc
 from appliance.core.errors import Problem
+from appliance.core.validate import FieldError
 from appliance.endpoints.topology import Bridge, Guest, Topology
-from appliance.policy.plan.fields import FieldError, egress_from_fields, ingress_from_fields
+from appliance.policy.plan.fields import egress_from_fields, ingress_from_fields
 from appliance.policy.plan.model import Egress, Ingress
 from appliance.switch.reader import PROBE_MARK
 

@@ -1,14 +1,13 @@
-"""The console's forms as rules: what the Edit VIF, Add mirror and Add TAP dialogs' fields mean.
+"""The console's mirror and TAP forms as rules: what the Add mirror and Add TAP dialogs' fields mean.
 
 A form holds the operator's text as typed (strings; empty = not given).
-Each one is translated by the builders its CLI verb uses -- the VLAN,
-policing and shaping field rules of ``hvnet vif set`` and ``hvnet qos set``,
+Each one is translated by the builders its CLI verb uses --
 :func:`~appliance.policy.plan.intents.mirror_rule` of ``hvnet mirror add``,
 :func:`~appliance.services.taps.tap_rule` of ``hvnet tap add`` -- so a dialog
 accepts and refuses exactly what the command line does, in the same words.
-The translation lives here, once, beside the verbs that apply the rule, so
-no front end keeps a second copy of it.  Everything here is pure: it reads
-a :class:`~appliance.policy.plan.state.PortState` at most.
+The translation lives here, once, so no front end keeps a second copy of it.
+Everything here is pure.  (The Edit VIF form is translated beside the verb
+that applies it: :func:`appliance.services.policy.vif_form_rule`.)
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from appliance.core.errors import ConfigError, Problem, UsageError
-from appliance.core.validate import VLAN_MODES
-from appliance.policy.plan.fields import FieldError, egress_from_fields, ingress_from_fields, vlan_from_fields
+from appliance.core.errors import UsageError
+from appliance.core.validate import FieldError
 from appliance.policy.plan.intents import mirror_rule
-from appliance.policy.plan.model import REMOVE, Egress, Ingress, MirrorRule, Selector, TapRule, VifRule
-from appliance.policy.plan.state import PortState
-from appliance.services.policy import mirror_taken
+from appliance.policy.plan.model import MirrorRule, TapRule
+from appliance.services.mirrors import mirror_taken
 from appliance.services.taps import tap_rule
 
 
@@ -32,89 +29,6 @@ def _int_or_text(text: str) -> int | str:
         return int(text)
     except ValueError:
         return text
-
-
-# -- Edit VIF ------------------------------------------------------------------------
-
-
-@dataclass
-class VifForm:
-    """The Edit VIF form's fields as typed (strings; empty = none)."""
-
-    MODES: ClassVar[tuple[str, ...]] = VLAN_MODES  # the mode choices: exactly the modes the VLAN rule takes
-
-    mode: str
-    tag: str = ""
-    trunks: str = ""
-    ingress_rate: str = ""
-    ingress_burst: str = ""
-    egress_rate: str = ""
-
-    @staticmethod
-    def of(port: PortState) -> VifForm:
-        """The form filled with what the port has now."""
-        vlan = port.vlan.effective()
-        ingress = port.police.effective()
-        egress = port.qos.effective() if port.qos else None
-        return VifForm(
-            mode=vlan.mode,
-            tag="" if vlan.tag is None else str(vlan.tag),
-            trunks=",".join(str(t) for t in vlan.trunks) if vlan.trunks else ("all" if vlan.mode != "access" else ""),
-            ingress_rate=str(ingress.rate_kbps) if ingress else "",
-            ingress_burst=str(ingress.burst_kbit) if ingress else "",
-            egress_rate=str(egress.rate_kbps) if egress else "",
-        )
-
-
-def vif_form_rule(port: PortState, form: VifForm, source: str = "Edit VIF") -> VifRule:
-    """The whole-VIF rule a submitted form means, or ConfigError naming every bad field.
-
-    An emptied rate removes that limit; fields equal to the current setting
-    still go into the rule (the planner drops what does not change).  The
-    ingress mechanism and the egress burst are kept as they are.
-    """
-    problems: list[Problem] = []
-    rule = VifRule(Selector("port", port.name))
-
-    def bad(field: str, message: str) -> None:
-        problems.append(Problem(source, None, field, message))
-
-    mode = form.mode.strip()
-    tag: Any = form.tag.strip() or None
-    if tag is not None and tag.lstrip("-").isdigit():
-        tag = int(tag)  # typed text; the CLI's argument parser does the same
-    trunks = form.trunks.strip() or None
-    try:
-        rule.vlan = vlan_from_fields(mode, tag, trunks)
-    except FieldError as exc:
-        bad("mode" if exc.field == "(vlan)" else exc.field, str(exc))
-
-    current_in = port.police.effective()
-    rate, burst = form.ingress_rate.strip(), form.ingress_burst.strip()
-    if rate:
-        mechanism = current_in.mechanism if isinstance(current_in, Ingress) else "auto"
-        try:
-            rule.ingress = ingress_from_fields(rate, burst or None, mechanism)
-        except FieldError as exc:
-            bad(f"ingress {exc.field}", str(exc))
-    elif burst:
-        bad("ingress burst", "a burst needs a rate; empty both to remove policing")
-    elif current_in is not None:
-        rule.ingress = REMOVE
-
-    current_out = port.qos.effective() if port.qos else None
-    out_rate = form.egress_rate.strip()
-    if out_rate:
-        keep_burst = current_out.burst_kbit if isinstance(current_out, Egress) else None
-        try:
-            rule.egress = egress_from_fields(out_rate, keep_burst)
-        except FieldError as exc:
-            bad(f"egress {exc.field}", str(exc))
-    elif current_out is not None:
-        rule.egress = REMOVE
-    if problems:
-        raise ConfigError(problems)
-    return rule
 
 
 # -- Add mirror ------------------------------------------------------------------------

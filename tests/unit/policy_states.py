@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from appliance.core.vlan import VlanCols
 from appliance.policy.plan.model import OWNER, OWNER_KEY
-from appliance.policy.plan.state import PoliceCols, PortState, VlanCols
+from appliance.policy.plan.state import PoliceCols, PortState
 
 OWNED = ((OWNER_KEY, OWNER),)
 

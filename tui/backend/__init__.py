@@ -7,11 +7,14 @@ lives here is shared state -- the one OVSDB connection, the policy engine on
 it, the rate meter behind the VIF table, hvnet's own log messages -- so each
 screen does not open its own.
 
+The Edit VIF dialog's calls are the Backend's own (:meth:`Backend.plan_vif`,
+:meth:`Backend.edit_vif`; the form's translation, :func:`vif_form_rule`, is
+named here): editing one VIF is the switch's policy on this connection.
 Submodules hold the calls of one capability each (:mod:`.host`, :mod:`.vifs`,
-:mod:`.edit_vif`, :mod:`.mirrors`, :mod:`.taps`, :mod:`.captures`,
-:mod:`.suites`, :mod:`.isolation`, :mod:`.fleet`) and name the services' types
-their screens show and build: this package is the console's one door to the
-services, and its screens, dialogs and widgets import none of them directly.
+:mod:`.mirrors`, :mod:`.taps`, :mod:`.captures`, :mod:`.suites`,
+:mod:`.isolation`, :mod:`.fleet`) and name the services' types their screens
+show and build: this package is the console's one door to the services, and
+its screens, dialogs and widgets import none of them directly.
 """
 
 from __future__ import annotations
@@ -27,12 +30,26 @@ from typing import Any, Callable
 from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
 from appliance.frontdoor.hosts import build_host
+from appliance.services import confirm
 from appliance.services import policy as svc
+from appliance.services.engine import open_engine
 from appliance.services.inventory import Inventory, LiveInventory
-from appliance.services.policy import ApplyResult, Enforcement, Plan, Policy, PolicyEngine, State
+from appliance.services.policy import (
+    ApplyResult,
+    Enforcement,
+    Plan,
+    PolicyEngine,
+    State,
+    VifForm,
+    VifRule,
+    vif_form_rule,
+)
 from appliance.switch.host import Host
 
 log = logging.getLogger("hvnet.tui")
+
+# What the Edit VIF dialog shows and builds, named here so that it depends on the console's backend.
+__all__ = ["Backend", "LogLine", "State", "VifForm", "VifRule", "vif_form_rule"]
 
 MESSAGES_KEPT = 500
 CONFIRM_WITHIN_S = 60.0  # the dialogs' "roll back unless confirmed" window
@@ -85,7 +102,7 @@ class Backend:
         self._live = LiveInventory(conn, self.host)
         self._first: _Prefetch | None = None  # the first table's read, begun at start-up (see prefetch)
         self._gc_paused = False  # the cyclic collector waits for the first table (see prefetch)
-        self._engine = svc.open_engine(self.host, "hvnet tui", conn=conn)
+        self._engine = open_engine(self.host, "hvnet tui", conn=conn)
         self.confirm_within_s = CONFIRM_WITHIN_S
         # the Log screen's lines: kept when the console switches to another host (one console, one log)
         self.messages: deque[LogLine] = deque(maxlen=MESSAGES_KEPT) if messages is None else messages
@@ -250,13 +267,16 @@ class Backend:
     def snapshot(self) -> State:
         return self.engine.snapshot()
 
-    def plan(self, policy: Policy) -> Plan:
-        """What ``policy`` would change; touches nothing."""
-        return svc.plan(self.engine, policy)
+    def plan_vif(self, rule: VifRule) -> Plan:
+        """What applying one VIF's rule (the Edit VIF form's) would change, before -> after; touches nothing."""
+        return svc.plan_vif(self.engine, rule)
 
-    def apply(self, policy: Policy, what: str, *, confirm_within: float | None = None) -> ApplyResult:
-        """One atomic apply (verified, audited), noted in the log; see :func:`svc.apply` for ``confirm_within``."""
-        return self.run_apply(what, lambda: svc.apply(self.engine, policy, confirm_within=confirm_within))
+    def edit_vif(self, port: str, rule: VifRule, confirm_within: float | None = None) -> ApplyResult:
+        """Apply one VIF's rule: one transaction, verified, audited, noted in the log.
+
+        ``confirm_within``: rolled back unless confirmed in time (see :func:`appliance.services.policy.apply`).
+        """
+        return self.run_apply(f"edit {port}", lambda: svc.edit_vif(self.engine, rule, confirm_within=confirm_within))
 
     def run_apply(self, what: str, verb: Callable[[], ApplyResult]) -> ApplyResult:
         """Run one service verb that applies, refused while disconnected, its outcome noted in the log."""
@@ -268,25 +288,25 @@ class Backend:
         self.note(f"{what}: {result.status} in {time.monotonic() - started:.1f} s", level)
         return result
 
-    def pending(self) -> svc.Pending | None:
+    def pending(self) -> confirm.Pending | None:
         """The change waiting to be confirmed on this switch (made here or by ``hvnet apply --no-commit``)."""
         try:
-            return svc.pending(self.engine)
+            return confirm.pending(self.engine)
         except HvnetError as exc:  # an unreadable journal: said on the Log screen, the console goes on
             self.note(f"cannot read the pending change: {exc}", logging.WARNING)
             return None
 
-    def outcome(self, waiting: svc.Pending) -> str | None:
+    def outcome(self, waiting: confirm.Pending) -> str | None:
         """None while ``waiting`` is undecided; then ``"rolled back"`` or ``"kept"``."""
         try:
-            return svc.outcome(self._engine, waiting)  # two small local files: no replica needed
+            return confirm.outcome(self._engine, waiting)  # two small local files: no replica needed
         except HvnetError as exc:
             self.note(f"cannot read what became of {waiting.id}: {exc}", logging.WARNING)
             return None
 
-    def commit(self) -> svc.Pending | None:
+    def commit(self) -> confirm.Pending | None:
         """Keep the pending change (its automatic rollback is cancelled); None when nothing was pending."""
-        done = svc.commit(self.engine)
+        done = confirm.commit(self.engine)
         if done is not None:
             self.note(f"committed {done.id} ({done.changes} change(s)); automatic rollback cancelled")
         return done

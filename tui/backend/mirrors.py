@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from appliance.core import render
-from appliance.services import policy as svc
+from appliance.services import mirrors as svc
 from appliance.services.forms import MirrorForm, mirror_form_errors, mirror_form_rule
-from appliance.services.policy import ApplyResult, MirrorRule, Plan, State, describe_mirror
+from appliance.services.mirrors import MirrorRule, describe_mirror
+from appliance.services.policy import ApplyResult, Plan, State
 
 if TYPE_CHECKING:
     from tui.backend import Backend

@@ -7,7 +7,8 @@ One wording for every dialog, with a text marker on each outcome (``✓``,
 from __future__ import annotations
 
 from appliance.core.errors import ConfigError, HvnetError
-from appliance.services.policy import ApplyResult, Pending, Plan
+from appliance.services.confirm import Pending
+from appliance.services.policy import ApplyResult, Plan
 
 
 def plan_lines(plan: Plan, *, by_target: bool = False) -> list[str]:

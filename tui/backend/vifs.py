@@ -1,8 +1,7 @@
 """What the VIF screen and its table show: the switch's VIFs, as the inventory service reads them.
 
-Only names: :meth:`tui.backend.Backend.inventory` does the reading.  Editing
-one VIF is :mod:`tui.backend.edit_vif`'s, loaded with its dialog, so the
-first table's imports stay those of reading.
+Only names: :meth:`tui.backend.Backend.inventory` does the reading, and
+editing one VIF is the Backend's too (:meth:`tui.backend.Backend.edit_vif`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Edit VIF: VLAN mode/tag/trunks, ingress policing, egress shaping -- validated as typed.
 
 The form's fields go through the same field rules as ``hvnet vif set`` and
-``hvnet qos set`` (the service's :class:`VifForm`, via :mod:`tui.backend.edit_vif`),
+``hvnet qos set`` (the service's :class:`VifForm`, named by :mod:`tui.backend`),
 so the dialog accepts and refuses exactly what the CLI does.  Every valid edit
 is planned in a worker and shown as before -> after; applying needs a second,
 explicit confirm and is one engine apply: one transaction, verified, audited
@@ -24,7 +24,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from appliance.core.errors import ConfigError, HvnetError
-from tui.backend.edit_vif import State, VifForm, VifRule, apply_edit, plan_edit, vif_form_rule
+from tui.backend import State, VifForm, VifRule, vif_form_rule
 from tui.backend.plans import ApplyResult, Pending, Plan, pending_line, plan_lines, result_lines
 from tui.backend.vifs import Vif
 from tui.widgets.banner import ConnectionBanner
@@ -223,7 +223,7 @@ class EditVifDialog(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="edit-plan")
     def plan_it(self, serial: int, rule: VifRule) -> None:
         try:
-            self.post_message(Planned(serial, plan_edit(self.backend, rule), None))
+            self.post_message(Planned(serial, self.backend.plan_vif(rule), None))
         except ConfigError as exc:
             self.post_message(Planned(serial, None, "\n".join(f"✗ {p.field}: {p.message}" for p in exc.problems)))
         except HvnetError as exc:
@@ -272,7 +272,7 @@ class EditVifDialog(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="edit-apply")
     def apply_it(self, rule: VifRule, confirm_within: float | None) -> None:
         try:
-            result = apply_edit(self.backend, self.port, rule, confirm_within)
+            result = self.backend.edit_vif(self.port, rule, confirm_within)
             pending = self.backend.pending() if confirm_within is not None and result.record_id else None
             self.post_message(Applied(result, None, pending if pending and pending.id == result.record_id else None))
         except ConfigError as exc:

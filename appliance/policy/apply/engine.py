@@ -33,13 +33,14 @@ from typing import Any, Callable
 
 from appliance.core.errors import ConfigError, HvnetError, OutcomeUnknown, Problem
 from appliance.core.ovsdb import Connection, TxnContext
+from appliance.core.vlan import DEAD, VlanCols
 from appliance.policy.apply import journal, openflow, tcpolice, writer
 from appliance.policy.apply.journal import Journal
 from appliance.policy.apply.read import state as read_state
 from appliance.policy.plan import planner
-from appliance.policy.plan.model import DEAD, Ingress, Policy
+from appliance.policy.plan.model import Ingress, Policy
 from appliance.policy.plan.planner import Change, Plan, PlanOptions
-from appliance.policy.plan.state import State, VlanCols
+from appliance.policy.plan.state import State
 from appliance.switch import reader
 from appliance.switch.host import Host
 from appliance.switch.names import resolve_names

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance.core.errors import HvnetError
+from appliance.core.vlan import VlanCols
 from appliance.policy.plan.planner import Change, describe
 
 if TYPE_CHECKING:
     from appliance.switch.host import Host
 
-from appliance.policy.plan.state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols, VlanCols
+from appliance.policy.plan.state import MirrorCols, PoliceCols, QosCols, QueueCols, TunnelCols
 from appliance.switch.sampling import IpfixCols, SflowCols
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from appliance.core.errors import ConfigError, Problem
 from appliance.core.ovsdb import TxnContext
 from appliance.core.ovsdb import column as col
+from appliance.core.vlan import VlanCols
 from appliance.policy.plan.model import (
     OWNER,
     OWNER_KEY,
@@ -27,7 +28,7 @@ from appliance.policy.plan.model import (
 )
 from appliance.policy.plan.planner import Change
 from appliance.policy.plan.records import TAP_KEY_PREFIX
-from appliance.policy.plan.state import MirrorCols, PoliceCols, QosCols, TunnelCols, VlanCols
+from appliance.policy.plan.state import MirrorCols, PoliceCols, QosCols, TunnelCols
 from appliance.policy.plan.taps import TapCols
 from appliance.policy.plan.taps import owner as tap_owner
 from appliance.switch.sampling import IPFIX_KEYS, SFLOW_KEYS, TABLES, IpfixCols, SamplingCols

@@ -14,14 +14,9 @@ from typing import Any
 
 from appliance.core import validate, yamldoc
 from appliance.core.errors import ConfigError, Problem
-from appliance.policy.plan.fields import (
-    FieldError,
-    egress_from_fields,
-    ingress_from_fields,
-    mirror_output,
-    parse_selector,
-    vlan_from_fields,
-)
+from appliance.core.validate import FieldError
+from appliance.core.vlan import Vlan, vlan_from_fields, vlan_list
+from appliance.policy.plan.fields import egress_from_fields, ingress_from_fields, mirror_output, parse_selector
 from appliance.policy.plan.model import (
     MAX_MIRRORS_PER_BRIDGE,
     MECHANISMS,
@@ -33,7 +28,6 @@ from appliance.policy.plan.model import (
     SamplingRule,
     Selector,
     VifRule,
-    Vlan,
 )
 from appliance.switch import sampling
 from appliance.switch.host import DEFAULT_POLICY_FILE
@@ -376,7 +370,7 @@ def _mirror_select(sel: Any, rule: MirrorRule, path: yamldoc.PathKey, bad: Any) 
     rule.dst = _selectors(sel.get("dst"), (*path, "dst"), bad)
     if sel.get("vlans") is not None:
         try:
-            rule.vlans = tuple(validate.vlan_list(sel["vlans"]))
+            rule.vlans = tuple(vlan_list(sel["vlans"]))
         except ValueError as exc:
             bad((*path, "vlans"), str(exc))
     if rule.select_all and (rule.src or rule.dst):

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from appliance.core.validate import format_vlan_list
+from appliance.core.vlan import format_vlan_list
 from appliance.policy.plan.state import MirrorCols, PortState, State
 
 

@@ -1,7 +1,8 @@
 """The policy's field grammar: one value in, a model value or :class:`FieldError` out.
 
-A VLAN from mode/tag/trunks, a policing or shaping limit from rate/burst, a
-rate with its units, a VIF selector, a mirror's output.  These rules are
+A policing or shaping limit from rate/burst, a rate with its units, a VIF
+selector, a mirror's output (a VLAN's grammar is beside the VLAN, in
+:mod:`appliance.core.vlan`).  These rules are
 shared by every spelling of a policy -- a policy file (:mod:`.document`
 adds ``file:line``), the CLI's flags and the TUI's forms (:mod:`.intents`) --
 so the same input is refused with the same words wherever it is typed.
@@ -14,6 +15,8 @@ import re
 from typing import Any
 
 from appliance.core import validate
+from appliance.core.validate import FieldError
+from appliance.core.vlan import vlan_id
 from appliance.policy.plan.model import (
     MECHANISMS,
     MIN_BURST_KBIT,
@@ -22,7 +25,6 @@ from appliance.policy.plan.model import (
     MirrorOutput,
     Selector,
     VifRule,
-    Vlan,
     default_burst_kbit,
 )
 
@@ -30,14 +32,6 @@ _OUTPUT_KEYS = {"port", "vlan", "gre", "erspan", "key", "idx"}
 
 _RATE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmg]?)(?:bit|bps|b)?(?:/s)?\s*$", re.IGNORECASE)
 _FACTORS = {"": 1, "k": 1, "m": 1000, "g": 1000 * 1000}
-
-
-class FieldError(ValueError):
-    """A bad value of one field; ``field`` names it (``rate``, ``output.port``) for the caller's message."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def kbit(value: Any, what: str) -> int:
@@ -96,64 +90,6 @@ def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
     if kind == "port" and not any(c in pattern for c in "*?["):
         validate.ifname(pattern)
     return kind, pattern
-
-
-def vlan_from_fields(mode: Any, tag: Any, trunks: Any) -> Vlan:
-    """A whole VLAN setting from its three fields, or ``ValueError`` naming the field.
-
-    Raises ``ValueError(field, message)``-style errors via :class:`FieldError`.
-    """
-    if mode is None:
-        mode = _implied_mode(tag, trunks)
-    try:
-        mode = validate.vlan_mode(mode)
-    except ValueError as exc:
-        raise FieldError("mode", str(exc)) from None
-    return Vlan(mode, _vlan_tag(mode, tag), _vlan_trunks(mode, trunks))
-
-
-def _implied_mode(tag: Any, trunks: Any) -> str:
-    """The mode a VLAN given without one means: a tag alone is access, trunks alone a trunk."""
-    if tag is not None and trunks is None:
-        return "access"
-    if trunks is not None and tag is None:
-        return "trunk"
-    if tag is not None:
-        raise FieldError("mode", "tag and trunks together need mode native-tagged or native-untagged")
-    raise FieldError("(vlan)", "give tag (access), trunks (trunk) or mode; 'remove' isolates the VIF")
-
-
-def _vlan_tag(mode: str, tag: Any) -> int | None:
-    """The tag (or native VLAN): required by every mode but trunk, refused by trunk."""
-    if tag is None:
-        if mode != "trunk":
-            raise FieldError("tag", f"mode {mode} needs a tag (0..4094)")
-        return None
-    if mode == "trunk":
-        raise FieldError("tag", "a trunk port carries no tag; use native-tagged/native-untagged for a native VLAN")
-    try:
-        return validate.vlan_id(tag)
-    except ValueError as exc:
-        raise FieldError("tag", str(exc)) from None
-
-
-def _vlan_trunks(mode: str, trunks: Any) -> tuple[int, ...]:
-    """The trunked VLANs (``()`` is every VLAN, so an empty list must be written ``all``); none on access."""
-    if trunks is None:
-        if mode != "access":
-            raise FieldError("trunks", f"mode {mode} needs trunks: a list like '10,20-30', or 'all' for every VLAN")
-        return ()
-    if mode == "access":
-        raise FieldError("trunks", "an access port has no trunks; use mode trunk or native-*")
-    if isinstance(trunks, str) and trunks.strip().lower() == "all":
-        return ()
-    try:
-        trunks_v = tuple(validate.vlan_list(trunks))
-    except ValueError as exc:
-        raise FieldError("trunks", str(exc)) from None
-    if not trunks_v:
-        raise FieldError("trunks", "an empty trunk list means every VLAN in OVS; write 'all' if you mean it")
-    return trunks_v
 
 
 def ingress_from_fields(rate: Any, burst: Any, mechanism: Any) -> Ingress:
@@ -234,7 +170,7 @@ def mirror_output(value: Any) -> MirrorOutput:
         return MirrorOutput("port", port=Selector(sk, pattern))
     if kind == "vlan":
         try:
-            return MirrorOutput("vlan", vlan=validate.vlan_id(value["vlan"]))
+            return MirrorOutput("vlan", vlan=vlan_id(value["vlan"]))
         except ValueError as exc:
             raise FieldError("output.vlan", str(exc)) from None
     return _tunnel_output(kind, value)

@@ -1,47 +1,21 @@
-"""Operator intents (``vif set``, ``qos set``, ``mirror add``) as policy fragments.
+"""Operator intents (``qos set``, ``mirror add``) as policy fragments.
 
-The CLI's flags and the console's form fields (:mod:`appliance.services.forms`)
+The CLI's flags and the console's form fields (the services' form translators)
 are two spellings of the same intents; building the fragment from the same
 field rules means both apply the same rules and refuse the same input with
 the same words.  Everything here is pure, and raises :class:`FieldError`
-naming the one bad field.
+naming the one bad field.  A VLAN edit (``vif set``) is the VLAN's own
+grammar: :func:`appliance.core.vlan.vlan_change`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from appliance.core.validate import vlan_list
-from appliance.policy.plan.fields import (
-    FieldError,
-    egress_from_fields,
-    ingress_from_fields,
-    mirror_output,
-    parse_selector,
-    vlan_from_fields,
-)
-from appliance.policy.plan.model import MirrorRule, Selector, VifRule, Vlan
-
-
-def vlan_change(current: Vlan, mode: str | None, tag: Any, trunks: Any) -> Vlan:
-    """The VLAN a partial edit asks for: unspecified fields keep their value.
-
-    Giving a tag to a trunk port makes it an access port, giving trunks to an
-    access port makes it a trunk (what an operator typing ``--tag 5`` means).
-    """
-    if mode is None:
-        mode = current.mode
-        if tag is not None and current.mode == "trunk":
-            mode = "access"
-        elif trunks is not None and current.mode == "access":
-            mode = "trunk"
-    if tag is None and mode != "trunk":
-        tag = current.tag
-    if trunks is None and mode != "access" and current.trunks:
-        trunks = ",".join(str(t) for t in current.trunks)
-    if trunks is None and mode != "access" and current.mode != "access":
-        trunks = "all"  # an existing trunk of every VLAN stays one
-    return vlan_from_fields(mode, tag, trunks)
+from appliance.core.validate import FieldError
+from appliance.core.vlan import vlan_list
+from appliance.policy.plan.fields import egress_from_fields, ingress_from_fields, mirror_output, parse_selector
+from appliance.policy.plan.model import MirrorRule, Selector, VifRule
 
 
 def qos_rule(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Union
 
-from appliance.core.vlan import DEAD_VLAN, Vlan
+from appliance.core.vlan import Vlan
 
 OWNER_KEY = "hvnet-owner"
 OWNER = "hvnet"
@@ -80,9 +80,6 @@ class Selector:
 
     def __str__(self) -> str:
         return f"{self.kind} {self.pattern}"
-
-
-DEAD = Vlan("trunk", None, (DEAD_VLAN,))
 
 
 @dataclass(frozen=True)

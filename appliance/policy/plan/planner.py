@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from appliance.core.errors import ConfigError, Problem
+from appliance.core.vlan import DEAD, Vlan, VlanCols
 from appliance.core.yamldoc import dotted
 from appliance.policy.plan import tapplan
 from appliance.policy.plan.model import (
-    DEAD,
     MAX_MIRRORS_PER_BRIDGE,
     OWNER,
     OWNER_KEY,
@@ -28,7 +28,6 @@ from appliance.policy.plan.model import (
     Policy,
     SamplingRule,
     Selector,
-    Vlan,
     is_owned,
 )
 from appliance.policy.plan.state import (
@@ -40,7 +39,6 @@ from appliance.policy.plan.state import (
     QueueCols,
     State,
     TunnelCols,
-    VlanCols,
 )
 from appliance.switch import sampling
 
@@ -104,7 +102,7 @@ def describe(kind: str, value: Any) -> str:
 
 
 def describe_mirror(m: MirrorCols) -> str:
-    from appliance.core.validate import format_vlan_list
+    from appliance.core.vlan import format_vlan_list
 
     sel = []
     if m.select_all:

@@ -22,7 +22,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.policy.plan.fields import FieldError, mirror_output, parse_selector
+from appliance.core.validate import FieldError
+from appliance.policy.plan.fields import mirror_output, parse_selector
 from appliance.policy.plan.model import (
     MAX_TAPS_PER_BRIDGE,
     TAP_DIRECTIONS,

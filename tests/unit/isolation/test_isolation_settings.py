@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import HvnetError
+from appliance.core.vlan import VlanCols
 from appliance.isolation.check import setting_changes
 from appliance.isolation.scenario import MirrorDef, Scenario, VlanOverride
-from appliance.policy.plan.state import MirrorCols, MirrorState, State, VlanCols
+from appliance.policy.plan.state import MirrorCols, MirrorState, State
 from tests.unit.policy_states import vif
 
 VIF_OF = {"VM1": "vif1.0", "VM2": "vif2.0", "VM3": "vif3.0"}

@@ -7,9 +7,10 @@ import json
 import pytest
 import yaml
 
+from appliance.core.vlan import DEAD_VLAN, VlanCols
 from appliance.policy.apply import journal
 from appliance.policy.plan import document, export, planner
-from appliance.policy.plan.model import DEAD_VLAN, Egress
+from appliance.policy.plan.model import Egress
 from appliance.policy.plan.planner import Change, PlanOptions, owned_qos, tunnel_port_name
 from appliance.policy.plan.state import (
     BridgeState,
@@ -21,7 +22,6 @@ from appliance.policy.plan.state import (
     QueueCols,
     State,
     TunnelCols,
-    VlanCols,
 )
 from tests.unit.policy_states import OWNED, vif
 

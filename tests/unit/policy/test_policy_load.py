@@ -7,17 +7,9 @@ import textwrap
 import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError, Problem
+from appliance.core.vlan import Vlan
 from appliance.policy.plan import document, fields
-from appliance.policy.plan.model import (
-    REMOVE,
-    Egress,
-    Ingress,
-    MirrorOutput,
-    Policy,
-    Selector,
-    Vlan,
-    default_burst_kbit,
-)
+from appliance.policy.plan.model import REMOVE, Egress, Ingress, MirrorOutput, Policy, Selector, default_burst_kbit
 
 FILE = "p.yaml"
 

@@ -6,9 +6,10 @@ import subprocess
 from pathlib import Path
 
 from appliance.core.target import DbTarget
+from appliance.core.vlan import VlanCols
 from appliance.policy.apply import openflow
 from appliance.policy.apply.openflow import COOKIE, Installed, OpenFlow, SyncResult, Wanted
-from appliance.policy.plan.state import BridgeState, PoliceCols, PortState, State, VlanCols
+from appliance.policy.plan.state import BridgeState, PoliceCols, PortState, State
 from appliance.switch.host import Host
 
 DATA = Path(__file__).parents[1] / "data"

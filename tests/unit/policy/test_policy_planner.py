@@ -8,8 +8,9 @@ import pytest
 
 from appliance.core import validate
 from appliance.core.errors import ConfigError, Problem
+from appliance.core.vlan import DEAD_VLAN, VlanCols
 from appliance.policy.plan import document, planner
-from appliance.policy.plan.model import DEAD_VLAN, OWNER, OWNER_KEY, Egress, Policy
+from appliance.policy.plan.model import OWNER, OWNER_KEY, Egress, Policy
 from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe, owned_qos, tunnel_port_name
 from appliance.policy.plan.state import (
     BridgeState,
@@ -21,7 +22,6 @@ from appliance.policy.plan.state import (
     QueueCols,
     State,
     TunnelCols,
-    VlanCols,
 )
 from tests.unit.policy_states import OWNED, vif
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.policy import Ingress, Vlan, load
+from appliance.core.vlan import Vlan
+from appliance.policy import Ingress, load
 
 POLICIES = sorted((Path(__file__).resolve().parents[3] / "policies").glob("*.yaml"))
 
