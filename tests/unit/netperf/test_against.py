@@ -54,8 +54,6 @@ def test_a_shipped_study_loads_and_its_source_is_a_seed(path: Path) -> None:
 # Rows the studies print that their suites do not run (the study's own case or size), by design.
 NOT_IN_SUITE = {
     ("vtap-dissertation-2024", "table-4-1"): {"8 mirrors, monitoring (Test 1)", "4 mirrors, monitoring (Test 3)"},
-    ("vtap-onos-thesis", "table-5-1"): {"frame_size=1280"},
-    ("vtap-onos-thesis", "table-5-2"): {"frame_size=1280"},
 }
 
 
