@@ -12,8 +12,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from appliance.core.errors import CommandFailed, CommandTimedOut, MissingTool
 
-# subprocess and shutil are loaded by the first command run: a verb that runs none (hvnet status
-# on the local host) is spared them and what they load (signal, selectors, locale, bz2, lzma).
+# subprocess is loaded by the first command run (shutil by the first lookup): a verb that runs none
+# (hvnet status on the local host) does without it.
 if TYPE_CHECKING:
     import subprocess
 
