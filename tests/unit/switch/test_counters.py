@@ -78,3 +78,11 @@ def test_local_counters_are_read_only_for_kernel_devices(tmp_path, monkeypatch) 
     found = counters.read_kernel_many(LocalRunner(), ["vif1.0", "vif2.0", "dpdk0", "../vif1.0/.."])
     assert set(found) == {"vif1.0"} and found["vif1.0"].tx_bytes == counters.COUNTER_NAMES.index("tx_bytes")
     assert tried == ["vif1.0", "vif2.0"]
+
+
+def test_counters_as_a_dict_in_the_order_of_their_fields() -> None:
+    from dataclasses import fields
+
+    c = Counters(rx_bytes=1, tx_errors=8, source="kernel")
+    assert list(c.as_dict()) == [f.name for f in fields(Counters) if f.name != "source"]
+    assert c.as_dict()["rx_bytes"] == 1 and c.as_dict()["tx_errors"] == 8 and c.as_dict()["rx_packets"] is None
