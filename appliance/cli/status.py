@@ -1,22 +1,26 @@
 """``hvnet status``: the host's bridges and VIFs, once (or each of ``--hosts``), as text or JSON.
 
 It runs on every hypervisor and is called by scripts, often: this module
-loads the inventory's read side; OpenFlow is loaded only when the switch has a
-TAP to count, the pool's and the fleet's modules only with ``--pool`` or
-``--hosts``.
+loads the snapshot's request side, and the inventory's read side while the server
+answers; OpenFlow is loaded only when the switch has a TAP to count, the pool's and
+the fleet's modules only with ``--pool`` or ``--hosts``.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from appliance.core import render
 from appliance.core.errors import EXIT_OK, HvnetError
 from appliance.frontdoor.hosts import host_of
-from appliance.services import inventory
-from appliance.services.inventory import Inventory, Vif
-from appliance.switch.host import Host
+from appliance.services import status as status_svc
+
+# The inventory's code is loaded while the server answers the read (see appliance.services.status).
+if TYPE_CHECKING:
+    from appliance.services.inventory import Inventory, Vif
+    from appliance.switch.host import Host
 
 
 def _ingress_text(v: Vif) -> str:
@@ -84,6 +88,8 @@ def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
                 "been verified here ('hvnet verify FILE' checks it)"
             )
     if with_rates and any(v.rates is None for v in vifs):
+        from appliance.services import inventory
+
         notes.append(
             "note: '-' rates: no kernel counters for that interface and OVSDB statistics refresh every "
             f"{inventory.OVSDB_STATS_INTERVAL_S:g} s; use --rates {inventory.OVSDB_STATS_INTERVAL_S:g} or more"
@@ -134,6 +140,8 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
     """
     bridge_ids = None
     if args.rates:
+        from appliance.services import inventory
+
         with inventory.connect(host, timeout=args.timeout) as conn:
             live = inventory.LiveInventory(conn, host)
             live.refresh()
@@ -141,7 +149,7 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
             conn.run_once()
             inv = live.refresh()
     else:
-        inv, bridge_ids = inventory.read_once_with_bridge_ids(host, timeout=args.timeout)
+        inv, bridge_ids = status_svc.read_once_with_bridge_ids(host, timeout=args.timeout)
     if args.bridge:
         if not any(b.name == args.bridge for b in inv.bridges):
             raise HvnetError(

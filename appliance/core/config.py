@@ -293,6 +293,8 @@ ENV_ONLY = ("HVNET_STOP_AT", "HVNET_VM_ACCEL")
 
 @dataclass(frozen=True)
 class FileValue:
+    """One setting as the file gave it, with its line (for messages that point at it)."""
+
     value: str
     line: int
 

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import codecs
 import errno
+import importlib.util
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import ovs.json
 
 from appliance.core import dbstream
 from appliance.core.errors import ConflictError, HvnetError, OvsdbError, OvsdbUnreachable
@@ -68,8 +68,18 @@ def c_json_parser_in_use() -> bool:
 
     The pure-Python parser is several times slower on large databases (1000+
     ports); the set-up script links the distribution's build which has it.
+    Once the IDL is loaded, ``ovs.json`` says which it took; before, whether
+    the extension is installed is the answer: loading it to ask (it links
+    OpenSSL, libbpf and unbound) was 3 ms of every ``hvnet status``, which
+    reads the switch without the IDL and reports the parser all the same.
     """
-    return getattr(ovs.json, "PARSER", None) == getattr(ovs.json, "PARSER_C", "C")
+    loaded = sys.modules.get("ovs.json")
+    if loaded is not None:
+        return getattr(loaded, "PARSER", None) == getattr(loaded, "PARSER_C", "C")
+    try:
+        return importlib.util.find_spec("ovs._json") is not None
+    except ImportError:  # no python-ovs at all
+        return False
 
 
 def _configure_ssl(target: DbTarget) -> None:
@@ -113,8 +123,13 @@ def request(target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float
     library's JSON decoder, not python-ovs's parser: for a 1000-VIF select
     (about 1 MB) that is ~10 ms instead of ~85 ms, all of it holding the GIL.
     """
+    return results_of(target, exchange(target, calls, timeout), db=db)
+
+
+def results_of(target: DbTarget, replies: list[dict[str, Any]], *, db: str = DB_NAME) -> list[Any]:
+    """The ``result`` of each of :func:`exchange`'s ``replies``; an ``error`` reply (no such database) raises."""
     results = []
-    for reply in exchange(target, calls, timeout):
+    for reply in replies:
         if reply.get("error") is not None:
             raise _unreachable(target, f"server has no {db} database ({reply['error']})")
         results.append(reply.get("result"))
@@ -126,17 +141,48 @@ def exchange(
 ) -> list[dict[str, Any]]:
     """The whole JSON-RPC replies (``result`` or ``error``) to ``calls``, in order, on one new stream, all
     within ``timeout``; a reply past ``limit`` bytes is an error (see :func:`_receive`)."""
-    _configure_ssl(target)
-    stream = _open_stream(target, timeout)
-    deadline = time.monotonic() + timeout
-    try:
-        ids = list(range(1, len(calls) + 1))
-        out = "".join(json.dumps({"method": m, "params": p, "id": i}) for i, (m, p) in zip(ids, calls))
-        _send_all(target, stream, out.encode(), deadline)
-        replies = _receive(target, stream, set(ids), deadline, timeout, limit)
-    finally:
-        stream.close()
-    return [replies[i] for i in ids]
+    return Exchange(target, calls, timeout, limit=limit).replies()
+
+
+class Exchange:
+    """JSON-RPC ``calls`` sent on one new stream now, their replies read by :meth:`replies`.
+
+    What the caller does in between runs while the server answers: ``hvnet
+    status`` loads the inventory's code while the server writes a 1000-VIF
+    select (tens of milliseconds each, on a machine with a core to spare).
+    ``timeout`` counts from the send, as :func:`exchange`'s does.
+    """
+
+    def __init__(
+        self, target: DbTarget, calls: list[tuple[str, list[Any]]], timeout: float, *, limit: int = MAX_REPLY_BYTES
+    ) -> None:
+        _configure_ssl(target)
+        self._target, self._timeout, self._limit = target, timeout, limit
+        self._stream: dbstream.Stream | None = _open_stream(target, timeout)
+        self._deadline = time.monotonic() + timeout
+        self._ids = list(range(1, len(calls) + 1))
+        try:
+            out = "".join(json.dumps({"method": m, "params": p, "id": i}) for i, (m, p) in zip(self._ids, calls))
+            _send_all(target, self._stream, out.encode(), self._deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    def replies(self) -> list[dict[str, Any]]:
+        """The replies in the order of the calls (once: the stream is closed after)."""
+        if self._stream is None:
+            raise RuntimeError("the replies of an exchange are read once")
+        try:
+            got = _receive(self._target, self._stream, set(self._ids), self._deadline, self._timeout, self._limit)
+        finally:
+            self.close()
+        return [got[i] for i in self._ids]
+
+    def close(self) -> None:
+        """Give up on the replies (a caller that failed in between): the stream is closed."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
 
 def _open_stream(target: DbTarget, timeout: float) -> dbstream.Stream:

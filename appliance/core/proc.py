@@ -7,12 +7,15 @@ separate argv elements so no quoting mistake can turn them into commands.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from appliance.core.errors import CommandFailed, CommandTimedOut, MissingTool
+
+# subprocess is loaded by the first command run (shutil by the first lookup): a verb that runs none
+# (hvnet status on the local host) does without it.
+if TYPE_CHECKING:
+    import subprocess
 
 # The Debian/EL package that provides each program, for "install X" hints.
 PACKAGE_OF = {
@@ -37,6 +40,8 @@ _EXTRA_PATH = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
 def which(program: str) -> str:
     """Return the full path of ``program`` or raise :class:`MissingTool`."""
+    import shutil
+
     found = shutil.which(program)
     if found is None:
         for directory in _EXTRA_PATH:
@@ -73,6 +78,8 @@ def run(
     the kernel refuses (E2BIG: a policy with thousands of names in one call),
     so every caller that handles hvnet's errors handles these too.
     """
+    import subprocess
+
     args = [which(argv[0]), *argv[1:]]
     full_env = None
     if env:
@@ -128,6 +135,8 @@ def popen(
     The program is looked up as :func:`run` does, except an argv that is
     already a path (e.g. ``sys.executable``) is kept as it is.
     """
+    import subprocess
+
     first = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
     full_env = None
     if env:

@@ -11,11 +11,13 @@ sends it over SSH, and nothing that calls the runner has to change.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from appliance.core import proc
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 class CommandRunner(Protocol):

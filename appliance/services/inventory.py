@@ -2,7 +2,8 @@
 
 The console and ``hvnet status`` read the switch through here: a live
 inventory on the front end's connection (rates between refreshes), or one
-consistent read without a replica for one-shot verbs.
+consistent read without a replica for one-shot verbs (``hvnet status``'s:
+:mod:`appliance.services.status`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from appliance.switch.api import (
     connect,
     read_inventory,
     read_inventory_once,
-    read_once_with_bridge_ids,
 )
 from appliance.switch.inventory import Inventory, MirrorInfo, Vif, filter_vifs
 
@@ -27,5 +27,4 @@ __all__ = [
     "filter_vifs",
     "read_inventory",
     "read_inventory_once",
-    "read_once_with_bridge_ids",
 ]

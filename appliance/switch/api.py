@@ -8,12 +8,16 @@ CLI's ``status``, the console's VIF table and the policy engine all read.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from appliance.core.ovsdb import Connection
 from appliance.switch import inventory, reader
 from appliance.switch.counters import RateMeter
 from appliance.switch.host import Host
 from appliance.switch.inventory import Inventory
+
+if TYPE_CHECKING:
+    from appliance.switch.snapshot import Pending
 
 # OVS writes Interface.statistics every 5 s by default (other_config:
 # stats-update-interval); rates from those counters need at least that long.
@@ -40,16 +44,19 @@ def read_inventory_once(host: Host, *, timeout: float = 5.0) -> Inventory:
     return read_once_with_bridge_ids(host, timeout=timeout)[0]
 
 
-def read_once_with_bridge_ids(host: Host, *, timeout: float = 5.0) -> tuple[Inventory, dict[str, dict[str, str]]]:
+def read_once_with_bridge_ids(
+    host: Host, *, timeout: float = 5.0, started: Pending | None = None
+) -> tuple[Inventory, dict[str, dict[str, str]]]:
     """The inventory and each bridge's external_ids by name, from one consistent read without a replica.
 
     The engine keeps on a bridge's external_ids what OVS has no table for (flow TAPs): ``hvnet
     status`` lists them from this same read instead of opening a second session, most often to
-    learn that there are none.
+    learn that there are none.  ``started``: that read, already asked for (of :data:`reader.COLUMNS`;
+    see :mod:`appliance.services.status`).
     """
     from appliance.switch import snapshot
 
-    snap = snapshot.take(host.target, reader.COLUMNS, timeout)
+    snap = (started or snapshot.start(host.target, reader.COLUMNS, timeout)).result()
     bridge_ids = {str(br.name): dict(br.external_ids) for br in snap.idl.tables["Bridge"].rows.values()}
     return inventory.read(snap, names=host.name_sources(), runner=host.runner), bridge_ids
 

@@ -53,6 +53,8 @@ def hypervisor_of(ids: dict[str, str]) -> str | None:
 
 @dataclass
 class MirrorInfo:
+    """One mirror as shown: what it selects, where it sends, what it has sent."""
+
     name: str
     bridge: str
     select_all: bool
@@ -177,6 +179,8 @@ def _plain(value: Any) -> Any:
 
 @dataclass
 class BridgeInfo:
+    """One bridge as shown (a port count, not its ports)."""
+
     name: str
     datapath_type: str
     ports: int
@@ -199,6 +203,8 @@ class BridgeInfo:
 
 @dataclass
 class HostInfo:
+    """The host and its Open vSwitch, as the root row and hvnet know them."""
+
     hostname: str
     system_id: str | None
     ovs_version: str | None
@@ -213,6 +219,8 @@ class HostInfo:
 
 @dataclass
 class Inventory:
+    """One switch as hvnet shows it (``hvnet status``, the console), from one read."""
+
     host: HostInfo
     bridges: list[BridgeInfo]
     vifs: list[Vif]

@@ -24,7 +24,6 @@ import socket
 import threading
 import time
 import urllib.parse
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from appliance.core import config
 
 if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
     from appliance.switch.xapi import XapiConfig
 
 log = logging.getLogger("hvnet.names")
@@ -117,6 +118,8 @@ class Domain:
 
 def parse_interfaces(domain_xml: str) -> tuple[DomainInterface, ...]:
     """The ``<interface>`` elements of a domain's XML (``virsh dumpxml``), in order."""
+    import xml.etree.ElementTree as ET  # only where libvirt answers: not on every hvnet status
+
     root = ET.fromstring(domain_xml)
     out = []
     for el in root.iterfind("./devices/interface"):

@@ -169,6 +169,8 @@ def ovn_bridge(root_ids: Mapping[str, str]) -> str | None:
 
 @dataclass
 class QueueRow:
+    """One queue of a QoS row, by its number, as stored."""
+
     number: int
     other_config: dict[str, str]
     external_ids: dict[str, str]
@@ -241,6 +243,8 @@ class MirrorRow:
 
 @dataclass
 class BridgeRow:
+    """One bridge as stored, with its ports' and mirrors' names."""
+
     name: str
     datapath_type: str  # "system" when unset
     ports: list[str]  # every port's name, sorted (those without interfaces too)

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from appliance.core.errors import OvsdbError
-from appliance.core.ovsdb import DB_NAME, Columns, fetch_schema, request
+from appliance.core.ovsdb import DB_NAME, Columns, Exchange, fetch_schema, results_of
 from appliance.core.target import DbTarget
 
 # A column's conversion, given its JSON value and every row read by its uuid as the server writes it.
@@ -162,11 +162,40 @@ def take(
     ``schema_json``: the server's schema when the caller has it (else it is fetched first).
     ``db``: the database (an OVN pool's are OVN_Northbound and OVN_Southbound).
     """
+    return start(target, columns, timeout, schema_json=schema_json, db=db).result()
+
+
+class Pending:
+    """A snapshot asked for and not read yet: see :func:`start`."""
+
+    def __init__(self, target: DbTarget, schema: dict[str, Any], present: Columns, db: str, sent: Exchange) -> None:
+        self._target, self._schema, self._present, self._db, self._sent = target, schema, present, db, sent
+
+    def result(self) -> Snapshot:
+        """The snapshot, once the server's reply is read (within the timeout given to :func:`start`)."""
+        (result,) = results_of(self._target, self._sent.replies(), db=self._db)
+        return build(self._target, self._schema, self._present, {t: r["rows"] for t, r in zip(self._present, result)})
+
+    def close(self) -> None:
+        """Give up on it (the connection is closed)."""
+        self._sent.close()
+
+
+def start(
+    target: DbTarget,
+    columns: Columns,
+    timeout: float = 5.0,
+    *,
+    schema_json: dict[str, Any] | None = None,
+    db: str = DB_NAME,
+) -> Pending:
+    """:func:`take`'s select sent (after the schema, when it is to be fetched), its reply read later by
+    :meth:`Pending.result`: a one-shot verb loads the code that reads the snapshot in between, while the
+    server answers."""
     schema = (schema_json or fetch_schema(target, timeout, db))["tables"]
     present = {t: [c for c in cols if c in schema[t]["columns"]] for t, cols in columns.items() if t in schema}
     ops = [{"op": "select", "table": t, "where": [], "columns": ["_uuid", *cols]} for t, cols in present.items()]
-    (result,) = request(target, [("transact", [db, *ops])], timeout, db=db)
-    return build(target, schema, present, {t: r["rows"] for t, r in zip(present, result)})
+    return Pending(target, schema, present, db, Exchange(target, [("transact", [db, *ops])], timeout))
 
 
 def build(target: DbTarget, schema: dict[str, Any], present: Columns, raw: dict[str, list[Any]]) -> Snapshot:

@@ -1,6 +1,8 @@
 import argparse
+import importlib
 
 from appliance import __version__
+from appliance.cli import main as main_module
 from appliance.cli.main import build_parser, main
 
 
@@ -55,3 +57,44 @@ def test_a_command_line_builds_the_parser_of_its_verbs_only() -> None:
     verbs = next(a for a in build_parser(["status"])._actions if a.dest == "command")
     assert isinstance(verbs.choices["status"], argparse.ArgumentParser)
     assert not isinstance(verbs.choices["lab"], argparse.ArgumentParser)  # listed, nothing of it built
+
+
+def test_verb_modules_lists_the_verbs_each_module_declares() -> None:
+    """A command line naming none of a module's verbs does not load it: the list must say them all."""
+    for module, verbs in main_module.VERB_MODULES.items():
+        scratch = main_module._Parser(prog="hvnet")
+        sub = scratch.add_subparsers(dest="command", parser_class=main_module._Parser, action=main_module._Verbs)
+        declaring = importlib.import_module(module)
+        declaring.register(sub, build_parser) if module.endswith(".completion") else declaring.register(sub)
+        assert tuple(sub.choices) == verbs, module
+
+
+def test_a_command_line_parses_the_same_without_the_verbs_it_does_not_name() -> None:
+    for argv in (
+        ["--db", "unix:/x", "status", "--json", "--all"],
+        ["--host", "status", "tap", "list"],
+        ["isolation", "check", "FILE"],
+        ["isolation", "audit", "--json"],
+        ["plan", "FILE"],
+        ["sflow", "clear", "br0"],
+        ["completion", "bash"],
+        [],
+    ):
+        assert _parsed(build_parser(argv, only_named=True), argv) == _parsed(build_parser(), argv), argv
+    verbs = next(a for a in build_parser(["status"], only_named=True)._actions if a.dest == "command")
+    assert "status" in verbs.choices and "lab" in verbs.choices and "plan" not in verbs.choices
+
+
+def test_help_and_errors_list_every_verb_though_the_verb_is_named(capsys) -> None:
+    """What the parser of the named verbs only would print (help, an error) the whole one prints."""
+    for argv, listed in (
+        (["--help", "status"], ("capture", "sflow")),
+        (["--db", "status", "statu"], ("capture", "sflow")),  # an invalid choice: the choices are listed
+        (["isolation", "--help"], ("audit",)),
+    ):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+        out = capsys.readouterr()
+        assert all(word in out.out + out.err for word in listed), argv

@@ -109,3 +109,24 @@ def test_lone_surrogates_and_bad_utf8_become_replacement_characters(server: Call
 def test_without_lone_surrogates_keeps_everything_else() -> None:
     value = {"a": [1, 2.5, None, True, "x\ud83d"], "\udc00": {"k": "é"}}
     assert ovsdb.without_lone_surrogates(value) == {"a": [1, 2.5, None, True, "x\ufffd"], "\ufffd": {"k": "é"}}
+
+
+def test_an_exchange_sends_at_once_and_reads_the_replies_later(server: Callable[[Answer], DbTarget]) -> None:
+    """The request is on its way before the caller asks for the reply (hvnet status loads its reader
+    in between); the reply is read once, and an exchange given up on closes its connection."""
+    asked = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        asked.set()  # the fixture has read the request
+        conn.sendall(b'{"id": 1, "result": {"tables": {}}, "error": null}')
+
+    target = server(answer)
+    sent = ovsdb.Exchange(target, [("get_schema", ["Open_vSwitch"])], 5.0)
+    assert asked.wait(5)
+    assert sent.replies() == [{"id": 1, "result": {"tables": {}}, "error": None}]
+    with pytest.raises(RuntimeError):
+        sent.replies()
+    dropped = ovsdb.Exchange(target, [("get_schema", ["Open_vSwitch"])], 5.0)
+    dropped.close()
+    with pytest.raises(RuntimeError):
+        dropped.replies()

@@ -59,3 +59,30 @@ def test_counters_read_as_a_remote_host_reads_them() -> None:
     assert set(found) == {"lo"} and found["lo"].source == "kernel"
     here = counters.read_kernel("lo")
     assert here is not None and found["lo"].rx_packets <= here.rx_packets
+
+
+def test_local_counters_are_read_only_for_kernel_devices(tmp_path, monkeypatch) -> None:
+    """A port that is no kernel device (a netdev datapath's) is passed over without trying its files."""
+    from appliance.core.runner import LocalRunner
+    from appliance.switch import counters
+
+    stats = tmp_path / "vif1.0" / "statistics"
+    stats.mkdir(parents=True)
+    for i, name in enumerate(counters.COUNTER_NAMES):
+        (stats / name).write_text(f"{i}\n")
+    (tmp_path / "vif2.0").mkdir()  # a device whose counters cannot be read: left out as before
+    tried = []
+    real = counters.read_kernel
+    monkeypatch.setattr(counters, "SYSFS_NET", str(tmp_path))
+    monkeypatch.setattr(counters, "read_kernel", lambda name, root: tried.append(name) or real(name, root))
+    found = counters.read_kernel_many(LocalRunner(), ["vif1.0", "vif2.0", "dpdk0", "../vif1.0/.."])
+    assert set(found) == {"vif1.0"} and found["vif1.0"].tx_bytes == counters.COUNTER_NAMES.index("tx_bytes")
+    assert tried == ["vif1.0", "vif2.0"]
+
+
+def test_counters_as_a_dict_in_the_order_of_their_fields() -> None:
+    from dataclasses import fields
+
+    c = Counters(rx_bytes=1, tx_errors=8, source="kernel")
+    assert list(c.as_dict()) == [f.name for f in fields(Counters) if f.name != "source"]
+    assert c.as_dict()["rx_bytes"] == 1 and c.as_dict()["tx_errors"] == 8 and c.as_dict()["rx_packets"] is None
