@@ -2,7 +2,7 @@
 sending 802.1Q-tagged frames from VLAN sub-interfaces inside their namespaces (the VM's kernel has 8021q;
 this machine's does not, so the namespace lab never could).
 
-One boot for the module: one VM host carrying both shipped topologies' guests (the 2010 study's on
+One boot for the module (its own lab; see tests/vm/vmlab.py): one VM host carrying both shipped topologies' guests (the 2010 study's on
 xenbr0, trunk-and-native's on br-tn), brought up by the real ``hvnet lab up``.  The shipped scenarios
 run unchanged but for the topology they name (the same guests, on the VM host).  Needs root and the
 lab lock: ``flock /tmp/hvnet-lab.lock``.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from appliance.lab import Lab
 from tests.conftest import ROOT
 from tests.vm import vmlab
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.shared_lab("isolation")]
 
 HOST = "kvm1"
 SEED_TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "seed-2010.yaml"
@@ -50,10 +49,8 @@ def scenario_on(src: Path, topology: Path, dest: Path, **changes: object) -> Pat
 
 
 @pytest.fixture(scope="module")
-def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    text = yaml.safe_dump(vm_topology(), sort_keys=False)
-    with vmlab.lab_up(tmp_path_factory.mktemp("vmiso"), text, HOST) as lab:
-        yield lab
+def vm_lab(vm_labs: vmlab.Labs) -> Lab:
+    return vm_labs.get(yaml.safe_dump(vm_topology(), sort_keys=False), HOST)
 
 
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:

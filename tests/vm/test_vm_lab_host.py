@@ -1,7 +1,8 @@
 """A topology host that is a VM: ``hvnet lab up`` boots it, plugs its guests inside it on the kernel datapath,
 and ``hvnet --host NAME`` reaches it as any lab host; ``lab down`` leaves nothing.
 
-One boot for the module, through the real CLI (under TCG here, about half a minute to SSH).  Needs root
+The lab (through the real CLI; under TCG here, about half a minute to SSH) is the one the modules on the VM host's
+guests share (tests/vm/vmlab.py): what a test applies it clears.  Needs root
 (tap device, namespaces in the VM, debootstrap for a first image build): run it under
 ``flock /tmp/hvnet-lab.lock``.
 """
@@ -30,43 +31,40 @@ from appliance.policy.apply import tcpolice
 from tests.conftest import HVNET, ROOT, run_hvnet
 from tests.vm import vmlab
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.shared_lab("guests")]
 
-HOST = "kvm1"
-TOPOLOGY = f"""\
-name: vmhost-lab
-hosts:
-  - name: {HOST}
-    kind: vm
-bridges:
-  - name: xenbr0
-guests:
-  - {{name: VA, ip: 10.77.0.1/24, tag: 10}}
-  - {{name: VB, ip: 10.77.0.2/24, tag: 10}}
-  - {{name: VC, ip: 10.77.0.3/24, tag: 20}}
-"""
+HOST = vmlab.HOST
 POLICY = """\
 version: 1
 vifs:
-  - vm: VA
+  - vm: VM1
     vlan: {mode: access, tag: 10}
     ingress: {rate: 10240, burst: 1024}
 """
 
 
 @pytest.fixture(scope="module")
-def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with vmlab.lab_up(tmp_path_factory.mktemp("vmlab"), TOPOLOGY, HOST) as lab:
+def vm_lab(vm_labs: vmlab.Labs) -> Lab:
+    return vm_labs.get(vmlab.GUESTS_TOPOLOGY, HOST)
+
+
+@pytest.fixture()
+def last_lab(vm_labs: vmlab.Labs) -> Iterator[Lab]:
+    """The shared lab for a test that takes it down: nobody gets it after."""
+    with vm_labs.last(vmlab.GUESTS_TOPOLOGY, HOST) as lab:
         yield lab
 
 
-def test_lab_down_after_lab_up_was_killed_mid_boot_stops_the_vm_by_its_files(tmp_path: Path) -> None:
+def test_lab_down_after_lab_up_was_killed_mid_boot_stops_the_vm_by_its_files(
+    vm_labs: vmlab.Labs, tmp_path: Path
+) -> None:
     """SIGKILL of 'lab up' once QEMU runs, before SSH answers: the record written first lets 'down' find it all.
 
-    Runs before the module's lab (it takes the same management link)."""
+    Runs with no lab up (it takes the same management link): the shared one, if up, is taken down first."""
     vmlab.require_qemu_and_root()
+    vm_labs.close()
     topo = tmp_path / "vmhost.yaml"
-    topo.write_text(TOPOLOGY)
+    topo.write_text(vmlab.GUESTS_TOPOLOGY)
     run_dir = tmp_path / "run"
     env = {**os.environ, "HVNET_LAB_DIR": str(run_dir)}
     vm = VmHost(HOST, run_dir / "hosts", labhost.FIRST_INDEX)
@@ -128,9 +126,9 @@ def test_guests_on_one_vlan_reach_each_other_and_not_the_other_vlan(vm_lab: Lab)
         argv = ["ip", "netns", "exec", vm_lab.ns_of(guest), "ping", "-c", "2", "-W", "2", address]
         return in_vm(vm_lab, " ".join(map(shlex.quote, argv)), check=False)
 
-    same = ping("VA", "10.77.0.2")
+    same = ping("VM1", "10.77.0.2")
     assert same.returncode == 0, same.stdout + same.stderr
-    other = ping("VA", "10.77.0.3")
+    other = ping("VM1", "10.77.0.3")
     assert other.returncode != 0 and " 0% packet loss" not in other.stdout, other.stdout
 
 
@@ -138,9 +136,12 @@ def test_apply_of_an_ingress_rate_installs_a_tc_police_filter_in_the_vm(vm_lab: 
     policy = tmp_path / "police.yaml"
     policy.write_text(POLICY)
     res = hv(vm_lab, "apply", str(policy), "--json", timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    shown = in_vm(vm_lab, "tc -s filter show dev vif1.0 ingress").stdout
-    assert "police" in shown and "rate 10240Kbit" in shown, shown
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        shown = in_vm(vm_lab, "tc -s filter show dev vif1.0 ingress").stdout
+        assert "police" in shown and "rate 10240Kbit" in shown, shown
+    finally:
+        hv(vm_lab, "qos", "clear", "vm:VM1")
 
 
 def flood(lab: Lab, sender: str, address: str) -> subprocess.CompletedProcess[str]:
@@ -159,14 +160,14 @@ def test_tc_polices_what_the_guest_sends_and_its_own_counters_show_the_drops(vm_
     policy = tmp_path / "police.yaml"
     policy.write_text(POLICY.replace("burst: 1024", "burst: 2048"))  # a change: apply checks its enforcement
     res = hv(vm_lab, "apply", str(policy), "--json", timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    (applied,) = [e for e in json.loads(res.stdout)["enforcement"] if e["kind"] == "ingress"]
-    assert (applied["port"], applied["mechanism"], applied["verified"]) == ("vif1.0", "tc", True), applied
-    assert applied["detail"].startswith("tc police (matchall) rate 10240 kbit/s burst 262144 B: "), applied
     host = build_host(ssh_host=HOST, environ={**os.environ, "HVNET_LAB_DIR": str(vm_lab.run_dir)})
     try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        (applied,) = [e for e in json.loads(res.stdout)["enforcement"] if e["kind"] == "ingress"]
+        assert (applied["port"], applied["mechanism"], applied["verified"]) == ("vif1.0", "tc", True), applied
+        assert applied["detail"].startswith("tc police (matchall) rate 10240 kbit/s burst 262144 B: "), applied
         (before,) = tcpolice.tc_enforcement(host.runner, "vif1.0").police or ()
-        sent = flood(vm_lab, "VA", "10.77.0.2")
+        sent = flood(vm_lab, "VM1", "10.77.0.2")
         (after,) = tcpolice.tc_enforcement(host.runner, "vif1.0").police or ()
         print(f"\n{after.describe()} ({sent.stdout.strip().splitlines()[-2:]})")
         assert (after.classifier, after.rate_kbit, after.burst_bytes) == ("matchall", 10240, 262144)
@@ -178,6 +179,7 @@ def test_tc_polices_what_the_guest_sends_and_its_own_counters_show_the_drops(vm_
         assert [p.name for p in cache.iterdir()] == [f"tc-police-{HOST}-{release}-{boot_id}"]
     finally:
         host.close()
+        hv(vm_lab, "qos", "clear", "vm:VM1")
 
 
 class NetnsRefused(LocalRunner):
@@ -211,14 +213,15 @@ def test_lab_status_shows_the_vm_host_and_that_ssh_answers(vm_lab: Lab) -> None:
     assert all(g["namespace_present"] and g["vif_present"] for g in st["guests"])
 
 
-def test_lab_down_of_a_hung_vm_host_shows_its_console_before_removing_it(vm_lab: Lab) -> None:
+@pytest.mark.ends_lab
+def test_lab_down_of_a_hung_vm_host_shows_its_console_before_removing_it(last_lab: Lab) -> None:
     """QEMU stopped (SIGSTOP: a host that hangs): 'lab down' says SSH did not answer and shows the console's last
-    lines, the only evidence of why, before it removes the VM with its files.  The module's last test: it takes
-    the module's lab down (the fixture's own 'lab down' then finds nothing, and checks nothing is left)."""
-    pid = vmlab.vm(vm_lab.run_dir, HOST).qemu_pid()
+    lines, the only evidence of why, before it removes the VM with its files.  The shared lab's last test: it takes
+    the lab down (the fixture's own 'lab down' then finds nothing, and checks nothing is left)."""
+    pid = vmlab.vm(last_lab.run_dir, HOST).qemu_pid()
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
-    down = run_hvnet("lab", "down", env={"HVNET_LAB_DIR": str(vm_lab.run_dir)}, timeout=120)
+    down = run_hvnet("lab", "down", env={"HVNET_LAB_DIR": str(last_lab.run_dir)}, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     said = down.stdout
     assert f"VM host {HOST} did not answer over SSH; its console ends:" in said, said

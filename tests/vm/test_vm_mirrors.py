@@ -1,6 +1,7 @@
 """Mirrors, TAPs, sFlow and captures on a kernel-datapath VM host, proven by traffic through ``hvnet --host``.
 
-One boot for the module (the real ``hvnet lab up``, as tests/vm/test_vm_lab_host.py).  Guests VA and VB
+The lab (the real ``hvnet lab up``) is the one the modules on the VM host's guests share (tests/vm/vmlab.py): each
+test deletes the mirror, TAP, sFlow or capture it made.  Guests VM1 and VM2
 (VLAN 10) exchange pings inside the VM; MON (VLAN 30, where nobody else is) is the monitor: tcpdump in its
 namespace sees only what a mirror or a TAP copies to it.  The collector of the GRE/ERSPAN mirrors and of
 sFlow is this machine's end of the VM's management link (the kernel in the VM routes the tunnels' and
@@ -17,7 +18,6 @@ import signal
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,32 +29,19 @@ from appliance.lab.vmhost.boot import VmHost
 from tests.conftest import run_hvnet
 from tests.vm import vmlab
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.shared_lab("guests")]
 
-HOST = "kvm1"
+HOST = vmlab.HOST
 BRIDGE = "xenbr0"
-IP = {"VA": "10.77.0.1", "VB": "10.77.0.2", "MON": "10.77.0.9"}
+IP = {"VM1": "10.77.0.1", "VM2": "10.77.0.2", "MON": "10.77.0.9"}  # vmlab.GUESTS_TOPOLOGY's
 MON_VLAN = 30
-TOPOLOGY = f"""\
-name: vmhost-mirrors
-hosts:
-  - name: {HOST}
-    kind: vm
-bridges:
-  - name: {BRIDGE}
-guests:
-  - {{name: VA, ip: {IP["VA"]}/24, tag: 10}}
-  - {{name: VB, ip: {IP["VB"]}/24, tag: 10}}
-  - {{name: MON, ip: {IP["MON"]}/24, tag: {MON_VLAN}}}
-"""
 PINGS = 30
 GRE_TEB, ERSPAN_II = 0x6558, 0x88BE
 
 
 @pytest.fixture(scope="module")
-def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with vmlab.lab_up(tmp_path_factory.mktemp("vmmirrors"), TOPOLOGY, HOST) as lab:
-        yield lab
+def vm_lab(vm_labs: vmlab.Labs) -> Lab:
+    return vm_labs.get(vmlab.GUESTS_TOPOLOGY, HOST)
 
 
 def vm(run_dir: Path) -> VmHost:
@@ -62,7 +49,7 @@ def vm(run_dir: Path) -> VmHost:
 
 
 def in_vm(lab: Lab, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return vm(lab.run_dir).ssh(command, timeout=timeout, check=check)
+    return vmlab.in_vm(lab, HOST, command, timeout=timeout, check=check)
 
 
 def hv(lab: Lab, *args: str, code: int | None = 0, timeout: float = 120, env: dict[str, str] | None = None) -> dict:
@@ -139,21 +126,21 @@ def ovs(lab: Lab, *args: str) -> str:
 
 
 def test_a_span_mirror_copies_what_va_sends_to_the_monitor_and_nothing_else_breaks(vm_lab: Lab) -> None:
-    out = hv(vm_lab, "mirror", "add", "span", "--bridge", BRIDGE, "--src", "vm:VA", "--output-port", "vm:MON",
+    out = hv(vm_lab, "mirror", "add", "span", "--bridge", BRIDGE, "--src", "vm:VM1", "--output-port", "vm:MON",
              "--allow-isolation-exception")  # fmt: skip
     try:
         assert out["status"] == "applied", out
         assert ovs(vm_lab, "get", "mirror", "span", "output_port") == ovs(vm_lab, "get", "port", "vif3.0", "_uuid")
         mon = VmTcpdump(vm_lab, "MON", "icmp")
         try:
-            sent, back = ping(vm_lab, "VA", "VB")
+            sent, back = ping(vm_lab, "VM1", "VM2")
         finally:
             lines = mon.stop()
-        copied = requests(lines, "VA", "VB")
-        print(f"\nSPAN to MON: {copied} of {sent} echo requests VA sent copied, {back}/{sent} replies reached VA; "
+        copied = requests(lines, "VM1", "VM2")
+        print(f"\nSPAN to MON: {copied} of {sent} echo requests VM1 sent copied, {back}/{sent} replies reached VM1; "
               f"{len(lines)} frames at MON")  # fmt: skip
         assert_unbroken(sent, back)
-        assert copied == PINGS and requests(lines, "VB", "VA") == 0, lines  # --src: what VA sends, not VB's replies
+        assert copied == PINGS and requests(lines, "VM2", "VM1") == 0, lines  # --src: what VM1 sends, not VM2's replies
         assert not [x for x in lines if "echo reply" in x], lines
         # the Mirror row's statistics are ovs-vswitchd's, written every 5 s (stats-update-interval)
         deadline = time.monotonic() + 12
@@ -166,20 +153,20 @@ def test_a_span_mirror_copies_what_va_sends_to_the_monitor_and_nothing_else_brea
     assert ovs(vm_lab, "list", "mirror") == ""
     mon = VmTcpdump(vm_lab, "MON", "icmp")
     try:
-        ping(vm_lab, "VA", "VB", 5)
+        ping(vm_lab, "VM1", "VM2", 5)
     finally:
-        assert requests(mon.stop(), "VA", "VB") == 0  # gone with the mirror: MON's VLAN hears nothing of VLAN 10
+        assert requests(mon.stop(), "VM1", "VM2") == 0  # gone with the mirror: MON's VLAN hears nothing of VLAN 10
 
 
 def test_a_mirrors_snaplen_truncates_the_copies_in_the_kernel_datapath(vm_lab: Lab) -> None:
-    """snaplen 64: the kernel datapath's trunc action cuts each copy to 64 bytes; VB still gets whole pings."""
-    out = hv(vm_lab, "mirror", "add", "short", "--bridge", BRIDGE, "--src", "vm:VA", "--output-port", "vm:MON",
+    """snaplen 64: the kernel datapath's trunc action cuts each copy to 64 bytes; VM2 still gets whole pings."""
+    out = hv(vm_lab, "mirror", "add", "short", "--bridge", BRIDGE, "--src", "vm:VM1", "--output-port", "vm:MON",
              "--allow-isolation-exception", "--snaplen", "64")  # fmt: skip
     try:
         assert out["status"] == "applied", out
         mon = VmTcpdump(vm_lab, "MON", "icmp")
         try:
-            sent, back = ping(vm_lab, "VA", "VB", 10, size=1000)
+            sent, back = ping(vm_lab, "VM1", "VM2", 10, size=1000)
         finally:
             lines = mon.stop()
         lengths = sorted({int(m.group(1)) for x in lines if (m := re.search(r", length (\d+): ", x))})
@@ -191,26 +178,26 @@ def test_a_mirrors_snaplen_truncates_the_copies_in_the_kernel_datapath(vm_lab: L
 
 
 def test_an_rspan_mirror_floods_the_copies_on_its_vlan_to_the_monitor(vm_lab: Lab) -> None:
-    """Output VLAN 30: the copies go to every port of VLAN 30 (MON's access port, untagged), never to VB twice."""
-    out = hv(vm_lab, "mirror", "add", "rspan", "--bridge", BRIDGE, "--src", "vm:VA", "--dst", "vm:VA",
+    """Output VLAN 30: the copies go to every port of VLAN 30 (MON's access port, untagged), never to VM2 twice."""
+    out = hv(vm_lab, "mirror", "add", "rspan", "--bridge", BRIDGE, "--src", "vm:VM1", "--dst", "vm:VM1",
              "--output-vlan", str(MON_VLAN))  # fmt: skip
     try:
         assert out["status"] == "applied" and any("flood_vlans" in w for w in out.get("warnings", [])), out
         assert ovs(vm_lab, "get", "mirror", "rspan", "output_vlan") == str(MON_VLAN)
         mon = VmTcpdump(vm_lab, "MON", "icmp")
         try:
-            sent, back = ping(vm_lab, "VA", "VB")
+            sent, back = ping(vm_lab, "VM1", "VM2")
         finally:
             lines = mon.stop()
         there, reply = (
-            requests(lines, "VA", "VB"),
-            len([x for x in lines if f"{IP['VB']} > {IP['VA']}: ICMP echo reply" in x]),
+            requests(lines, "VM1", "VM2"),
+            len([x for x in lines if f"{IP['VM2']} > {IP['VM1']}: ICMP echo reply" in x]),
         )
         print(
-            f"\nRSPAN VLAN {MON_VLAN}: MON saw {there}/{sent} requests and {reply}/{back} replies; VA got {back}/{sent}"
+            f"\nRSPAN VLAN {MON_VLAN}: MON saw {there}/{sent} requests and {reply}/{back} replies; VM1 got {back}/{sent}"
         )
         assert_unbroken(sent, back)
-        assert there == PINGS and back <= reply <= PINGS, lines  # what the monitor saw of the replies VA got
+        assert there == PINGS and back <= reply <= PINGS, lines  # what the monitor saw of the replies VM1 got
         assert not [x for x in lines if "802.1Q" in x], lines  # an access port: the copies arrive untagged
     finally:
         hv(vm_lab, "mirror", "del", "rspan")
@@ -297,7 +284,7 @@ class LocalTcpdump:
 
 
 def first_copy(lab: Lab, tap: str, pcap: Path, within: float = 20) -> float:
-    """Seconds until a first tunnelled copy of VA's pings reached the collector (one ping a try).
+    """Seconds until a first tunnelled copy of VM1's pings reached the collector (one ping a try).
 
     ovs-vswitchd sets a new mirror up after its commit: the tunnel vport, then the flows that output to it, and the
     VM's kernel resolves the collector's address for the first copy.  What is counted afterwards is the mirror at
@@ -307,7 +294,7 @@ def first_copy(lab: Lab, tap: str, pcap: Path, within: float = 20) -> float:
     try:
         while pcap.stat().st_size <= 24:  # the pcap header alone
             assert time.monotonic() - started < within, f"no tunnelled copy within {within:.0f} s"
-            ping(lab, "VA", "VB", 1)
+            ping(lab, "VM1", "VM2", 1)
             time.sleep(0.3)
     finally:
         cap.stop()
@@ -326,7 +313,7 @@ def test_a_tunnel_mirror_reaches_the_collector_encapsulated(vm_lab: Lab, tmp_pat
     by the VM's own kernel out of its management link to the collector here."""
     link = vm(vm_lab.run_dir).link
     key = 7 if kind == "gre" else 42
-    out = hv(vm_lab, "mirror", "add", f"to-{kind}", "--bridge", BRIDGE, "--src", "vm:VA", f"--output-{kind}",
+    out = hv(vm_lab, "mirror", "add", f"to-{kind}", "--bridge", BRIDGE, "--src", "vm:VM1", f"--output-{kind}",
              link.peer, "--key", str(key))  # fmt: skip
     try:
         assert out["status"] == "applied", out
@@ -341,18 +328,18 @@ def test_a_tunnel_mirror_reaches_the_collector_encapsulated(vm_lab: Lab, tmp_pat
         waited = first_copy(vm_lab, link.tap, tmp_path / f"{kind}-first.pcap")
         cap = LocalTcpdump(link.tap, tmp_path / f"{kind}.pcap", ["ip", "proto", "47"])
         try:
-            sent, back = ping(vm_lab, "VA", "VB")
+            sent, back = ping(vm_lab, "VM1", "VM2")
         finally:
             frames = cap.stop()
         decoded = [d for d in map(decap, frames) if d is not None]
-        va_mac = guests(vm_lab)["VA"].mac  # type: ignore[attr-defined]
-        arrived = inner_icmp_requests([d[3] for d in decoded], va_mac, "VA", "VB")
+        va_mac = guests(vm_lab)["VM1"].mac  # type: ignore[attr-defined]
+        arrived = inner_icmp_requests([d[3] for d in decoded], va_mac, "VM1", "VM2")
         protos = {d[0] for d in decoded}
         print(f"\n{kind.upper()} mirror to {link.peer}: first copy after {waited:.1f} s; {len(frames)} GRE frames at "
               f"the collector, echo requests inside by VLAN {arrived} of {sent} sent; protocols "
               f"{sorted(map(hex, protos))}")  # fmt: skip
         assert_unbroken(sent, back)
-        # a tunnel port is no access port: each copy keeps VA's VLAN as an 802.1Q tag (the collector sees it)
+        # a tunnel port is no access port: each copy keeps VM1's VLAN as an 802.1Q tag (the collector sees it)
         assert arrived == {10: PINGS}, (decoded[:3], tunnel_counters(vm_lab))
         if kind == "gre":
             assert protos == {GRE_TEB} and {d[1] for d in decoded} == {key}, decoded[:3]
@@ -368,14 +355,14 @@ def test_a_tunnel_mirror_reaches_the_collector_encapsulated(vm_lab: Lab, tmp_pat
 
 def test_a_tunnel_to_an_address_the_vm_cannot_route_is_applied_with_a_warning(vm_lab: Lab) -> None:
     """The VM has no default route: copies to 192.0.2.77 would be dropped by its kernel, counted as sent."""
-    out = hv(vm_lab, "mirror", "add", "nowhere", "--bridge", BRIDGE, "--src", "vm:VA", "--output-gre", "192.0.2.77")
+    out = hv(vm_lab, "mirror", "add", "nowhere", "--bridge", BRIDGE, "--src", "vm:VM1", "--output-gre", "192.0.2.77")
     try:
         assert out["status"] == "applied", out
         (said,) = [w for w in out["warnings"] if "no route" in w]
         print(f"\n{said}")
         assert said.startswith("mirror nowhere: kvm1 has no route to 192.0.2.77 (the kernel routes the kernel "
                                "datapath's tunnels): every GRE copy is dropped there"), said  # fmt: skip
-        sent, _ = ping(vm_lab, "VA", "VB", 10)
+        sent, _ = ping(vm_lab, "VM1", "VM2", 10)
         deadline = time.monotonic() + 12  # the Mirror row's statistics: written every 5 s
         while ((listed := hv(vm_lab, "mirror", "list")["mirrors"][0])["tx_packets"] or 0) < sent:
             assert time.monotonic() < deadline, listed  # OVS counts the copies it hands the kernel as sent
@@ -386,21 +373,21 @@ def test_a_tunnel_to_an_address_the_vm_cannot_route_is_applied_with_a_warning(vm
 
 
 def test_a_tap_to_an_erspan_collector_sends_only_its_match_untagged(vm_lab: Lab, tmp_path: Path) -> None:
-    """A TAP's copies leave by an OpenFlow output to its tunnel port: the frame as VA sent it (no VLAN tag, unlike
-    a mirror's), and only what the TAP matches (ICMP, not VB's replies)."""
+    """A TAP's copies leave by an OpenFlow output to its tunnel port: the frame as VM1 sent it (no VLAN tag, unlike
+    a mirror's), and only what the TAP matches (ICMP, not VM2's replies)."""
     link = vm(vm_lab.run_dir).link
-    out = hv(vm_lab, "tap", "add", "to-col", "--bridge", BRIDGE, "--vif", "vm:VA", "--direction", "in",
+    out = hv(vm_lab, "tap", "add", "to-col", "--bridge", BRIDGE, "--vif", "vm:VM1", "--direction", "in",
              "--protocol", "icmp", "--output-erspan", link.peer, "--key", "9")  # fmt: skip
     try:
         assert out["status"] == "applied" and not [w for w in out["warnings"] if "no route" in w], out
         first_copy(vm_lab, link.tap, tmp_path / "tap-first.pcap")
         cap = LocalTcpdump(link.tap, tmp_path / "tap.pcap", ["ip", "proto", "47"])
         try:
-            sent, back = ping(vm_lab, "VA", "VB")
+            sent, back = ping(vm_lab, "VM1", "VM2")
         finally:
             frames = cap.stop()
         decoded = [d for d in map(decap, frames) if d is not None]
-        arrived = inner_icmp_requests([d[3] for d in decoded], guests(vm_lab)["VA"].mac, "VA", "VB")  # type: ignore[attr-defined]
+        arrived = inner_icmp_requests([d[3] for d in decoded], guests(vm_lab)["VM1"].mac, "VM1", "VM2")  # type: ignore[attr-defined]
         print(f"\nERSPAN TAP to {link.peer}: {len(frames)} frames, echo requests inside by VLAN {arrived} of {sent}")
         assert_unbroken(sent, back)
         assert arrived == {None: PINGS} and len(decoded) == PINGS, (decoded[:2], tunnel_counters(vm_lab))
@@ -415,25 +402,25 @@ def test_a_tap_to_an_erspan_collector_sends_only_its_match_untagged(vm_lab: Lab,
 
 @pytest.mark.parametrize("method", ["flows", "group"])
 def test_a_flow_tap_copies_exactly_its_match_to_the_monitor(vm_lab: Lab, method: str) -> None:
-    """A TAP on VA's ICMP it sends (direction in): MON gets VA's echo requests, none of VB's replies, none of VA's
+    """A TAP on VM1's ICMP it sends (direction in): MON gets VM1's echo requests, none of VM2's replies, none of VM1's
     UDP; hvnet's own flow counters say as many."""
-    out = hv(vm_lab, "tap", "add", "icmp-va", "--bridge", BRIDGE, "--vif", "vm:VA", "--direction", "in",
+    out = hv(vm_lab, "tap", "add", "icmp-va", "--bridge", BRIDGE, "--vif", "vm:VM1", "--direction", "in",
              "--protocol", "icmp", "--output-port", "vm:MON", "--allow-isolation-exception", "--method", method)  # fmt: skip
     try:
         assert out["status"] == "applied", out
         mon = VmTcpdump(vm_lab, "MON")
         try:
-            sent, back = ping(vm_lab, "VA", "VB")
-            udp = f"for i in 1 2 3; do echo x > /dev/udp/{IP['VB']}/9; done"  # VA's, not ICMP: not tapped
-            in_vm(vm_lab, q("ip", "netns", "exec", vm_lab.ns_of("VA"), "bash", "-c", udp), check=False)
+            sent, back = ping(vm_lab, "VM1", "VM2")
+            udp = f"for i in 1 2 3; do echo x > /dev/udp/{IP['VM2']}/9; done"  # VM1's, not ICMP: not tapped
+            in_vm(vm_lab, q("ip", "netns", "exec", vm_lab.ns_of("VM1"), "bash", "-c", udp), check=False)
         finally:
             lines = mon.stop()
-        copied = requests(lines, "VA", "VB")
+        copied = requests(lines, "VM1", "VM2")
         (tap,) = hv(vm_lab, "tap", "list")["taps"]
         print(f"\nTAP ({method}) to MON: {copied} of {sent} echo requests, {len(lines)} frames; "
               f"the TAP's flows counted {tap['packets']}")  # fmt: skip
         assert_unbroken(sent, back)
-        assert copied == PINGS and len(lines) == PINGS, lines  # nothing but VA's echo requests
+        assert copied == PINGS and len(lines) == PINGS, lines  # nothing but VM1's echo requests
         assert (tap["name"], tap["method"], tap["packets"]) == ("icmp-va", method, PINGS), tap
     finally:
         hv(vm_lab, "tap", "del", "icmp-va")
@@ -445,7 +432,7 @@ def test_a_flow_tap_copies_exactly_its_match_to_the_monitor(vm_lab: Lab, method:
 
 
 def test_sflow_samples_reach_a_collector_beside_the_vm(vm_lab: Lab, tmp_path: Path) -> None:
-    """1-in-1 sampling: each ICMP packet entering the bridge (VA's requests at vif1.0, VB's replies at vif2.0) is
+    """1-in-1 sampling: each ICMP packet entering the bridge (VM1's requests at vif1.0, VM2's replies at vif2.0) is
     one sample at pmacct's sfacctd, listening on this machine's end of the management link."""
     link = vm(vm_lab.run_dir).link
     with Collector("sflow", link.peer, free_udp_port(), tmp_path) as collector:
@@ -454,7 +441,7 @@ def test_sflow_samples_reach_a_collector_beside_the_vm(vm_lab: Lab, tmp_path: Pa
             assert out["status"] == "applied", out
             row = ovs(vm_lab, "get", "bridge", BRIDGE, "sflow")
             assert collector.target in ovs(vm_lab, "get", "sflow", row, "targets")
-            sent, back = ping(vm_lab, "VA", "VB")
+            sent, back = ping(vm_lab, "VM1", "VM2")
             packets = sent + back
             deadline = time.monotonic() + 10
             while collector.received(ip_proto="icmp").packets < packets and time.monotonic() < deadline:
@@ -473,7 +460,7 @@ def test_sflow_samples_reach_a_collector_beside_the_vm(vm_lab: Lab, tmp_path: Pa
 def test_a_capture_on_a_vif_runs_in_the_vm_and_its_pcap_comes_back_with_the_traffic(
     vm_lab: Lab, tmp_path: Path
 ) -> None:
-    """``hvnet --host kvm1 capture`` on VB's VIF: tcpdump in the VM (a small ring: its disk is small), its counts
+    """``hvnet --host kvm1 capture`` on VM2's VIF: tcpdump in the VM (a small ring: its disk is small), its counts
     from there; ``capture fetch`` brings the pcap here over the same SSH connection, byte for byte, and it holds
     each exchange."""
     env = {"HVNET_PCAP_DIR": "/var/lib/hvnet/captures"}
@@ -484,7 +471,7 @@ def test_a_capture_on_a_vif_runs_in_the_vm_and_its_pcap_comes_back_with_the_traf
         refused = run_hvnet("--host", HOST, "capture", "fetch", "vb", "--out", str(tmp_path / "early"),
                             env={"HVNET_LAB_DIR": str(vm_lab.run_dir), **env})  # fmt: skip
         assert refused.returncode == 2 and "is running on kvm1: its files still change" in refused.stderr, refused
-        sent, back = ping(vm_lab, "VA", "VB")
+        sent, back = ping(vm_lab, "VM1", "VM2")
         stopped = hv(vm_lab, "capture", "stop", "vb", env=env)
         assert stopped["state"] == "stopped" and stopped["packets"] == sent + back, stopped
         assert stopped["files"] == ["vb.pcap0"], stopped
@@ -495,9 +482,9 @@ def test_a_capture_on_a_vif_runs_in_the_vm_and_its_pcap_comes_back_with_the_traf
         text = subprocess.run(["tcpdump", "-nn", "-r", str(pcap)], capture_output=True, text=True, check=True)
         lines = text.stdout.splitlines()
         print(f"\ncapture on vif2.0 in the VM: {stopped['packets']} packets for {sent} pings; fetched {got['bytes']} B "
-              f"holding {requests(lines, 'VA', 'VB')} requests and {len(lines) - requests(lines, 'VA', 'VB')} others")  # fmt: skip
-        assert requests(lines, "VA", "VB") == sent and len(lines) == sent + back, lines[:4]
-        assert len([x for x in lines if f"{IP['VB']} > {IP['VA']}: ICMP echo reply" in x]) == back
+              f"holding {requests(lines, 'VM1', 'VM2')} requests and {len(lines) - requests(lines, 'VM1', 'VM2')} others")  # fmt: skip
+        assert requests(lines, "VM1", "VM2") == sent and len(lines) == sent + back, lines[:4]
+        assert len([x for x in lines if f"{IP['VM2']} > {IP['VM1']}: ICMP echo reply" in x]) == back
     finally:
         hv(vm_lab, "capture", "stop", "vb", env=env, code=None)
         run_hvnet("--host", HOST, "capture", "delete", "vb", env={"HVNET_LAB_DIR": str(vm_lab.run_dir), **env})

@@ -13,7 +13,6 @@ import json
 import shlex
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from appliance.lab import Lab
 from tests.conftest import ROOT, run_hvnet
 from tests.vm import vmlab
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.shared_lab("mixed")]
 
 HV, VM = "hv1", "kvm1"
 SHIPPED_TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "two-hosts.yaml"
@@ -41,12 +40,10 @@ def mixed_topology() -> dict:
 
 
 @pytest.fixture(scope="module")
-def mixed_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    text = yaml.safe_dump(mixed_topology(), sort_keys=False)
-    with vmlab.lab_up(tmp_path_factory.mktemp("mixed"), text, VM,
-                      said=[f"linked {HV} eth0-{VM} -- {VM} eth0-{HV} (a trunk on xenbr0)"],
-                      namespaces=["hvnet-hv1", "hvnet-VM1", "hvnet-VM3"]) as lab:  # fmt: skip
-        yield lab
+def mixed_lab(vm_labs: vmlab.Labs) -> Lab:
+    return vm_labs.get(yaml.safe_dump(mixed_topology(), sort_keys=False), VM,
+                       said=[f"linked {HV} eth0-{VM} -- {VM} eth0-{HV} (a trunk on xenbr0)"],
+                       namespaces=["hvnet-hv1", "hvnet-VM1", "hvnet-VM3"])  # fmt: skip
 
 
 def in_vm(lab: Lab, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:

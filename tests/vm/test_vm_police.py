@@ -12,8 +12,9 @@ Steps are 5 s (seed-2010's are the study's 10 s): the bucket starts full, so its
 over 5 s that is 0.2 Mbit/s (2% of the rate), and the figures are printed both against the rate and
 against rate plus burst.  Under TCG only what is robust is asserted; the issue's targets (TCP >= 0.80, UDP
 within 5%) are printed beside the figures (``make bench`` section kernel-police measures them side by side
-with the userspace datapath).  One boot for the module, through the real ``hvnet lab up``; needs root:
-run it under ``flock /tmp/hvnet-lab.lock``.
+with the userspace datapath).  The lab (the real ``hvnet lab up``) is the one the modules on the VM host's guests
+share (tests/vm/vmlab.py); each test clears the policy it applied.  Needs root: run it under
+``flock /tmp/hvnet-lab.lock``.
 """
 
 from __future__ import annotations
@@ -33,22 +34,10 @@ from appliance.policy.apply import openflow
 from tests.conftest import run_hvnet
 from tests.vm import vmlab
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.shared_lab("guests")]
 
-HOST = "kvm1"
-# VM1/VM2: the names the shipped suites (quick, seed-2010) and their setup policies use
-TOPOLOGY = f"""\
-name: vmhost-police
-hosts:
-  - name: {HOST}
-    kind: vm
-bridges:
-  - name: xenbr0
-guests:
-  - {{name: VM1, ip: 10.79.0.1/24, tag: 10}}
-  - {{name: VM2, ip: 10.79.0.2/24, tag: 10}}
-"""
-SERVER_IP = "10.79.0.2"
+HOST = vmlab.HOST  # its guests VM1 and VM2: the names the shipped suites (quick, seed-2010) and their policies use
+SERVER_IP = "10.77.0.2"
 PORT = 12866  # this module's own netserver: the suites start theirs on netperf's default port
 RATE_KBPS = 10240  # the 2010 study's ingress_policing_rate and ingress_policing_burst
 BURST_KBIT = 1024
@@ -60,9 +49,8 @@ SEED_SECONDS = 10
 
 
 @pytest.fixture(scope="module")
-def vm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with vmlab.lab_up(tmp_path_factory.mktemp("vmpolice"), TOPOLOGY, HOST) as lab:
-        yield lab
+def vm_lab(vm_labs: vmlab.Labs) -> Lab:
+    return vm_labs.get(vmlab.GUESTS_TOPOLOGY, HOST)
 
 
 def in_vm(lab: Lab, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,5 +1,10 @@
-"""A lab with a kernel-datapath VM host, as the tests/vm modules bring it up: one boot per module through the real
-CLI (``hvnet lab up``), and nothing of it left on this machine after ``hvnet lab down``.
+"""A lab with a kernel-datapath VM host, as the tests/vm modules bring it up through the real CLI (``hvnet lab up``),
+and nothing of it left on this machine after ``hvnet lab down``.
+
+One lab at a time (the VM's management tap, hvk1, is the same in every lab): :class:`Labs` keeps the one up and
+hands it to each module that asks for the same topology, so the modules on :data:`GUESTS_TOPOLOGY` boot it once
+between them; each test there undoes what it changed (policy cleared, mirrors deleted), so their order does not
+matter.  A module on another topology takes the lab down and brings its own up.
 
 Needs root (taps, namespaces, debootstrap for a first image build) and QEMU; run under
 ``flock /tmp/hvnet-lab.lock``.
@@ -14,7 +19,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +33,24 @@ from tests.conftest import run_hvnet
 def vm(run_dir: Path, host: str) -> VmHost:
     """The lab's first VM host as its files describe it (the one every tests/vm lab has)."""
     return VmHost(host, run_dir / "hosts", labhost.FIRST_INDEX)
+
+
+HOST = "kvm1"
+# The guests the modules on one VM host share: VM1 and VM2 (the names the shipped suites and their setup policies
+# use) on VLAN 10, MON alone on VLAN 30 (a monitor: it hears only what a mirror or a TAP copies to it), VC on VLAN 20
+GUESTS_TOPOLOGY = f"""\
+name: vmhost-guests
+hosts:
+  - name: {HOST}
+    kind: vm
+bridges:
+  - name: xenbr0
+guests:
+  - {{name: VM1, ip: 10.77.0.1/24, tag: 10}}
+  - {{name: VM2, ip: 10.77.0.2/24, tag: 10}}
+  - {{name: MON, ip: 10.77.0.9/24, tag: 30}}
+  - {{name: VC, ip: 10.77.0.3/24, tag: 20}}
+"""
 
 
 def in_vm(
@@ -91,6 +114,52 @@ def lab_up(base: Path, topology: str, host: str, *, said: Iterable[str] = (),
         down = run_hvnet("lab", "down", env=env, timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
         assert leftovers(run_dir, host, pid, namespaces) == []
+
+
+def answers(lab: Lab, host: str) -> bool:
+    """Whether the lab's VM host still answers over SSH (a test may have wrecked it)."""
+    try:
+        return in_vm(lab, host, "true", timeout=30, check=False).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+class Labs:
+    """The VM-host lab that is up, kept for the next module that asks for the same topology (a session's).
+
+    A lab whose VM no longer answers over SSH is not handed on: it is taken down and a new one brought up, so one
+    test that wrecks the VM fails alone."""
+
+    def __init__(self, tmp: pytest.TempPathFactory) -> None:
+        self.tmp = tmp
+        self.key: tuple[str, str] | None = None
+        self.lab: Lab | None = None
+        self.stack = ExitStack()
+
+    def get(self, topology: str, host: str, *, said: Iterable[str] = (), namespaces: Iterable[str] = ()) -> Lab:
+        """The lab up on ``topology`` (see :func:`lab_up`), brought up unless it already is."""
+        lab = self.lab if self.key == (topology, host) else None
+        if lab is not None and answers(lab, host):
+            return lab
+        self.close()
+        self.lab = self.stack.enter_context(lab_up(self.tmp.mktemp("vmlab"), topology, host, said=said,
+                                                   namespaces=namespaces))  # fmt: skip
+        self.key = (topology, host)
+        return self.lab
+
+    @contextmanager
+    def last(self, topology: str, host: str) -> Iterator[Lab]:
+        """The lab on ``topology`` for a test that ends it (stops its VM, takes it down): no test gets it after;
+        it is taken down (again) and checked to be gone when the test is done."""
+        lab = self.get(topology, host)
+        stack, self.stack, self.lab, self.key = self.stack, ExitStack(), None, None
+        with stack:
+            yield lab
+
+    def close(self) -> None:
+        """The lab that is up, taken down (and checked to be gone); nothing when none is."""
+        stack, self.stack, self.lab, self.key = self.stack, ExitStack(), None, None
+        stack.close()
 
 
 def isolation_check(lab: Lab, host: str, scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
