@@ -106,7 +106,8 @@ def test_replugged_vif_gets_tag_and_qos_back(lab: Lab, agent: AgentProc) -> None
     assert wait_until(lambda: len(vsctl(lab, "--columns=_uuid", "list", "qos").split()) == 3, 5), vsctl(
         lab, "list", "qos"
     )
-    assert "removed rows orphaned" in agent.text()
+    # The agent logs the removal once its transaction has committed: the line can follow the count by a moment.
+    assert wait_until(lambda: "removed rows orphaned" in agent.text(), 3) is not None, agent.text()
     # Manual drift is corrected too.
     vsctl(lab, "set", "port", "vif1.0", "tag=7")
     assert wait_until(lambda: vsctl(lab, "get", "port", "vif1.0", "tag") == "5", 3) is not None
