@@ -17,6 +17,7 @@ from appliance.core.errors import ConfigError, Problem
 from appliance.core.vlan import DEAD, Vlan, VlanCols
 from appliance.core.yamldoc import dotted
 from appliance.policy.plan import tapplan
+from appliance.policy.plan.fields import parse_selector
 from appliance.policy.plan.model import (
     MAX_MIRRORS_PER_BRIDGE,
     OWNER,
@@ -211,6 +212,29 @@ def select(state: State, sel: Selector, *, vifs_only: bool, index: _Index | None
         if sel.matches(value):
             out.append(p)
     return sorted(out, key=lambda p: p.name)
+
+
+def require_one(state: State, text: str, what: str) -> str:
+    """Resolve a CLI VIF argument (``vif1.0``, ``vm:VM3``, ``mac:...``) to exactly one port."""
+    try:
+        kind, pattern = parse_selector(text)
+    except ValueError as exc:
+        raise ConfigError([Problem("command line", None, what, str(exc))]) from None
+    ports = select(state, Selector(kind, pattern), vifs_only=True)
+    if len(ports) != 1:
+        listing = ", ".join(p.name for p in ports[:6])
+        raise ConfigError(
+            [
+                Problem(
+                    "command line",
+                    None,
+                    what,
+                    f"{kind} {pattern} matches {len(ports)} VIFs{': ' + listing if listing else ''}; "
+                    "this command needs exactly one",
+                )
+            ]
+        )
+    return ports[0].name
 
 
 def _nothing_matched(state: State, sel: Selector) -> str:
