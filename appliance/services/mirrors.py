@@ -17,7 +17,8 @@ from typing import Any, Optional
 from appliance.core.errors import ConflictError, UsageError
 from appliance.policy import ApplyResult, MirrorRule, Plan, Policy, PolicyEngine
 from appliance.policy.plan.intents import mirror_rule
-from appliance.policy.plan.planner import describe, describe_mirror
+from appliance.policy.plan.monitoring import describe_mirror
+from appliance.policy.plan.planner import describe
 from appliance.policy.plan.state import State
 from appliance.services.policy import apply
 
