@@ -13,17 +13,41 @@ none?  Both compare a change with the value the switch has now
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from appliance.core.errors import HvnetError, OutcomeUnknown
-from appliance.core.ovsdb import TxnContext
+from appliance.core.ovsdb import Connection, TxnContext
 from appliance.policy.apply import journal, writer
 from appliance.policy.apply.read import state as read_state
 from appliance.policy.plan.planner import Change, Plan
 from appliance.policy.plan.state import State
 
-if TYPE_CHECKING:
-    from appliance.policy.apply.engine import ApplyResult, PolicyEngine
+
+class PolicyEngine(Protocol):
+    """What undoing and settling use of the engine (:class:`~.engine.PolicyEngine`), which imports this module."""
+
+    conn: Connection
+    journal: journal.Journal
+    command: str
+    audit: bool
+    lenient: bool
+
+    def read(self, conn: Connection) -> State: ...
+
+    def sync_openflow(self, bridges: set[str] | None = None) -> dict[str, Any]: ...
+
+    def audit_line(self, changes: list[Change], result: str, **extra: Any) -> None: ...
+
+    def done(self, rec: dict[str, Any] | None) -> None: ...
+
+
+class ApplyResult(Protocol):
+    """The part of an apply's result (:class:`~.engine.ApplyResult`) a restore after meters failed updates."""
+
+    plan: Plan
+    status: str
+    problems: list[str]
+
 
 log = logging.getLogger("hvnet.policy")
 

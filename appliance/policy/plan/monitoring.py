@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from appliance.policy.plan.model import (
     MAX_MIRRORS_PER_BRIDGE,
@@ -27,19 +27,17 @@ from appliance.policy.plan.model import (
 from appliance.policy.plan.state import MirrorCols, MirrorState, State, TunnelCols
 from appliance.switch import sampling
 
-if TYPE_CHECKING:
-    from appliance.policy.plan.planner import Plan, PlanOptions
-
 # (bridge, name, before, after) of one mirror: the planner makes it a Change of kind "mirror".
 MirrorChange = tuple[str, str, Any, Any]
 # (kind, bridge, before, after, note) of one bridge's sFlow or IPFIX row.
 SamplingChange = tuple[str, str, Any, Any, str]
-# The planner's selector resolution, handed in.
+# The planner's selector resolution, handed in (the planner imports this module, not the reverse; its
+# options, problems and plan come in untyped here for the same reason, as in tapplan).
 Select = Callable[..., list[Any]]
 
 
 def mirror_changes(
-    rules: list[MirrorRule], state: State, opts: PlanOptions, problems: Any, result: Plan, select: Select
+    rules: list[MirrorRule], state: State, opts: Any, problems: Any, result: Any, select: Select
 ) -> list[MirrorChange]:
     """The mirror changes ``rules`` ask for, removals first (they free slots); the count per bridge checked."""
     counts = {br: len(b.mirrors) for br, b in state.bridges.items()}
@@ -100,9 +98,9 @@ def _resolve_ports(
 def _mirror_change(
     rule: MirrorRule,
     state: State,
-    opts: PlanOptions,
+    opts: Any,
     problems: Any,
-    result: Plan,
+    result: Any,
     counts: dict[str, int],
     select: Select,
 ) -> MirrorChange | None:
@@ -150,9 +148,9 @@ def _mirror_output(
     state: State,
     src: tuple[str, ...],
     dst: tuple[str, ...],
-    opts: PlanOptions,
+    opts: Any,
     problems: Any,
-    result: Plan,
+    result: Any,
     select: Select,
 ) -> _Output | None:
     """The output columns, or None when the output port is not there (no change is planned for the mirror)."""
@@ -179,9 +177,9 @@ def _output_port(
     state: State,
     src: tuple[str, ...],
     dst: tuple[str, ...],
-    opts: PlanOptions,
+    opts: Any,
     problems: Any,
-    result: Plan,
+    result: Any,
     select: Select,
 ) -> str | None:
     """The one port on the bridge receiving the copies: not a selected one, nor a VM's without consent.
