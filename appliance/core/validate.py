@@ -29,6 +29,14 @@ class FieldError(ValueError):
         self.field = field
 
 
+def int_or_text(text: str) -> int | str:
+    """An integer if ``text`` is one, else the text (so the rule's own validator words the refusal)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def no_control(value: str, allow: str = "") -> str:
     """``value`` when it holds no control character (but those in ``allow``); else a ValueError naming it.
 

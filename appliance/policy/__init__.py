@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 _WHERE = {
     "export": "plan.export",
     "DEFAULT_POLICY": "plan.document", "load": "plan.document", "parse": "plan.document",
-    "ApplyResult": "apply.engine", "PolicyEngine": "apply.engine", "require_one": "apply.engine",
+    "ApplyResult": "apply.engine", "PolicyEngine": "apply.engine",
     "REMOVE": "plan.model", "Egress": "plan.model", "Ingress": "plan.model", "MirrorOutput": "plan.model",
     "MirrorRule": "plan.model", "Policy": "plan.model", "Selector": "plan.model", "VifRule": "plan.model",
     "Change": "plan.planner", "Plan": "plan.planner", "PlanOptions": "plan.planner", "describe": "plan.planner",
+    "require_one": "plan.planner",
     "COLUMNS": "apply.read", "State": "plan.state",
 }  # fmt: skip
 
@@ -61,7 +62,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from appliance.policy.apply.engine import ApplyResult, PolicyEngine, require_one
+    from appliance.policy.apply.engine import ApplyResult, PolicyEngine
     from appliance.policy.apply.read import COLUMNS
     from appliance.policy.plan import export
     from appliance.policy.plan.document import DEFAULT_POLICY, load, parse
@@ -75,5 +76,5 @@ if TYPE_CHECKING:
         Selector,
         VifRule,
     )
-    from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe
+    from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe, require_one
     from appliance.policy.plan.state import State

@@ -11,13 +11,15 @@ console's form alike.
 from __future__ import annotations
 
 from collections.abc import Container
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Optional
 
 from appliance.core.errors import ConflictError, UsageError
+from appliance.core.validate import FieldError, int_or_text
 from appliance.policy import ApplyResult, MirrorRule, Plan, Policy, PolicyEngine
 from appliance.policy.plan.intents import mirror_rule
-from appliance.policy.plan.planner import describe, describe_mirror
+from appliance.policy.plan.monitoring import describe_mirror
+from appliance.policy.plan.planner import describe
 from appliance.policy.plan.state import State
 from appliance.services.policy import apply
 
@@ -153,3 +155,111 @@ def delete_mirror(
     found = find_mirror(state, name, bridge)
     policy = Policy(source=origin.source, mirrors=[MirrorRule(found, name, remove=True)])
     return apply(engine, policy, dry_run=dry_run, confirm_within=confirm_within)
+
+
+# -- the console's Add mirror form -----------------------------------------------------
+# The operator's text as typed (strings; empty = not given), translated by the builder ``hvnet mirror add``
+# uses (intents.mirror_rule): the dialog accepts and refuses exactly what the command line does.
+
+
+@dataclass
+class MirrorForm:
+    """The Add mirror dialog's fields as entered (strings; empty = not given)."""
+
+    DIRECTIONS: ClassVar[dict[str, str]] = {
+        "sends": "what the VM sends",
+        "receives": "what the VM receives",
+        "both": "both directions",
+    }
+    OUTPUT_KINDS: ClassVar[dict[str, str]] = {
+        "port": "port",
+        "vlan": "RSPAN VLAN",
+        "gre": "GRE",
+        "erspan": "ERSPAN",
+    }
+    # Which form field shows an intents FieldError.
+    FIELD_OF_ERROR: ClassVar[dict[str, str]] = {
+        "bridge": "bridge",
+        "name": "name",
+        "src": "sources",
+        "dst": "sources",
+        "select": "sources",
+        "vlan": "vlans",
+        "output": "output",
+        "output.port": "output",
+        "output.vlan": "output",
+        "output.gre": "output",
+        "output.erspan": "output",
+        "output.key": "key",
+        "output.idx": "key",
+    }
+
+    bridge: str = ""
+    name: str = ""
+    sources: tuple[str, ...] = ()
+    direction: str = "both"  # one of DIRECTIONS
+    vlans: str = ""
+    output_kind: str = "port"  # one of OUTPUT_KINDS
+    output_value: str = ""
+    key: str = ""
+    allow_isolation_exception: bool = False
+
+
+def mirror_form_rule(form: MirrorForm, existing: set[tuple[str, str]] | None = None) -> MirrorRule:
+    """The mirror the form asks for, or FieldError: the CLI's rules, through ``intents.mirror_rule``."""
+    bridge = form.bridge.strip()
+    if not bridge:
+        raise FieldError("bridge", "choose a bridge")
+    name = form.name.strip()
+    taken = mirror_taken(existing or (), bridge, name)
+    if taken:
+        raise FieldError("name", f"{taken}; delete it first")
+    value = form.output_value.strip()
+    if not value:
+        what = {"port": "an output port", "vlan": "an RSPAN VLAN", "gre": "a collector IP", "erspan": "a collector IP"}
+        raise FieldError("output", f"give {what.get(form.output_kind, 'an output')}")
+    spec: dict[str, object] = {form.output_kind: int_or_text(value) if form.output_kind == "vlan" else value}
+    key = form.key.strip()
+    if key and form.output_kind in ("gre", "erspan"):
+        spec["key"] = int_or_text(key)
+    sources = list(form.sources)
+    return mirror_rule(
+        bridge,
+        name,
+        output=spec,
+        src=sources if form.direction in ("sends", "both") else None,
+        dst=sources if form.direction in ("receives", "both") else None,
+        vlans=form.vlans.strip() or None,
+        allow_isolation_exception=form.allow_isolation_exception,
+    )
+
+
+def mirror_form_errors(form: MirrorForm, existing: set[tuple[str, str]] | None = None) -> dict[str, str]:
+    """Every bad field's message, keyed by form field ({} when the form is valid).
+
+    ``mirror_rule`` stops at the first bad field; to name each bad field at
+    once, every field is also checked alone against known-good values for the
+    others (so the words are still the CLI's).
+    """
+    field_of = MirrorForm.FIELD_OF_ERROR
+    try:
+        mirror_form_rule(form, existing)
+    except FieldError as exc:
+        errors = {field_of.get(exc.field, "sources"): str(exc)}
+    else:
+        return {}
+    good = MirrorForm(bridge=form.bridge or "-", name="-", vlans="1", output_kind="vlan", output_value="1")
+    probes = [
+        replace(good, name=form.name),
+        replace(good, vlans=form.vlans) if form.vlans.strip() else None,
+        replace(good, output_kind=form.output_kind, output_value=form.output_value, key=form.key),
+        replace(good, sources=form.sources, direction=form.direction, vlans="1" if form.vlans.strip() else ""),
+    ]
+    for probe in probes:
+        if probe is None:
+            continue
+        try:
+            mirror_form_rule(probe, existing)
+        except FieldError as exc:
+            errors.setdefault(field_of.get(exc.field, "sources"), str(exc))
+    return errors

@@ -27,7 +27,8 @@ from appliance.core.errors import ConfigError, HvnetError, Problem, UsageError
 from appliance.core.validate import FieldError
 from appliance.core.vlan import VLAN_MODES, vlan_change, vlan_from_fields
 from appliance.policy import REMOVE, ApplyResult, Plan, Policy, PolicyEngine, Selector, VifRule, require_one
-from appliance.policy.apply.engine import Enforcement, change_json
+from appliance.policy.apply.enforcement import Enforcement
+from appliance.policy.apply.engine import change_json
 from appliance.policy.plan import export as exp
 from appliance.policy.plan import reach
 from appliance.policy.plan.document import DEFAULT_POLICY

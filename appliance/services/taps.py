@@ -9,10 +9,11 @@ counts in :func:`list_taps` are the switch's own, from the TAP's flows
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from appliance.core.errors import HvnetError, UsageError
+from appliance.core.validate import int_or_text
 from appliance.policy.plan.records import has_taps
 from appliance.switch.host import Host
 
@@ -139,3 +140,75 @@ def _rows(host: Host, taps_by_bridge: dict[str, dict[str, TapCols]]) -> list[Tap
                 packets, bytes_ = counts.get(pipeline.tap_table(i), (0, 0))
             rows.append(TapRow(br, name, cols, packets, bytes_, note))
     return rows
+
+
+# -- the console's Add TAP form --------------------------------------------------------
+# The operator's text as typed, made the mapping a policy file's TAP holds and judged by tap_rule, as
+# ``hvnet tap add``'s flags are: the dialog refuses what the CLI and a policy file refuse, in the same words.
+
+
+@dataclass
+class TapForm:
+    """The Add TAP dialog's fields as typed (strings; empty = not given)."""
+
+    MATCH_FIELDS: ClassVar[tuple[str, ...]] = ("src_mac", "dst_mac", "src_ip", "dst_ip", "vlan", "protocol",
+                                               "src_port", "dst_port")  # fmt: skip
+    INT_FIELDS: ClassVar[tuple[str, ...]] = ("vlan", "src_port", "dst_port")
+    # an RSPAN VLAN is a mirror's output, not a TAP's
+    OUTPUT_KINDS: ClassVar[dict[str, str]] = {"port": "port", "gre": "GRE", "erspan": "ERSPAN"}
+    METHODS: ClassVar[dict[str, str]] = {
+        "flows": "flows (one copy action per flow)",
+        "group": "group (OpenFlow group of type ALL)",
+    }
+    DIRECTIONS: ClassVar[dict[str, str]] = {
+        "in": "what the VM sends",
+        "out": "what the VM receives",
+        "both": "both directions",
+    }
+
+    bridge: str = ""
+    name: str = ""
+    vifs: str = ""  # selectors separated by spaces or commas: vif1.0, vm:VM1, ...
+    direction: str = "both"
+    match: dict[str, str] = field(default_factory=dict)  # MATCH_FIELDS -> text
+    output_kind: str = "port"
+    output_value: str = ""
+    key: str = ""
+    method: str = "flows"
+    allow_isolation_exception: bool = False
+
+
+def tap_form_spec(form: TapForm) -> dict[str, Any]:
+    """The policy file's mapping for the form (nothing judged here but what the mapping cannot hold).
+
+    It is what a policy file's ``bridges.BR.taps.NAME`` holds, and what ``hvnet tap add``'s flags build.
+    """
+    spec: dict[str, Any] = {
+        "vifs": [v for v in form.vifs.replace(",", " ").split() if v],
+        "direction": form.direction,
+        "method": form.method,
+        "allow_isolation_exception": form.allow_isolation_exception,
+    }
+    match = {}
+    for key in TapForm.MATCH_FIELDS:
+        text = form.match.get(key, "").strip()
+        if text:
+            match[key] = int_or_text(text) if key in TapForm.INT_FIELDS else text
+    if match:
+        spec["match"] = match
+    value = form.output_value.strip()
+    if value:
+        output: dict[str, Any] = {form.output_kind: value}
+        if form.key.strip() and form.output_kind in ("gre", "erspan"):
+            output["key"] = int_or_text(form.key.strip())
+        spec["output"] = output
+    return spec
+
+
+def tap_form_rule(form: TapForm) -> TapRule:
+    """The TAP the form asks for, or the service's UsageError (``field: message``)."""
+    if not form.bridge.strip():
+        raise UsageError("bridge: choose a bridge")
+    if not form.name.strip():
+        raise UsageError("name: give the TAP a name")
+    return tap_rule(form.bridge.strip(), form.name.strip(), tap_form_spec(form))

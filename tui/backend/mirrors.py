@@ -1,7 +1,7 @@
 """The Mirrors screen's calls into the engine: listing mirrors, building add/delete policies.
 
 Kept out of the screen so the rules stay the CLI's (``hvnet mirror add/del/list``):
-the form's fields go through :func:`appliance.services.forms.mirror_form_rule`
+the form's fields go through :func:`appliance.services.mirrors.mirror_form_rule`
 (``hvnet mirror add``'s builder), an existing name is refused the same way,
 and a delete is the same one-rule policy.  Everything here is plain Python
 that the screens call from worker threads; nothing touches widgets.
@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from appliance.core import render
 from appliance.services import mirrors as svc
-from appliance.services.forms import MirrorForm, mirror_form_errors, mirror_form_rule
-from appliance.services.mirrors import MirrorRule, describe_mirror
+from appliance.services.mirrors import MirrorForm, MirrorRule, describe_mirror, mirror_form_errors, mirror_form_rule
 from appliance.services.policy import ApplyResult, Plan, State
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 The form's fields become the mapping a policy file's ``bridges.BR.taps.NAME``
 holds (what ``hvnet tap add``'s flags build too), and that mapping goes
 through :func:`appliance.services.taps.tap_rule` (see
-:func:`appliance.services.forms.tap_form_rule`): the dialog refuses what the
+:func:`appliance.services.taps.tap_form_rule`): the dialog refuses what the
 CLI and a policy file refuse, in the same words.  Plain Python called from
 worker threads; nothing here touches widgets.
 """
@@ -13,14 +13,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from appliance.services import taps
-from appliance.services.forms import TapForm, TapRule, tap_form_rule, tap_form_spec
 from appliance.services.policy import ApplyResult, Plan
+from appliance.services.taps import TapForm, tap_form_rule, tap_form_spec
 
 if TYPE_CHECKING:
+    from appliance.services.taps import TapRule
     from tui.backend import Backend
 
 # What the Add TAP dialog builds, named here so that it depends on the console's backend.
-__all__ = ["TapForm", "TapRule", "tap_form_rule", "tap_form_spec"]
+__all__ = ["TapForm", "tap_form_rule", "tap_form_spec"]
 
 
 def plan_add(backend: Backend, rule: TapRule) -> Plan:

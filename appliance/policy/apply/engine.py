@@ -22,6 +22,8 @@ database (:meth:`PolicyEngine.settle_interrupted`): the audit line is
 written, the record kept, the meters brought in line.  A commit whose reply
 is lost is settled the same way on the spot; only when the database cannot
 be read is the outcome reported as unknown (exit 6), never as "prevented".
+Undoing and settling live in :mod:`~appliance.policy.apply.recovery`, the
+read-back of how limits are enforced in :mod:`~appliance.policy.apply.enforcement`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from appliance.core.errors import ConfigError, HvnetError, OutcomeUnknown, Problem
+from appliance.core.errors import HvnetError, OutcomeUnknown
 from appliance.core.ovsdb import Connection, TxnContext
 from appliance.core.vlan import DEAD, VlanCols
-from appliance.policy.apply import journal, openflow, tcpolice, writer
+from appliance.policy.apply import journal, openflow, recovery, tcpolice, writer
+from appliance.policy.apply.enforcement import Enforcement
+from appliance.policy.apply.enforcement import observe as observe_enforcement
 from appliance.policy.apply.journal import Journal
 from appliance.policy.apply.read import state as read_state
 from appliance.policy.plan import planner
@@ -53,24 +57,6 @@ AGENT_LOCK = "hvnet_agent"
 
 VERIFY_ATTEMPTS = 4
 VERIFY_INTERVAL_S = 1.0
-
-
-@dataclass
-class Enforcement:
-    """What a VIF's limits are enforced by, and whether that was observed."""
-
-    port: str
-    kind: str  # "ingress" | "egress"
-    mechanism: str  # "meter" | "tc" | "htb"
-    verified: bool | None  # None: could not be checked
-    detail: str
-
-    @property
-    def verdict(self) -> str:
-        return {True: "enforced", False: "NOT ENFORCED", None: "not verified"}[self.verified]
-
-    def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
 
 
 @dataclass
@@ -146,14 +132,14 @@ class PolicyEngine:
             for u, (name, _src) in resolve_names(self._names_sources, missing).items():
                 self._names[u] = name
 
-    def _read(self, conn: Connection) -> State:
+    def read(self, conn: Connection) -> State:
         """The planner's snapshot, VM names attached (caller holds the lock or is in a transaction)."""
         return read_state(conn, self._names)
 
     def snapshot(self) -> State:
         self._refresh_names()
         with self.conn.lock:
-            return self._read(self.conn)
+            return self.read(self.conn)
 
     def options(self) -> PlanOptions:
         if self._tc_police is None and self.force_policing in (None, "auto"):
@@ -216,24 +202,7 @@ class PolicyEngine:
         """
 
         left: list[str] = []  # rows changed since, as the last planning found them
-
-        def make_plan(state: State) -> Plan:
-            result = Plan()
-            left.clear()
-            for c in changes:
-                current = current_value(state, c)
-                if current == c.after:
-                    continue  # already so (a rollback run twice, or one interrupted and run again)
-                if current != c.before:
-                    left.append(
-                        f"{c.target} {c.kind}: left as is, changed since "
-                        f"(now {c.describe(current)}, expected {c.describe(c.before)})"
-                    )
-                    continue
-                result.changes.append(c)
-            result.warnings.extend(left)
-            return result
-
+        make_plan = recovery.guarded(changes, left)
         result = self._run(make_plan, dry_run=False, verify=True, wait=wait, label=label, record=record)
         if left:  # a rollback that could not put everything back is not a success (exit 1)
             result.problems.append(f"partial: {len(left)} change(s) not put back (changed since): " + "; ".join(left))
@@ -246,7 +215,7 @@ class PolicyEngine:
         rollback of an unconfirmed apply, a suite restoring its cases, an
         isolation check undoing its set-up with ``record=False``).
         """
-        return self.apply_changes(inverse(changes), label=label, wait=wait, record=record)
+        return self.apply_changes(recovery.inverse(changes), label=label, wait=wait, record=record)
 
     def _run(
         self,
@@ -260,16 +229,16 @@ class PolicyEngine:
     ) -> ApplyResult:
         if dry_run:
             with self.conn.lock:
-                state = self._read(self.conn)
+                state = self.read(self.conn)
             return ApplyResult(make_plan(state), "dry-run")
         self.settle_interrupted()
         label = label or self.command
-        attempts: dict[int, tuple[Plan, dict[str, Any]]] = {}  # attempt number -> what it meant to change
+        attempts: recovery.Attempts = {}  # attempt number -> what it meant to change
         calls = [0]
 
         def build(ctx: TxnContext) -> Plan:
             calls[0] += 1
-            plan = make_plan(self._read(ctx.conn))
+            plan = make_plan(self.read(ctx.conn))
             if self.of is not None and not self.lenient and any(_touches_meters(c) for c in plan.changes):
                 # Said before anything is committed (exit 4), not found missing after the commit and undone;
                 # the agent (lenient) commits the rest and keeps the meters pending instead.
@@ -291,14 +260,17 @@ class PolicyEngine:
         try:
             txn = self.conn.transact(build, comment=label, wait_for_vswitchd=wait, timeout=15.0)
         except HvnetError as exc:
-            return self._after_failed_commit(attempts, exc, wait=wait, verify=verify, keep=record)
+            # Raises unless an attempt whose reply was lost is found committed: then it is this apply.
+            found, found_rec = recovery.lost_commit(self, attempts, exc)
+            result = ApplyResult(found, "applied", attempts=len(attempts))
+            return self._finish(result, found_rec, wait=wait, verify=verify, keep=record)
         finally:
             if gc_was_enabled:
                 gc.enable()
         plan: Plan = txn.value
         rec = attempts[txn.attempts][1] if plan.changes and txn.attempts in attempts else None
-        earlier = self._unsure(attempts, txn.unsure)
-        if not plan.changes and earlier is not None and self._settle_live(earlier[1]) == "committed":
+        earlier = recovery.latest_unsure(attempts, txn.unsure)
+        if not plan.changes and earlier is not None and recovery.settle_live(self, earlier[1]) == "committed":
             # The reply to an earlier attempt was lost (the connection dropped) and re-planning
             # found its changes made: they are this apply's, recorded and audited as such.
             plan, rec = earlier
@@ -335,7 +307,7 @@ class PolicyEngine:
             try:
                 if rec is not None:
                     self.journal.mark_committed(rec["id"])
-                self._audit(result.plan.changes, f"outcome unknown: committed, then {exc.message}")
+                self.audit_line(result.plan.changes, f"outcome unknown: committed, then {exc.message}")
             except HvnetError:
                 pass  # the intent on disk is what the next run settles from
             raise OutcomeUnknown(
@@ -359,26 +331,11 @@ class PolicyEngine:
             if not plan.changes or any(_touches_meters(c) for c in plan.changes):
                 result.openflow = self.sync_openflow(plan.bridges() or None)
         except HvnetError as exc:
-            if self.lenient:
-                # The agent keeps what it committed (a VLAN must not be undone because
-                # ovs-vswitchd is restarting) and brings the meters in line next time.
-                result.problems.append(f"meters not installed yet ({exc.message}); will retry")
-                self._audit(plan.changes, f"applied; meters pending: {exc.message}")
-                self._done(rec)
-                return result
-            log.error("OpenFlow meters failed after the OVSDB commit: %s; restoring", exc)
-            self._restore(plan.changes, wait)
-            if rec is not None and keep:
-                self.journal.unsave_last(rec["id"])
-            self._audit(plan.changes, f"rolled back: meters failed: {exc.message}")
-            self._done(rec)
-            result.status = "rolled back"
-            result.problems.append(f"meter installation failed ({exc.message}); the OVSDB changes were undone")
-            return result
+            return recovery.meters_failed(self, result, rec, exc, wait=wait, keep=keep)
         if not plan.changes and not any(v["added"] or v["modified"] or v["removed_ofports"] or v["pipeline"]
                                         for v in result.openflow.values()):  # fmt: skip
             if self.audit_unchanged:
-                self._audit(plan.changes, "unchanged")
+                self.audit_line(plan.changes, "unchanged")
             return result
         if plan.changes:
             self.host.checkpoint("meters")
@@ -393,132 +350,25 @@ class PolicyEngine:
                     self.journal.save_last(rec, replaces=False)
         self.host.checkpoint("verified")
         outcome = "applied" if not result.problems else "applied with problems: " + "; ".join(result.problems)
-        self._audit(plan.changes, outcome, isolated=result.isolated or None)
-        self._done(rec)
+        self.audit_line(plan.changes, outcome, isolated=result.isolated or None)
+        self.done(rec)
         return result
 
-    def _done(self, rec: dict[str, Any] | None) -> None:
+    def done(self, rec: dict[str, Any] | None) -> None:
+        """The apply is audited: its intent leaves the journal."""
         if rec is not None:
             self.journal.clear_intent(rec["id"])
 
-    @staticmethod
-    def _unsure(
-        attempts: dict[int, tuple[Plan, dict[str, Any]]], unsure: list[int]
-    ) -> tuple[Plan, dict[str, Any]] | None:
-        """The latest attempt that may have been committed without its reply arriving."""
-        for n in sorted(unsure, reverse=True):
-            if n in attempts:
-                return attempts[n]
-        return None
-
-    def _after_failed_commit(
-        self, attempts: dict[int, tuple[Plan, dict[str, Any]]], exc: HvnetError, *, wait: bool, verify: bool, keep: bool
-    ) -> ApplyResult:
-        """The transaction raised: settle whether an attempt whose reply was lost was committed."""
-        maybe = self._unsure(attempts, getattr(exc, "unsure", []))
-        for _, r in attempts.values():
-            if maybe is None or r is not maybe[1]:
-                self.journal.clear_intent(r["id"])
-        if maybe is None:
-            if attempts:
-                last_plan = attempts[max(attempts)][0]
-                self._audit(last_plan.changes, f"failed, nothing changed: {exc.message}")
-            raise exc  # refused or conflicting: no attempt can have been committed
-        plan, rec = maybe
-        verdict = self._settle_live(rec)
-        if verdict == "committed":
-            plan.warnings.append(f"the commit's reply was lost ({exc.message}); the changes were found in the database")
-            result = ApplyResult(plan, "applied", attempts=len(attempts))
-            return self._finish(result, rec, wait=wait, verify=verify, keep=keep)
-        if verdict == "not committed":
-            self._audit(plan.changes, f"failed, nothing changed: {exc.message}")
-            self.journal.clear_intent(rec["id"])
-            raise exc
-        self._audit(plan.changes, f"outcome unknown: {exc.message}")
-        raise OutcomeUnknown(
-            f"{exc.message}; whether the change was made is unknown",
-            hint="the next hvnet run on this switch settles it from the journal (hvnet rollback, or any apply)",
-        ) from exc
-
     # -- settling interrupted applies ------------------------------------------------
 
-    def _settle_live(self, rec: dict[str, Any]) -> str:
-        """Whether ``rec``'s changes are in the database: "committed", "not committed" or "unknown"."""
-        if not self.conn.wait_for(lambda: self.conn.is_connected, 3.0):
-            return "unknown"
-        self.conn.run_once(wait=0.2)
-        with self.conn.lock:
-            state = self._read(self.conn)
-        return settled(state, journal.record_changes(rec))
-
     def settle_interrupted(self) -> list[str]:
-        """Settle the applies of hvnet processes killed between their commit and their audit line.
+        """Settle the applies of hvnet processes killed between their commit and their audit line (see recovery)."""
+        return recovery.settle_interrupted(self)
 
-        For each intent left in the journal: read the database; a change found
-        made is audited (and becomes the rollback record if it was to be one,
-        and its meters are brought in line); one not made is audited as such;
-        one that can no longer be told apart is audited as unknown and its
-        record kept, so ``hvnet rollback`` can still undo what matches.
-        Returns one line per intent settled.
-        """
-        said: list[str] = []
-        if not self.audit:
-            return said  # an engine that does not audit (a test's set-up) leaves the journal to one that does
-        for rec in self.journal.interrupted():
-            changes = journal.record_changes(rec)
-            verdict = self._settle_live(rec)
-            if verdict == "unknown" and not self.conn.is_connected:
-                continue  # cannot read the database now: the next run settles it
-            who = f"hvnet process {rec.get('pid')} ({rec.get('command')}) was interrupted"
-            if verdict == "committed":
-                last = self.journal.load_last()
-                if rec.get("keep") and (last is None or last["id"] != rec["id"]):
-                    self.journal.save_last({k: v for k, v in rec.items() if k not in ("pid", "keep")})
-                try:
-                    self.sync_openflow({c.bridge for c in changes} or None)
-                except HvnetError as exc:
-                    log.error("meters after an interrupted apply: %s", exc)
-                text = f"applied ({who} after its commit; verification did not run)"
-            elif verdict == "not committed":
-                text = self._settle_not_made(rec, who)
-            else:
-                if rec.get("keep"):
-                    self.journal.save_last({k: v for k, v in rec.items() if k not in ("pid", "keep")})
-                text = f"outcome unknown ({who}; the switch has changed since)"
-            # The line is the interrupted command's (its change), saying who found out.
-            self.journal.audit(str(rec.get("command")), changes, text, record_id=rec["id"], settled_by=self.command)
-            self.journal.clear_intent(rec["id"])
-            said.append(f"{rec['id']}: {text}")
-            log.warning("settled an interrupted apply: %s", said[-1])
-        return said
-
-    def _settle_not_made(self, rec: dict[str, Any], who: str) -> str:
-        """An intent whose change the switch does not have: rollback goes back to the apply before it.
-
-        When the switch had acknowledged the commit, the host lost the change since (it crashed before
-        its database reached the disk, or someone changed it back): said so, not "before its commit"."""
-        self.journal.unsave_last(rec["id"])
-        if rec.get("committed"):
-            return (f"not applied (hvnet process {rec.get('pid')} ({rec.get('command')}) committed it, "
-                    "but the switch no longer has the change: the host lost it or it was changed back)")  # fmt: skip
-        return f"not applied ({who} before its commit)"
-
-    def _audit(self, changes: list[Change], result: str, **extra: Any) -> None:
+    def audit_line(self, changes: list[Change], result: str, **extra: Any) -> None:
+        """One audit line for this engine's command (none from an engine that does not audit)."""
         if self.audit:
             self.journal.audit(self.command, changes, result, **{k: v for k, v in extra.items() if v})
-
-    def _restore(self, changes: list[Change], wait: bool) -> None:
-        undo = inverse(changes)
-
-        def build(ctx: TxnContext) -> None:
-            state = read_state(ctx.conn)
-            writer.write(ctx, [c for c in undo if current_value(state, c) == c.before])
-
-        self.conn.transact(build, comment="hvnet: restore after failure", wait_for_vswitchd=wait, timeout=15.0)
-        try:
-            self.sync_openflow({c.bridge for c in changes})
-        except HvnetError as exc:
-            log.error("could not bring meters back in line after restoring: %s", exc)
 
     # -- OpenFlow ----------------------------------------------------------------
 
@@ -528,15 +378,7 @@ class PolicyEngine:
             return False
         with self.conn.lock:
             state = read_state(self.conn)
-        for br in state.bridges:
-            want = openflow.wanted(state, br)
-            if not self.of.available(br):
-                if want or state.bridges[br].taps:
-                    return True
-                continue
-            if self.of.drifted(br, want, state):
-                return True
-        return False
+        return self.of.drifted_any(state)
 
     def sync_openflow(self, bridges: set[str] | None = None) -> dict[str, Any]:
         """Make meters/flows match the OVSDB record on ``bridges`` (all when None)."""
@@ -544,26 +386,7 @@ class PolicyEngine:
             return {}
         with self.conn.lock:
             state = read_state(self.conn)
-        out: dict[str, Any] = {}
-        for br in sorted(bridges or state.bridges):
-            if br not in state.bridges:
-                continue
-            want = openflow.wanted(state, br)
-            if not self.of.available(br):
-                if want or state.bridges[br].taps:
-                    raise HvnetError(
-                        f"cannot install meters or TAPs on {br}: no OpenFlow management socket in {self.of.rundir}",
-                        hint="is ovs-vswitchd running on this host?",
-                    )
-                continue
-            res = self.of.sync(br, want, state)
-            out[br] = {
-                "added": res.added,
-                "modified": res.modified,
-                "removed_ofports": res.removed,
-                "pipeline": res.pipeline,
-            }
-        return out
+        return self.of.sync_bridges(state, bridges)
 
     # -- verification --------------------------------------------------------------
 
@@ -577,7 +400,7 @@ class PolicyEngine:
         for attempt in range(VERIFY_ATTEMPTS):
             with self.conn.lock:
                 self.conn.idl.run()
-                state = self._read(self.conn)
+                state = self.read(self.conn)
             bad = {}
             for name in ports + tunnels:
                 p = state.ports.get(name)
@@ -624,10 +447,10 @@ class PolicyEngine:
 
     def _check_enforcement(self, plan: Plan, state: State, result: ApplyResult) -> None:
         touched = {(c.name, c.kind) for c in plan.changes if c.kind in ("ingress", "egress")}
-        for e in self._enforcement(state, touched):
+        for e in observe_enforcement(self.host.runner, self.of, state, touched):
             result.enforcement.append(e)
             if e.verified is False:
-                result.problems.append(_PROBLEM[(e.kind, e.mechanism)].format(name=e.port, detail=e.detail))
+                result.problems.append(e.problem())
 
     def enforcement(self, ports: set[str] | None = None) -> list[Enforcement]:
         """How the limits on ``ports`` (default: every port that has one) are enforced, as observed now.
@@ -638,85 +461,8 @@ class PolicyEngine:
         """
         state = self.snapshot()
         names = set(state.ports) if ports is None else ports & set(state.ports)
-        return self._enforcement(state, {(n, k) for n in names for k in ("ingress", "egress")})
-
-    def _enforcement(self, state: State, touched: set[tuple[str, str]]) -> list[Enforcement]:
-        out: list[Enforcement] = []
-        by_bridge: dict[str, openflow.Installed] = {}
-        by_interface: dict[str, tcpolice.TcReading] = {}
-
-        def tc_state(interface: str) -> tcpolice.TcReading:
-            """Both directions' tc state from one pair of ``tc`` runs per interface."""
-            if interface not in by_interface:
-                by_interface[interface] = tcpolice.tc_enforcement(self.host.runner, interface)
-            return by_interface[interface]
-
-        for name, kind in sorted(touched):
-            p = state.ports.get(name)
-            if p is None:
-                continue
-            if kind == "ingress":
-                eff = p.police.effective()
-                if eff is None:
-                    continue
-                if eff.mechanism == "meter":
-                    if self.of is None or not self.of.available(p.bridge):
-                        out.append(Enforcement(name, kind, "meter", None, "no OpenFlow access"))
-                        continue
-                    inst = by_bridge.get(p.bridge) or self.of.read(p.bridge, stats=True)
-                    by_bridge[p.bridge] = inst
-                    meter = inst.flows.get(p.ofport or -1)
-                    ok = meter is not None and inst.meters.get(meter) == (eff.rate_kbps, eff.burst_kbit)
-                    detail = (
-                        f"meter {meter}: {eff.rate_kbps} kbit/s burst {eff.burst_kbit} kbit installed, "
-                        f"flow in_port={p.ofport}; band has dropped {inst.band_drops.get(meter, 0)} packets"
-                        if ok
-                        else "meter or its flow is missing from the switch"
-                    )
-                    out.append(Enforcement(name, kind, "meter", ok, detail))
-                else:
-                    verified, detail = _tc_police_evidence(tc_state(p.interface).police, eff.rate_kbps)
-                    out.append(Enforcement(name, kind, "tc", verified, detail))
-            else:
-                eff = p.qos.effective() if p.qos else None
-                if eff is None:
-                    continue
-                reading = tc_state(p.interface)
-                htb = reading.htb_installed
-                detail = (
-                    f"{reading.htb.describe()}; its rate ({eff.rate_kbps} kbit/s configured) not read back"
-                    if reading.htb is not None
-                    else ("tc cannot inspect this interface here" if htb is None else "NOT enforced: no htb qdisc")
-                )
-                out.append(Enforcement(name, kind, "htb", htb, detail))
-        return out
-
-
-def _tc_police_evidence(police: tuple[tcpolice.Police, ...] | None, rate_kbps: int) -> tuple[bool | None, str]:
-    """Whether tc polices at the configured rate, and what its own counters say (passed, dropped, never hit)."""
-    if police is None:
-        return None, f"tc cannot inspect this interface here; {rate_kbps} kbit/s configured, enforcement not verified"
-    if not police:
-        return False, (
-            "NOT enforced: no tc police action on the interface's ingress (OVS could not install it: "
-            "this kernel lacks it?); use mechanism meter"
-        )
-    shown = "; ".join(a.describe() for a in police)
-    if not any(a.rate_kbit == rate_kbps for a in police):
-        return False, f"NOT enforced as configured: {rate_kbps} kbit/s configured, installed {shown}"
-    return True, shown
-
-
-_PROBLEM = {
-    ("ingress", "meter"): "{name}: ingress policing not installed ({detail})",
-    ("ingress", "tc"): "{name}: ingress policing configured but not enforced by tc ({detail})",
-    ("egress", "htb"): "{name}: egress shaping configured but no htb qdisc on the interface",
-}
-
-
-def inverse(changes: list[Change]) -> list[Change]:
-    """The changes that undo ``changes``: each inverted, in reverse order (later changes may build on earlier)."""
-    return [c.inverse() for c in reversed(changes)]
+        touched = {(n, k) for n in names for k in ("ingress", "egress")}
+        return observe_enforcement(self.host.runner, self.of, state, touched)
 
 
 def _touches_meters(c: Change) -> bool:
@@ -725,73 +471,3 @@ def _touches_meters(c: Change) -> bool:
     if c.kind != "ingress":
         return False
     return any(v is not None and v.meter_rate_kbps for v in (c.before, c.after))
-
-
-def current_value(state: State, c: Change) -> Any:
-    """The stored value ``c`` is about, read from ``state`` (for guards and drift)."""
-    if c.kind in ("vlan", "ingress", "egress"):
-        p = state.ports.get(c.name)
-        if p is None:
-            return _GONE
-        return {"vlan": p.vlan, "ingress": p.police, "egress": p.qos}[c.kind]
-    if c.kind == "mirror":
-        m = state.mirrors.get((c.bridge, c.name))
-        return m.cols if m is not None else None
-    if c.kind == "protocols":
-        b = state.bridges.get(c.name)
-        return b.protocols if b is not None else _GONE
-    if c.kind in ("sflow", "ipfix"):
-        b = state.bridges.get(c.bridge)
-        return getattr(b, c.kind) if b is not None else _GONE
-    if c.kind == "tap":
-        b = state.bridges.get(c.bridge)
-        return b.taps.get(c.name) if b is not None else _GONE
-    raise ValueError(c.kind)
-
-
-def settled(state: State, changes: list[Change]) -> str:
-    """Whether ``changes`` are in ``state``: all made ("committed"), none ("not committed"), or "unknown".
-
-    One OVSDB transaction is all or nothing, so a mix means the rows changed
-    since; so does a value that is neither the one before nor the one after.
-    """
-    made = {current_value(state, c) == c.after for c in changes}
-    if made == {True}:
-        return "committed"
-    if made == {False} and all(current_value(state, c) == c.before for c in changes):
-        return "not committed"
-    return "unknown"
-
-
-class _Gone:
-    def __repr__(self) -> str:
-        return "(gone)"
-
-
-_GONE = _Gone()
-
-
-def require_one(state: State, text: str, what: str) -> str:
-    """Resolve a CLI VIF argument (``vif1.0``, ``vm:VM3``, ``mac:...``) to exactly one port."""
-    from appliance.policy.plan.fields import parse_selector
-    from appliance.policy.plan.model import Selector
-
-    try:
-        kind, pattern = parse_selector(text)
-    except ValueError as exc:
-        raise ConfigError([Problem("command line", None, what, str(exc))]) from None
-    ports = planner.select(state, Selector(kind, pattern), vifs_only=True)
-    if len(ports) != 1:
-        listing = ", ".join(p.name for p in ports[:6])
-        raise ConfigError(
-            [
-                Problem(
-                    "command line",
-                    None,
-                    what,
-                    f"{kind} {pattern} matches {len(ports)} VIFs{': ' + listing if listing else ''}; "
-                    "this command needs exactly one",
-                )
-            ]
-        )
-    return ports[0].name

@@ -11,7 +11,7 @@
 * An intent (``applying.<id>.json``) is written before each commit and removed
   once the apply is audited: a process killed in between leaves it behind, and
   the next hvnet to open the journal settles it (see
-  :meth:`appliance.policy.apply.engine.PolicyEngine.settle_interrupted`).
+  :meth:`appliance.policy.apply.recovery.settle_interrupted`).
 
 Every file is written to a temporary name, flushed to disk and renamed, and
 the audit log is flushed to disk line by line: after a crash or a power cut a

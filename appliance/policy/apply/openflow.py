@@ -19,7 +19,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner, LocalRunner
@@ -287,6 +287,41 @@ class OpenFlow:
             removed=[ofport for ofport, _ in todo.remove],
             pipeline=bundle is not None,
         )
+
+    def drifted_any(self, state: State) -> bool:
+        """Whether any bridge's meters/flows differ from what ``state`` (the OVSDB record) wants."""
+        for br in state.bridges:
+            want = wanted(state, br)
+            if not self.available(br):
+                if want or state.bridges[br].taps:
+                    return True
+                continue
+            if self.drifted(br, want, state):
+                return True
+        return False
+
+    def sync_bridges(self, state: State, bridges: set[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Make meters/flows match ``state`` on ``bridges`` (all when None); what each sync changed."""
+        out: dict[str, dict[str, Any]] = {}
+        for br in sorted(bridges or state.bridges):
+            if br not in state.bridges:
+                continue
+            want = wanted(state, br)
+            if not self.available(br):
+                if want or state.bridges[br].taps:
+                    raise HvnetError(
+                        f"cannot install meters or TAPs on {br}: no OpenFlow management socket in {self.rundir}",
+                        hint="is ovs-vswitchd running on this host?",
+                    )
+                continue
+            res = self.sync(br, want, state)
+            out[br] = {
+                "added": res.added,
+                "modified": res.modified,
+                "removed_ofports": res.removed,
+                "pipeline": res.pipeline,
+            }
+        return out
 
     def apply_bundle(self, bridge: str, text: str) -> None:
         """Flow and group mods (``ovs-ofctl bundle`` lines) as one atomic bundle: all applied, or none."""

@@ -9,36 +9,30 @@ their before and after values as stored columns.  The same plan drives
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
 from appliance.core.errors import ConfigError, Problem
 from appliance.core.vlan import DEAD, Vlan, VlanCols
 from appliance.core.yamldoc import dotted
-from appliance.policy.plan import tapplan
+from appliance.policy.plan import monitoring, tapplan
+from appliance.policy.plan.fields import parse_selector
 from appliance.policy.plan.model import (
-    MAX_MIRRORS_PER_BRIDGE,
     OWNER,
     OWNER_KEY,
     REMOVE,
     Egress,
     Ingress,
-    MirrorRule,
     Policy,
-    SamplingRule,
     Selector,
     is_owned,
 )
 from appliance.policy.plan.state import (
-    MirrorCols,
-    MirrorState,
     PoliceCols,
     PortState,
     QosCols,
     QueueCols,
     State,
-    TunnelCols,
 )
 from appliance.switch import sampling
 
@@ -90,7 +84,7 @@ def describe(kind: str, value: Any) -> str:
     if kind == "mirror":
         if value is None:
             return "absent"
-        return describe_mirror(value)
+        return monitoring.describe_mirror(value)
     if kind == "protocols":
         return ",".join(value) if value else "(default)"
     if kind == "tap":
@@ -99,30 +93,6 @@ def describe(kind: str, value: Any) -> str:
         mine = value is None or is_owned(value.external_ids)
         return sampling.describe(value, kind) + ("" if mine else ", not hvnet's")
     return str(value)
-
-
-def describe_mirror(m: MirrorCols) -> str:
-    from appliance.core.vlan import format_vlan_list
-
-    sel = []
-    if m.select_all:
-        sel.append("all ports")
-    if m.src:
-        sel.append("src " + ",".join(m.src))
-    if m.dst:
-        sel.append("dst " + ",".join(m.dst))
-    if m.vlans:
-        sel.append("vlans " + format_vlan_list(list(m.vlans)))
-    if m.tunnel is not None:
-        out = f"{m.tunnel.type.upper()} to {dict(m.tunnel.options).get('remote_ip')} via {m.tunnel.name}"
-    elif m.output_port:
-        out = f"port {m.output_port}"
-    elif m.output_vlan is not None:
-        out = f"RSPAN VLAN {m.output_vlan}"
-    else:
-        out = "no output"
-    extra = (f" snaplen {m.snaplen} B" if m.snaplen else "") + (f" filter {m.filter}" if m.filter else "")
-    return f"{' '.join(sel) or 'nothing'} -> {out}{extra}"
 
 
 @dataclass
@@ -153,11 +123,6 @@ class Plan:
 
     def bridges(self) -> set[str]:
         return {c.bridge for c in self.changes}
-
-
-def tunnel_port_name(bridge: str, mirror: str) -> str:
-    """A stable kernel-legal name for a mirror's tunnel port (``mir`` + 8 hex)."""
-    return f"mir{zlib.crc32(f'{bridge}/{mirror}'.encode()):08x}"
 
 
 def owned_qos(egress: Egress) -> QosCols:
@@ -213,6 +178,29 @@ def select(state: State, sel: Selector, *, vifs_only: bool, index: _Index | None
     return sorted(out, key=lambda p: p.name)
 
 
+def require_one(state: State, text: str, what: str) -> str:
+    """Resolve a CLI VIF argument (``vif1.0``, ``vm:VM3``, ``mac:...``) to exactly one port."""
+    try:
+        kind, pattern = parse_selector(text)
+    except ValueError as exc:
+        raise ConfigError([Problem("command line", None, what, str(exc))]) from None
+    ports = select(state, Selector(kind, pattern), vifs_only=True)
+    if len(ports) != 1:
+        listing = ", ".join(p.name for p in ports[:6])
+        raise ConfigError(
+            [
+                Problem(
+                    "command line",
+                    None,
+                    what,
+                    f"{kind} {pattern} matches {len(ports)} VIFs{': ' + listing if listing else ''}; "
+                    "this command needs exactly one",
+                )
+            ]
+        )
+    return ports[0].name
+
+
 def _nothing_matched(state: State, sel: Selector) -> str:
     known = sorted({p.vm_name for p in state.vifs() if p.vm_name}) if sel.kind == "vm" else []
     if sel.kind == "port":
@@ -232,19 +220,17 @@ def plan(policy: Policy, state: State, options: PlanOptions | None = None) -> Pl
             problems.add(path, f"bridge {br} does not exist (bridges: {', '.join(sorted(state.bridges)) or 'none'})")
     wanted, conflicted = _wanted(policy, state, opts, problems, result)
     protocols_needed = _vif_changes(wanted, conflicted, state, opts, problems, result)
-    counts = {br: len(b.mirrors) for br, b in state.bridges.items()}
-    for rule in sorted(policy.mirrors, key=lambda r: not r.remove):  # removals free slots first
-        change = _mirror_change(rule, state, opts, problems, result, counts)
-        if change is not None:
-            result.changes.append(change)
+    result.changes += [
+        Change("mirror", *c) for c in monitoring.mirror_changes(policy.mirrors, state, opts, problems, result, select)
+    ]
     taps = [Change("tap", *c) for c in tapplan.changes(policy.taps, state, opts, problems, result, select)]
     result.changes += taps
     protocols_needed |= {c.bridge for c in taps if c.after is not None}
     result.changes += _protocol_changes(protocols_needed, state)
-    for srule in policy.sampling:
-        change = _sampling_change(srule, state)
-        if change is not None:
-            result.changes.append(change)
+    result.changes += [
+        Change(kind, br, br, before, after, note=note)
+        for kind, br, before, after, note in monitoring.sampling_changes(policy.sampling, state)
+    ]
 
     if problems.items:
         raise ConfigError(problems.items)
@@ -409,198 +395,3 @@ def _egress_change(value: Any, port: PortState) -> Change | None:
     if port.qos is not None and not port.qos.owned:
         note = f"replaces a QoS ({port.qos.type}) not created by hvnet; that row is left in place"
     return Change("egress", port.bridge, port.name, port.qos, owned_qos(value), vm, note)
-
-
-def _resolve_ports(
-    sels: tuple[Selector, ...], state: State, bridge: str, problems: _Problems, lenient: bool
-) -> tuple[str, ...]:
-    names: set[str] = set()
-    for sel in sels:
-        ports = [p for p in select(state, sel, vifs_only=False) if p.bridge == bridge]
-        if not ports and not lenient:
-            problems.add(sel.path, f"{sel} matches no port on bridge {bridge}")
-        names.update(p.name for p in ports)
-    return tuple(sorted(names))
-
-
-def _mirror_change(
-    rule: MirrorRule,
-    state: State,
-    opts: PlanOptions,
-    problems: _Problems,
-    result: Plan,
-    counts: dict[str, int],
-) -> Change | None:
-    """The change one mirror rule asks for; ``counts`` (mirrors per bridge) follows the plan's removals and adds."""
-    if rule.bridge not in state.bridges:
-        return None  # reported once for the bridge
-    current = state.mirrors.get((rule.bridge, rule.name))
-    if rule.remove:
-        if current is None:
-            return None
-        counts[rule.bridge] -= 1
-        return Change("mirror", rule.bridge, rule.name, current.cols, None)
-
-    src = _resolve_ports(rule.src, state, rule.bridge, problems, opts.lenient)
-    dst = _resolve_ports(rule.dst, state, rule.bridge, problems, opts.lenient)
-    if opts.lenient and not (rule.select_all or src or dst or rule.vlans):
-        result.warnings.append(f"mirror {rule.name}: none of its selected ports is present; left as it is")
-        return None
-    output = _mirror_output(rule, state, src, dst, opts, problems, result)
-    if output is None:
-        return None
-    _check_mirror_columns(rule, state, problems)
-    after = _mirror_cols(rule, current, src, dst, output)
-    if current is None:
-        counts[rule.bridge] += 1
-        if counts[rule.bridge] > MAX_MIRRORS_PER_BRIDGE:
-            problems.add(
-                rule.path,
-                f"this would be mirror number {counts[rule.bridge]} on bridge {rule.bridge}; "
-                f"OVS allows at most {MAX_MIRRORS_PER_BRIDGE} per bridge",
-            )
-            return None
-        return Change("mirror", rule.bridge, rule.name, None, after)
-    if current.cols.same_config(after):
-        return None
-    return Change(
-        "mirror", rule.bridge, rule.name, current.cols, replace(after, external_ids=current.cols.external_ids)
-    )
-
-
-# Where a mirror's copies go, as Mirror columns: output_port, output_vlan, and the tunnel port hvnet makes.
-_Output = tuple[Optional[str], Optional[int], Optional[TunnelCols]]
-
-
-def _mirror_output(
-    rule: MirrorRule,
-    state: State,
-    src: tuple[str, ...],
-    dst: tuple[str, ...],
-    opts: PlanOptions,
-    problems: _Problems,
-    result: Plan,
-) -> _Output | None:
-    """The output columns, or None when the output port is not there (no change is planned for the mirror)."""
-    out = rule.output
-    assert out is not None
-    if out.kind == "port":
-        port = _output_port(rule, state, src, dst, opts, problems, result)
-        return None if port is None else (port, None, None)
-    if out.kind == "vlan":
-        result.warnings.append(
-            f"mirror {rule.name}: RSPAN VLAN {out.vlan} must be in flood_vlans (MAC learning off) on every "
-            "physical switch on the path, or the copies will be learned and dropped"
-        )
-        return None, out.vlan, None
-    name = tunnel_port_name(rule.bridge, rule.name)
-    existing = state.ports.get(name)
-    if existing is not None and existing.owner_mirror != rule.name:
-        problems.add((*rule.path, "output"), f"port {name} exists and is not this mirror's tunnel")
-    return name, None, TunnelCols(name, out.kind, out.tunnel_options())
-
-
-def _output_port(
-    rule: MirrorRule,
-    state: State,
-    src: tuple[str, ...],
-    dst: tuple[str, ...],
-    opts: PlanOptions,
-    problems: _Problems,
-    result: Plan,
-) -> str | None:
-    """The one port on the bridge receiving the copies: not a selected one, nor a VM's without consent.
-
-    A VM's interface as the output lets that VM see traffic of other VLANs,
-    so it takes an explicit isolation exception (the rule's or the option).
-    """
-    out = rule.output
-    assert out is not None and out.port is not None
-    ports = [p for p in select(state, out.port, vifs_only=False) if p.bridge == rule.bridge]
-    if len(ports) != 1 and opts.lenient:
-        result.warnings.append(f"mirror {rule.name}: output port {out.port.pattern} is not present; left as is")
-        return None
-    if len(ports) != 1:
-        problems.add(
-            (*rule.path, "output", "port"),
-            f"{out.port} must name exactly one port on bridge {rule.bridge} (matches {len(ports)})",
-        )
-        return None
-    target = ports[0]
-    if target.name in src or target.name in dst:
-        problems.add(
-            (*rule.path, "output", "port"),
-            f"output port {target.name} is also a selected port; a mirror cannot output to what it selects",
-        )
-    if target.is_vif and not (rule.allow_isolation_exception or opts.allow_isolation_exception):
-        who = f"VM {target.vm_name}'s" if target.vm_name else "a VM's"
-        problems.add(
-            (*rule.path, "output", "port"),
-            f"output port {target.name} is {who} interface: the VM would receive copies of "
-            f"{'the selected VLANs' if rule.vlans else 'every VLAN'} (an isolation exception); "
-            "set allow_isolation_exception: true (--allow-isolation-exception) if that is intended",
-        )
-    return target.name
-
-
-def _check_mirror_columns(rule: MirrorRule, state: State, problems: _Problems) -> None:
-    """A filter or snaplen needs an OVS whose Mirror table has that column."""
-    if rule.filter is not None and not state.has_mirror_filter:
-        problems.add(
-            (*rule.path, "filter"),
-            f"this OVS ({state.ovs_version or 'unknown version'}) has no Mirror filter column; remove the filter",
-        )
-    if rule.snaplen is not None and not state.has_mirror_snaplen:
-        problems.add((*rule.path, "snaplen"), "this OVS has no Mirror snaplen column; remove snaplen")
-
-
-def _mirror_cols(
-    rule: MirrorRule, current: MirrorState | None, src: tuple[str, ...], dst: tuple[str, ...], output: _Output
-) -> MirrorCols:
-    """The Mirror row the rule asks for (a new one is marked as hvnet's)."""
-    output_port, output_vlan, tunnel = output
-    ext = current.cols.external_ids if current is not None else ((OWNER_KEY, OWNER),)
-    # OVS applies select_vlan on top of the port selection: VLANs alone mean
-    # "every port, these VLANs", which OVS spells select_all + select_vlan.
-    # (With select_all, OVS never mirrors the output port's own traffic.)
-    vlan_only = bool(rule.vlans) and not (src or dst or rule.src or rule.dst)
-    return MirrorCols(
-        select_all=rule.select_all or vlan_only,
-        src=src,
-        dst=dst,
-        vlans=tuple(rule.vlans),
-        output_port=output_port,
-        output_vlan=output_vlan,
-        snaplen=rule.snaplen,
-        filter=rule.filter,
-        external_ids=ext,
-        tunnel=tunnel,
-    )
-
-
-def _sampling_change(rule: SamplingRule, state: State) -> Change | None:
-    """A bridge's sFlow or IPFIX row as the rule asks; a row hvnet did not make is updated in place.
-
-    The new row is marked as hvnet's; an existing row keeps its marks (and an
-    IPFIX row its ``other_config``), so that only the settings change.
-    """
-    bridge = state.bridges.get(rule.bridge)
-    if bridge is None:
-        return None  # reported once for the bridge (the agent: not there yet)
-    current = getattr(bridge, rule.kind)
-    title = sampling.TITLES[rule.kind]
-    if rule.value is REMOVE:
-        if current is None:
-            return None
-        note = "" if is_owned(current.external_ids) else f"{title} settings not made by hvnet: removed as asked"
-        return Change(rule.kind, rule.bridge, rule.bridge, current, None, note=note)
-    if current is not None and current.same_config(rule.value):
-        return None
-    if current is None:
-        after = replace(rule.value, external_ids=((OWNER_KEY, OWNER),))
-        return Change(rule.kind, rule.bridge, rule.bridge, None, after)
-    keep: dict[str, Any] = {"external_ids": current.external_ids}
-    if isinstance(current, sampling.IpfixCols):
-        keep["other_config"] = current.other_config
-    note = "" if is_owned(current.external_ids) else f"changes {title} settings not made by hvnet"
-    return Change(rule.kind, rule.bridge, rule.bridge, current, replace(rule.value, **keep), note=note)

@@ -1,6 +1,6 @@
 """Planning and writing TAPs: the rule against the switch's state, then the Bridge record in the transaction.
 
-The refusals are the mirrors' (:func:`.planner._output_port`): the output
+The refusals are the mirrors' (:func:`.monitoring._output_port`): the output
 must be one port on the bridge, not a selected VIF, and a VM's interface
 only with the isolation exception.  A TAP's record names its VIFs by port,
 so a VIF that goes away simply drops out of the flows at the next sync.

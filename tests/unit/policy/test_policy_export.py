@@ -11,7 +11,8 @@ from appliance.core.vlan import DEAD_VLAN, VlanCols
 from appliance.policy.apply import journal
 from appliance.policy.plan import document, export, planner
 from appliance.policy.plan.model import Egress
-from appliance.policy.plan.planner import Change, PlanOptions, owned_qos, tunnel_port_name
+from appliance.policy.plan.monitoring import tunnel_port_name
+from appliance.policy.plan.planner import Change, PlanOptions, owned_qos
 from appliance.policy.plan.state import (
     BridgeState,
     MirrorCols,

@@ -11,7 +11,8 @@ from appliance.core.errors import ConfigError, Problem
 from appliance.core.vlan import DEAD_VLAN, VlanCols
 from appliance.policy.plan import document, planner
 from appliance.policy.plan.model import OWNER, OWNER_KEY, Egress, Policy
-from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe, owned_qos, tunnel_port_name
+from appliance.policy.plan.monitoring import tunnel_port_name
+from appliance.policy.plan.planner import Change, Plan, PlanOptions, describe, owned_qos
 from appliance.policy.plan.state import (
     BridgeState,
     MirrorCols,

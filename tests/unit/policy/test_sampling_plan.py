@@ -8,7 +8,7 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.policy.apply import journal
-from appliance.policy.apply.engine import current_value, inverse
+from appliance.policy.apply.recovery import current_value, inverse
 from appliance.policy.plan import document, export
 from appliance.policy.plan.planner import plan
 from appliance.policy.plan.state import BridgeState, State

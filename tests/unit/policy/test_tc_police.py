@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from appliance.policy.apply import tcpolice
-from appliance.policy.apply.engine import _tc_police_evidence
+from appliance.policy.apply.enforcement import tc_police_evidence
 from appliance.policy.apply.tcpolice import Htb, Police, parse_htb, parse_police
 
 DATA = Path(__file__).parents[1] / "data"
@@ -77,14 +77,14 @@ def test_the_htb_root_class_says_the_rate_the_kernel_shapes_to() -> None:
 
 def test_the_evidence_says_policed_installed_never_hit_wrong_rate_or_not_verified() -> None:
     after = parse_police(data("tc-filter-matchall-police-after.txt"))
-    assert _tc_police_evidence(after, 10240) == (True, after[0].describe())
+    assert tc_police_evidence(after, 10240) == (True, after[0].describe())
     never = parse_police(data("tc-filter-matchall-police-never-hit.txt"))
-    ok, detail = _tc_police_evidence(never, 10240)
+    ok, detail = tc_police_evidence(never, 10240)
     assert ok is True and "installed, never hit" in detail
-    ok, detail = _tc_police_evidence(after, 20000)
+    ok, detail = tc_police_evidence(after, 20000)
     assert ok is False and detail.startswith("NOT enforced as configured: 20000 kbit/s configured, installed tc police")
-    assert _tc_police_evidence((), 10240)[0] is False
-    ok, detail = _tc_police_evidence(None, 10240)
+    assert tc_police_evidence((), 10240)[0] is False
+    ok, detail = tc_police_evidence(None, 10240)
     assert ok is None and "10240 kbit/s configured, enforcement not verified" in detail
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from appliance.core.errors import UsageError
 from appliance.services import mirrors as svc
-from appliance.services.forms import MirrorForm, mirror_form_errors, mirror_form_rule
+from appliance.services.mirrors import MirrorForm, mirror_form_errors, mirror_form_rule
 
 
 def test_mirror_taken_and_find_mirror_word_refusals_once() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import UsageError
-from appliance.services.forms import TapForm, tap_form_rule, tap_form_spec
+from appliance.services.taps import TapForm, tap_form_rule, tap_form_spec
 
 
 def _form(**kw: object) -> TapForm:
