@@ -18,6 +18,7 @@ from tests.conftest import HVNET, ROOT, run_hvnet
 from tests.lab.policy_helpers import vsctl
 
 DATA = Path(__file__).parent / "data"
+DURATION = 1  # seconds per instance in the module's quick runs (the suite's own: 2)
 TYPES = {"TCP_STREAM", "UDP_STREAM", "TCP_RR", "TCP_CRR", "UDP_RR"}
 VERDICTS = {"policer", "switch", "sender-cpu", "receiver-cpu", "ports", "unknown"}
 
@@ -51,8 +52,10 @@ def run_suite(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def base_run(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The shipped quick suite, every step and all three repetitions, at 1 s an instance: what the tests
+    check is the run's record (steps, repetitions, counters, files), which does not need its 2 s."""
     out = tmp_path_factory.mktemp("runs") / "quick-base"
-    res = run_suite("quick", "--out", str(out))
+    res = run_suite("quick", "--out", str(out), "--duration", str(DURATION))
     assert res.returncode == 0, res.stdout + res.stderr
     yield out
 
@@ -122,7 +125,8 @@ def test_compare_flags_a_slowed_run_and_not_an_identical_one(lab: Lab, base_run:
     # half (seen once); such a run is measured again, and an identical run flagged twice fails.
     for attempt in range(2):
         same = tmp_path / f"quick-again-{attempt}"
-        res = run_suite("quick", "--out", str(same), "--concurrency", "1")  # half the time; c4 steps: only in base
+        # the base's duration, concurrency 1 only: its c4 steps are only in the base
+        res = run_suite("quick", "--out", str(same), "--concurrency", "1", "--duration", str(DURATION))
         assert res.returncode == 0, res.stdout + res.stderr
         cmp_same = run_hvnet("suite", "compare", str(base_run), str(same), "--threshold", "50", "--json")
         verdict = json.loads(cmp_same.stdout)

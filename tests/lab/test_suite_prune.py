@@ -13,6 +13,8 @@ from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.lab
 
+ONE_STEP = Path(__file__).parent / "data" / "suite-one-step.yaml"  # a run in seconds: prune is about directories
+
 
 def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -21,8 +23,7 @@ def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp
     env = {"HVNET_CONFIG": str(conf), "HVNET_RUNS_DIR": ""}  # the file's runs_dir, not a variable's
     made = []
     for _ in range(3):
-        res = run_hvnet("suite", "run", "quick", "--concurrency", "1", "--duration", "1", "--repetitions", "1",
-                        "--json", env=env, timeout=180)  # fmt: skip
+        res = run_hvnet("suite", "run", str(ONE_STEP), "--json", env=env, timeout=180)
         assert res.returncode == 0, res.stdout + res.stderr
         made.append(Path(json.loads(res.stdout)["run"]))
     assert [p.parent for p in made] == [runs] * 3 and len(set(made)) == 3
@@ -34,7 +35,7 @@ def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp
     doc = json.loads(res.stdout)
     assert doc["dry_run"] and [r["run"] for r in doc["would_remove"]] == [str(older)]
     assert {r["run"]: r["reason"] for r in doc["kept"]} == {
-        str(newest): "the newest of quick",
+        str(newest): "the newest of one-step",
         str(baseline): "pinned ('hvnet suite unpin' releases it)",
     }
     assert all(p.is_dir() for p in made)  # a dry run
