@@ -24,6 +24,7 @@ logic (trace) and real traffic show.  Rules (ovs-vswitchd.conf.db(5), Port
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from appliance.core.vlan import VlanCols
@@ -216,6 +217,14 @@ class Evidence:
     src_ip: str
     vlan: int | None
     pcap: str
+
+    @property
+    def clock(self) -> str:
+        """The frame's local time of day; a time no clock can show (a hand-edited result) is shown as written."""
+        try:
+            return datetime.fromtimestamp(self.time).strftime("%H:%M:%S.%f")
+        except (OverflowError, OSError, ValueError, TypeError):
+            return str(self.time)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from datetime import datetime
 from typing import Any
 
 from appliance.core import render
@@ -82,7 +81,7 @@ def problem_lines(result: CheckResult) -> list[str]:
             if verdict == "leak":
                 ev = mr.evidence.get(cell)
                 where = (
-                    f": frame at {datetime.fromtimestamp(ev.time):%H:%M:%S.%f} from {ev.src_mac} {ev.src_ip}"
+                    f": frame at {ev.clock} from {ev.src_mac} {ev.src_ip}"
                     f"{f' VLAN {ev.vlan}' if ev.vlan is not None else ' untagged'} in {ev.pcap}"
                     if ev
                     else ""

@@ -11,7 +11,6 @@ tested without a lab.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -149,9 +148,7 @@ def evidence(result: CheckResult, method: str, cell: Cell) -> str:
         ev = mr.evidence.get(cell)
         if ev is not None:
             vlan = f"VLAN {ev.vlan}" if ev.vlan is not None else "untagged"
-            lines.append(
-                f"first frame {datetime.fromtimestamp(ev.time):%H:%M:%S.%f} from {ev.src_mac} {ev.src_ip} {vlan}"
-            )
+            lines.append(f"first frame {ev.clock} from {ev.src_mac} {ev.src_ip} {vlan}")
             lines.append(f"pcap {ev.pcap}")
     else:
         pcap = mr.stats.get("pcaps", {}).get(listener, "?")
