@@ -71,7 +71,7 @@ def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun
     args, real = console_target(host)
     stack = ExitStack()
     try:
-        m = stack.enter_context(suite_measurement(s, args, reuse=host, real=real))
+        m = stack.enter_context(suite_measurement(s.guest_needs, args, reuse=host, real=real))
         run = SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s), on_event, release=stack.close)
         run.check()
     except BaseException:

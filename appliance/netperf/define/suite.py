@@ -21,6 +21,7 @@ import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -261,6 +262,20 @@ class Step:
         return f"{self.test.name}/{self.case.name}/{size}/c{self.concurrency}"
 
 
+@dataclass(frozen=True)
+class GuestNeeds:
+    """What a suite asks of the guest source that runs it, as plain values: where its guests are, which
+    programs each must have.  The front door picks the source from this, never from the whole suite."""
+
+    label: str  # "suite quick": what a refusal calls the run
+    topology: Topology
+    probes: tuple[ProbeSpec, ...]
+    vms: tuple[str, ...]
+    client: str
+    tools: tuple[str, ...]  # on the host whose probes run them
+    vm_tools: dict[str, tuple[str, ...]]  # in each real VM, by guest name
+
+
 @dataclass
 class Suite:
     name: str
@@ -300,6 +315,38 @@ class Suite:
     def instances(self, concurrency: int) -> int:
         """Instances a step of this concurrency starts: its concurrency for each pair."""
         return concurrency * max(1, len(self.pairs))
+
+    # -- what the run's stages need, computed once (a copy with overrides computes its own) ---------------
+
+    @cached_property
+    def peak_instances(self) -> int:
+        """The instances the busiest step starts, every pair's (what the open-file and process limits must hold)."""
+        return self.instances(max(max(t.concurrency) for t in self.tests))
+
+    @cached_property
+    def iperf_types(self) -> tuple[str, ...]:
+        """The test types iperf3 generates (UDP_PPS, TCP_IPERF), sorted; empty: netperf alone."""
+        return tuple(sorted({t.type for t in self.tests if t.is_iperf}))
+
+    @cached_property
+    def iperf_concurrency(self) -> int:
+        """The busiest iperf3 step's concurrency per pair (0: no iperf3 test): how many iperf3 servers a pair needs."""
+        return max((max(t.concurrency) for t in self.tests if t.is_iperf), default=0)
+
+    @cached_property
+    def fragments(self) -> tuple[tuple[str, Optional[Policy]], ...]:
+        """Every policy fragment with the label the run gives it: the setup's, then each case's."""
+        return (("setup", self.setup), *((f"case {c.name}", c.policy) for c in self.cases))
+
+    @cached_property
+    def guest_needs(self) -> GuestNeeds:
+        """What the guest source must provide: the client and every server guest, with the programs each runs."""
+        pps = ("iperf3",) if self.iperf_types else ()
+        vm_tools = {c: ("netperf", *pps) for c in [self.client, *(p.client for p in self.pairs)]}
+        for s in self.server_guests():  # every pair's server (a server is never its pair's client)
+            vm_tools[s] = tuple(dict.fromkeys((*vm_tools.get(s, ()), "netserver", *pps)))
+        return GuestNeeds(f"suite {self.name}", self.topology, self.probes, self.vms, self.client,
+                          ("netperf", "netserver", *pps), vm_tools)  # fmt: skip
 
     def steps(self) -> list[Step]:
         """Every measured point in run order: case-major, so each case's policy is applied once."""
