@@ -184,8 +184,8 @@ def load_suite(
     return s
 
 
-def run_dir(host: Host, suite: Suite, out: Optional[Path] = None) -> Path:
-    """Where a run of ``suite`` keeps its results.
+def run_dir(host: Host, name: str, out: Optional[Path] = None) -> Path:
+    """Where a run of the suite ``name`` keeps its results.
 
     An operator's ``out`` must be new or empty (a run directory holds one run);
     the default, ``RUNS/SUITE-YYYYmmdd-HHMMSS``, takes a ``-2``, ``-3`` ...
@@ -197,7 +197,7 @@ def run_dir(host: Host, suite: Suite, out: Optional[Path] = None) -> Path:
                              hint="give a new --out directory")  # fmt: skip
         return out
     base = host.paths.runs_dir
-    stamp = f"{suite.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    stamp = f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
     path, n = base / stamp, 2
     while path.exists():
         path, n = base / f"{stamp}-{n}", n + 1

@@ -72,7 +72,7 @@ def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun
     stack = ExitStack()
     try:
         m = stack.enter_context(suite_measurement(s.guest_needs, args, reuse=host, real=real))
-        run = SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s), on_event, release=stack.close)
+        run = SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s.name), on_event, release=stack.close)
         run.check()
     except BaseException:
         stack.close()
