@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 
 from appliance.services import suites
 from appliance.services.suites import (
+    PPS_TYPES,
+    RR_TYPES,
     Aggregate,
     Event,
     Overrides,
@@ -29,7 +31,6 @@ from appliance.services.suites import (
     Suite,
     SuiteResult,
     SuiteRun,
-    suite_mod,
 )
 from appliance.services.suites import ShippedSuite as SuiteChoice
 from appliance.switch.host import Host
@@ -37,9 +38,6 @@ from tui.widgets.chart import Series
 
 # What the Suites screen shows, named here so that it depends on the console's backend.
 __all__ = ["Aggregate", "Event", "Result", "Row", "Suite", "SuiteChoice", "SuiteResult", "SuiteRun"]
-
-RR_TYPES = suite_mod.RR_TYPES
-PPS_TYPES = suite_mod.PPS_TYPES
 
 
 # The operator's adjustments are parsed by the service, for this screen and ``hvnet suite run``'s options alike.

@@ -16,7 +16,7 @@ from appliance import __version__
 from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
 from appliance.endpoints.topology import Topology
-from appliance.netperf.define.suite import Server
+from appliance.netperf.define.pairs import Server
 from appliance.netperf.run import path
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.preflight import Preflight

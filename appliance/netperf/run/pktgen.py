@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner
 from appliance.endpoints import Group, Job, wait_all
-from appliance.netperf.define.suite import Case
+from appliance.netperf.define.cases import Case
 from appliance.netperf.parse import iperf
 from appliance.netperf.run.launch import Endpoint, stop_tree
 from appliance.netperf.run.preflight import PreflightFailed

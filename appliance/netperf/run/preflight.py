@@ -24,7 +24,8 @@ import psutil
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner
 from appliance.endpoints.guests import GuestSource
-from appliance.netperf.define.suite import Case, Test
+from appliance.netperf.define.cases import Case
+from appliance.netperf.define.tests import Test
 from appliance.netperf.figures.verdict import TIME_WAIT_S, crr_ceiling
 from appliance.netperf.run.launch import Endpoint
 from appliance.policy import Policy, PolicyEngine

@@ -33,7 +33,8 @@ from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
 from appliance.core.safedirs import make_private
 from appliance.endpoints.guests import GuestSource
-from appliance.netperf.define.suite import Case, Step, Suite
+from appliance.netperf.define.cases import Case
+from appliance.netperf.define.suite import Step, Suite
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.figures import verdict
 from appliance.netperf.run import arrival, meta, pktgen, preflight, record

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from appliance.netperf.define.suite import Pair, Step
+from appliance.netperf.define.pairs import Pair
+from appliance.netperf.define.suite import Step
 from appliance.netperf.figures import aggregate, flows, pairs, pps, verdict
 from appliance.netperf.figures import arrival as arrival_figures
 from appliance.netperf.figures.counters import deltas

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from appliance.core.errors import HvnetError
-from appliance.netperf.define.suite import Pair, Step
+from appliance.netperf.define.pairs import Pair
+from appliance.netperf.define.suite import Step
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.pktgen import Listen

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from appliance.core.errors import HvnetError
-from appliance.netperf.define.suite import Server, Step
+from appliance.netperf.define.pairs import Server
+from appliance.netperf.define.suite import Step
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run import pktgen
 from appliance.netperf.run.launch import Endpoint, Netserver

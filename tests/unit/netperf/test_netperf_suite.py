@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError
-from appliance.netperf.define import suite
-from appliance.netperf.define.suite import MAX_CONCURRENCY, TCP_MAX_MESSAGE, UDP_MAX_PAYLOAD, Confidence, Server
+from appliance.netperf.define import suite, tests
+from appliance.netperf.define.pairs import Server
+from appliance.netperf.define.tests import MAX_CONCURRENCY, TCP_MAX_MESSAGE, UDP_MAX_PAYLOAD, Confidence
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT / "netperf-suites").glob("*.yaml"))
@@ -580,9 +581,9 @@ def test_cli_override_bounds_match_the_suite_loader() -> None:
     """The overrides' parser (the CLI's options, the console's fields) bounds them as the suite loader does."""
     from appliance.services import suites as cli_suite
 
-    assert (cli_suite.MAX_DURATION_S, cli_suite.MAX_REPETITIONS) == (suite.MAX_DURATION_S, suite.MAX_REPETITIONS)
+    assert (cli_suite.MAX_DURATION_S, cli_suite.MAX_REPETITIONS) == (tests.MAX_DURATION_S, tests.MAX_REPETITIONS)
     # The parser itself, not only its constants: the loader's limits are accepted, one more is refused.
-    for field, top in (("duration", suite.MAX_DURATION_S), ("repetitions", suite.MAX_REPETITIONS)):
+    for field, top in (("duration", tests.MAX_DURATION_S), ("repetitions", tests.MAX_REPETITIONS)):
         assert cli_suite.parse_override(field, str(top)) == top
         with pytest.raises(cli_suite.OverrideError):
             cli_suite.parse_override(field, str(top + 1))

@@ -10,7 +10,8 @@ import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError
 from appliance.netperf.define import suite
-from appliance.netperf.define.suite import MAX_CONCURRENCY, MAX_PAIRS, MAX_STEP_FLOWS, Pair, Server
+from appliance.netperf.define.pairs import MAX_PAIRS, Pair, Server
+from appliance.netperf.define.tests import MAX_CONCURRENCY, MAX_STEP_FLOWS
 
 TWO_INTO_VM3 = """\
 endpoints:
