@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from appliance.core import yamldoc
+from appliance.netperf.define import cpus as cpus_key
+from appliance.netperf.define.cpus import CpuPlacement
 from appliance.netperf.define.monitoring import Monitor, Phase, parse_monitor, parse_phases
 from appliance.netperf.define.perfstat import PerfStatSpec
 from appliance.netperf.define.perfstat import parse as parse_perf_stat
@@ -23,7 +25,7 @@ from appliance.policy import Policy
 
 SNAPLEN_RANGE = (14, 262144)  # the capture service's: an Ethernet header at least, tcpdump's maximum
 BUFFER_KIB_RANGE = (64, 1_048_576)  # the capture service's tcpdump -B, KiB
-_CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest"}
+_CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest", "cpus"}
 _CAPTURE_KEYS = {"guests", "snaplen", "buffer_kib"}
 
 
@@ -49,6 +51,7 @@ class Case:
     capture: Optional[CaseCapture] = None  # a listener on the monitor ports: what it captured of what was offered
     collector_guest: Optional[str] = None  # a GRE/ERSPAN output's collector: what arrived there (its counters)
     perf_stat: Optional[PerfStatSpec] = None  # the suite's perf_stat: events counted on ovs-vswitchd (see .perfstat)
+    cpus: Optional[CpuPlacement] = None  # ovs-vswitchd's and the measurement's CPUs during the case (see .cpus)
 
     def monitors(self) -> list[Monitor]:
         """Every monitoring the case uses (a collector of each kind is started for it)."""
@@ -81,7 +84,9 @@ def parse_cases(ck: Checks, value: Any, bridges: set[str], guests: set[str]) -> 
             duration = ck.integer(raw["duration"], (*path, "duration"), 1, MAX_DURATION_S, "duration (seconds)")
         capture = _capture(ck, raw["capture"], (*path, "capture"), guests) if "capture" in raw else None
         collector = _collector_guest(ck, raw, path, guests, policy)
-        out.append(Case(name, str(raw.get("description", "")), policy, monitor, phases, duration, capture, collector))
+        cpus = cpus_key.parse(raw["cpus"], ck.bad, (*path, "cpus")) if "cpus" in raw else None
+        out.append(Case(name, str(raw.get("description", "")), policy, monitor, phases, duration, capture, collector,
+                        cpus=cpus))  # fmt: skip
     return out or [Case("default")]
 
 

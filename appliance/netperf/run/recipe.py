@@ -22,6 +22,7 @@ is recorded with its reason and the step goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -37,7 +38,7 @@ from appliance.netperf.define.cases import Case
 from appliance.netperf.define.suite import Step, Suite
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.figures import verdict
-from appliance.netperf.run import arrival, meta, pktgen, preflight, record
+from appliance.netperf.run import arrival, meta, pinning, pktgen, preflight, record
 from appliance.netperf.run import collectors as monitoring
 from appliance.netperf.run.fragments import CaseState, Fragments
 from appliance.netperf.run.launch import Endpoint
@@ -186,6 +187,8 @@ class Runner:
                                                               have_listen=self.listen is not None,
                                                               host_label=self.host.label)  # fmt: skip
         ends = [client, server, *(e for p in pairs for e in (p.client, p.server))]
+        pinning.refusal(s.cases, ends)
+        pf.failures += pinning.failures(s.cases, self.host.runner, self.host.local_runner, self.host.label)
         pf.failures += failures + pktgen.remote_failures(bool(s.iperf_types), ends) + _pair_failures(pairs)
         pf.raise_if_failed()
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
@@ -270,10 +273,12 @@ class Runner:
         cs = self.fragments.apply(case.policy, f"case {case.name}") if case.policy is not None else CaseState()
         try:
             self._open_case(case, cs)
-            for step in [s for s in self.steps if s.case is case]:
-                if self.stopping:
-                    break
-                self._run_step(step, cs, setup)
+            with self._pinning(case) as pinned:
+                cs.cpus = pinned.record if pinned is not None else None
+                for step in [s for s in self.steps if s.case is case]:
+                    if self.stopping:
+                        break
+                    self._run_step(step, cs, setup)
         finally:
             try:
                 for problem in cs.monitoring.close() if cs.monitoring else []:
@@ -299,6 +304,22 @@ class Runner:
             cs.monitoring = monitoring.CaseMonitoring(case, bridge, self.engine, self.out_dir, source)
             cs.monitoring.start()
             self._info(f"case {case.name}: collectors at {', '.join(cs.monitoring.targets())}")
+
+    def _pinning(self, case: Case) -> contextlib.AbstractContextManager[Optional[pinning.Pinning]]:
+        """The case's ``cpus:``: ovs-vswitchd's threads where the switch runs, the servers hvnet started
+        here (the clients' argv carry their own taskset); nothing for a case without the key."""
+        if case.cpus is None:
+            return contextlib.nullcontext()
+        targets = []
+        if case.cpus.vswitchd is not None:
+            pid = self.rig.switch.vswitchd_pid(True)
+            if pid is None:
+                raise HvnetError(f"case {case.name}: cpus.ovs-vswitchd: no ovs-vswitchd pid on {self.host.label}")
+            targets.append(("ovs-vswitchd", self.host.runner, [pid], case.cpus.vswitchd))
+        if case.cpus.guests is not None:
+            targets.append(("guests", self.host.local_runner, self.servers.pids(), case.cpus.guests))
+        self._info(f"case {case.name}: {case.cpus.describe()}")
+        return pinning.Pinning(case.cpus, targets, self._restore_problem)
 
     # -- a step: its repetitions, each a warm-up and a measurement ----------------------
 

@@ -43,6 +43,7 @@ def step_record(
         rec.flows, rec.generator, rec.offered = t.flows, generator, flows.offered_json(step, max(1, len(step_pairs)))
     rec.pairs = [p.to_json() for p in step_pairs] or None
     rec.collector_guest = step.case.collector_guest
+    rec.cpus = cs.cpus
     if step.case.capture is not None:
         rec.capture = {"guests": list(step.case.capture.guests), "ports": list(cs.capture_vifs.values()),
                        "snaplen": step.case.capture.snaplen, "buffer_kib": step.case.capture.buffer_kib}  # fmt: skip

@@ -138,13 +138,17 @@ class Rig:
 
     def argvs(self, step: Step, seconds: int, warmup: bool) -> list[list[str]]:
         """Each instance's command line, pair after pair: netperf, or iperf3 for packet-rate and many-flows
-        tests (a server's instance i: port + i, after the ports of the earlier pairs it serves)."""
+        tests (a server's instance i: port + i, after the ports of the earlier pairs it serves); a case's
+        ``cpus.guests`` runs each under ``taskset -c`` (namespace guests only: see .pinning)."""
         if not self.pairs:
-            return self._argvs(step, seconds, warmup, self.client, self.address, 0)
-        return [
-            argv for p in self.pairs
-            for argv in self._argvs(step, seconds, warmup, p.client, p.address, p.slot * step.concurrency)
-        ]  # fmt: skip
+            argvs = self._argvs(step, seconds, warmup, self.client, self.address, 0)
+        else:
+            argvs = [
+                argv for p in self.pairs
+                for argv in self._argvs(step, seconds, warmup, p.client, p.address, p.slot * step.concurrency)
+            ]  # fmt: skip
+        cpus = step.case.cpus.guests if step.case.cpus is not None else None
+        return [["taskset", "-c", cpus, *argv] for argv in argvs] if cpus else argvs
 
     def _argvs(
         self, step: Step, seconds: int, warmup: bool, client: Endpoint, address: str, first: int

@@ -156,6 +156,13 @@ class Servers:
             return lambda: pids[0] if pids and senders == 1 else None
         return lambda: self.netserver.pid if self.netserver else None
 
+    def pids(self) -> list[int]:
+        """The servers hvnet started on this machine: every netserver (its children, forked per connection,
+        inherit its CPUs) and iperf3 server."""
+        netservers = [self.netserver, *self.others.values()]
+        out = [ns.pid for ns in netservers if ns is not None and ns.pid is not None]
+        return out + [pid for s in [self.iperf3, *self.other_iperf3] if s is not None for pid in s.pids]
+
     def notes(self) -> list[str]:
         """What the servers say of a repetition's figures: a netserver that died under it."""
         out = []
