@@ -1,5 +1,6 @@
-"""A case's ``cpus:`` on the built-in lab: ovs-vswitchd pinned to CPU 0 during that case, and every thread's
-own affinity back afterwards (the case without the key changes nothing)."""
+"""A case's ``cpus:`` on the built-in lab: ovs-vswitchd pinned to CPU 0 and netperf/netserver to CPU 1 during
+that case, and every ovs-vswitchd thread's own affinity back afterwards (the case without the key changes
+nothing)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ endpoints: {client: VM1, server: VM2}
 cases:
   - name: free
   - name: pinned
-    cpus: {ovs-vswitchd: "0"}
+    cpus: {ovs-vswitchd: "0", guests: "1"}
 tests:
   - {type: TCP_RR, duration: 3, concurrency: 1}
 """
@@ -70,11 +71,15 @@ def test_a_pinned_case_pins_ovs_vswitchd_and_gives_every_thread_back(lab: Lab, t
     by_case = {s["case"]: s for s in doc["steps"]}
     assert "cpus" not in by_case["free"] or by_case["free"]["cpus"] is None
     cpus = by_case["pinned"]["cpus"]
-    assert cpus["asked"] == {"ovs-vswitchd": "0"}
+    assert cpus["asked"] == {"ovs-vswitchd": "0", "guests": "1"}
     (got,) = cpus["read_back"]["ovs-vswitchd"]
     assert got["pid"] == pid and got["threads"] == len(before) and got["affinity"] == ["0"], cpus
+    (netserver,) = cpus["read_back"]["guests"]
+    assert netserver["pid"] == doc["meta"]["server"]["netserver_pid"] and netserver["affinity"] == ["1"], cpus
+    for s in doc["steps"]:  # both cases measured: the pinned netperf ran under taskset as in the free case
+        assert s["repetitions"] and all(r["aggregate"]["lost"] == 0 for r in s["repetitions"]), s
     assert any(snap and set(snap.values()) == {"0"} for snap in seen), "never saw ovs-vswitchd on CPU 0 alone"
-    assert "case pinned, ovs-vswitchd on CPU 0 (kernel: 0)" in res.stdout, res.stdout
+    assert "case pinned, ovs-vswitchd on CPU 0 (kernel: 0), guests on CPU 1 (kernel: 1)" in res.stdout, res.stdout
 
     after = affinities(pid)
     assert {tid: after[tid] for tid in before if tid in after} == {tid: before[tid] for tid in before if tid in after}

@@ -3,6 +3,7 @@ bad suites are refused whole, each problem with file:line, the field and what is
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import textwrap
 from pathlib import Path
@@ -178,6 +179,21 @@ def test_with_overrides_replaces_every_test_and_keeps_the_original(tmp_path) -> 
     assert [st.key for st in o.steps()][:2] == ["ts/base/m1000/c2", "ts/base/m1000/c8"]
     assert len(o.steps()) == 2 * (2 * 2 + 2 + 2)
     assert s.tests[0].concurrency == (1, 4) and s.tests[0].duration == 5  # unchanged
+
+
+def test_a_suite_is_frozen_and_builds_its_steps_once(tmp_path) -> None:
+    """Its steps are computed once (estimated_seconds and the front ends ask again and again); an adjusted
+    run is a new Suite with its own, and each caller gets a list of its own."""
+    s = load(tmp_path, GOOD)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.tests = []  # type: ignore[misc]
+    first, again = s.steps(), s.steps()
+    assert first == again and first is not again and all(a is b for a, b in zip(first, again))
+    first.clear()
+    assert [st.key for st in s.steps()][:1] == GOOD_KEYS[:1]
+    o = s.with_overrides(concurrency=(2,))
+    assert {st.concurrency for st in o.steps()} == {2}
+    assert {st.concurrency for st in s.steps()} == {n for t in s.tests for n in t.concurrency} != {2}
 
 
 def test_with_overrides_of_nothing_keeps_every_value(tmp_path) -> None:
