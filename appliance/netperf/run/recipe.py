@@ -193,7 +193,8 @@ class Runner:
         pf.raise_if_failed()
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
                        client.tool("netperf", pf.netperf), iperf3, self.out_dir,
-                       SwitchReadings(self.engine, self.of, self._warn), self.listen, pairs=pairs)  # fmt: skip
+                       SwitchReadings(self.engine, self.of, self._warn), self.listen, pairs=pairs,
+                       taskset=self.host.local_runner.which_optional("taskset") or "taskset")  # fmt: skip
         return pf
 
     def _prepare(self, pf: Preflight) -> None:

@@ -120,6 +120,7 @@ class Rig:
     kernel_here: bool = True  # the host's kernel is this machine's (see meta.same_kernel)
     # several client -> server pairs (``client``/``server``/``address``: the first's); empty: the one pair
     pairs: list[PairEnds] = field(default_factory=list)
+    taskset: str = "taskset"  # its full path here: the launcher execs an instance's argv[0] as a path
 
     def step_pairs(self) -> list[Pair]:
         """The pairs every step runs (empty: the single form's one pair, recorded as always)."""
@@ -148,7 +149,7 @@ class Rig:
                 for argv in self._argvs(step, seconds, warmup, p.client, p.address, p.slot * step.concurrency)
             ]  # fmt: skip
         cpus = step.case.cpus.guests if step.case.cpus is not None else None
-        return [["taskset", "-c", cpus, *argv] for argv in argvs] if cpus else argvs
+        return [[self.taskset, "-c", cpus, *argv] for argv in argvs] if cpus else argvs
 
     def _argvs(
         self, step: Step, seconds: int, warmup: bool, client: Endpoint, address: str, first: int

@@ -174,9 +174,10 @@ def test_guests_argv_run_under_taskset(tmp_path: Path) -> None:
     s = load(tmp_path, '{guests: "1"}')
     rig = Rig.__new__(Rig)
     rig.pairs, rig.client, rig.address, rig.port, rig.netperf = [], SimpleNamespace(), "10.0.0.2", 12865, "netperf"
+    rig.taskset = "/usr/bin/taskset"  # a path: the launcher execs argv[0] as one
     free, pinned = [st for st in s.steps()]
     assert rig.argvs(free, 1, False)[0][0] == "netperf"
-    assert rig.argvs(pinned, 1, False)[0][:4] == ["taskset", "-c", "1", "netperf"]
+    assert rig.argvs(pinned, 1, False)[0][:4] == ["/usr/bin/taskset", "-c", "1", "netperf"]
 
 
 def test_a_pinned_case_is_its_own_monitoring_series() -> None:
