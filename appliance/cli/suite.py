@@ -93,8 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         server=args.server,
     )  # fmt: skip  (validated whole before anything is touched)
     # The guests (the lab's, or probes on the target's bridge) and the switch the suite drives: chosen once.
-    with suite_measurement(s, args) as m:
-        run = suites.SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s, Path(args.out) if args.out else None),
+    with suite_measurement(s.guest_needs, args) as m:
+        run = suites.SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s.name, Path(args.out) if args.out else None),
                               Progress(quiet=args.json), timeout=args.timeout)  # fmt: skip
         out_dir = run.out_dir
         run.check()  # refuse missing or different guests before connecting anywhere

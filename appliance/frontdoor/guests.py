@@ -26,12 +26,15 @@ import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from appliance.core import config
 from appliance.core.errors import UsageError
 from appliance.endpoints.guests import GuestSource
 from appliance.switch.host import Host
+
+if TYPE_CHECKING:
+    from appliance.netperf.define.suite import GuestNeeds
 
 
 @dataclass
@@ -207,23 +210,19 @@ def measurement(
 
 
 def suite_measurement(
-    suite: Any, args: Any, *, reuse: Optional[Host] = None, real: Optional[str] = None
+    needs: GuestNeeds, args: Any, *, reuse: Optional[Host] = None, real: Optional[str] = None
 ) -> contextlib.AbstractContextManager[Measurement]:
-    """:func:`measurement` for a suite: the client's host in a lab of several, netperf where the probes run."""
-    client_host = suite.topology.guest(suite.client).host
+    """:func:`measurement` for a suite (``needs``: its :attr:`~Suite.guest_needs`): the client's host in a lab
+    of several, netperf where the probes run."""
+    client_host = needs.topology.guest(needs.client).host
     from appliance.frontdoor.hosts import host_of
 
-    pps = ("iperf3",) if any(t.is_iperf for t in suite.tests) else ()
-    tools = ("netperf", "netserver", *pps)
-    vm_tools = {c: ("netperf", *pps) for c in [suite.client, *(p.client for p in suite.pairs)]}
-    for s in suite.server_guests():  # every pair's server (a server is never its pair's client)
-        vm_tools[s] = tuple(dict.fromkeys((*vm_tools.get(s, ()), "netserver", *pps)))
     return measurement(
-        suite.topology, suite.probes, f"suite {suite.name}", choice=choice_of(args),
+        needs.topology, needs.probes, needs.label, choice=choice_of(args),
         real=real if reuse is not None else real_target(args),
         target=lambda: host_of(args), hosts=(client_host,) if client_host else None,
-        names=[suite.client], libvirt=getattr(args, "libvirt", None), timeout=getattr(args, "timeout", 10.0),
-        reuse=reuse, tools=tools, vms=vms_file(args), vm_tools=vm_tools, vm_names=suite.vms,
+        names=[needs.client], libvirt=getattr(args, "libvirt", None), timeout=getattr(args, "timeout", 10.0),
+        reuse=reuse, tools=needs.tools, vms=vms_file(args), vm_tools=needs.vm_tools, vm_names=needs.vms,
     )  # fmt: skip
 
 

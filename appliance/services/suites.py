@@ -19,7 +19,8 @@ from appliance.core.errors import HvnetError, UsageError
 from appliance.endpoints.guests import GuestSource
 from appliance.endpoints.topology import load as load_topology
 from appliance.netperf.define import suite as suite_mod
-from appliance.netperf.define.suite import MAX_DURATION_S, MAX_REPETITIONS, Step, Suite
+from appliance.netperf.define.suite import Step, Suite
+from appliance.netperf.define.tests import MAX_DURATION_S, MAX_REPETITIONS, PPS_TYPES, RR_TYPES
 from appliance.netperf.figures import compare as compare_mod
 from appliance.netperf.figures.compare import Result, Row
 from appliance.netperf.report import text as report
@@ -33,10 +34,11 @@ from appliance.switch.host import Host
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [
-    "MAX_DURATION_S", "MAX_REPETITIONS", "Against", "Aggregate", "Event", "OverrideError", "Overrides", "Result", "Row",
-    "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun", "against", "compare", "compare_page",
-    "compare_runs", "compare_text", "list_runs", "load_run", "load_suite", "parse_override", "parse_overrides",
-    "plots_missing", "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod", "write_plots",
+    "MAX_DURATION_S", "MAX_REPETITIONS", "PPS_TYPES", "RR_TYPES", "Against", "Aggregate", "Event", "OverrideError",
+    "Overrides", "Result", "Row", "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun", "against",
+    "compare", "compare_page", "compare_runs", "compare_text", "list_runs", "load_run", "load_suite", "parse_override",
+    "parse_overrides", "plots_missing", "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod",
+    "write_plots",
 ]  # fmt: skip
 
 
@@ -184,8 +186,8 @@ def load_suite(
     return s
 
 
-def run_dir(host: Host, suite: Suite, out: Optional[Path] = None) -> Path:
-    """Where a run of ``suite`` keeps its results.
+def run_dir(host: Host, name: str, out: Optional[Path] = None) -> Path:
+    """Where a run of the suite ``name`` keeps its results.
 
     An operator's ``out`` must be new or empty (a run directory holds one run);
     the default, ``RUNS/SUITE-YYYYmmdd-HHMMSS``, takes a ``-2``, ``-3`` ...
@@ -197,7 +199,7 @@ def run_dir(host: Host, suite: Suite, out: Optional[Path] = None) -> Path:
                              hint="give a new --out directory")  # fmt: skip
         return out
     base = host.paths.runs_dir
-    stamp = f"{suite.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    stamp = f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
     path, n = base / stamp, 2
     while path.exists():
         path, n = base / f"{stamp}-{n}", n + 1

@@ -28,8 +28,8 @@ from appliance.endpoints import Group, Job, launcher_for, spread_ms, wait_all
 from appliance.endpoints.guests import GuestEndpoint
 from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
-from appliance.netperf.define.suite import Test as NetperfTest
 from appliance.netperf.define.suite import load as load_suite
+from appliance.netperf.define.tests import Test as NetperfTest
 from appliance.netperf.parse import omni
 from appliance.netperf.run.recipe import Runner
 from appliance.switch.host import Host

@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from appliance.isolation import ofproto as trace
-from appliance.netperf.define.suite import Test as NetperfTest
+from appliance.netperf.define.tests import Test as NetperfTest
 from appliance.netperf.parse import omni
 from appliance.netperf.run import preflight
 from appliance.netperf.store import results

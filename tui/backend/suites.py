@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 
 from appliance.services import suites
 from appliance.services.suites import (
+    PPS_TYPES,
+    RR_TYPES,
     Aggregate,
     Event,
     Overrides,
@@ -29,16 +31,12 @@ from appliance.services.suites import (
     Suite,
     SuiteResult,
     SuiteRun,
-    suite_mod,
 )
 from appliance.services.suites import ShippedSuite as SuiteChoice
 from appliance.switch.host import Host
 
 # What the Suites screen shows, named here so that it depends on the console's backend.
 __all__ = ["Aggregate", "Event", "Result", "Row", "Suite", "SuiteChoice", "SuiteResult", "SuiteRun"]
-
-RR_TYPES = suite_mod.RR_TYPES
-PPS_TYPES = suite_mod.PPS_TYPES
 
 
 # The operator's adjustments are parsed by the service, for this screen and ``hvnet suite run``'s options alike.
@@ -70,8 +68,8 @@ def new_run(host: Host, s: Suite, on_event: Callable[[Event], None]) -> SuiteRun
     args, real = console_target(host)
     stack = ExitStack()
     try:
-        m = stack.enter_context(suite_measurement(s, args, reuse=host, real=real))
-        run = SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s), on_event, release=stack.close)
+        m = stack.enter_context(suite_measurement(s.guest_needs, args, reuse=host, real=real))
+        run = SuiteRun(m.host, m.guests, s, suites.run_dir(m.host, s.name), on_event, release=stack.close)
         run.check()
     except BaseException:
         stack.close()

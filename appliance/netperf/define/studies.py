@@ -17,7 +17,8 @@ from typing import Any, Optional, Union
 
 from appliance.core import yamldoc
 from appliance.core.errors import ConfigError, Problem, UsageError
-from appliance.netperf.define.suite import SUITES_DIR, TEST_TYPES
+from appliance.netperf.define.suite import SUITES_DIR
+from appliance.netperf.define.tests import TEST_TYPES
 
 STUDIES_DIR = SUITES_DIR / "studies"
 

@@ -18,7 +18,7 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from appliance.netperf.define.suite import Test
+from appliance.netperf.define.tests import Test
 
 SELECTORS = (
     "THROUGHPUT",

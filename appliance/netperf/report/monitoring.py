@@ -70,6 +70,8 @@ def _series_key(step: StepResult, usual: dict[str, tuple[Any, Any]]) -> str:
     settings = (m.get("polling"), m.get("header"))
     if m.get("kind") == "sflow" and settings != usual.get(label):
         label += f" polling {m.get('polling') or 30} s header {m.get('header') or 128} B"
+    if step.cpus:  # a pinned case is its own series (the study's Fig. 5), not a second point of the same rate
+        label += " pinned " + ", ".join(f"{k} {v}" for k, v in (step.cpus.get("asked") or {}).items())
     return label
 
 

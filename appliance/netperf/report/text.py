@@ -297,7 +297,7 @@ def _table(steps: list[StepResult], by_group: Any, first_case: Optional[str], te
     else:
         what = f"-r {s0.request_size},{s0.response_size}" if s0.request_size else "default size"
     reps = max(_summary(s).repetitions for s in steps)
-    title = f"{test}: {s0.type} {what}, {s0.duration} s, {reps} repetition(s), case {case}"
+    title = f"{test}: {s0.type} {what}, {s0.duration} s, {reps} repetition(s), case {case}{cpus_note(s0.cpus)}"
     rows = (
         _rows(s0.type, steps)
         + report_monitoring.thread_rows(steps)
@@ -411,3 +411,15 @@ def _extra_rows(
         if steps[0].type in ("TCP_RR", "TCP_CRR", "UDP_RR"):
             rows.append((f"latency mean vs case {first_case}", change("latency_mean_us")))
     return rows
+
+
+def cpus_note(cpus: Optional[dict[str, Any]]) -> str:
+    """A pinned case's placement for its title: what was asked, and what the kernel reported once set
+    (``ovs-vswitchd on CPU 0 (kernel: 0)``); empty for a case without ``cpus:``."""
+    if not cpus:
+        return ""
+    parts = []
+    for key, asked in (cpus.get("asked") or {}).items():
+        got = sorted({a for r in (cpus.get("read_back") or {}).get(key, []) for a in r.get("affinity", [])})
+        parts.append(f"{key} on CPU {asked}" + (f" (kernel: {' / '.join(got)})" if got else ""))
+    return ", " + ", ".join(parts) if parts else ""

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 from appliance.core.errors import HvnetError
 from appliance.endpoints.guests import CollectorSource, FlowCollector
 from appliance.netperf.define import monitoring as mon
-from appliance.netperf.define.suite import Case
+from appliance.netperf.define.cases import Case
 from appliance.policy import Change, PolicyEngine
 
 TICK_S = 0.5

@@ -32,6 +32,7 @@ class CaseState:
     monitoring: Optional[monitoring.CaseMonitoring] = None  # the case's sFlow/IPFIX and collectors
     capture_vifs: dict[str, str] = field(default_factory=dict)  # the case's listeners: guest -> VIF captured
     collector: Optional[arrival.CollectorCounters] = None  # a GRE/ERSPAN output's collector guest
+    cpus: Optional[dict[str, Any]] = None  # the case's CPU placement: asked and read back (see .pinning)
 
 
 class Fragments:

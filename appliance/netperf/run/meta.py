@@ -15,7 +15,8 @@ from pathlib import Path
 from appliance import __version__
 from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
-from appliance.netperf.define.suite import Suite
+from appliance.endpoints.topology import Topology
+from appliance.netperf.define.pairs import Server
 from appliance.netperf.run import path
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.preflight import Preflight
@@ -26,10 +27,16 @@ from appliance.policy import PolicyEngine
 from appliance.switch.host import Host
 
 
-def new_doc(suite: Suite, rig: Rig, engine: PolicyEngine, conn: Connection, pf: Preflight) -> SuiteResult:
-    """The results of a run about to start: its meta filled in, no step yet, state "running"."""
+def new_doc(
+    suite: SuiteInfo, topology: Topology, spec: Server, rig: Rig, engine: PolicyEngine, conn: Connection,
+    pf: Preflight,
+) -> SuiteResult:  # fmt: skip
+    """The results of a run about to start: its meta filled in, no step yet, state "running".
+
+    ``suite``: what the run records of its suite; ``topology`` and ``spec``: where its guests are and its
+    server (the endpoints' kinds, a pool's chassis, the netserver's port)."""
     state = engine.snapshot()
-    s, host = suite, rig.host
+    host = rig.host
     meta = Meta(
         hvnet_version=__version__,
         host=host.label or socket.gethostname(),
@@ -37,33 +44,33 @@ def new_doc(suite: Suite, rig: Rig, engine: PolicyEngine, conn: Connection, pf: 
         ovs_version=state.ovs_version,
         datapath_types=sorted({b.datapath_type or "system" for b in state.bridges.values()}),
         netperf_version=pf.netperf_version,
-        suite=SuiteInfo(s.name, str(Path(s.file).resolve()), s.sha256, s.description),
+        suite=suite,
         command=sys.argv,
-        client=ClientInfo(rig.client.name, rig.client.address, rig.client.vif, runs_in(suite, rig.client)),
+        client=ClientInfo(rig.client.name, rig.client.address, rig.client.vif, runs_in(topology, rig.client)),
         server=ServerInfo(
-            s.server.guest,
+            spec.guest,
             rig.address,
-            s.server.port,
-            s.server.managed,
-            None if rig.server is None else runs_in(suite, rig.server),
+            spec.port,
+            spec.managed,
+            None if rig.server is None else runs_in(topology, rig.server),
         ),
         preflight={"warnings": pf.warnings, "facts": pf.facts},
         started=now(),
     )
-    if s.topology.ovn:  # between chassis: which ones, the tunnel and the MTUs in play
-        server_chassis = s.topology.guest(s.server.guest).host if s.server.guest else None
+    if topology.ovn:  # between chassis: which ones, the tunnel and the MTUs in play
+        server_chassis = topology.guest(spec.guest).host if spec.guest else None
         meta.path = path.pool_path(conn, host.runner, host.local_runner, rig.client, rig.server, server_chassis)
     return SuiteResult(results.SCHEMA, results.SCHEMA_VERSION, "running", True, meta)
 
 
-def runs_in(suite: Suite, ep: Endpoint) -> str:
+def runs_in(topology: Topology, ep: Endpoint) -> str:
     """qemu, netns, probe (a namespace hvnet added to the host's bridge for this run), or a real VM as
     ``vm-ssh`` / ``vm-agent`` (how hvnet reached it)."""
     if ep.guest is not None and ep.guest.access is not None:
         return f"vm-{ep.guest.access.method}"
     if ep.in_vm:
         return "qemu"
-    kinds = {g.name: g.kind for g in suite.topology.guests}
+    kinds = {g.name: g.kind for g in topology.guests}
     return "probe" if kinds.get(ep.name) == "probe" else "netns"
 
 

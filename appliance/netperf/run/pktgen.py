@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner
 from appliance.endpoints import Group, Job, wait_all
-from appliance.netperf.define.suite import Suite
+from appliance.netperf.define.cases import Case
 from appliance.netperf.parse import iperf
 from appliance.netperf.run.launch import Endpoint, stop_tree
 from appliance.netperf.run.preflight import PreflightFailed
@@ -169,9 +170,9 @@ def find_iperf3(runner: CommandRunner) -> tuple[str, str]:
     return path, f"iperf3 {words[1]}" if len(words) > 1 and words[0] == "iperf" else "iperf3"
 
 
-def listener_failures(suite: Suite, have_listen: bool, host_label: Optional[str]) -> list[str]:
-    """Why a suite's captures cannot run here (none: they can, or the suite has none)."""
-    if not any(c.capture for c in suite.cases):
+def listener_failures(cases: Sequence[Case], have_listen: bool, host_label: Optional[str]) -> list[str]:
+    """Why the suite's ``cases``' captures cannot run here (none: they can, or none captures)."""
+    if not any(c.capture for c in cases):
         return []
     if not have_listen:
         return ["cases with capture: need hvnet's capture service (run the suite with hvnet suite run)"]
@@ -182,7 +183,7 @@ def listener_failures(suite: Suite, have_listen: bool, host_label: Optional[str]
 
 
 def servers_for(
-    suite: Suite,
+    concurrency: int,
     endpoint: Endpoint,
     iperf3: str,
     log_dir: Path,
@@ -190,10 +191,10 @@ def servers_for(
     host: Optional[Host] = None,
     senders: int = 1,
 ) -> Optional[Iperf3Servers]:
-    """The iperf3 servers a suite needs in ``endpoint``: one per concurrent sender of its busiest iperf3 step,
-    for each of the ``senders`` pairs it serves (None: no packet-rate or many-flows test).  A server serves
-    all the streams of its client's test (-P)."""
-    count = senders * max((max(t.concurrency) for t in suite.tests if t.is_iperf), default=0)
+    """The iperf3 servers a suite needs in ``endpoint``: one per concurrent sender of its busiest iperf3 step
+    (``concurrency``, 0: no packet-rate or many-flows test, None returned), for each of the ``senders`` pairs
+    it serves.  A server serves all the streams of its client's test (-P)."""
+    count = senders * concurrency
     if not count:
         return None
     return Iperf3Servers(endpoint, endpoint.tool("iperf3", iperf3), iperf.DEFAULT_PORT, count, log_dir, runner,
@@ -206,13 +207,13 @@ def listener_prefix(step_index: int, rep: int) -> str:
 
 
 def packet_rate(
-    suite: Suite, runner: CommandRunner, *, have_listen: bool, host_label: Optional[str]
-) -> tuple[list[str], str, Optional[str]]:
-    """iperf3 for packet-rate tests, the capture service for cases that listen: (failures, iperf3's path
-    and its version as the run records it; "" and None without packet-rate tests)."""
-    failures = listener_failures(suite, have_listen, host_label)
+    types: Sequence[str], cases: Sequence[Case], runner: CommandRunner, *, have_listen: bool,
+    host_label: Optional[str],
+) -> tuple[list[str], str, Optional[str]]:  # fmt: skip
+    """iperf3 for the iperf3 test ``types``, the capture service for ``cases`` that listen: (failures,
+    iperf3's path and its version as the run records it; "" and None without iperf3 tests)."""
+    failures = listener_failures(cases, have_listen, host_label)
     iperf3, generator = "", None
-    types = sorted({t.type for t in suite.tests if t.is_iperf})
     if types:
         try:
             iperf3, generator = find_iperf3(runner)
@@ -221,10 +222,10 @@ def packet_rate(
     return failures, iperf3, generator
 
 
-def remote_failures(suite: Suite, endpoints: list[Optional[Endpoint]]) -> list[str]:
-    """What a suite cannot do yet with a probe on a remote host (a real VM's iperf3 runs in the VM: its
-    guest source checked it there)."""
-    if any(e is not None and e.remote and e.vm is None for e in endpoints) and any(t.is_iperf for t in suite.tests):
+def remote_failures(iperf: bool, endpoints: list[Optional[Endpoint]]) -> list[str]:
+    """What a suite with iperf3 tests (``iperf``) cannot do yet with a probe on a remote host (a real VM's
+    iperf3 runs in the VM: its guest source checked it there)."""
+    if iperf and any(e is not None and e.remote and e.vm is None for e in endpoints):
         return [
             "iperf3 tests (UDP_PPS, TCP_IPERF) need iperf3 started on this machine: not yet on a remote host's guests"
         ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -23,10 +24,11 @@ import psutil
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner
 from appliance.endpoints.guests import GuestSource
-from appliance.netperf.define.suite import Suite
+from appliance.netperf.define.cases import Case
+from appliance.netperf.define.tests import Test
 from appliance.netperf.figures.verdict import TIME_WAIT_S, crr_ceiling
 from appliance.netperf.run.launch import Endpoint
-from appliance.policy import PolicyEngine
+from appliance.policy import Policy, PolicyEngine
 
 MIN_NETPERF = (2, 5)  # omni output selectors (-k) and latency percentiles (-j)
 FDS_PER_INSTANCE = 4  # hvnet's side, with headroom: an instance's two output files are open while it spawns
@@ -68,12 +70,13 @@ def port_range(text: str) -> Optional[tuple[int, int]]:
     return int(parts[0]), int(parts[1])
 
 
-def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_server: bool,
+def check(runner: CommandRunner, client: Endpoint, tests: Sequence[Test], *, peak: int, managed_server: bool,
           server_runner: Optional[CommandRunner] = None) -> Preflight:  # fmt: skip
     """Everything that can be checked before starting a process that matters.
 
     ``runner`` reaches the client's host; ``server_runner`` the server's when that is another machine (a guest
-    of the other host of a mixed pair): netserver is looked for where it will run."""
+    of the other host of a mixed pair): netserver is looked for where it will run.  ``tests``: the suite's;
+    ``peak``: the instances its busiest step starts, every pair's."""
     pf = Preflight()
     try:
         pf.netperf = runner.which("netperf")
@@ -100,16 +103,16 @@ def check(runner: CommandRunner, suite: Suite, client: Endpoint, *, managed_serv
                 f"percentiles, netperf {'.'.join(map(str, MIN_NETPERF))} or later"
             )
 
-    _limits(suite, pf)
-    if any(t.type == "TCP_CRR" for t in suite.tests):
-        _ports(runner, suite, client, pf)
+    _limits(peak, pf)
+    crr = [t for t in tests if t.type == "TCP_CRR"]
+    if crr:
+        _ports(runner, crr, client, pf)
     return pf
 
 
-def _limits(suite: Suite, pf: Preflight) -> None:
-    """Open files and processes for the peak concurrency; the one side effect here is raising
+def _limits(peak: int, pf: Preflight) -> None:
+    """Open files and processes for the ``peak`` instances; the one side effect here is raising
     hvnet's own soft open-file limit up to its hard limit when that is enough (recorded in facts)."""
-    peak = suite.instances(max(max(t.concurrency) for t in suite.tests))  # every pair's instances of a step
     need_fds = peak * FDS_PER_INSTANCE + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need_fds:
@@ -141,8 +144,8 @@ def _limits(suite: Suite, pf: Preflight) -> None:
     pf.facts["peak_concurrency"] = peak
 
 
-def _ports(runner: CommandRunner, suite: Suite, client: Endpoint, pf: Preflight) -> None:
-    """TCP_CRR opens one connection per transaction: compare what it may need with the port range."""
+def _ports(runner: CommandRunner, crr: Sequence[Test], client: Endpoint, pf: Preflight) -> None:
+    """TCP_CRR opens one connection per transaction: compare what each ``crr`` test may need with the port range."""
     argv = client.wrap(["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/net/ipv4/tcp_tw_reuse"])
     out = runner.run(argv, timeout=10)
     lines = out.stdout.splitlines() if out.returncode == 0 else []
@@ -153,9 +156,7 @@ def _ports(runner: CommandRunner, suite: Suite, client: Endpoint, pf: Preflight)
     ports = rng[1] - rng[0] + 1
     reuse = lines[1].strip() if len(lines) > 1 else "?"
     pf.facts["ephemeral_ports"] = {"range": list(rng), "count": ports, "tcp_tw_reuse": reuse}
-    for t in suite.tests:
-        if t.type != "TCP_CRR":
-            continue
+    for t in crr:
         ceiling = crr_ceiling(ports, t.duration)
         pf.warnings.append(
             f"{t.name}: TCP_CRR above {ceiling:,.0f} connections/s in total runs out of ephemeral ports in "
@@ -165,12 +166,15 @@ def _ports(runner: CommandRunner, suite: Suite, client: Endpoint, pf: Preflight)
         pf.facts.setdefault("crr_ceiling_per_s", {})[t.name] = round(ceiling, 1)
 
 
-def fragment_failures(suite: Suite, engine: PolicyEngine, guests: GuestSource, host_label: Optional[str]) -> list[str]:
-    """Plan every policy fragment against the switch now (changes nothing), so a selector that
-    matches no VIF fails the run before the first case, not after the earlier cases ran."""
-    fragments = [("setup", suite.setup)] + [(f"case {c.name}", c.policy) for c in suite.cases]
+def fragment_failures(
+    fragments: Sequence[tuple[str, Optional[Policy]]], cases: Sequence[Case], engine: PolicyEngine,
+    guests: GuestSource, host_label: Optional[str],
+) -> list[str]:  # fmt: skip
+    """Plan every policy fragment (label, policy) against the switch now (changes nothing), so a selector that
+    matches no VIF fails the run before the first case, not after the earlier cases ran; and refuse ``cases``
+    that monitor where no collector can listen."""
     failures = []
-    if any(c.monitors() for c in suite.cases):
+    if any(c.monitors() for c in cases):
         if not hasattr(guests, "start_collector"):
             failures.append("cases that monitor (monitor:, phases:) need the lab's sFlow/IPFIX collectors")
         elif host_label is not None:

@@ -22,6 +22,7 @@ is recorded with its reason and the step goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -33,10 +34,11 @@ from appliance.core.errors import HvnetError
 from appliance.core.ovsdb import Connection
 from appliance.core.safedirs import make_private
 from appliance.endpoints.guests import GuestSource
-from appliance.netperf.define.suite import Case, Step, Suite
+from appliance.netperf.define.cases import Case
+from appliance.netperf.define.suite import Step, Suite
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.figures import verdict
-from appliance.netperf.run import arrival, meta, pktgen, preflight, record
+from appliance.netperf.run import arrival, meta, pinning, pktgen, preflight, record
 from appliance.netperf.run import collectors as monitoring
 from appliance.netperf.run.fragments import CaseState, Fragments
 from appliance.netperf.run.launch import Endpoint
@@ -46,7 +48,7 @@ from appliance.netperf.run.repetition import Repetition
 from appliance.netperf.run.rig import PairEnds, Rig, SwitchReadings, now
 from appliance.netperf.run.servers import Servers
 from appliance.netperf.store import results
-from appliance.netperf.store.records import Aggregate, RepetitionResult, StepResult, SuiteResult
+from appliance.netperf.store.records import Aggregate, RepetitionResult, StepResult, SuiteInfo, SuiteResult
 from appliance.policy import PolicyEngine
 from appliance.policy.apply.openflow import OpenFlow
 from appliance.policy.plan import export
@@ -97,6 +99,7 @@ class Runner:
         self._stop_reason = "stopped by the operator"
         self._t0 = 0.0
         self._done_s = 0.0  # planned seconds of the steps finished (for the ETA)
+        self._planned_s = 0.0  # the suite's estimated seconds, computed once the run starts
         self.engine = PolicyEngine(conn, host, command="hvnet suite run")
         self.of = OpenFlow.for_host(host)
         self.doc = SuiteResult()
@@ -115,7 +118,7 @@ class Runner:
 
     def _emit(self, kind: str, message: str = "", **kw: Any) -> None:
         elapsed = time.monotonic() - self._t0
-        total = self.suite.estimated_seconds()
+        total = self._planned_s
         eta = max(0.0, total - self._done_s) if total else None
         try:
             self.on_event(Event(kind, message, steps_total=len(self.steps), elapsed_s=elapsed, eta_s=eta, **kw))
@@ -142,6 +145,7 @@ class Runner:
     def run(self) -> SuiteResult:
         self._t0 = time.monotonic()
         self.steps = self.suite.steps()
+        self._planned_s = self.suite.estimated_seconds()
         self._prepare(self._preflight())
         setup = CaseState()
         state = "failed"
@@ -174,30 +178,37 @@ class Runner:
             self._warn(f"stopped what an earlier run left in a VM: {left}")
         # a VM's tools were checked inside it by its guest source: the server VM's netserver is not the client's
         managed = server is not None and server.vm is None
-        pf = preflight.check(client.runner_for(self.host), self.suite, client, managed_server=managed,
+        s = self.suite
+        pf = preflight.check(client.runner_for(self.host), client, s.tests, peak=s.peak_instances,
+                             managed_server=managed,
                              server_runner=server.runner_for(self.host) if managed else None)  # fmt: skip
-        pf.failures += preflight.fragment_failures(self.suite, self.engine, self.guests, self.host.label)
-        failures, iperf3, self.generator = pktgen.packet_rate(self.suite, self.host.local_runner,
+        pf.failures += preflight.fragment_failures(s.fragments, s.cases, self.engine, self.guests, self.host.label)
+        failures, iperf3, self.generator = pktgen.packet_rate(s.iperf_types, s.cases, self.host.local_runner,
                                                               have_listen=self.listen is not None,
                                                               host_label=self.host.label)  # fmt: skip
         ends = [client, server, *(e for p in pairs for e in (p.client, p.server))]
-        pf.failures += failures + pktgen.remote_failures(self.suite, ends) + _pair_failures(pairs)
+        pinning.refusal(s.cases, ends)
+        pf.failures += pinning.failures(s.cases, self.host.runner, self.host.local_runner, self.host.label)
+        pf.failures += failures + pktgen.remote_failures(bool(s.iperf_types), ends) + _pair_failures(pairs)
         pf.raise_if_failed()
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
                        client.tool("netperf", pf.netperf), iperf3, self.out_dir,
-                       SwitchReadings(self.engine, self.of, self._warn), self.listen, pairs=pairs)  # fmt: skip
+                       SwitchReadings(self.engine, self.of, self._warn), self.listen, pairs=pairs,
+                       taskset=self.host.local_runner.which_optional("taskset") or "taskset")  # fmt: skip
         return pf
 
     def _prepare(self, pf: Preflight) -> None:
         """What the run will start and apply, its raw directory, the results' meta and the preflight's warnings."""
         server = self.rig.server
         netserver = server.tool("netserver", pf.netserver or "") if server else (pf.netserver or "")
-        self.servers = Servers(self.rig, self.suite, netserver)
+        self.servers = Servers(self.rig, self.suite.server, self.suite.iperf_concurrency, netserver)
         self.fragments = Fragments(self.engine, self.rig.client.vif, warn=self._warn, info=self._info,
                                    problem=self._restore_problem)  # fmt: skip
         make_private(self.out_dir / "raw")  # wherever the runs directory is, no other user may own a part of it
         self.rig.kernel_here = meta.same_kernel(self.host)
-        self.doc = meta.new_doc(self.suite, self.rig, self.engine, self.conn, pf)
+        s = self.suite
+        info = SuiteInfo(s.name, str(Path(s.file).resolve()), s.sha256, s.description)
+        self.doc = meta.new_doc(info, s.topology, s.server, self.rig, self.engine, self.conn, pf)
         for w in pf.warnings:
             self._warn(w)
         if not self.rig.kernel_here:
@@ -263,10 +274,12 @@ class Runner:
         cs = self.fragments.apply(case.policy, f"case {case.name}") if case.policy is not None else CaseState()
         try:
             self._open_case(case, cs)
-            for step in [s for s in self.steps if s.case is case]:
-                if self.stopping:
-                    break
-                self._run_step(step, cs, setup)
+            with self._pinning(case) as pinned:
+                cs.cpus = pinned.record if pinned is not None else None
+                for step in [s for s in self.steps if s.case is case]:
+                    if self.stopping:
+                        break
+                    self._run_step(step, cs, setup)
         finally:
             try:
                 for problem in cs.monitoring.close() if cs.monitoring else []:
@@ -292,6 +305,22 @@ class Runner:
             cs.monitoring = monitoring.CaseMonitoring(case, bridge, self.engine, self.out_dir, source)
             cs.monitoring.start()
             self._info(f"case {case.name}: collectors at {', '.join(cs.monitoring.targets())}")
+
+    def _pinning(self, case: Case) -> contextlib.AbstractContextManager[Optional[pinning.Pinning]]:
+        """The case's ``cpus:``: ovs-vswitchd's threads where the switch runs, the servers hvnet started
+        here (the clients' argv carry their own taskset); nothing for a case without the key."""
+        if case.cpus is None:
+            return contextlib.nullcontext()
+        targets = []
+        if case.cpus.vswitchd is not None:
+            pid = self.rig.switch.vswitchd_pid(True)
+            if pid is None:
+                raise HvnetError(f"case {case.name}: cpus.ovs-vswitchd: no ovs-vswitchd pid on {self.host.label}")
+            targets.append(("ovs-vswitchd", self.host.runner, [pid], case.cpus.vswitchd))
+        if case.cpus.guests is not None:
+            targets.append(("guests", self.host.local_runner, self.servers.pids(), case.cpus.guests))
+        self._info(f"case {case.name}: {case.cpus.describe()}")
+        return pinning.Pinning(case.cpus, targets, self._restore_problem)
 
     # -- a step: its repetitions, each a warm-up and a measurement ----------------------
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from appliance.netperf.define.suite import Pair, Step
+from appliance.netperf.define.pairs import Pair
+from appliance.netperf.define.suite import Step
 from appliance.netperf.figures import aggregate, flows, pairs, pps, verdict
 from appliance.netperf.figures import arrival as arrival_figures
 from appliance.netperf.figures.counters import deltas
@@ -42,6 +43,7 @@ def step_record(
         rec.flows, rec.generator, rec.offered = t.flows, generator, flows.offered_json(step, max(1, len(step_pairs)))
     rec.pairs = [p.to_json() for p in step_pairs] or None
     rec.collector_guest = step.case.collector_guest
+    rec.cpus = cs.cpus
     if step.case.capture is not None:
         rec.capture = {"guests": list(step.case.capture.guests), "ports": list(cs.capture_vifs.values()),
                        "snaplen": step.case.capture.snaplen, "buffer_kib": step.case.capture.buffer_kib}  # fmt: skip

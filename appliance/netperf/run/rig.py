@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from appliance.core.errors import HvnetError
-from appliance.netperf.define.suite import Pair, Step
+from appliance.netperf.define.pairs import Pair
+from appliance.netperf.define.suite import Step
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run.launch import Endpoint
 from appliance.netperf.run.pktgen import Listen
@@ -119,6 +120,7 @@ class Rig:
     kernel_here: bool = True  # the host's kernel is this machine's (see meta.same_kernel)
     # several client -> server pairs (``client``/``server``/``address``: the first's); empty: the one pair
     pairs: list[PairEnds] = field(default_factory=list)
+    taskset: str = "taskset"  # its full path here: the launcher execs an instance's argv[0] as a path
 
     def step_pairs(self) -> list[Pair]:
         """The pairs every step runs (empty: the single form's one pair, recorded as always)."""
@@ -137,13 +139,17 @@ class Rig:
 
     def argvs(self, step: Step, seconds: int, warmup: bool) -> list[list[str]]:
         """Each instance's command line, pair after pair: netperf, or iperf3 for packet-rate and many-flows
-        tests (a server's instance i: port + i, after the ports of the earlier pairs it serves)."""
+        tests (a server's instance i: port + i, after the ports of the earlier pairs it serves); a case's
+        ``cpus.guests`` runs each under ``taskset -c`` (namespace guests only: see .pinning)."""
         if not self.pairs:
-            return self._argvs(step, seconds, warmup, self.client, self.address, 0)
-        return [
-            argv for p in self.pairs
-            for argv in self._argvs(step, seconds, warmup, p.client, p.address, p.slot * step.concurrency)
-        ]  # fmt: skip
+            argvs = self._argvs(step, seconds, warmup, self.client, self.address, 0)
+        else:
+            argvs = [
+                argv for p in self.pairs
+                for argv in self._argvs(step, seconds, warmup, p.client, p.address, p.slot * step.concurrency)
+            ]  # fmt: skip
+        cpus = step.case.cpus.guests if step.case.cpus is not None else None
+        return [[self.taskset, "-c", cpus, *argv] for argv in argvs] if cpus else argvs
 
     def _argvs(
         self, step: Step, seconds: int, warmup: bool, client: Endpoint, address: str, first: int

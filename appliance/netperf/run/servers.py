@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from appliance.core.errors import HvnetError
-from appliance.netperf.define.suite import Step, Suite
+from appliance.netperf.define.pairs import Server
+from appliance.netperf.define.suite import Step
 from appliance.netperf.parse import iperf, omni
 from appliance.netperf.run import pktgen
 from appliance.netperf.run.launch import Endpoint, Netserver
@@ -30,9 +31,10 @@ class Servers:
     """The run's netservers (a managed server guest's, once per guest however many pairs it serves) and
     iperf3 servers (packet-rate and many-flows steps), once started."""
 
-    def __init__(self, rig: Rig, suite: Suite, netserver_path: str) -> None:
+    def __init__(self, rig: Rig, spec: Server, iperf_concurrency: int, netserver_path: str) -> None:
         self.rig = rig
-        self.suite = suite
+        self.spec = spec  # the suite's server: its guest (or address) and netserver port
+        self.iperf_concurrency = iperf_concurrency  # the busiest iperf3 step's, per pair (0: no iperf3 test)
         self.netserver_path = netserver_path  # the netserver preflight found
         self.netserver: Optional[Netserver] = None  # the server's (the first pair's)
         self.others: dict[str, Netserver] = {}  # the other pairs' server guests', by name
@@ -56,7 +58,7 @@ class Servers:
 
     def _netserver(self, server: Endpoint, log: Path) -> Netserver:
         rig = self.rig
-        ns = Netserver(server, self.suite.server.port, log, self.netserver_path, server.runner_for(rig.host),
+        ns = Netserver(server, self.spec.port, log, self.netserver_path, server.runner_for(rig.host),
                        host=rig.host)  # fmt: skip
         ns.start()
         return ns
@@ -81,14 +83,14 @@ class Servers:
             if netserver is not None and not netserver.alive():
                 break
             time.sleep(0.1)
-        srv = self.suite.server
+        srv = self.spec
         where = f"{guest or srv.guest} ({address}:{srv.port})" if srv.managed else srv.describe()
         raise PreflightFailed([f"netserver on {where} cannot be reached from {client.name}: {last}"])
 
     def _probe(self, client: Endpoint, address: str) -> tuple[int, str, str]:
         """One transaction from the client to the netserver: (exit status, stdout, stderr)."""
         rig = self.rig
-        probe = omni.reachability_argv(rig.netperf, address, self.suite.server.port)
+        probe = omni.reachability_argv(rig.netperf, address, self.spec.port)
         try:
             res = client.runner_for(rig.host).run(client.wrap(probe), check=False, timeout=10.0)
         except HvnetError as exc:  # no answer within the timeout
@@ -100,7 +102,7 @@ class Servers:
         if netserver is not None and not netserver.alive():
             raise PreflightFailed(
                 [
-                    f"the netserver hvnet started exited (port {self.suite.server.port} in use?), yet one "
+                    f"the netserver hvnet started exited (port {self.spec.port} in use?), yet one "
                     "answers there: a netserver hvnet did not start; stop it or use another netserver_port"
                 ]
             )
@@ -125,8 +127,8 @@ class Servers:
     def _iperf3(self, server: Endpoint, log_dir: Path) -> Optional[Iperf3Servers]:
         """``server``'s iperf3 servers: enough for every pair it serves (None: no iperf3 test)."""
         senders = sum(p.server.name == server.name for p in self.rig.pairs) or 1
-        found = pktgen.servers_for(self.suite, server, self.rig.iperf3, log_dir, server.runner_for(self.rig.host),
-                                   self.rig.host, senders=senders)  # fmt: skip
+        found = pktgen.servers_for(self.iperf_concurrency, server, self.rig.iperf3, log_dir,
+                                   server.runner_for(self.rig.host), self.rig.host, senders=senders)  # fmt: skip
         if found is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
         return found
@@ -154,10 +156,17 @@ class Servers:
             return lambda: pids[0] if pids and senders == 1 else None
         return lambda: self.netserver.pid if self.netserver else None
 
+    def pids(self) -> list[int]:
+        """The servers hvnet started on this machine: every netserver (its children, forked per connection,
+        inherit its CPUs) and iperf3 server."""
+        netservers = [self.netserver, *self.others.values()]
+        out = [ns.pid for ns in netservers if ns is not None and ns.pid is not None]
+        return out + [pid for s in [self.iperf3, *self.other_iperf3] if s is not None for pid in s.pids]
+
     def notes(self) -> list[str]:
         """What the servers say of a repetition's figures: a netserver that died under it."""
         out = []
-        for name, ns in [(self.suite.server.guest, self.netserver), *self.others.items()]:
+        for name, ns in [(self.spec.guest, self.netserver), *self.others.items()]:
             if ns is not None and not ns.alive():
                 where = f" in {name}" if self.others else ""
                 out.append(f"netserver{where} (pid {ns.pid}) is not running (exit {ns.exit_status()})")

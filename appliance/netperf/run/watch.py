@@ -35,14 +35,13 @@ class Watch:
     ) -> None:
         self.cm, self.step, self.before, self.port_counters = cm, step, before, port_counters
         self.ticker: Optional[monitoring.Ticker] = None
-        self.first_ack: Optional[dict[str, Any]] = None
 
     def begin(self) -> None:
         """Before the batch: the first phase in force, the collectors' counts and drops so far."""
         if self.cm is None:
             return
         if self.step.case.phases:  # each repetition starts in the first phase
-            self.first_ack = self.cm.set(self.step.case.phases[0].monitor)
+            self.cm.set(self.step.case.phases[0].monitor)
         self.counts = self.cm.counts()
         self.drops = self.cm.drops()
         self.ticker = monitoring.Ticker(

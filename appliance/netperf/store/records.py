@@ -349,7 +349,7 @@ class StepResult(Record):
 
     OPTIONAL = frozenset(
         {"summary", "interrupted_repetitions", "monitor", "phases", "vswitchd_threads", "collector", "verdict",
-         "frame_size", "offered", "generator", "capture", "collector_guest", "flows", "pairs"}
+         "frame_size", "offered", "generator", "capture", "collector_guest", "flows", "pairs", "cpus"}
     )  # fmt: skip
     NESTED = {
         "policing": _optional(Policing),
@@ -392,6 +392,9 @@ class StepResult(Record):
     # several client -> server pairs: [{client, server}], each running ``concurrency`` instances (the
     # step's instances are concurrency x pairs, pair after pair; each instance's record names its pair)
     pairs: Optional[list[Json]] = None
+    # the case's ``cpus:``: {asked: {ovs-vswitchd, guests}, read_back: {ovs-vswitchd: [{pid, threads, affinity}],
+    # guests: [...]}}, the affinity being what the kernel reported once it was set
+    cpus: Optional[Json] = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

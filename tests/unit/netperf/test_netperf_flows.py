@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError, UsageError
-from appliance.netperf.define import suite
+from appliance.netperf.define import suite, tests
 from appliance.netperf.define.frames import Offered
 from appliance.netperf.figures import aggregate, flows
 from appliance.netperf.parse import iperf
@@ -186,7 +186,7 @@ def test_steps_expand_offered_rates_with_flows_in_the_key(tmp_path: Path) -> Non
 
 def test_the_step_bound_is_eight_full_clients(tmp_path: Path) -> None:
     s = suite.load(_write(tmp_path, "tests: [{type: TCP_IPERF, flows: 128, concurrency: [1, 8]}]\n"))
-    assert max(s.tests[0].concurrency) * s.tests[0].flows == suite.MAX_STEP_FLOWS == 1024
+    assert max(s.tests[0].concurrency) * s.tests[0].flows == tests.MAX_STEP_FLOWS == 1024
     found = _problems(tmp_path, "tests: [{type: TCP_IPERF, flows: 114, concurrency: [4, 9]}]\n")
     assert any(":3: tests[0].flows: 9 instances x 114 flows = 1026 flows in a step; at most 1024" in p
                for p in found), found  # fmt: skip

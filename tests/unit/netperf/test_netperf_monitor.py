@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.netperf.define import monitoring as monitor
-from appliance.netperf.define.suite import Test as NetperfTest
+from appliance.netperf.define.tests import Test as NetperfTest
 from appliance.netperf.parse import omni
 from appliance.netperf.run.collectors import socket_drops
 from appliance.netperf.store.records import RepetitionResult

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.netperf.define.suite import Confidence
-from appliance.netperf.define.suite import Test as NetperfTest
+from appliance.netperf.define.tests import Confidence
+from appliance.netperf.define.tests import Test as NetperfTest
 from appliance.netperf.parse import omni
 from appliance.netperf.parse.omni import MBPS_UNITS, SELECTORS, TPS_UNITS, Instance
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError
-from appliance.netperf.define import frames, suite
+from appliance.netperf.define import cases, frames, suite
 from appliance.netperf.define.frames import Offered
 from appliance.netperf.figures import pps
 from appliance.netperf.parse import iperf
@@ -205,7 +205,7 @@ def test_steps_expand_frames_by_offered_rates_with_stable_keys(tmp_path: Path) -
     assert keys[:4] == ["udp/none/f64/o10Mbps/c1", "udp/none/f64/o20.5Mbps/c1", "udp/none/f1518/o10Mbps/c1",
                         "udp/none/f1518/o20.5Mbps/c1"]  # fmt: skip
     assert len(keys) == 8 and s.tests[0].metric == "packets/s"
-    assert s.cases[1].capture == suite.CaseCapture(("MON1",), 96, 8192)
+    assert s.cases[1].capture == cases.CaseCapture(("MON1",), 96, 8192)
     unpaced = suite.load(_write(tmp_path, "tests: [{type: UDP_PPS, frame_size: 64}]\n"))
     assert [st.key for st in unpaced.steps()] == ["udp-pps/default/f64/o-/c1"]
 

@@ -3,6 +3,7 @@ bad suites are refused whole, each problem with file:line, the field and what is
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import textwrap
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError
-from appliance.netperf.define import suite
-from appliance.netperf.define.suite import MAX_CONCURRENCY, TCP_MAX_MESSAGE, UDP_MAX_PAYLOAD, Confidence, Server
+from appliance.netperf.define import suite, tests
+from appliance.netperf.define.pairs import Server
+from appliance.netperf.define.tests import MAX_CONCURRENCY, TCP_MAX_MESSAGE, UDP_MAX_PAYLOAD, Confidence
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT / "netperf-suites").glob("*.yaml"))
@@ -177,6 +179,21 @@ def test_with_overrides_replaces_every_test_and_keeps_the_original(tmp_path) -> 
     assert [st.key for st in o.steps()][:2] == ["ts/base/m1000/c2", "ts/base/m1000/c8"]
     assert len(o.steps()) == 2 * (2 * 2 + 2 + 2)
     assert s.tests[0].concurrency == (1, 4) and s.tests[0].duration == 5  # unchanged
+
+
+def test_a_suite_is_frozen_and_builds_its_steps_once(tmp_path) -> None:
+    """Its steps are computed once (estimated_seconds and the front ends ask again and again); an adjusted
+    run is a new Suite with its own, and each caller gets a list of its own."""
+    s = load(tmp_path, GOOD)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.tests = []  # type: ignore[misc]
+    first, again = s.steps(), s.steps()
+    assert first == again and first is not again and all(a is b for a, b in zip(first, again))
+    first.clear()
+    assert [st.key for st in s.steps()][:1] == GOOD_KEYS[:1]
+    o = s.with_overrides(concurrency=(2,))
+    assert {st.concurrency for st in o.steps()} == {2}
+    assert {st.concurrency for st in s.steps()} == {n for t in s.tests for n in t.concurrency} != {2}
 
 
 def test_with_overrides_of_nothing_keeps_every_value(tmp_path) -> None:
@@ -580,9 +597,9 @@ def test_cli_override_bounds_match_the_suite_loader() -> None:
     """The overrides' parser (the CLI's options, the console's fields) bounds them as the suite loader does."""
     from appliance.services import suites as cli_suite
 
-    assert (cli_suite.MAX_DURATION_S, cli_suite.MAX_REPETITIONS) == (suite.MAX_DURATION_S, suite.MAX_REPETITIONS)
+    assert (cli_suite.MAX_DURATION_S, cli_suite.MAX_REPETITIONS) == (tests.MAX_DURATION_S, tests.MAX_REPETITIONS)
     # The parser itself, not only its constants: the loader's limits are accepted, one more is refused.
-    for field, top in (("duration", suite.MAX_DURATION_S), ("repetitions", suite.MAX_REPETITIONS)):
+    for field, top in (("duration", tests.MAX_DURATION_S), ("repetitions", tests.MAX_REPETITIONS)):
         assert cli_suite.parse_override(field, str(top)) == top
         with pytest.raises(cli_suite.OverrideError):
             cli_suite.parse_override(field, str(top + 1))

@@ -10,7 +10,8 @@ import pytest
 
 from appliance.core.errors import EXIT_USAGE, ConfigError
 from appliance.netperf.define import suite
-from appliance.netperf.define.suite import MAX_CONCURRENCY, MAX_PAIRS, MAX_STEP_FLOWS, Pair, Server
+from appliance.netperf.define.pairs import MAX_PAIRS, Pair, Server
+from appliance.netperf.define.tests import MAX_CONCURRENCY, MAX_STEP_FLOWS
 
 TWO_INTO_VM3 = """\
 endpoints:
@@ -171,3 +172,31 @@ def test_overrides_and_other_topologies_keep_the_pairs(tmp_path: Path) -> None:
     assert s.with_endpoints(s.topology).pairs == s.pairs
     with pytest.raises(ValueError, match=r"edit its endpoints\.pairs"):
         s.with_endpoints(s.topology, client="VM2")
+
+
+def test_what_the_run_stages_need_is_computed_from_the_suite(tmp_path: Path) -> None:
+    # the stages get these plain values, not the Suite: their sums must follow pairs and iperf3 tests
+    s = suite.load(write(tmp_path, TWO_INTO_VM3 + textwrap.dedent("""\
+        cases: [{name: a}, {name: b}]
+        tests:
+          - {type: TCP_STREAM, duration: 2, concurrency: [1, 6]}
+          - {name: many, type: TCP_IPERF, duration: 2, flows: 2, concurrency: [1, 3]}
+        """)))  # fmt: skip
+    assert s.peak_instances == 12  # the busiest step's concurrency, for each of two pairs
+    assert s.iperf_types == ("TCP_IPERF",) and s.iperf_concurrency == 3
+    assert [label for label, _ in s.fragments] == ["setup", "case a", "case b"]  # no setup: a None policy
+    assert s.fragments[0][1] is None
+    needs = s.guest_needs
+    assert (needs.label, needs.client, needs.vms) == (f"suite {s.name}", "VM1", ())
+    assert needs.tools == ("netperf", "netserver", "iperf3")
+    assert needs.vm_tools == {"VM1": ("netperf", "iperf3"), "VM2": ("netperf", "iperf3"),
+                              "VM3": ("netserver", "iperf3")}  # fmt: skip
+    fewer = s.with_overrides(concurrency=(2,))  # an override's copy computes its own
+    assert fewer.peak_instances == 4 and fewer.iperf_concurrency == 2 and s.peak_instances == 12
+
+
+def test_a_netperf_only_suite_needs_no_iperf3(tmp_path: Path) -> None:
+    s = suite.load(write(tmp_path, "endpoints: {client: VM1, server: VM2}\ntests: [{type: TCP_RR}]\n"))
+    assert s.iperf_types == () and s.iperf_concurrency == 0
+    assert s.guest_needs.tools == ("netperf", "netserver")
+    assert s.guest_needs.vm_tools == {"VM1": ("netperf",), "VM2": ("netserver",)}
