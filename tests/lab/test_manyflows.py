@@ -1,9 +1,9 @@
 """The many-flows suite's quick form end to end through ``hvnet suite run`` on the built-in lab (VM1 -> VM2):
 4 iperf3 clients x 16 TCP streams unpaced, and 2 streams paced at 10 and 40 Mbit/s each.
 
-Asserted: every stream's figures are recorded per instance, the step's figures add up from them, Jain's
-index over the flows is in (0, 1], and a paced rate the lab can carry (80 Mbit/s at most here) is what
-arrived, within a loose bound; no iperf3 outlives the run.
+Asserted: every stream's figures are recorded per instance (a starved stream's 0.0 too), the step's figures
+add up from them, Jain's index over the flows is in (0, 1], and a paced rate the lab can carry (80 Mbit/s at
+most here) is what arrived, within a loose bound; no iperf3 outlives the run.
 """
 
 from __future__ import annotations
@@ -39,11 +39,14 @@ def test_many_flows_quick(lab: Lab, tmp_path: Path) -> None:
         for inst in rep["instances"]:
             assert len(inst["streams"]) == s["flows"], (key, inst)
             for st in inst["streams"]:
-                assert st["received_mbps"] > 0 and st["retransmissions"] >= 0 and st["bytes_received"] > 0, st
+                # A flow can be starved for a whole step through the userspace datapath (0.0 received while it
+                # sent and retransmitted): recorded as measured, so only the figures' presence is asserted here.
+                assert st["received_mbps"] >= 0 and st["retransmissions"] >= 0 and st["bytes_received"] >= 0, st
             assert inst["received_mbps"] == pytest.approx(sum(st["received_mbps"] for st in inst["streams"]),
                                                           abs=0.01)  # fmt: skip
             flows += [st["received_mbps"] for st in inst["streams"]]
         assert agg["flows"] == len(flows) == s["flows"] * s["concurrency"]
+        assert sum(flows) > 0, (key, flows)
         assert agg["received_mbps"] == pytest.approx(sum(flows), abs=0.05)
         assert 0 < agg["flow_jain"] <= 1, agg
         assert agg["flow_min_mbps"] == min(flows) and agg["flow_max_mbps"] == max(flows)
