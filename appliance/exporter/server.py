@@ -158,10 +158,18 @@ def tls_of(cert: Optional[TlsFile], key: Optional[TlsFile], client_ca: Optional[
 
 
 class _Families:
-    """The prometheus-client collector: one scrape of the :class:`Collector` as metric families."""
+    """The prometheus-client collector: one scrape of the :class:`Collector` as metric families.
+
+    Every family's first label is ``host``; it is exposed only when the collector says so (its
+    ``host_label``: a fleet, or another machine's switch).  An exporter of its own machine's switch is
+    Prometheus' target for that machine, whose ``instance`` label already names it (Prometheus' target
+    labels convention), so a ``host`` label there would only repeat it -- and change every series' identity
+    when the machine is renamed.
+    """
 
     def __init__(self, collector: Collector) -> None:
         self.collector = collector
+        self.host_label = bool(collector.host_label)
 
     def describe(self) -> list[Any]:
         return []  # collect() runs only on a scrape, never when the registry is built
@@ -169,13 +177,15 @@ class _Families:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        cut = 0 if self.host_label else 1  # label position 0 is "host" in every family
         for fam in self.collector.collect():
+            labels = fam.labels[cut:]
             if fam.type == "counter":
-                out: Any = CounterMetricFamily(fam.name.removesuffix("_total"), fam.help, labels=fam.labels)
+                out: Any = CounterMetricFamily(fam.name.removesuffix("_total"), fam.help, labels=labels)
             else:
-                out = GaugeMetricFamily(fam.name, fam.help, labels=fam.labels)
-            for labels, value in fam.samples:
-                out.add_metric(list(labels), value)
+                out = GaugeMetricFamily(fam.name, fam.help, labels=labels)
+            for values, value in fam.samples:
+                out.add_metric(list(values[cut:]), value)
             yield out
 
 

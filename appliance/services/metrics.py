@@ -38,7 +38,13 @@ from appliance.switch.inventory import Inventory, Vif
 
 log = logging.getLogger("hvnet.exporter")
 
-VIF_LABELS = ("host", "bridge", "vif", "vm", "vlan")
+# Every family's first label is ``host``: the exporter shows it only when the switch it reads is not this
+# machine's (``--hosts``, ``--host``), where Prometheus' own ``instance`` label does not say which it is.
+# VIF series carry only ``vif`` (a port name, unique on its switch): what can change under a running VIF
+# -- its VM's name when XAPI answers again, its VLAN, its bridge -- is on ``hvnet_vif_info`` alone, to be
+# joined (``* on(job, instance, host, vif) group_left(vm) hvnet_vif_info``), so it never splits a series.
+VIF_LABELS = ("host", "vif")
+VIF_INFO_LABELS = ("host", "vif", "bridge", "vm", "vm_uuid", "vlan", "mac")
 LIMIT_LABELS = (*VIF_LABELS, "direction", "mechanism")
 MIRROR_LABELS = ("host", "bridge", "mirror", "output")
 BRIDGE_LABELS = ("host", "bridge")
@@ -53,6 +59,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("host", "ovs_version", "db_version", "datapath_types"),
     ),
     "hvnet_vifs": ("gauge", "VM interfaces on the switch", ("host",)),
+    "hvnet_vif_info": (
+        "gauge",
+        "a VIF's bridge, VM (name, empty while not known; uuid), VLAN and MAC, to join on vif (always 1)",
+        VIF_INFO_LABELS,
+    ),
     **{
         f"hvnet_vif_{d}_{what}_total": (
             "counter",
@@ -63,22 +74,22 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         for what in ("bytes", "packets", "dropped", "errors")
     },
     "hvnet_vif_link_up": ("gauge", "1 when the VIF's link state is up, 0 when down", VIF_LABELS),
-    "hvnet_vif_ingress_policing_rate_bits_per_second": (
+    "hvnet_vif_ingress_policing_rate_bytes_per_second": (
         "gauge",
         "configured ingress policing rate (tc or meter), for VIFs that have one",
         VIF_LABELS,
     ),
-    "hvnet_vif_ingress_policing_burst_bits": (
+    "hvnet_vif_ingress_policing_burst_bytes": (
         "gauge",
         "configured ingress policing burst, for VIFs with a rate",
         VIF_LABELS,
     ),
-    "hvnet_vif_egress_max_rate_bits_per_second": (
+    "hvnet_vif_egress_max_rate_bytes_per_second": (
         "gauge",
         "configured egress shaping (linux-htb max-rate), for VIFs that have one",
         VIF_LABELS,
     ),
-    "hvnet_limit_enforced": (
+    "hvnet_vif_limit_enforced": (
         "gauge",
         "1 when the limit was observed in force by its mechanism, 0 when configured but not enforced "
         "(absent: not checked or could not be checked)",
@@ -215,8 +226,14 @@ def vlan_label(v: Vif) -> str:
     return str(v.tag) if v.vlan_mode == "access" and v.tag is not None else v.vlan_summary()
 
 
-def vif_labels(host: str, v: Vif) -> tuple[str, ...]:
-    return (host, v.bridge, v.port, v.vm_name or v.vm_uuid or "", vlan_label(v))
+def vif_info(host: str, v: Vif) -> tuple[str, ...]:
+    """``hvnet_vif_info``'s labels: the VM's name is empty while it is not known (never its uuid in its
+    place: the name column would hold two kinds of value), its uuid is beside it."""
+    return (host, v.port, v.bridge, v.vm_name or "", v.vm_uuid or "", vlan_label(v), v.mac or "")
+
+
+# OVSDB holds the configured limits in kbit/s and kbit; exported in bytes/s and bytes (Prometheus' base unit).
+KBIT_IN_BYTES = 1000 / 8
 
 
 def add_inventory(out: Families, host: str, inv: Inventory) -> None:
@@ -226,18 +243,20 @@ def add_inventory(out: Families, host: str, inv: Inventory) -> None:
     vifs = [v for v in inv.vifs if v.is_vif]
     out.add("hvnet_vifs", (host,), len(vifs))
     for v in vifs:
-        labels = vif_labels(host, v)
+        labels = (host, v.port)
+        out.add("hvnet_vif_info", vif_info(host, v), 1)
         for d in ("rx", "tx"):
             for what in ("bytes", "packets", "dropped", "errors"):
                 out.add(f"hvnet_vif_{d}_{what}_total", labels, getattr(v.counters, f"{d}_{what}"))
         if v.link_state in ("up", "down"):
             out.add("hvnet_vif_link_up", labels, 1 if v.link_state == "up" else 0)
         if v.ingress_policing_rate_kbps:
-            out.add("hvnet_vif_ingress_policing_rate_bits_per_second", labels, v.ingress_policing_rate_kbps * 1000)
+            rate = v.ingress_policing_rate_kbps * KBIT_IN_BYTES
+            out.add("hvnet_vif_ingress_policing_rate_bytes_per_second", labels, rate)
             burst = v.ingress_policing_burst_kbit or (8000 if v.ingress_mechanism == "tc" else 0)
-            out.add("hvnet_vif_ingress_policing_burst_bits", labels, burst * 1000 if burst else None)
+            out.add("hvnet_vif_ingress_policing_burst_bytes", labels, burst * KBIT_IN_BYTES if burst else None)
         if v.egress_max_rate_kbps:
-            out.add("hvnet_vif_egress_max_rate_bits_per_second", labels, v.egress_max_rate_kbps * 1000)
+            out.add("hvnet_vif_egress_max_rate_bytes_per_second", labels, v.egress_max_rate_kbps * KBIT_IN_BYTES)
     for m in inv.mirrors:
         output = m.output_port or (f"vlan {m.output_vlan}" if m.output_vlan is not None else "")
         out.add("hvnet_mirror_tx_packets_total", (host, m.bridge, m.name, output), m.tx_packets)
@@ -454,12 +473,11 @@ class SlowChecks:
 
 def add_checks(out: Families, host: str, inv: Optional[Inventory], checks: CheckResult, policy: Optional[str]) -> None:
     """The slow checks' findings, labelled like the VIFs they are about (only VIFs present now)."""
-    vifs = {v.port: v for v in inv.vifs} if inv is not None else {}
+    present = {v.port for v in inv.vifs} if inv is not None else set()
     for port, kind, mechanism, ok in checks.enforcement:
-        v = vifs.get(port)
-        if v is None or ok is None:
+        if port not in present or ok is None:
             continue  # gone since the check, or could not be checked: not known
-        out.add("hvnet_limit_enforced", (*vif_labels(host, v), kind, mechanism), 1 if ok else 0)
+        out.add("hvnet_vif_limit_enforced", (host, port, kind, mechanism), 1 if ok else 0)
     out.add("hvnet_limit_check_timestamp_seconds", (host,), checks.enforcement_at)
     if policy is not None:
         out.add("hvnet_policy_drift", (host, policy), checks.drift)

@@ -40,6 +40,8 @@ class _HostSlot:
 class FleetCollector:
     """The :class:`Collector` interface (start, stop, collect) over several hosts."""
 
+    host_label = True  # one scrape, many switches: every series says whose it is
+
     def __init__(
         self,
         policies: Mapping[str, Optional[str]],

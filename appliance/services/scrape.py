@@ -62,7 +62,9 @@ class Collector:
     off as new.  Each call to OVSDB is bounded by ``timeout`` (and by what is
     left of the deadline); VM names are looked up in a thread of their own
     with half of what is left, and a VIF whose VM name is not known in time
-    is labelled with its VM's uuid.
+    has an empty ``vm`` on its ``hvnet_vif_info`` (its ``vm_uuid`` says which
+    VM); its other series are labelled by ``vif`` alone, so they go on
+    unchanged when the name comes back.
     """
 
     def __init__(
@@ -84,6 +86,8 @@ class Collector:
         self._schema: Optional[dict[str, Any]] = None
         # the host label: the same whether or not OVSDB answers (an alert on hvnet_up 0 must match its series)
         self.name = host.label or socket.gethostname()
+        # shown only for another machine's switch: this machine's is Prometheus' own target (its instance)
+        self.host_label = not host.runner.local
         self._lock = threading.Lock()  # guards the flight, the counts and the names lookup's flag
         self._flight: Optional[_Flight] = None
         self._names_busy = False
@@ -195,7 +199,7 @@ class Collector:
         threading.Thread(target=look_up, name="hvnet-exporter-names", daemon=True).start()
         wait = max(0.0, (self._until - time.monotonic()) / 2)
         if not done.wait(wait):
-            self._error("names", HvnetError(f"no VM names within {wait:.1f} s; VIFs labelled with VM uuids"))
+            self._error("names", HvnetError(f"no VM names within {wait:.1f} s; hvnet_vif_info without them"))
         elif "error" in box:
             self._error("names", box["error"])
         else:

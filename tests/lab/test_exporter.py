@@ -83,9 +83,11 @@ def ovsdb_stats(lab: Lab, table: str, row: str) -> dict[str, int]:
 
 def test_vif_counters_match_ovsdb_after_pings(lab: Lab, exporter: Exporter) -> None:
     before = exporter.scrape()
-    vif1 = {"vif": "vif1.0", "vm": "VM1", "vlan": "1", "bridge": "xenbr0"}
+    vif1 = {"vif": "vif1.0"}  # VIF series carry the vif alone; the VM, VLAN and bridge are on hvnet_vif_info
     rx0 = value(before, "hvnet_vif_rx_packets_total", **vif1)
     assert rx0 is not None and value(before, "hvnet_up") == 1
+    assert value(before, "hvnet_vif_info", vif="vif1.0", vm="VM1", vlan="1", bridge="xenbr0") == 1
+    assert not [n for (n, ls) in before if n.startswith("hvnet_") and "host" in dict(ls)]  # this machine's switch
     ping = lab.guest_exec("VM1", ["ping", "-c", "20", "-i", "0.05", "-q", "192.168.0.151"])
     assert ping.returncode == 0, ping.stdout
     after = exporter.scrape()
@@ -118,19 +120,20 @@ def test_limits_and_their_enforcement(lab: Lab, exporter: Exporter) -> None:
         start = time.monotonic()
         while time.monotonic() - start < 15:
             got = exporter.scrape()
-            if len([k for k in got if k[0] == "hvnet_limit_enforced"]) == 3:
+            if len([k for k in got if k[0] == "hvnet_vif_limit_enforced"]) == 3:
                 break
             time.sleep(0.5)
         enforced = {(dict(ls)["vif"], dict(ls)["direction"], dict(ls)["mechanism"]): v
-                    for (n, ls), v in got.items() if n == "hvnet_limit_enforced"}  # fmt: skip
+                    for (n, ls), v in got.items() if n == "hvnet_vif_limit_enforced"}  # fmt: skip
         assert enforced == {
             ("vif1.0", "ingress", "meter"): 1.0,
             ("vif2.0", "ingress", "tc"): 0.0,  # OVS logs the failure; the rate is not enforced here
             ("vif3.0", "egress", "htb"): 1.0,
         }
-        assert value(got, "hvnet_vif_ingress_policing_rate_bits_per_second", vif="vif1.0") == 10240e3
-        assert value(got, "hvnet_vif_ingress_policing_burst_bits", vif="vif2.0") == 1024e3
-        assert value(got, "hvnet_vif_egress_max_rate_bits_per_second", vif="vif3.0") == 20000e3
+        # OVSDB's kbit/s and kbit, exported in bytes: 10240 kbit/s is 1,280,000 bytes/s
+        assert value(got, "hvnet_vif_ingress_policing_rate_bytes_per_second", vif="vif1.0") == 10240e3 / 8
+        assert value(got, "hvnet_vif_ingress_policing_burst_bytes", vif="vif2.0") == 1024e3 / 8
+        assert value(got, "hvnet_vif_egress_max_rate_bytes_per_second", vif="vif3.0") == 20000e3 / 8
         assert int(vsctl(lab, "get", "interface", "vif2.0", "ingress_policing_rate")) == 10240  # the witness
     finally:
         reset(lab, TAGS)
@@ -238,10 +241,10 @@ def test_a_libvirt_that_never_answers_costs_names_not_the_scrape(lab: Lab, tmp_p
             print(f"scrape with a silent libvirt: {took:.2f} s")
             assert took < 2.5
             assert value(got, "hvnet_up") == 1 and value(got, "hvnet_exporter_scrape_timed_out") == 0
-            (vm,) = [
-                dict(ls)["vm"] for (n, ls), _ in got.items() if n == "hvnet_vif_link_up" and ("vif", "vif1.0") in ls
-            ]
-            assert len(vm) == 36 and vm.count("-") == 4, vm  # its uuid: the name was not known in time
+            (info,) = [dict(ls) for (n, ls), _ in got.items() if n == "hvnet_vif_info" and ("vif", "vif1.0") in ls]
+            assert info["vm"] == "", info  # the name was not known in time; the uuid says which VM
+            assert len(info["vm_uuid"]) == 36 and info["vm_uuid"].count("-") == 4, info
+            assert value(got, "hvnet_vif_link_up", vif="vif1.0") is not None  # its series, labelled as ever
         assert (value(got, "hvnet_exporter_scrape_errors_total", stage="names") or 0) >= 3
     finally:
         err = exp.stop()

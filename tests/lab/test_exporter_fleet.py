@@ -69,7 +69,8 @@ def test_every_host_in_one_scrape_and_a_dead_one_is_up_0(fleet: list[SshHost], e
                                "find", "Interface", "name=vif1.0"], capture_output=True, text=True, check=True,
                               timeout=30).stdout  # fmt: skip
         stats = dict(json.loads(text)["data"][0][0][1])
-        assert value(again, "hvnet_vif_tx_packets_total", host=h.name, vif="vif1.0", vm="vm-1") == stats["tx_packets"]
+        assert value(again, "hvnet_vif_tx_packets_total", host=h.name, vif="vif1.0") == stats["tx_packets"]
+        assert value(again, "hvnet_vif_info", host=h.name, vif="vif1.0", vm="", vm_uuid="vm-1") == 1  # no XAPI: no name
         threads = {dict(ls)["thread"] for (n, ls) in again if n == "hvnet_ovs_vswitchd_cpu_seconds_total"
                    and dict(ls)["host"] == h.name}  # fmt: skip
         assert "ovs-vswitchd" in threads, threads  # read from the host's /proc over SSH

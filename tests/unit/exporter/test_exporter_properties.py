@@ -25,6 +25,8 @@ names = st.lists(st.sampled_from(HOSTILE) | st.characters(blacklist_categories=(
 class _One:
     """Stands where the Collector does: one scrape's families, given."""
 
+    host_label = True  # every label the exporter can show
+
     def __init__(self, fams: metrics.Families) -> None:
         self.fams = fams
 
@@ -51,11 +53,14 @@ def _exposed(fams: metrics.Families) -> dict[str, list[dict[str, str]]]:
 @given(bridge=names, vif=names, vm=names, mirror=names, output=names)
 def test_hostile_names_are_read_back_as_they_were(bridge: str, vif: str, vm: str, mirror: str, output: str) -> None:
     fams = metrics.Families()
-    fams.add("hvnet_vif_rx_bytes_total", ("hv1", bridge, vif, vm, "10"), 42)
-    fams.add("hvnet_vif_link_up", ("hv1", bridge, vif, vm, "10"), 1)
+    fams.add("hvnet_vif_info", ("hv1", vif, bridge, vm, vm, "10", "02:00:00:00:00:01"), 1)
+    fams.add("hvnet_vif_rx_bytes_total", ("hv1", vif), 42)
+    fams.add("hvnet_vif_link_up", ("hv1", vif), 1)
     fams.add("hvnet_mirror_tx_packets_total", ("hv1", bridge, mirror, output), 7)
     got = _exposed(fams)
-    want_vif = {"host": "hv1", "bridge": _expected(bridge), "vif": _expected(vif), "vm": _expected(vm), "vlan": "10"}
+    want_vif = {"host": "hv1", "vif": _expected(vif)}
+    assert got["hvnet_vif_info"] == [{**want_vif, "bridge": _expected(bridge), "vm": _expected(vm),
+                                      "vm_uuid": _expected(vm), "vlan": "10", "mac": "02:00:00:00:00:01"}]  # fmt: skip
     assert got["hvnet_vif_rx_bytes_total"] == [want_vif]
     assert got["hvnet_vif_link_up"] == [want_vif]
     want_mirror = {"host": "hv1", "bridge": _expected(bridge), "mirror": _expected(mirror), "output": _expected(output)}
@@ -65,6 +70,6 @@ def test_hostile_names_are_read_back_as_they_were(bridge: str, vif: str, vm: str
 def test_every_control_character_at_once() -> None:
     name = "".join(CONTROLS) + "\ud800tail"
     fams = metrics.Families()
-    fams.add("hvnet_vif_link_up", ("hv1", "br0", name, name, "1"), 1)
-    (labels,) = _exposed(fams)["hvnet_vif_link_up"]
+    fams.add("hvnet_vif_info", ("hv1", name, "br0", name, "", "1", ""), 1)
+    (labels,) = _exposed(fams)["hvnet_vif_info"]
     assert labels["vif"] == labels["vm"] == "".join(CONTROLS) + "\ufffdtail"

@@ -110,7 +110,7 @@ def _get(url: str, ctx: ssl.SSLContext) -> str:
 
 
 def test_a_client_with_a_certificate_its_ca_signed_is_served(served: str, pki: Path) -> None:
-    assert 'hvnet_up{host="' in _get(served, _client(pki, "prometheus"))
+    assert "\nhvnet_up 0.0\n" in _get(served, _client(pki, "prometheus"))
 
 
 @pytest.mark.parametrize("cert", [None, "intruder"])
