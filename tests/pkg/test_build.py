@@ -56,6 +56,7 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
         "/etc/pki/rpm-gpg/RPM-GPG-KEY-hvnet",
         "/usr/lib/systemd/system/hvnet-exporter.service",
         "/usr/share/hvnet/grafana/hvnet.json",
+        "/usr/share/hvnet/prometheus/hvnet-rules.yml",
         f"{PREFIX}/vendor/prometheus_client/__init__.py",
         "/usr/lib/tmpfiles.d/hvnet.conf",
         "/etc/hvnet/policy.yaml",
