@@ -50,6 +50,18 @@ MIRROR_LABELS = ("host", "bridge", "mirror", "output")
 BRIDGE_LABELS = ("host", "bridge")
 THREAD_LABELS = ("host", "thread", "mode")
 
+# rx: what the switch received from the VM (the VM sent it); tx: what the switch sent to the VM.
+VIF_COUNTERS = {
+    "rx_bytes": "bytes the switch received from the VM",
+    "rx_packets": "packets the switch received from the VM",
+    "rx_dropped": "packets from the VM the switch dropped",
+    "rx_errors": "packets from the VM received with errors",
+    "tx_bytes": "bytes the switch sent to the VM",
+    "tx_packets": "packets the switch sent to the VM",
+    "tx_dropped": "packets to the VM the switch dropped",
+    "tx_errors": "packets to the VM that failed to be sent",
+}
+
 # name -> (type, help, label names).  Counters carry their "_total" here, as they are exposed.
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "hvnet_up": ("gauge", "1 when this scrape read the switch's OVSDB within the timeout, else 0", ("host",)),
@@ -64,15 +76,7 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "a VIF's bridge, VM (name, empty while not known; uuid), VLAN and MAC, to join on vif (always 1)",
         VIF_INFO_LABELS,
     ),
-    **{
-        f"hvnet_vif_{d}_{what}_total": (
-            "counter",
-            f"{what} {'received by the switch from the VM' if d == 'rx' else 'sent by the switch to the VM'}",
-            VIF_LABELS,
-        )
-        for d in ("rx", "tx")
-        for what in ("bytes", "packets", "dropped", "errors")
-    },
+    **{f"hvnet_vif_{key}_total": ("counter", text, VIF_LABELS) for key, text in VIF_COUNTERS.items()},
     "hvnet_vif_link_up": ("gauge", "1 when the VIF's link state is up, 0 when down", VIF_LABELS),
     "hvnet_vif_ingress_policing_rate_bytes_per_second": (
         "gauge",
@@ -245,9 +249,8 @@ def add_inventory(out: Families, host: str, inv: Inventory) -> None:
     for v in vifs:
         labels = (host, v.port)
         out.add("hvnet_vif_info", vif_info(host, v), 1)
-        for d in ("rx", "tx"):
-            for what in ("bytes", "packets", "dropped", "errors"):
-                out.add(f"hvnet_vif_{d}_{what}_total", labels, getattr(v.counters, f"{d}_{what}"))
+        for key in VIF_COUNTERS:
+            out.add(f"hvnet_vif_{key}_total", labels, getattr(v.counters, key))
         if v.link_state in ("up", "down"):
             out.add("hvnet_vif_link_up", labels, 1 if v.link_state == "up" else 0)
         if v.ingress_policing_rate_kbps:
