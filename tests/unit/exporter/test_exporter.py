@@ -115,6 +115,25 @@ def test_an_unreachable_switch_is_up_0_and_nothing_else_about_it(tmp_path: Path)
     assert set(fams) <= set(metrics.FAMILIES)
 
 
+def test_another_machines_switch_is_labelled_with_its_host(tmp_path: Path) -> None:
+    """--host NAME: the exporter runs elsewhere, so its instance does not name the hypervisor; host does."""
+    from appliance.core.runner import LocalRunner
+
+    class AsIfRemote(LocalRunner):
+        local = False
+
+    target = DbTarget(f"unix:{tmp_path}/db.sock", "--db")
+    host = Host(target, paths=DataPaths.for_lab(tmp_path), runner=AsIfRemote(), label="xs7")
+    collector = scrape.Collector(host, timeout=0.5)
+    assert collector.host_label is True and collector.name == "xs7"
+    exposed = exporter._Families(collector)
+    try:
+        up = next(f for f in exposed.collect() if f.name == "hvnet_up")
+    finally:
+        collector.stop()
+    assert [(s.labels, s.value) for s in up.samples] == [({"host": "xs7"}, 0.0)]
+
+
 def test_unknown_figures_are_left_out() -> None:
     out = metrics.Families()
     out.add("hvnet_agent_running", ("h",), None)
