@@ -15,9 +15,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE / "_ext")]  # hvnet itself (its parser, its tables), our extension
 
+from hvnet_manual import public_verbs  # noqa: E402
+
 from appliance import __version__  # noqa: E402
 from appliance.cli.main import build_parser  # noqa: E402
-from hvnet_manual import public_verbs  # noqa: E402
 
 project = "hvnet"
 author = "hvnet maintainers"
@@ -45,8 +46,9 @@ FORMATS = (
     ("hvnet-inventory", "the inventory of hypervisors, groups and OVN pools"),
 )
 man_pages = [
-    ("reference/man/8/hvnet", "hvnet", "host networking for XenServer and KVM hypervisors on Open vSwitch", [author], 8),
-    *(("reference/man/8/hvnet-" + verb, "hvnet-" + verb, text.split(";")[0].split(":")[0], [author], 8)
+    ("reference/man/8/hvnet", "hvnet", "host networking for XenServer and KVM hypervisors on Open vSwitch",
+     [author], 8),
+    *(("reference/man/8/hvnet-" + verb, "hvnet-" + verb, text.split(";")[0], [author], 8)
       for verb, text in public_verbs(build_parser())),
     *(("reference/man/5/" + name, name, text, [author], 5) for name, text in FORMATS),
 ]  # fmt: skip
