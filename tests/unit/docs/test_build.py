@@ -17,6 +17,7 @@ import pytest
 from appliance.cli import main as cli
 from appliance.core import config, errors
 from tests.conftest import ROOT
+from tests.unit.cli.test_completion import verbs
 
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
@@ -24,10 +25,11 @@ from hvnet_manual import OTHER_VARIABLES, public_verbs  # noqa: E402
 
 
 def _build(builder: str, out: Path) -> None:
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "0"}  # as a package build: the pages dated by the commit
     res = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(DOCS), str(out),
          "-d", str(out.parent / f"doctrees-{builder}")],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert res.returncode == 0 and not res.stderr.strip(), res.stderr  # sphinx-argparse's own warnings too
 
@@ -66,6 +68,20 @@ def test_every_verb_has_its_page_and_nothing_else_does(man: Path) -> None:
     assert sources == {f"hvnet-{v}" for v in verbs}  # a new verb needs its page (copy hvnet-apply.md)
 
 
+def test_a_verb_page_has_every_sub_verb_down_to_the_last(man: Path) -> None:
+    pages: dict[str, str] = {}
+    for path in verbs(cli.build_parser()):
+        page = pages.setdefault(path[0], render(man / f"hvnet-{path[0]}.8"))
+        assert re.search(rf"^\s+(usage: )?hvnet {' '.join(path)}( |$)", page, re.M), path  # its usage line
+    assert "_complete" not in "".join(pages.values())
+
+
+def test_the_pages_are_dated_by_source_date_epoch(man: Path) -> None:
+    assert (man / "hvnet-apply.8").read_text().count('"Jan 01, 1970"') + (man / "hvnet-apply.8").read_text().count(
+        '"1970-01-01"'
+    ) == 1
+
+
 def test_a_verb_page_has_its_sub_verbs_and_options(man: Path) -> None:
     mirror = render(man / "hvnet-mirror.8")
     assert "hvnet-mirror - port mirrors" in mirror
@@ -89,6 +105,8 @@ def test_hvnet_8_has_the_verbs_exit_codes_and_every_variable(man: Path) -> None:
     status = page[page.index("EXIT STATUS") : page.index("ENVIRONMENT")]
     for e in errors.EXIT_CODES:
         assert re.search(rf"^\s+{e.code}\s+{re.escape(e.meaning[:40])}", status, re.M), e
+    order = " ".join(status[status.index("most severe first") :].split())
+    assert [int(c) for c in re.findall(r"\b(\d)\b", order)] == list(errors.SEVERITY)
     env = page[page.index("ENVIRONMENT") : page.index("FILES")]
     for name in documented_variables():
         assert re.search(rf"^\s+{name}\b", env, re.M), name
