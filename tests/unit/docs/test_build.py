@@ -130,3 +130,12 @@ def test_hvnet_conf_5_has_every_setting(man: Path) -> None:
     for s in config.SETTINGS:
         assert f"[{s.section}]" in page and re.search(rf"^\s+{s.key}\b", page, re.M), s.name
         assert f"${s.env}" in page and (s.default is None or f"default {s.default}" in page), s.name
+
+
+def test_the_units_name_pages_the_manual_has(man: Path) -> None:
+    """A unit's Documentation=man:PAGE(N) (what systemctl help shows) is a page the package ships."""
+    for unit in (ROOT / "rpm").glob("*.service"):
+        pages = re.findall(r"man:([\w.-]+)\((\d)\)", unit.read_text())
+        assert pages, f"{unit.name} names no man page in Documentation="
+        for name, section in pages:
+            assert (man / f"{name}.{section}").is_file(), (unit.name, name)
