@@ -25,7 +25,7 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx.util.matching import patfilter
 
 # HVNET_* variables hvnet reads that are not settings of hvnet.conf: what each is for.
-# tests/unit/docs/test_manual.py checks every HVNET_ name the code holds is here or in SETTINGS.
+# tests/unit/docs/test_build.py checks every HVNET_ name the code holds is here or in SETTINGS.
 OTHER_VARIABLES = (
     ("HVNET_CONFIG", "the configuration file to read instead of /etc/hvnet/hvnet.conf"),
     ("HVNET_STOP_AT", "a fault drill: stop (SIGSTOP) an apply at this step; for testing recovery, never in production"),
@@ -46,11 +46,12 @@ def public_verbs(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str]]:
                     yield sub.dest, sub.help
 
 
-def _definitions(items: Iterable[tuple[str, str]], literal: bool = True) -> nodes.definition_list:
+def _definitions(items: Iterable[tuple[str, str]]) -> nodes.definition_list:
+    """A definition list of (term, text): the man builder makes it .TP entries, terms in bold."""
     dl = nodes.definition_list()
     for term, text in items:
         item = nodes.definition_list_item()
-        item += nodes.term("", "", nodes.literal(term, term) if literal else nodes.strong(term, term))
+        item += nodes.term("", "", nodes.literal(term, term))
         item += nodes.definition("", nodes.paragraph(text, text))
         dl += item
     return dl

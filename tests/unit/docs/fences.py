@@ -45,6 +45,7 @@ class Command:
     line: int
     text: str  # as written (continuations joined)
     argv: list[str]  # hvnet's arguments
+    problem: str = ""  # why the line is not a command a shell would run (unbalanced quotes)
 
 
 def fences(text: str) -> Iterator[Fence]:
@@ -87,13 +88,15 @@ def _logical_lines(fence: Fence) -> Iterator[tuple[int, str]]:
 
 
 def _unbracket(words: list[str]) -> list[str]:
-    """``[--method group]`` -> ``--method group``: an optional part of a synopsis, checked as given."""
-    out = []
+    """``[--method group]`` -> ``--method group``: an optional part of a synopsis, checked as given.
+
+    Only a bracket opening on an option (``[-``) is synopsis; ``[fe80::1]:6640`` is an argument."""
+    out, inside = [], False
     for w in words:
-        if w.startswith("[") and not w.startswith("[IPv6"):
-            w = w[1:]
-        if w.endswith("]") and "[" not in w:
-            w = w[:-1]
+        if not inside and w.startswith("[-"):
+            w, inside = w[1:], True
+        if inside and w.endswith("]"):
+            w, inside = w[:-1], False
         if w:
             out.append(w)
     return out
@@ -109,8 +112,10 @@ def commands(fence: Fence) -> Iterator[Command]:
             lex.whitespace_split = True
             lex.commenters = "#"
             words = list(lex)
-        except ValueError:
-            continue  # not a command line shlex can split (a here-document's body, a heading)
+        except ValueError as exc:  # unbalanced quotes: wrong if it is hvnet's line, else not ours
+            if re.match(r"^(sudo\s+)?(\S*/)?hvnet(\s|$)", text):
+                yield Command(n, text, [], f"not a shell command line: {exc}")
+            continue
         while words and _ASSIGNMENT.match(words[0]):
             words.pop(0)
         if words[:1] == ["sudo"]:

@@ -23,6 +23,8 @@ HVNET_DB=unix:/tmp/db.sock sudo -E hvnet verify FILE 2>/dev/null   # drift
 hvnet mirror add span1 ... --may-exist
 ovs-vsctl show
 hvnet statsu
+hvnet --db 'unix:/tmp/x status
+hvnet --db ssl:[fe80::1]:6640 status [--json]
 ```
 
 <!-- example: policy -->
@@ -45,7 +47,11 @@ def test_command_lines_are_found_with_their_lines_and_arguments() -> None:
         (11, ["verify", "FILE"]),  # assignments, sudo and its flags, the redirection's 2 dropped
         (12, ["tap", "list", "--json"]),  # synopsis brackets read as the fullest form
         (15, ["statsu"]),  # the sketch with '...' and ovs-vsctl are not hvnet command lines
+        (16, []),  # unbalanced quotes: a problem of its own
+        (17, ["--db", "ssl:[fe80::1]:6640", "status", "--json"]),  # an address's brackets are kept
     ]
+    bad = [c for f in fences(PAGE) for c in commands(f) if c.problem]
+    assert [c.line for c in bad] == [16] and "No closing quotation" in bad[0].problem
 
 
 def test_a_misspelt_verb_or_option_is_refused_and_a_good_line_is_not() -> None:
@@ -57,7 +63,7 @@ def test_a_misspelt_verb_or_option_is_refused_and_a_good_line_is_not() -> None:
 
 def test_markers_are_read_from_the_line_before_the_fence() -> None:
     marked = [(f.line, f.lang, f.marker) for f in fences(PAGE) if f.lang == "yaml"]
-    assert marked == [(19, "yaml", "policy"), (24, "yaml", None)]
+    assert marked == [(21, "yaml", "policy"), (26, "yaml", None)]
 
 
 def test_an_example_that_does_not_validate_names_its_problem(tmp_path: Path) -> None:
