@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 RPM_OUT     ?= build/rpms
 REPO_DIR    ?= build/repo
 
-.PHONY: setup run test lab lab-down lint bench clean rpm rpm-ovs repo
+.PHONY: setup run test lab lab-down lint bench clean rpm rpm-ovs repo docs
 
 setup:
 	@./.ci/setup-host
@@ -30,6 +30,11 @@ lint: setup
 	$(VENV)/bin/ruff check appliance tui tests
 	$(VENV)/bin/ruff format --check appliance tui tests
 	$(VENV)/bin/lint-imports
+
+## docs: the manual (docs/) as HTML and man pages into build/docs/{html,man}, warnings as errors
+docs: setup
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs build/docs/html
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b man docs build/docs/man
 
 bench: setup
 	$(PY) tests/bench/run.py

@@ -150,7 +150,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, build_parser: Callable[[], argparse.ArgumentParser]) -> None:
-    """``completion``, and the hidden ``_complete`` and ``_manpage`` (no help: not listed, not completed).
+    """``completion``, and the hidden ``_complete`` (no help: not listed, not completed).
 
     ``build_parser`` makes hvnet's whole parser, which the script is generated from (passed in: this
     module is part of that parser and does not import the one that builds it).
@@ -164,8 +164,6 @@ def register(sub: Any, build_parser: Callable[[], argparse.ArgumentParser]) -> N
     )
     c.add_argument("shell", choices=SHELLS, help="the shell")
     c.set_defaults(func=lazy("appliance.cli.completion", "cmd_completion"), build_parser=build_parser)
-    m = sub.add_parser("_manpage")  # hvnet(1) in roff, for the package build
-    m.set_defaults(func=lazy("appliance.cli.manpage", "cmd_manpage"), build_parser=build_parser)
     h = sub.add_parser("_complete")
     h.add_argument("kind", choices=KINDS)
     h.set_defaults(func=lazy("appliance.cli.completion", "cmd_complete"))

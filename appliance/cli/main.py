@@ -51,7 +51,7 @@ VERB_MODULES: dict[str, tuple[str, ...]] = {
     "appliance.cli.config": ("config",),
     "appliance.cli.tap_args": ("tap",),
     "appliance.cli.probes": ("probes",),
-    "appliance.cli.completion": ("completion", "_manpage", "_complete"),
+    "appliance.cli.completion": ("completion", "_complete"),
 }  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# Exit codes: one meaning each, the same for every verb and front end.  ``hvnet --help``, hvnet(1)
+# Exit codes: one meaning each, the same for every verb and front end.  ``hvnet --help``, hvnet(8)
 # and the multi-host verbs' worst-of order are all written from :data:`EXIT_CODES` and :data:`SEVERITY`.
 EXIT_OK = 0
 EXIT_FAILED = 1  # the operation ran and failed (or a check found a difference)
@@ -27,7 +27,7 @@ class ExitCode:
     """One exit code: its number, what it means, and its words in the multi-host order and table."""
 
     code: int
-    meaning: str  # the --help and hvnet(1) line
+    meaning: str  # the --help and hvnet(8) line
     short: str  # in the --hosts worst-of order
     word: str  # a host's RESULT cell in a multi-host table
 

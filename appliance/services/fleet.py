@@ -10,7 +10,7 @@ reported as such (an apply then has an unknown outcome: the journal's intent
 lets the next hvnet run on that host settle it, as after a killed hvnet).
 
 The worst result decides the exit code, in the order of :data:`appliance.core.errors.SEVERITY`
-(the same order for every multi-host verb, documented in ``hvnet --help`` and hvnet(1)).
+(the same order for every multi-host verb, documented in ``hvnet --help`` and hvnet(8)).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class HostOutcome(Generic[T]):
 def worst(codes: Sequence[int]) -> int:
     """The exit code of a fan-out: the most severe of the hosts' codes (0 for none).
 
-    In :data:`appliance.core.errors.SEVERITY` order, which ``--help`` and hvnet(1) state.
+    In :data:`appliance.core.errors.SEVERITY` order, which ``--help`` and hvnet(8) state.
     """
     return worst_exit(codes)
 

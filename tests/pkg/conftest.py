@@ -9,9 +9,11 @@ a minute.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,7 +46,9 @@ def rpms(build_dir: Path) -> dict[str, Path]:
     res = run(["git", "clone", "--quiet", str(ROOT), str(clone)])
     assert res.returncode == 0, res.stderr
     out = build_dir / "rpms"
-    res = run(["make", "-C", str(clone), "rpm", f"RPM_OUT={out}"], timeout=1200)
+    # The clone has no venv: the man pages are built with this venv's Sphinx (rpm/build-rpms).
+    env = {**os.environ, "HVNET_SPHINX_PYTHON": sys.executable}
+    res = run(["make", "-C", str(clone), "rpm", f"RPM_OUT={out}"], timeout=1200, env=env)
     assert res.returncode == 0, f"make rpm failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
     found = {re.sub(r"-\d.*$", "", p.name): p for p in out.glob("*.rpm")}  # hvnet-plots-0.1.0-2... -> hvnet-plots
     assert set(found) == set(PACKAGES), f"make rpm built {sorted(p.name for p in out.glob('*.rpm'))}"

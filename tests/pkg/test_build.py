@@ -64,13 +64,22 @@ def test_hvnet_files(rpms: dict[str, Path]) -> None:
         "/etc/logrotate.d/hvnet",
         "/usr/share/bash-completion/completions/hvnet",
         "/usr/share/zsh/site-functions/_hvnet",
-        "/usr/share/man/man1/hvnet.1.gz",
+        "/usr/share/man/man8/hvnet.8.gz",
+        "/usr/share/man/man8/hvnet-apply.8.gz",
+        "/usr/share/man/man8/hvnet-agent.8.gz",
+        "/usr/share/man/man8/hvnet-exporter.8.gz",
+        "/usr/share/man/man5/hvnet.conf.5.gz",
+        "/usr/share/man/man5/hvnet-policy.5.gz",
+        "/usr/share/man/man5/hvnet-suite.5.gz",
+        "/usr/share/man/man5/hvnet-scenario.5.gz",
+        "/usr/share/man/man5/hvnet-inventory.5.gz",
         f"{PREFIX}/vendor/shtab/__init__.py",
         "/var/log/hvnet",
         "/var/lib/hvnet",
         "/var/cache/hvnet",
     ):
         assert path in got, f"{path} is not in the hvnet RPM"
+    assert not [f for f in got if f.startswith("/usr/share/man/man1/hvnet")], "hvnet's pages are in section 8 and 5"
     # the OS provides the OVS library, PyYAML and psutil; plotting is hvnet-plots'; nothing of the build
     # or of tests ships
     for lib in ("ovs", "yaml", "_yaml", "psutil", "matplotlib", "numpy", "PIL"):

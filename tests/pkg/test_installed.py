@@ -62,6 +62,40 @@ def started(argv: list[str], log: Path) -> Iterator[subprocess.Popen]:
                 proc.wait()
 
 
+def man(root: Path, *args: str) -> str:
+    """A page of the scratch root's manual as man(1) shows it (its own pages only: -M)."""
+    env = {**os.environ, "MANWIDTH": "120", "LC_ALL": "C.UTF-8"}
+    res = run(["man", "--warnings", "-M", str(root / "usr" / "share" / "man"), "-P", "cat", *args], env=env)
+    assert res.returncode == 0 and not res.stderr, f"man {' '.join(args)}: {res.stderr}"
+    return res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("hvnet",), "EXIT STATUS"),
+        (("hvnet-apply",), "hvnet-apply - apply a policy"),
+        (("hvnet-mirror",), "hvnet mirror add"),
+        (("hvnet.conf",), "[exporter]"),
+        (("5", "hvnet-suite"), "hvnet-suite - the netperf suite file"),
+        (("8", "hvnet-suite"), "hvnet suite run"),
+        (("hvnet-policy",), "ingress"),
+    ],
+)
+def test_installed_man_pages_render(installed_root: Path, args: tuple[str, ...], expected: str) -> None:
+    assert expected in man(installed_root, *args)
+
+
+def test_the_units_documentation_is_installed(installed_root: Path) -> None:
+    """Every unit's Documentation=man:PAGE(N) is a page the package installs."""
+    for unit in ("hvnet-agent.service", "hvnet-exporter.service"):
+        text = (installed_root / "usr/lib/systemd/system" / unit).read_text()
+        pages = re.findall(r"man:([\w.-]+)\((\d)\)", text)
+        assert pages, unit
+        for name, section in pages:
+            assert f"{name.upper()}({section})" in man(installed_root, section, name), (unit, name)
+
+
 def test_installed_hvnet_sees_the_lab(lab: Lab, installed_root: Path) -> None:
     res = hvnet(installed_root, "status", "--json")
     assert res.returncode == 0, res.stderr

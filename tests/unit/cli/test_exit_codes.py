@@ -1,4 +1,5 @@
-"""Exit codes mean one thing each: the code's table is what ``--help``, hvnet(1) and the README say,
+"""Exit codes mean one thing each: the code's table is what ``--help`` and the README say (hvnet(8):
+tests/unit/docs/test_build.py),
 an undecided isolation check is 7 (2 is invalid input), an unreachable host is 3 for ``hvnet hosts``
 as for every verb, and a fan-out reports its worst host in the documented order.
 
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from appliance.cli import main as cli
-from appliance.cli import manpage as cli_manpage
 from appliance.cli.main import main
 from appliance.core import errors
 from appliance.core.hostlist import InventoryHost
@@ -69,15 +69,6 @@ def test_hosts_help_states_the_order(capsys) -> None:
         main(["hosts", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert errors.HOSTS_EXIT_HELP in text
-
-
-def test_the_manual_page_lists_the_table_and_the_order() -> None:
-    page = cli_manpage.manpage(cli.build_parser())
-    section = page[page.index(".SH EXIT STATUS") : page.index(".SH ENVIRONMENT")]
-    found = re.findall(r"^\.B (\d)\n(.+)$", section, re.M)
-    assert [(int(c), m) for c, m in found] == [(e.code, cli_manpage.roff(e.meaning)) for e in errors.EXIT_CODES]
-    order = section[section.index("most severe first") :]
-    assert [int(c) for c in re.findall(r"\b(\d)\b", order)] == list(errors.SEVERITY)
 
 
 def test_the_readme_lists_the_table_and_the_order() -> None:
