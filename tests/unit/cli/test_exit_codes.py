@@ -1,4 +1,4 @@
-"""Exit codes mean one thing each: the code's table is what ``--help`` and the README say (hvnet(8):
+"""Exit codes mean one thing each: the code's table is what ``--help`` and the manual say (hvnet(8):
 tests/unit/docs/test_build.py),
 an undecided isolation check is 7 (2 is invalid input), an unreachable host is 3 for ``hvnet hosts``
 as for every verb, and a fan-out reports its worst host in the documented order.
@@ -71,12 +71,14 @@ def test_hosts_help_states_the_order(capsys) -> None:
     assert errors.HOSTS_EXIT_HELP in text
 
 
-def test_the_readme_lists_the_table_and_the_order() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_manual_lists_the_table_and_the_order() -> None:
+    text = (ROOT / "docs" / "reference" / "exit-codes.md").read_text()
     para = " ".join(text[text.index("Exit codes (also in `hvnet --help`") :].split("\n\n")[0].split())
     assert [int(c) for c in re.findall(r"[:;] (\d) ", para)] == [e.code for e in errors.EXIT_CODES]
-    order = text[text.index("The exit code is the worst host's, most severe first:") :].split("\n\n")[0]
-    assert [int(c) for c in re.findall(r"\*\*(\d)\*\*", order)] == list(errors.SEVERITY)
+    for page in ("reference/exit-codes.md", "guide/many-hosts.md"):
+        text = (ROOT / "docs" / page).read_text()
+        order = text[text.index("the worst host's, most severe first:") :].split("\n\n")[0]
+        assert [int(c) for c in re.findall(r"\*\*(\d)\*\*", order)] == list(errors.SEVERITY), page
 
 
 # -- isolation: undecided is 7 ----------------------------------------------------------------------
