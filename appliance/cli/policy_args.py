@@ -115,12 +115,18 @@ def register(sub: Any) -> None:
 
     q = sub.add_parser("qos", help="ingress policing and egress shaping of a VIF")
     qsub = q.add_subparsers(dest="qos_command", metavar="ACTION", required=True, parser_class=type(q))
-    qs = qsub.add_parser("set", help="set ingress policing and/or egress shaping (kbit/s, kbit)")
+    qs = qsub.add_parser(
+        "set", help="set ingress policing and/or egress shaping; a bare number is kbit/s (rates) or kbit (bursts)",
+        epilog="RATE: 10240 (kbit/s), 10mbit, 10240kbit, 1250KB/s, 1220KiB/s (k/M/G 1000-based, Ki/Mi/Gi 1024-based, "
+        "B bytes, bit bits, '/s' optional); SIZE the same without '/s'. 'kbps' and 'mbps' are refused: tc and "
+        "XenServer read them as bytes/s, OVS as bits/s.",
+    )  # fmt: skip
     qs.add_argument("vif", metavar="VIF")
-    qs.add_argument("--ingress-rate", metavar="KBPS", help="what the VM may send, kbit/s (or '10mbit')")
-    qs.add_argument("--ingress-burst", metavar="KB", help="policing burst in kbit (default 80%% of the rate)")
-    qs.add_argument("--egress-rate", metavar="KBPS", help="what the VM may receive, kbit/s")
-    qs.add_argument("--egress-burst", metavar="KB", help="shaping burst in kbit")
+    qs.add_argument("--ingress-rate", metavar="RATE", help="what the VM may send (kbit/s, or '10mbit', '1250KB/s')")
+    qs.add_argument("--ingress-burst", metavar="SIZE", help="policing burst (kbit, or '1mbit', '125KB'; default "
+                    "80%% of the rate)")  # fmt: skip
+    qs.add_argument("--egress-rate", metavar="RATE", help="what the VM may receive (kbit/s, or '10mbit')")
+    qs.add_argument("--egress-burst", metavar="SIZE", help="shaping burst (kbit, or '1mbit', '125KB')")
     qs.add_argument("--mechanism", choices=("auto", "tc", "meter"), default="auto", help="policing mechanism")
     common(qs)
     qs.set_defaults(func=lazy("appliance.cli.policy", "cmd_qos_set"))
