@@ -75,8 +75,10 @@ def exact_kbit(value: Any, what: str, *, rate: bool) -> Fraction:
     """``value`` in kbit(/s), exactly; :class:`UnitError` naming ``what`` and the units allowed."""
     allowed = RATE_UNITS if rate else SIZE_UNITS
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise UnitError(f"{what} must be a number of kbit{'/s' if rate else ''} or text with a unit ({allowed}), "
-                        f"not {type(value).__name__}")
+        raise UnitError(
+            f"{what} must be a number of kbit{'/s' if rate else ''} or text with a unit ({allowed}), "
+            f"not {type(value).__name__}"
+        )
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
             raise UnitError(f"{what} must be a finite number, not {value}")

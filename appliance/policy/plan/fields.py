@@ -11,7 +11,6 @@ so the same input is refused with the same words wherever it is typed.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Any
 
 from appliance.core import units, validate
