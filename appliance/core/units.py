@@ -165,6 +165,6 @@ def libvirt_average(rate_kbit: int) -> float:
     return rate_kbit / 8
 
 
-def libvirt_burst(burst_kbit: int) -> float:
+def libvirt_burst(burst_kbit: float) -> float:
     """A size in libvirt's ``<bandwidth>`` ``burst``: kibibytes (libvirt: 8192 bits each)."""
     return burst_kbit * 1000 / 8192
