@@ -98,7 +98,10 @@ def cmd_capture_delete(args: argparse.Namespace) -> int:
     from appliance.services import captures
 
     removed = captures.delete(host_of(args), args.name, if_exists=args.if_exists)
-    print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
+    if args.json:
+        render.print_json({"name": args.name, "removed": str(removed) if removed else None})
+    else:
+        print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
     return EXIT_OK
 
 

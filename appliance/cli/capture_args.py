@@ -83,9 +83,8 @@ def register(sub: Any) -> None:
     ):
         v = cs.add_parser(verb, help=text)
         v.add_argument("name", metavar="NAME")
-        if verb != "delete":
-            v.add_argument("--json", action="store_true", help="as JSON")
-        else:
+        v.add_argument("--json", action="store_true", help="as JSON")
+        if verb == "delete":
             v.add_argument("--if-exists", action="store_true", help="no capture of that name is success")
         v.set_defaults(func=lazy("appliance.cli.capture", func))
 

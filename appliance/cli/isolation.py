@@ -46,9 +46,11 @@ def cmd_isolation_report(args: argparse.Namespace) -> int:
     """A saved result (``isolation check --json``) printed again, or written as an HTML page."""
     html_target = htmlpage.check_target(args.html) if args.html else None
     result = isolation.load_result(args.result)
-    if html_target is None:
+    if args.json:  # the saved result, read back and written as check --json writes it
+        render.print_json(isolation.result_json(result))
+    elif html_target is None:
         print(isolation.result_text(result))
-        return result.exit_code
-    htmlpage.write(html_target, isolation.result_page(result, source=args.result))
-    print(f"report: {html_target}")
+    if html_target is not None:
+        htmlpage.write(html_target, isolation.result_page(result, source=args.result))
+        print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_code

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import gc
 import importlib
 import io
+import json
 import logging
 import os
 import sys
@@ -30,7 +32,15 @@ from typing import Any
 from appliance import __version__
 from appliance.cli.common import add_hosts_option, lazy
 from appliance.core import render, validate
-from appliance.core.errors import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, HOSTS_EXIT_HELP, HvnetError
+from appliance.core.errors import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_USAGE,
+    HOSTS_EXIT_HELP,
+    HvnetError,
+    error_json,
+    hvnet_error_json,
+)
 from appliance.core.systemd import log_handler
 
 log = logging.getLogger("hvnet")
@@ -68,12 +78,39 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# Whether the command line asked for --json: its errors are then JSON too (see _fail).
+_JSON_ERRORS: contextvars.ContextVar[bool] = contextvars.ContextVar("hvnet_json_errors", default=False)
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """``--json`` among the options (not in a command after ``--``)."""
+    return "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+
+
+def _fail(message: str, code: int, *, kind: str, hint: str | None = None, exc: HvnetError | None = None) -> int:
+    """Report a failure on stderr and return its exit code: as text, or, when the command line asked for
+    ``--json``, as one JSON object (``{"error": {...}}``) so a script reads the failure as it reads the
+    result; stdout stays empty either way.  ASCII only: the terminal shows it as sent."""
+    if not _JSON_ERRORS.get():
+        print(f"hvnet: {exc if exc is not None else message}" + (f"\n  hint: {hint}" if hint and exc is None else ""),
+              file=sys.stderr)  # fmt: skip
+        return code
+    obj = hvnet_error_json(exc) if exc is not None else error_json(message, code, kind=kind, hint=hint)
+    stderr = getattr(sys.stderr, "exact", sys.stderr)
+    stderr.write(json.dumps(obj, indent=2, ensure_ascii=True) + "\n")
+    stderr.flush()
+    return code
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that exits with :data:`EXIT_USAGE` and a one-line hint."""
+    """argparse that exits with :data:`EXIT_USAGE` and a one-line hint (as JSON under ``--json``)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        hint = f"'{self.prog} --help' lists what is allowed"
+        if _JSON_ERRORS.get():
+            sys.exit(_fail(message, EXIT_USAGE, kind="UsageError", hint=hint))
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"hvnet: error: {message}\n  hint: '{self.prog} --help' lists what is allowed\n")
+        self.exit(EXIT_USAGE, f"hvnet: error: {message}\n  hint: {hint}\n")
 
 
 class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
@@ -264,6 +301,7 @@ def build_parser(argv: Sequence[str] | None = None, *, only_named: bool = False)
     )
     ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
     ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
+    ir.add_argument("--json", action="store_true", help="print the result as check --json does (with --html too)")
     ir.set_defaults(func=lazy("appliance.cli.isolation", "cmd_isolation_report"))
     if audit := _declare("appliance.cli.audit", named, only_named):
         audit.register(isub)
@@ -331,10 +369,17 @@ def _refuse_control(argv: Sequence[str]) -> str | None:
 
 def _main(argv: Sequence[str] | None, streams: tuple[object, object]) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    token = _JSON_ERRORS.set(_wants_json(argv))
+    try:
+        return _run(argv, streams)
+    finally:
+        _JSON_ERRORS.reset(token)
+
+
+def _run(argv: Sequence[str], streams: tuple[object, object]) -> int:
     refused = _refuse_control(argv)
     if refused:
-        print(f"hvnet: {refused}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(refused, EXIT_USAGE, kind="UsageError")
     args = _parse(argv)
     if args.command == "tui":
         sys.stdout, sys.stderr = streams  # type: ignore[assignment]
@@ -348,9 +393,8 @@ def _main(argv: Sequence[str] | None, streams: tuple[object, object]) -> int:
         return EXIT_USAGE
     pool_check = args.command == "isolation" and getattr(args, "isolation_command", None) == "check"
     if getattr(args, "pool", None) and args.command not in POOL_VERBS and not pool_check:
-        print(f"hvnet: --pool works with {', '.join(POOL_VERBS)} and isolation check; '{args.command}' manages "
-              "one switch (--host, --db)", file=sys.stderr)  # fmt: skip
-        return EXIT_USAGE
+        return _fail(f"--pool works with {', '.join(POOL_VERBS)} and isolation check; '{args.command}' manages "
+                     "one switch (--host, --db)", EXIT_USAGE, kind="UsageError")  # fmt: skip
     if args.command in ONE_SHOT:
         # Read the switch once, print, exit: every object made is kept to the end, so the cyclic
         # collector would only walk them again (about a tenth of 'status' on a 1000-VIF host).
@@ -358,11 +402,9 @@ def _main(argv: Sequence[str] | None, streams: tuple[object, object]) -> int:
     try:
         return func(args)
     except HvnetError as exc:
-        print(f"hvnet: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(exc.message, exc.exit_code, kind=type(exc).__name__, exc=exc)
     except KeyboardInterrupt:
-        print("hvnet: interrupted", file=sys.stderr)
-        return 130
+        return _fail("interrupted", 130, kind="Interrupted")
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.core import config, render
+from appliance.core import config, render, units
 from appliance.core.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -358,6 +358,10 @@ def cmd_qos_set(args: argparse.Namespace) -> int:
         )
     except FieldError as exc:
         raise _cli_problem("--" + exc.field.replace(".", "-"), str(exc)) from None
+    for flag in ("--ingress-rate", "--ingress-burst", "--egress-rate", "--egress-burst"):
+        given = getattr(args, flag[2:].replace("-", "_"))
+        if given is not None and (note := units.rounding_note(given, flag, rate=flag.endswith("rate"))):
+            print(f"note: {note}", file=sys.stderr)
     with _engine(args) as eng:
         return _finish(args, svc.set_qos(eng, args.vif, rule, dry_run=args.dry_run))
 

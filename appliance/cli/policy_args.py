@@ -103,7 +103,7 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     ag.set_defaults(func=lazy("appliance.cli.policy", "cmd_agent"))
 
-    vif = sub.add_parser("vif", help="set a VIF's VLAN (mode, tag, trunks)")
+    vif = sub.add_parser("vif", help="show a VIF (VLAN, limits in hvnet's, xe's and libvirt's units), set its VLAN")
     vsub = vif.add_subparsers(dest="vif_command", metavar="ACTION", required=True, parser_class=type(vif))
     vs = vsub.add_parser("set", help="set VLAN mode/tag/trunks of one VIF (port, vm:NAME, mac:MAC)")
     vs.add_argument("vif", metavar="VIF")
@@ -112,15 +112,28 @@ def register(sub: Any) -> None:
     vs.add_argument("--vlan-mode", choices=("access", "trunk", "native-tagged", "native-untagged"))
     common(vs)
     vs.set_defaults(func=lazy("appliance.cli.policy", "cmd_vif_set"))
+    vw = vsub.add_parser(
+        "show", help="one VIF (port, vm:NAME, mac:MAC): its VLAN, link and limits, with the same limits in xe's "
+        "qos_algorithm_params:kbps (kilobytes/s) and libvirt's <bandwidth> (average kB/s, burst KiB)",
+    )  # fmt: skip
+    vw.add_argument("vif", metavar="VIF")
+    vw.add_argument("--json", action="store_true", help="machine-readable output (units in key names)")
+    vw.set_defaults(func=lazy("appliance.cli.limits", "cmd_vif_show"))
 
-    q = sub.add_parser("qos", help="ingress policing and egress shaping of a VIF")
+    q = sub.add_parser("qos", help="ingress policing and egress shaping of a VIF: set, clear, show")
     qsub = q.add_subparsers(dest="qos_command", metavar="ACTION", required=True, parser_class=type(q))
-    qs = qsub.add_parser("set", help="set ingress policing and/or egress shaping (kbit/s, kbit)")
+    qs = qsub.add_parser(
+        "set", help="set ingress policing and/or egress shaping; a bare number is kbit/s (rates) or kbit (bursts)",
+        epilog="RATE: 10240 (kbit/s), 10mbit, 10240kbit, 1250KB/s, 1220KiB/s (k/M/G 1000-based, Ki/Mi/Gi 1024-based, "
+        "B bytes, bit bits, '/s' optional); SIZE the same without '/s'. 'kbps' and 'mbps' are refused: tc and "
+        "XenServer read them as bytes/s, OVS as bits/s.",
+    )  # fmt: skip
     qs.add_argument("vif", metavar="VIF")
-    qs.add_argument("--ingress-rate", metavar="KBPS", help="what the VM may send, kbit/s (or '10mbit')")
-    qs.add_argument("--ingress-burst", metavar="KB", help="policing burst in kbit (default 80%% of the rate)")
-    qs.add_argument("--egress-rate", metavar="KBPS", help="what the VM may receive, kbit/s")
-    qs.add_argument("--egress-burst", metavar="KB", help="shaping burst in kbit")
+    qs.add_argument("--ingress-rate", metavar="RATE", help="what the VM may send (kbit/s, or '10mbit', '1250KB/s')")
+    qs.add_argument("--ingress-burst", metavar="SIZE", help="policing burst (kbit, or '1mbit', '125KB'; default "
+                    "80%% of the rate)")  # fmt: skip
+    qs.add_argument("--egress-rate", metavar="RATE", help="what the VM may receive (kbit/s, or '10mbit')")
+    qs.add_argument("--egress-burst", metavar="SIZE", help="shaping burst (kbit, or '1mbit', '125KB')")
     qs.add_argument("--mechanism", choices=("auto", "tc", "meter"), default="auto", help="policing mechanism")
     common(qs)
     qs.set_defaults(func=lazy("appliance.cli.policy", "cmd_qos_set"))
@@ -128,6 +141,10 @@ def register(sub: Any) -> None:
     qc.add_argument("vif", metavar="VIF")
     common(qc)
     qc.set_defaults(func=lazy("appliance.cli.policy", "cmd_qos_clear"))
+    qw = qsub.add_parser("show", help="every VIF's ingress policing and egress shaping as the switch holds them")
+    qw.add_argument("vif", nargs="?", metavar="VIF", help="only this VIF (port, vm:NAME, mac:MAC)")
+    qw.add_argument("--json", action="store_true", help="machine-readable output (units in key names)")
+    qw.set_defaults(func=lazy("appliance.cli.limits", "cmd_qos_show"))
 
     m = sub.add_parser("mirror", help="port mirrors: add, del, list (with statistics)")
     msub = m.add_subparsers(dest="mirror_command", metavar="ACTION", required=True, parser_class=type(m))
@@ -198,3 +215,7 @@ def register_sampling(sub: Any) -> None:
         c.add_argument("--json", action="store_true", help="machine-readable output")
         c.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
         c.set_defaults(func=lazy("appliance.cli.sampling", "cmd_clear"), kind=kind)
+        w = psub.add_parser("show", help=f"each bridge's {title} settings as the switch holds them")
+        w.add_argument("bridge", nargs="?", metavar="BRIDGE", help="only this bridge")
+        w.add_argument("--json", action="store_true", help="machine-readable output (units in key names)")
+        w.set_defaults(func=lazy("appliance.cli.limits", "cmd_sampling_show"), kind=kind)

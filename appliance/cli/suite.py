@@ -245,7 +245,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
-    s = suites.load_suite(args.file)
+    s = suites.load_suite(args.file)  # an invalid file is a ConfigError: exit 2, JSON under --json
+    if args.json:
+        render.print_json({"file": str(s.file), "valid": True, "tests": len(s.tests), "cases": len(s.cases),
+                           "steps": len(s.steps()), "estimated_at_least_s": s.estimated_seconds()})  # fmt: skip
+        return EXIT_OK
     print(
         f"{s.file}: valid: {len(s.tests)} test(s), {len(s.cases)} case(s), {len(s.steps())} step(s), "
         f"at least {s.estimated_seconds() / 60:.1f} min"
@@ -308,6 +312,7 @@ def register(sub: Any) -> None:
 
     v = ss.add_parser("validate", help="check a suite file and print what it would run; runs nothing")
     v.add_argument("file", metavar="SUITE")
+    v.add_argument("--json", action="store_true", help="machine-readable output (problems: JSON on stderr, exit 2)")
     v.set_defaults(func=cmd_validate)
 
     cli_suite_runs.register(ss)  # prune, pin, unpin

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from appliance.core import render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -41,7 +42,6 @@ def _runs_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from appliance.core import render
     from appliance.services import runs
 
     result = runs.prune(_runs_dir(args), keep=args.keep, older_than=args.older_than, dry_run=not args.yes)
@@ -65,7 +65,10 @@ def cmd_pin(args: argparse.Namespace) -> int:
     from appliance.services import runs
 
     marker = runs.pin(Path(args.run), args.note or "")
-    print(f"pinned: {args.run} ('hvnet suite prune' keeps it; {marker} says when and why)")
+    if args.json:
+        render.print_json({"run": args.run, "pinned": True, "marker": str(marker)})
+    else:
+        print(f"pinned: {args.run} ('hvnet suite prune' keeps it; {marker} says when and why)")
     return EXIT_OK
 
 
@@ -73,7 +76,10 @@ def cmd_unpin(args: argparse.Namespace) -> int:
     from appliance.services import runs
 
     was = runs.unpin(Path(args.run))
-    print(f"unpinned: {args.run}" if was else f"{args.run} was not pinned")
+    if args.json:
+        render.print_json({"run": args.run, "pinned": False, "was_pinned": was})
+    else:
+        print(f"unpinned: {args.run}" if was else f"{args.run} was not pinned")
     return EXIT_OK
 
 
@@ -94,8 +100,10 @@ def register(ss: Any) -> None:
     pn = ss.add_parser("pin", help="keep a run from every prune (a compare baseline)")
     pn.add_argument("run", metavar="RUN", help="run directory")
     pn.add_argument("--note", metavar="TEXT", help="why it is kept (written in the run's 'pinned' file)")
+    pn.add_argument("--json", action="store_true", help="machine-readable output")
     pn.set_defaults(func=cmd_pin)
 
     up = ss.add_parser("unpin", help="let prunes remove a pinned run again")
     up.add_argument("run", metavar="RUN", help="run directory")
+    up.add_argument("--json", action="store_true", help="machine-readable output")
     up.set_defaults(func=cmd_unpin)

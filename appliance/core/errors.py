@@ -180,3 +180,26 @@ class OutcomeUnknown(HvnetError):
     """
 
     exit_code = EXIT_UNKNOWN
+
+
+def error_json(
+    message: str, exit_code: int, *, kind: str, hint: str | None = None, problems: Iterable[Problem] = ()
+) -> dict[str, object]:
+    """A failure as ``--json`` reports it on stderr: what the text says, plus the exit code and its meaning.
+
+    ``kind`` names the failure for a script to branch on (the error's class, ``UsageError`` for
+    arguments argparse refused); ``meaning`` is the exit code's word of the table above.  A file's
+    problems come one by one, each with its file, line and field, as the text lists them.
+    """
+    out: dict[str, object] = {"message": message, "hint": hint, "exit_code": exit_code, "kind": kind,
+                              "meaning": exit_word(exit_code)}  # fmt: skip
+    listed = [{"file": p.file, "line": p.line, "field": p.field, "message": p.message} for p in problems]
+    if listed:
+        out["problems"] = listed
+    return {"error": out}
+
+
+def hvnet_error_json(exc: HvnetError) -> dict[str, object]:
+    """:func:`error_json` of an :class:`HvnetError`."""
+    return error_json(exc.message, exc.exit_code, kind=type(exc).__name__, hint=exc.hint,
+                      problems=getattr(exc, "problems", ()))  # fmt: skip

@@ -28,7 +28,7 @@ from appliance.core.vlan import VlanCols
 from appliance.switch import counters as ctr
 from appliance.switch import sampling
 from appliance.switch.names import NameSource, VmInfo, resolve_vms
-from appliance.switch.reader import BridgeRow, MirrorRow, PortRow, Source, SwitchRows, parse_xen_port
+from appliance.switch.reader import BridgeRow, MirrorRow, PortRow, QosRow, Source, SwitchRows, parse_xen_port
 from appliance.switch.reader import read as read_rows
 
 
@@ -114,6 +114,8 @@ class Vif:
     # On an OVN chassis's integration bridge: the logical port the VIF is bound to (its iface-id).
     # OVN, not VLAN tags, decides what such a port reaches.
     ovn_port: str | None = None
+    # The egress shaper's burst, bits, as its queue 0 holds it (linux-htb ``burst``): None when unset.
+    egress_burst_bits: int | None = None
 
     @property
     def carries_every_vlan(self) -> bool:
@@ -379,6 +381,15 @@ def _egress_max_rate(other_config: dict[str, str]) -> float | None:
         return None
 
 
+def _egress_burst_bits(qos: QosRow) -> int | None:
+    """linux-htb's queue 0 ``burst`` (bits), where hvnet's shaping keeps it; None when absent or not a number."""
+    q0 = next((q for q in qos.queues if q.number == 0), None)
+    try:
+        return int(q0.other_config["burst"]) if q0 is not None and "burst" in q0.other_config else None
+    except ValueError:
+        return None
+
+
 def _vif(port: PortRow) -> Vif:
     """One port as the display sees it (VIF ports have exactly one interface; bonds are not VIFs)."""
     ids = port.ids
@@ -415,6 +426,7 @@ def _vif(port: PortRow) -> Vif:
         ingress_mechanism="meter" if meter_rate else ("tc" if port.policing_rate else None),
         egress_qos_type=qos.type if qos is not None else None,
         egress_max_rate_kbps=_egress_max_rate(qos.other_config) if qos is not None else None,
+        egress_burst_bits=_egress_burst_bits(qos) if qos is not None else None,
         mirrors=port.mirrors,
         link_state=port.link_state,
         admin_state=port.admin_state,

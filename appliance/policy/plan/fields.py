@@ -11,10 +11,9 @@ so the same input is refused with the same words wherever it is typed.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Any
 
-from appliance.core import validate
+from appliance.core import units, validate
 from appliance.core.validate import FieldError
 from appliance.core.vlan import vlan_id
 from appliance.policy.plan.model import (
@@ -30,36 +29,14 @@ from appliance.policy.plan.model import (
 
 _OUTPUT_KEYS = {"port", "vlan", "gre", "erspan", "key", "idx"}
 
-_RATE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmg]?)(?:bit|bps|b)?(?:/s)?\s*$", re.IGNORECASE)
-_FACTORS = {"": 1, "k": 1, "m": 1000, "g": 1000 * 1000}
-
 
 def kbit(value: Any, what: str) -> int:
-    """A rate in kbit/s or a size in kbit: an integer, or ``"10mbit"``, ``"10 Mbit/s"``.
-
-    A bare number is kbit (the unit OVS takes); suffixes k/m/g scale by 1000.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a number of kbit (e.g. 10240 or '10mbit'), not {value!r}")
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        m = _RATE.match(value)
-        if not m:
-            raise ValueError(
-                f"{what} {value!r} is not a rate/size; write kbit as a number (10240) or with a unit "
-                "('10240kbit', '10mbit', '1gbit')"
-            )
-        number = float(m.group(1)) * _FACTORS[m.group(2).lower()]
-    else:
-        raise ValueError(f"{what} must be a number of kbit, not {type(value).__name__}")
-    if number < 0:
-        raise ValueError(f"{what} must not be negative ({value!r})")
-    if number != int(number):
-        raise ValueError(f"{what} must be a whole number of kbit ({value!r})")
-    if number > 2**31:
-        raise ValueError(f"{what} {value!r} is larger than OVS accepts")
-    return int(number)
+    """A rate in kbit/s or a size in kbit: a number (kbit, the unit OVS takes) or text with a unit,
+    ``"10mbit"``, ``"1250KB/s"`` -- the grammar of :mod:`appliance.core.units`, which refuses the
+    ambiguous ``kbps``."""
+    if what == "burst":
+        return units.parse_size(value, what)
+    return units.parse_rate(value, what)
 
 
 def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
