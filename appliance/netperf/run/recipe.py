@@ -38,7 +38,7 @@ from appliance.netperf.define.cases import Case
 from appliance.netperf.define.suite import Step, Suite
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.figures import verdict
-from appliance.netperf.run import arrival, meta, pinning, pktgen, preflight, record
+from appliance.netperf.run import arrival, meta, perfstat, pinning, pktgen, preflight, record
 from appliance.netperf.run import collectors as monitoring
 from appliance.netperf.run.fragments import CaseState, Fragments
 from appliance.netperf.run.launch import Endpoint
@@ -190,6 +190,8 @@ class Runner:
         pinning.refusal(s.cases, ends)
         pf.failures += pinning.failures(s.cases, self.host.runner, self.host.local_runner, self.host.label)
         pf.failures += failures + pktgen.remote_failures(bool(s.iperf_types), ends) + _pair_failures(pairs)
+        if any(c.perf_stat for c in s.cases):
+            pf.warnings += perfstat.missing(self.host)
         pf.raise_if_failed()
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
                        client.tool("netperf", pf.netperf), iperf3, self.out_dir,
