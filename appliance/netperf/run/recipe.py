@@ -241,6 +241,9 @@ class Runner:
         netserver = self.servers.start_netserver()
         if netserver is not None:
             self.doc.meta.server.netserver_pid = netserver.pid
+        others = {name: ns.pid for name, ns in self.servers.others.items() if ns is not None and ns.pid is not None}
+        if others:  # a pair's server that is not the first pair's: its netserver is the run's too
+            self.doc.meta.server.netserver_pids = others
         self.servers.await_netserver()
         where = sorted({p.address for p in self.rig.pairs}) or [self.rig.address]
         self._info(f"netserver answers at {', '.join(f'{a}:{self.suite.server.port}' for a in where)}")

@@ -192,3 +192,12 @@ def test_results_csv_gives_each_pair_its_columns_per_repetition() -> None:
     single = io.StringIO()
     results.write_csv(single, SuiteResult(state="complete", partial=False, steps=[]))
     assert "pair1" not in single.getvalue()
+
+
+def test_every_server_guests_netserver_pid_survives_results_json() -> None:
+    from appliance.netperf.store.records import ServerInfo
+
+    info = ServerInfo(guest="VM2", address="10.0.0.2", port=12865, managed=True, netserver_pid=4242,
+                      netserver_pids={"VM1": 4343})  # fmt: skip
+    assert ServerInfo.from_json(info.to_json()).netserver_pids == {"VM1": 4343}
+    assert "netserver_pids" not in ServerInfo(guest="VM2", netserver_pid=4242).to_json()  # one server: as before
