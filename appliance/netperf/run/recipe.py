@@ -188,6 +188,8 @@ class Runner:
                                                               host_label=self.host.label)  # fmt: skip
         ends = [client, server, *(e for p in pairs for e in (p.client, p.server))]
         pinning.refusal(s.cases, ends)
+        pf.warnings += pinning.settle_left(self.host.paths.state_dir / pinning.LEDGER, self.host.runner,
+                                           self.host.local_runner)  # fmt: skip
         pf.failures += pinning.failures(s.cases, self.host.runner, self.host.local_runner, self.host.label)
         pf.failures += failures + pktgen.remote_failures(bool(s.iperf_types), ends) + _pair_failures(pairs)
         if any(c.perf_stat for c in s.cases):
@@ -323,9 +325,10 @@ class Runner:
                 raise HvnetError(f"case {case.name}: cpus.ovs-vswitchd: no ovs-vswitchd pid on {self.host.label}")
             targets.append(("ovs-vswitchd", self.host.runner, [pid], case.cpus.vswitchd))
         if case.cpus.guests is not None:
-            targets.append(("guests", self.host.local_runner, self.servers.pids(), case.cpus.guests))
+            targets.append((pinning.GUESTS, self.host.local_runner, self.servers.pids(), case.cpus.guests))
         self._info(f"case {case.name}: {case.cpus.describe()}")
-        return pinning.Pinning(case.cpus, targets, self._restore_problem)
+        ledger = self.host.paths.state_dir / pinning.LEDGER
+        return pinning.Pinning(case.cpus, targets, self._restore_problem, ledger)
 
     # -- a step: its repetitions, each a warm-up and a measurement ----------------------
 
