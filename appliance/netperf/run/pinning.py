@@ -35,10 +35,18 @@ from appliance.netperf.define.cases import Case
 from appliance.netperf.define.cpus import CpuPlacement, cpu_set
 from appliance.netperf.parse import taskset
 from appliance.netperf.run.launch import Endpoint
+from appliance.switch.host import Host
 
 ONLINE = "/sys/devices/system/cpu/online"
 GUESTS = "guests"  # the target whose processes run on this machine (the others on the host)
 LEDGER = "cpus-pinned.json"  # in the host's state directory while a case's processes are pinned
+
+
+def ledger_of(host: Host) -> Path:
+    """The host's ledger of pinned CPUs; a host over SSH keeps its own under ``STATE_DIR/hosts/NAME``, as its
+    journal does, so one machine driving several hosts settles each host's with that host's runner."""
+    state_dir = host.paths.state_dir
+    return (state_dir / "hosts" / host.label if host.label is not None else state_dir) / LEDGER
 
 
 def refusal(cases: list[Case], ends: list[Optional[Endpoint]]) -> None:

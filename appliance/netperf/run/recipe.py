@@ -188,8 +188,7 @@ class Runner:
                                                               host_label=self.host.label)  # fmt: skip
         ends = [client, server, *(e for p in pairs for e in (p.client, p.server))]
         pinning.refusal(s.cases, ends)
-        pf.warnings += pinning.settle_left(self.host.paths.state_dir / pinning.LEDGER, self.host.runner,
-                                           self.host.local_runner)  # fmt: skip
+        pf.warnings += pinning.settle_left(pinning.ledger_of(self.host), self.host.runner, self.host.local_runner)
         pf.failures += pinning.failures(s.cases, self.host.runner, self.host.local_runner, self.host.label)
         pf.failures += failures + pktgen.remote_failures(bool(s.iperf_types), ends) + _pair_failures(pairs)
         if any(c.perf_stat for c in s.cases):
@@ -327,8 +326,7 @@ class Runner:
         if case.cpus.guests is not None:
             targets.append((pinning.GUESTS, self.host.local_runner, self.servers.pids(), case.cpus.guests))
         self._info(f"case {case.name}: {case.cpus.describe()}")
-        ledger = self.host.paths.state_dir / pinning.LEDGER
-        return pinning.Pinning(case.cpus, targets, self._restore_problem, ledger)
+        return pinning.Pinning(case.cpus, targets, self._restore_problem, pinning.ledger_of(self.host))
 
     # -- a step: its repetitions, each a warm-up and a measurement ----------------------
 
