@@ -132,6 +132,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.against:
         return _report_against(args)
+    if args.markdown:
+        from appliance.core.errors import UsageError
+
+        raise UsageError("--markdown writes a run beside a study: it needs --against STUDY",
+                         hint="hvnet suite report RUN --against STUDY --markdown")  # fmt: skip
     target = _html_target(args)
     doc = suites.load_run(args.run)
     if target is not None:
@@ -160,6 +165,9 @@ def _report_against(args: argparse.Namespace) -> int:
 
     if args.html:
         raise UsageError("--against prints the study beside the run; it writes no HTML", hint="drop --html")
+    if args.markdown:
+        print(suites.findings_page(suites.load_run(args.run), args.against), end="")
+        return EXIT_OK
     result = suites.against(suites.load_run(args.run), args.against)
     if args.json:
         render.print_json(result.to_json())
@@ -295,6 +303,8 @@ def register(sub: Any) -> None:
     out = rp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print results.json")
     out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")
+    out.add_argument("--markdown", action="store_true", help="with --against: the run beside the study as markdown "
+                     "for a findings page (the run's identity, the tables, the verdicts)")  # fmt: skip
     rp.set_defaults(func=cmd_report)
 
     c = ss.add_parser("compare", help="compare two runs; exit 1 on a significant regression beyond the threshold")

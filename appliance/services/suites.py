@@ -65,6 +65,14 @@ def against(doc: SuiteResult, study: str) -> Against:
     return against_mod.against(doc, studies.load_named(study))
 
 
+def findings_page(doc: SuiteResult, study: str) -> str:
+    """The run beside a shipped study as markdown for a findings page of the manual (see
+    :mod:`appliance.netperf.report.findings`): the run's identity, the tables, the verdicts."""
+    from appliance.netperf.report import findings
+
+    return findings.markdown(against(doc, study), doc.meta)
+
+
 def report_page(doc: SuiteResult, run: str, *, plots: bool = True) -> str:
     """The whole report of the run saved at ``run`` as one self-contained HTML page (tables, SVG plots)."""
     from appliance.netperf.report import html

@@ -81,6 +81,7 @@ def test_a_pinned_case_pins_ovs_vswitchd_and_gives_every_thread_back(lab: Lab, t
     assert any(snap and set(snap.values()) == {"0"} for snap in seen), "never saw ovs-vswitchd on CPU 0 alone"
     assert "case pinned, ovs-vswitchd on CPU 0 (kernel: 0), guests on CPU 1 (kernel: 1)" in res.stdout, res.stdout
 
+    assert not (lab.run_dir / "cpus-pinned.json").exists()  # the ledger of what was pinned goes with the case
     after = affinities(pid)
     assert {tid: after[tid] for tid in before if tid in after} == {tid: before[tid] for tid in before if tid in after}
     assert set(after.values()) == set(before.values())

@@ -70,6 +70,7 @@ def test_two_senders_into_one_receiver(lab: Lab, tmp_path: Path) -> None:
     assert [p["sum"]["mean"] for p in summary] == [first["sum"], second["sum"]]
     # one netserver in VM3 served both pairs: it is the one the run recorded
     assert doc["meta"]["server"]["guest"] == "VM3" and doc["meta"]["server"]["netserver_pid"]
+    assert "netserver_pids" not in doc["meta"]["server"]  # no other server guest
     assert not (run / "netserver-VM3.log").exists()
     report = run_hvnet("suite", "report", str(run)).stdout
     assert "2 pairs, each running a step's concurrency, all at once: VM1 -> VM3, VM2 -> VM3" in report
@@ -88,9 +89,13 @@ def test_pairs_into_two_servers_get_a_netserver_each(lab: Lab, tmp_path: Path) -
     run = tmp_path / "run"
     res = run_hvnet("suite", "run", str(suite), "--out", str(run), timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    (step,) = json.loads((run / "results.json").read_text())["steps"]
+    doc = json.loads((run / "results.json").read_text())
+    (step,) = doc["steps"]
     (rep,) = step["repetitions"]
     assert [i["pair"] for i in rep["instances"]] == [0, 0, 1, 1] and rep["aggregate"]["lost"] == 0
+    server = doc["meta"]["server"]  # both netservers hvnet started are on record, each by its guest
+    assert server["guest"] == "VM2" and server["netserver_pid"] and list(server["netserver_pids"]) == ["VM1"]
+    assert server["netserver_pids"]["VM1"] != server["netserver_pid"]
     for pair in rep["aggregate"]["pairs"]:
         assert pair["instances"] == 2 and pair["lost"] == 0 and pair["sum"] > 0, pair
     assert (run / "netserver-VM1.log").exists()  # the second server guest's netserver, beside the first's

@@ -25,7 +25,9 @@ from appliance.policy import Policy
 
 SNAPLEN_RANGE = (14, 262144)  # the capture service's: an Ethernet header at least, tcpdump's maximum
 BUFFER_KIB_RANGE = (64, 1_048_576)  # the capture service's tcpdump -B, KiB
-_CASE_KEYS = {"name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest", "cpus"}
+_CASE_KEYS = {
+    "name", "description", "policy", "monitor", "phases", "duration", "capture", "collector_guest", "cpus", "perf_stat",
+}  # fmt: skip
 _CAPTURE_KEYS = {"guests", "snaplen", "buffer_kib"}
 
 
@@ -50,8 +52,9 @@ class Case:
     duration: Optional[int] = None  # seconds per instance for this case's steps (a phased case's long run)
     capture: Optional[CaseCapture] = None  # a listener on the monitor ports: what it captured of what was offered
     collector_guest: Optional[str] = None  # a GRE/ERSPAN output's collector: what arrived there (its counters)
-    perf_stat: Optional[PerfStatSpec] = None  # the suite's perf_stat: events counted on ovs-vswitchd (see .perfstat)
+    perf_stat: Optional[PerfStatSpec] = None  # events counted on ovs-vswitchd: the case's perf_stat: or the suite's
     cpus: Optional[CpuPlacement] = None  # ovs-vswitchd's and the measurement's CPUs during the case (see .cpus)
+    own_perf_stat: bool = dataclasses.field(default=False, compare=False, repr=False)  # perf_stat: set by the case
 
     def monitors(self) -> list[Monitor]:
         """Every monitoring the case uses (a collector of each kind is started for it)."""
@@ -85,9 +88,23 @@ def parse_cases(ck: Checks, value: Any, bridges: set[str], guests: set[str]) -> 
         capture = _capture(ck, raw["capture"], (*path, "capture"), guests) if "capture" in raw else None
         collector = _collector_guest(ck, raw, path, guests, policy)
         cpus = cpus_key.parse(raw["cpus"], ck.bad, (*path, "cpus")) if "cpus" in raw else None
-        out.append(Case(name, str(raw.get("description", "")), policy, monitor, phases, duration, capture, collector,
-                        cpus=cpus))  # fmt: skip
+        case = Case(name, str(raw.get("description", "")), policy, monitor, phases, duration, capture, collector,
+                    cpus=cpus)  # fmt: skip
+        out.append(_with_own_perf_stat(ck, raw, path, case))
     return out or [Case("default")]
+
+
+def _with_own_perf_stat(ck: Checks, raw: dict[str, Any], path: yamldoc.PathKey, case: Case) -> Case:
+    """A case's own ``perf_stat:`` (``false``: none for this case), kept apart until the suite's is known.
+
+    Counting is per case because its cost is: perf attached to ovs-vswitchd's
+    threads adds work of its own, so a study compares the cases it explains
+    (the mirrored ones, say) while the baseline runs without perf."""
+    if "perf_stat" not in raw:
+        return case
+    value = raw["perf_stat"]
+    spec = None if value is False else parse_perf_stat(value, ck.bad, (*path, "perf_stat"))
+    return dataclasses.replace(case, perf_stat=spec, own_perf_stat=True)
 
 
 def _capture(ck: Checks, value: Any, path: yamldoc.PathKey, guests: set[str]) -> Optional[CaseCapture]:
@@ -170,8 +187,8 @@ def check_phases(ck: Checks, cases: list[Case], tests: list[Test]) -> None:
 
 
 def with_perf_stat(ck: Checks, data: dict[str, Any], cases: list[Case]) -> list[Case]:
-    """The suite's ``perf_stat:`` given to every case: each case's repetitions run the sampler."""
+    """The suite's ``perf_stat:`` given to every case that does not set its own."""
     if "perf_stat" not in data:
         return cases
     spec = parse_perf_stat(data["perf_stat"], ck.bad, ("perf_stat",))
-    return [dataclasses.replace(c, perf_stat=spec) for c in cases] if spec else cases
+    return [c if c.own_perf_stat else dataclasses.replace(c, perf_stat=spec) for c in cases] if spec else cases

@@ -7,7 +7,11 @@ cycles, instructions, cache misses and their ratio (CPI), counted by
     perf_stat:
       events: [task-clock, context-switches, page-faults, cycles, instructions, cache-misses]
 
-(``perf_stat: true`` asks for :data:`DEFAULT_EVENTS`).  The key is not
+(``perf_stat: true`` asks for :data:`DEFAULT_EVENTS`).  A case may carry its
+own ``perf_stat:`` (or ``perf_stat: false``), which replaces the suite's for
+that case only: perf attached to ovs-vswitchd costs a little itself, so a
+study may count the cases it wants to explain and leave its baseline alone.
+The key is not
 ``counters``: in a run's results that word already means the switch's port
 counters.  Events come from a fixed list, so what reaches perf's command line
 is known; software events are counted by the kernel everywhere, hardware

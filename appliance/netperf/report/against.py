@@ -295,7 +295,7 @@ def against(doc: SuiteResult, study: Study) -> Against:
     return out
 
 
-def _num(x: Optional[float], digits: int = 4) -> str:
+def num(x: Optional[float], digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
@@ -311,7 +311,7 @@ def text(result: Against) -> str:
             headers += [col.heading, "hvnet", "hvnet/study"]
         rows = []
         for line in side.lines:
-            cells = [x for c in line.cells for x in (_num(c.study, 12), _num(c.hvnet), _num(c.ratio, 3))]
+            cells = [x for c in line.cells for x in (num(c.study, 12), num(c.hvnet), num(c.ratio, 3))]
             rows.append([line.label, line.step or line.note, *cells])
         out.append(render.table(headers, rows))
         for col in t.columns:

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 from appliance.netperf.report import pairs as report_pairs
+from appliance.netperf.report import perfstat as report_perfstat
 from appliance.netperf.store.records import Figure, StepResult, SuiteResult, Summary
 
 Cell = Callable[[StepResult], str]
@@ -151,7 +152,7 @@ def _columns(steps: list[StepResult]) -> list[tuple[str, Cell]]:
         ("host CPU %", lambda st: _fmt(_s(st).cpu_host_pct, 0)),
         ("ovs-vswitchd % of a core", lambda st: _fmt(_s(st).cpu_vswitchd_pct_of_core, 0)),
     ]
-    return cols
+    return cols + report_perfstat.rows(steps)  # a column per event perf counted on ovs-vswitchd, and CPI
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> str:

@@ -32,6 +32,21 @@ RAW_NAME = "perf-stat.txt"
 _labels = itertools.count()
 
 
+def missing(host: Host) -> list[str]:
+    """The start-of-run warning when perf is not where ovs-vswitchd runs: the run goes on (its throughput
+    figures do not need perf) and every repetition records the events as not measured, but an operator who
+    asked for counters should know before a long run, not from its report."""
+    where = host.label or "this machine"
+    try:
+        found = host.runner.which_optional("perf")
+    except HvnetError as exc:
+        return [f"perf_stat: perf not looked for on {where}: {exc}; its events will be recorded as not measured"]
+    if found is None:
+        return [f"perf_stat: perf is not installed on {where} (Debian: linux-perf; EL: perf); "
+                "its events will be recorded as not measured"]  # fmt: skip
+    return []
+
+
 class PerfStat:
     """``start()`` as the batch is spawned, ``stop()`` once it is reaped: the repetition's ``perf_stat`` record."""
 

@@ -38,7 +38,7 @@ from appliance.netperf.define.cases import Case
 from appliance.netperf.define.suite import Step, Suite
 from appliance.netperf.figures import step as step_figures
 from appliance.netperf.figures import verdict
-from appliance.netperf.run import arrival, meta, pinning, pktgen, preflight, record
+from appliance.netperf.run import arrival, meta, perfstat, pinning, pktgen, preflight, record
 from appliance.netperf.run import collectors as monitoring
 from appliance.netperf.run.fragments import CaseState, Fragments
 from appliance.netperf.run.launch import Endpoint
@@ -188,8 +188,11 @@ class Runner:
                                                               host_label=self.host.label)  # fmt: skip
         ends = [client, server, *(e for p in pairs for e in (p.client, p.server))]
         pinning.refusal(s.cases, ends)
+        pf.warnings += pinning.settle_left(pinning.ledger_of(self.host), self.host.runner, self.host.local_runner)
         pf.failures += pinning.failures(s.cases, self.host.runner, self.host.local_runner, self.host.label)
         pf.failures += failures + pktgen.remote_failures(bool(s.iperf_types), ends) + _pair_failures(pairs)
+        if any(c.perf_stat for c in s.cases):
+            pf.warnings += perfstat.missing(self.host)
         pf.raise_if_failed()
         self.rig = Rig(self.host, client, server, address, self.suite.server.port,
                        client.tool("netperf", pf.netperf), iperf3, self.out_dir,
@@ -239,6 +242,9 @@ class Runner:
         netserver = self.servers.start_netserver()
         if netserver is not None:
             self.doc.meta.server.netserver_pid = netserver.pid
+        others = {name: ns.pid for name, ns in self.servers.others.items() if ns is not None and ns.pid is not None}
+        if others:  # a pair's server that is not the first pair's: its netserver is the run's too
+            self.doc.meta.server.netserver_pids = others
         self.servers.await_netserver()
         where = sorted({p.address for p in self.rig.pairs}) or [self.rig.address]
         self._info(f"netserver answers at {', '.join(f'{a}:{self.suite.server.port}' for a in where)}")
@@ -318,9 +324,9 @@ class Runner:
                 raise HvnetError(f"case {case.name}: cpus.ovs-vswitchd: no ovs-vswitchd pid on {self.host.label}")
             targets.append(("ovs-vswitchd", self.host.runner, [pid], case.cpus.vswitchd))
         if case.cpus.guests is not None:
-            targets.append(("guests", self.host.local_runner, self.servers.pids(), case.cpus.guests))
+            targets.append((pinning.GUESTS, self.host.local_runner, self.servers.pids(), case.cpus.guests))
         self._info(f"case {case.name}: {case.cpus.describe()}")
-        return pinning.Pinning(case.cpus, targets, self._restore_problem)
+        return pinning.Pinning(case.cpus, targets, self._restore_problem, pinning.ledger_of(self.host))
 
     # -- a step: its repetitions, each a warm-up and a measurement ----------------------
 

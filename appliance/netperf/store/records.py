@@ -424,7 +424,7 @@ class ClientInfo(Record):
 
 @dataclass
 class ServerInfo(Record):
-    OPTIONAL = frozenset({"netserver_pid"})
+    OPTIONAL = frozenset({"netserver_pid", "netserver_pids"})
 
     guest: Optional[str] = None
     address: str = ""
@@ -432,6 +432,8 @@ class ServerInfo(Record):
     managed: bool = False
     runs_in: Optional[str] = None  # None: a netserver hvnet does not manage
     netserver_pid: Optional[int] = None
+    # several pairs: every other server guest's netserver, {guest: pid} (the first pair's is netserver_pid)
+    netserver_pids: Optional[Json] = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

@@ -103,17 +103,32 @@ FLOW_CSV_COLUMNS = (
 CPU_COLUMNS = ("host_pct", "vswitchd_pct_of_core", "netperf_pct_of_core", "netserver_pct_of_core")
 
 
+PAIR_CSV_COLUMNS = ("", "_sum", "_mean", "_lost")  # pair1 (client->server), pair1_sum, pair1_mean, pair1_lost
+
+
 def write_csv(fh: Any, doc: SuiteResult) -> None:
     """One row per step repetition: the figures a spreadsheet wants, units in their own column."""
     w = csv.writer(fh)
     columns = CSV_COLUMNS + (PPS_CSV_COLUMNS if any(s.frame_size is not None for s in doc.steps) else ())
     if any(s.flows is not None for s in doc.steps):
         columns += tuple(c for c in FLOW_CSV_COLUMNS if c not in columns)
+    npairs = max((len(s.pairs or []) for s in doc.steps), default=0)
+    columns += tuple(f"pair{k + 1}{c}" for k in range(npairs) for c in PAIR_CSV_COLUMNS)
     w.writerow(columns)
     for step in doc.steps:
         for rep in step.repetitions:
-            row = _csv_row(step, rep)
+            row = {**_csv_row(step, rep), **_pair_cells(rep)}
             w.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+
+
+def _pair_cells(rep: RepetitionResult) -> dict[str, Any]:
+    """A run of several client -> server pairs: each pair's name, total, mean per instance and lost instances
+    in the repetition, in the step's units (a pair none of whose instances reported: empty total and mean)."""
+    out: dict[str, Any] = {}
+    for k, p in enumerate(rep.aggregate.pairs or []):
+        cells = (f"{p.get('client')}->{p.get('server')}", p.get("sum"), p.get("mean"), p.get("lost"))
+        out.update({f"pair{k + 1}{c}": v for c, v in zip(PAIR_CSV_COLUMNS, cells)})
+    return out
 
 
 def _csv_row(step: StepResult, rep: RepetitionResult) -> dict[str, Any]:

@@ -291,3 +291,35 @@ def test_one_repetition_a_side_is_said() -> None:
     j = against.judge(c, doc.steps)
     assert j.status == against.HOLDS
     assert j.figures.endswith("(one repetition a side: not tested against noise)")
+
+
+def test_a_findings_page_names_the_run_and_carries_tables_and_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.cli.main import main
+
+    assert main(["suite", "report", str(SEED_RUN), "--against", "seed-2010", "--markdown"]) == 0
+    page = capsys.readouterr().out
+    doc = results.load(SEED_RUN)
+    lines = page.splitlines()
+    assert lines[0] == "## The run"
+    assert f"- hvnet: {doc.meta.hvnet_version}" in lines
+    assert any(ln.startswith("- command: ") and "suite run" in ln for ln in lines), lines[:12]
+    assert "## TCP stream" in lines
+    assert any(ln.startswith("| row | step | Average throughput (study) | hvnet | hvnet ÷ study |") for ln in lines)
+    assert "## The study's conclusions, decided from this run" in lines
+    assert any(ln.startswith("- **not comparable here**: ") for ln in lines)
+    assert lines[-1] == "Study: OVS on XenServer, Test 2 (performance) (2010), seeds/ovs-xenserver-2010-study.txt."
+    # --markdown alone is a usage error: it is a run beside a study
+    assert main(["suite", "report", str(SEED_RUN), "--markdown"]) == EXIT_USAGE
+    assert "--markdown writes a run beside a study: it needs --against STUDY" in capsys.readouterr().err
+
+
+def test_a_planted_host_name_is_literal_text_on_a_findings_page() -> None:
+    from appliance.netperf.report import findings
+
+    doc = results.load(SEED_RUN)
+    doc.meta.host = "hv1 | [click](http://x) <script>"
+    doc.meta.warnings = ["`rm -rf` *now*"]
+    page = findings.markdown(against.against(doc, studies.load_named("seed-2010")), doc.meta)
+    (host,) = [ln for ln in page.splitlines() if ln.startswith("- host: ")]
+    assert host.startswith("- host: hv1 \\| \\[click\\](http://x) \\<script\\>")
+    assert "- \\`rm -rf\\` \\*now\\*" in page

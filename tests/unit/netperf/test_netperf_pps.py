@@ -366,3 +366,20 @@ def test_capture_limits_without_drops_say_the_capture_never_got_them() -> None:
     assert got is not None and got["tcpdump_cpu_pct"] is None and got["tcpdump_cpu_reason"] == "not measured: remote"
     killed = pps.capture_limits([[_cap(captured=None)]])
     assert killed is not None and killed["reading"].startswith("unknown")
+
+
+def test_perf_stat_counts_are_columns_of_the_packet_rate_tables() -> None:
+    from appliance.netperf.parse import perfstat
+
+    doc = _doc()
+    text = (Path(__file__).resolve().parents[1] / "data" / "perf" / "vswitchd-per-thread-no-pmu.txt").read_text()
+    rec = perfstat.parse(text, ("task-clock", "cycles", "instructions"), 0, 7784, "this machine")
+    doc.steps[1].repetitions[0].perf_stat = rec  # the mirrored case counted; the baseline did not
+    mirror = next(t for t in report.tables(doc) if t.case == "mirror")
+    no_copy = next(t for t in report.tables(doc) if t.case == "no-copy")
+    assert mirror.headers == no_copy.headers  # one test: the same columns, '-' where a case did not count
+    clock = mirror.headers.index("perf task-clock (msec), ovs-vswitchd")
+    assert mirror.rows[0][clock] == f"{rec['events']['task-clock']['count']:,.2f}"
+    assert no_copy.rows[0][clock] == "-"
+    assert mirror.rows[0][mirror.headers.index("perf cycles, ovs-vswitchd")] == "-"  # <not supported>: no number
+    assert "perf CPI (cycles ÷ instructions)" in mirror.headers

@@ -170,3 +170,34 @@ def test_the_html_page_names_every_pair_and_a_single_pairs_page_no_pairs() -> No
     single = step_of_pairs()
     single.pairs = None
     assert "<th>pairs</th>" not in html.suite_page(SuiteResult(state="complete", partial=False, steps=[single]), "r")
+
+
+def test_results_csv_gives_each_pair_its_columns_per_repetition() -> None:
+    import csv
+    import io
+
+    doc = SuiteResult(state="complete", partial=False, steps=[step_of_pairs()])
+    buf = io.StringIO()
+    results.write_csv(buf, doc)
+    rows = list(csv.DictReader(io.StringIO(buf.getvalue())))
+    assert list(rows[0])[-8:] == ["pair1", "pair1_sum", "pair1_mean", "pair1_lost",
+                                  "pair2", "pair2_sum", "pair2_mean", "pair2_lost"]  # fmt: skip
+    reps = doc.steps[0].repetitions
+    for row, rep in zip(rows, reps):
+        for k, p in enumerate(rep.aggregate.pairs):
+            assert row[f"pair{k + 1}"] == f"{p['client']}->{p['server']}"
+            assert row[f"pair{k + 1}_sum"] == ("" if p["sum"] is None else str(p["sum"]))
+            assert row[f"pair{k + 1}_lost"] == str(p["lost"])
+    # a single pair's run keeps today's columns
+    single = io.StringIO()
+    results.write_csv(single, SuiteResult(state="complete", partial=False, steps=[]))
+    assert "pair1" not in single.getvalue()
+
+
+def test_every_server_guests_netserver_pid_survives_results_json() -> None:
+    from appliance.netperf.store.records import ServerInfo
+
+    info = ServerInfo(guest="VM2", address="10.0.0.2", port=12865, managed=True, netserver_pid=4242,
+                      netserver_pids={"VM1": 4343})  # fmt: skip
+    assert ServerInfo.from_json(info.to_json()).netserver_pids == {"VM1": 4343}
+    assert "netserver_pids" not in ServerInfo(guest="VM2", netserver_pid=4242).to_json()  # one server: as before

@@ -73,6 +73,46 @@ def test_true_asks_for_the_default_events_and_no_key_for_none(tmp_path) -> None:
     assert suite.load(write(tmp_path, "")).cases[0].perf_stat is None
 
 
+CASES = """\
+version: 1
+name: perf
+endpoints: {{client: VM1, server: VM2}}
+{perf}
+cases:
+  - name: base
+{base}
+  - name: mirrored
+{mirrored}
+tests:
+  - {{name: ts, type: TCP_STREAM}}
+"""
+
+
+def load_cases(tmp_path: Path, perf: str = "", base: str = "", mirrored: str = "") -> list:
+    f = tmp_path / "c.yaml"
+    f.write_text(CASES.format(perf=perf, base=base, mirrored=mirrored))
+    return suite.load(f).cases
+
+
+def test_a_case_counts_its_own_events_or_none_while_the_others_take_the_suites(tmp_path) -> None:
+    own = "    perf_stat: {events: [task-clock, cycles]}"
+    cases = load_cases(tmp_path, "perf_stat: {events: [page-faults]}", "    perf_stat: false", own)
+    assert [c.perf_stat for c in cases] == [None, spec.PerfStatSpec(("task-clock", "cycles"))]
+    cases = load_cases(tmp_path, "perf_stat: {events: [page-faults]}", "", own)
+    assert cases[0].perf_stat == spec.PerfStatSpec(("page-faults",))
+    cases = load_cases(tmp_path, "", "", "    perf_stat: true")  # no suite-wide key: only that case counts
+    assert [c.perf_stat for c in cases] == [None, spec.PerfStatSpec(spec.DEFAULT_EVENTS)]
+
+
+def test_a_bad_case_perf_stat_names_its_line_and_field(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(CASES.format(perf="", base="", mirrored="    perf_stat: {events: [cyclez]}"))
+    with pytest.raises(ConfigError) as exc:
+        suite.load(f)
+    (found,) = [str(p) for p in exc.value.problems]
+    assert found.startswith(f"{f}:9: cases[1].perf_stat.events[0]: unknown perf event 'cyclez'"), found
+
+
 def test_mirror_cost_counts_software_and_hardware_events() -> None:
     s = suite.load("mirror-cost")
     events = s.cases[0].perf_stat.events
@@ -265,3 +305,21 @@ def test_the_record_round_trips_through_results_json() -> None:
     rep = RepetitionResult(repetition=1, perf_stat=rec)
     assert RepetitionResult.from_json(rep.to_json()).perf_stat == rec
     assert "perf_stat" not in RepetitionResult(repetition=1).to_json()  # older runs' shape: no key
+
+
+def test_a_run_warns_at_its_start_when_perf_is_not_where_ovs_vswitchd_runs(tmp_path, monkeypatch) -> None:
+    from appliance.core import proc
+    from appliance.core.target import DbTarget
+    from appliance.netperf.run import perfstat as run_perfstat
+    from appliance.switch.host import Host
+
+    monkeypatch.setattr(proc, "_EXTRA_PATH", ())
+    monkeypatch.setenv("PATH", str(tmp_path))  # a directory without perf: the real lookup finds nothing
+    host = Host(DbTarget("unix:/x/db.sock", "--db"), label="hv1")
+    (warning,) = run_perfstat.missing(host)
+    assert warning.startswith("perf_stat: perf is not installed on hv1 (Debian: linux-perf; EL: perf)")
+    assert warning.endswith("its events will be recorded as not measured")
+    perf = tmp_path / "perf"
+    perf.write_text("#!/bin/sh\n")
+    perf.chmod(0o755)
+    assert run_perfstat.missing(host) == []
