@@ -23,7 +23,7 @@ DATA = ROOT / "tests/unit/data"
 
 # Verbs that print nothing a script reads: a command run inside a guest, daemons, the console, the
 # completion and man page generators, and the capture supervisor hvnet starts itself.
-NO_JSON = {"lab exec", "agent", "capture _supervise", "exporter", "tui", "completion", "_manpage", "_complete"}
+NO_JSON = {"lab exec", "agent", "capture _supervise", "exporter", "tui", "completion", "_complete"}
 
 
 def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[str, argparse.ArgumentParser]:
