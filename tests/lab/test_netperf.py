@@ -80,7 +80,10 @@ def test_quick_runs_end_to_end(lab: Lab, base_run: Path) -> None:
             assert rep["start_spread_ms"] is not None and rep["start_spread_ms"] < 200
             assert rep["cpu"]["vswitchd_pct_of_core"] > 0 and rep["cpu"]["samples"] >= 2
             assert rep["counters"]["vif1.0"]["rx_packets"] > 0  # the switch's own count of VM1's packets
-            assert (base_run / rep["raw"] / "instance-000.out").read_text().startswith("THROUGHPUT=")
+            out = (base_run / rep["raw"] / "instance-000.out").read_text()
+            assert out.startswith("NETPERF_INTERIM_RESULT[0]=") and "\nTHROUGHPUT=" in out  # -D 1, then the result
+            series = rep["throughput_series"]  # every step's interim results, summed per second
+            assert series and len(series) >= DURATION and all(v is not None and v >= 0 for v in series)
         units = {i["units"] for r in step["repetitions"] for i in r["instances"]}
         assert units == ({"Trans/s"} if step["type"].endswith("RR") else {"10^6bits/s"})
         if step["type"].endswith("RR"):
