@@ -130,8 +130,14 @@ def _run_stoppable(run: Any) -> Any:
 def cmd_report(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
+    if args.out and args.format != "flent":
+        from appliance.core.errors import UsageError
+
+        raise UsageError("--out DIR is where --format flent writes its files", hint="add --format flent")
     if args.against:
         return _report_against(args)
+    if args.format == "flent":
+        return _report_flent(args)
     target = _html_target(args)
     doc = suites.load_run(args.run)
     if target is not None:
@@ -151,6 +157,21 @@ def cmd_report(args: argparse.Namespace) -> int:
             return EXIT_OK  # the report itself is printed
         for p in suites.write_plots(doc, args.run):
             print(f"plot: {p}")
+    return EXIT_OK
+
+
+def _report_flent(args: argparse.Namespace) -> int:
+    """``--format flent``: one .flent.gz per measured repetition of a stream step; what was left out on stderr."""
+    from appliance.core.errors import UsageError
+    from appliance.services import suites
+
+    if args.html or args.json:
+        raise UsageError("--format flent writes flent files; it prints no report", hint="drop --html/--json")
+    ex = suites.export_flent(suites.load_run(args.run), args.run, args.out)
+    for path, plot in ex.files:
+        print(f"flent: {path}  (flent -i FILE -p {plot})")
+    for note in ex.notes:
+        print(f"hvnet: {note}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -288,6 +309,13 @@ def register(sub: Any) -> None:
     rp.add_argument("--no-plots", action="store_true", help="skip the plots (PNG files, or SVG in --html)")
     rp.add_argument("--against", metavar="STUDY", help="only the run beside a study's tables and conclusions, "
                     "no plots (with --json: as JSON); STUDY: " + ", ".join(STUDIES))  # fmt: skip
+    rp.add_argument(
+        "--format",
+        choices=("text", "flent"),
+        default="text",
+        help="flent: write one .flent.gz per repetition of each netperf stream step, for flent's plots",
+    )
+    rp.add_argument("--out", metavar="DIR", help="with --format flent: where (default RUN/flent)")  # fmt: skip
     out = rp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print results.json")
     out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")
