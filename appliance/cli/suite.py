@@ -193,6 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
     target = _html_target(args)
+    junit_target = htmlpage_target(args.junit, "--junit") if args.junit else None
     base, new = suites.load_run(args.base), suites.load_run(args.new)
     result = suites.compare(base, new, threshold_pct=args.threshold)
     if args.json:
@@ -204,7 +205,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         htmlpage.write(target, suites.compare_page(result, base, new, (args.base, args.new)))
         print(f"report: {target}", file=sys.stderr if args.json else sys.stdout)
+    if junit_target is not None:
+        from appliance.core import htmlpage
+
+        htmlpage.write(junit_target, suites.compare_junit(result, new), option="--junit")
+        print(f"junit: {junit_target}", file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAILED if result.regressions else EXIT_OK
+
+
+def htmlpage_target(path: str, option: str) -> Path:
+    """A FILE option's target, checked writable before anything is read or computed."""
+    from appliance.core import htmlpage
+
+    return htmlpage.check_target(path, option)
 
 
 def _html_target(args: argparse.Namespace) -> Optional[Path]:
@@ -327,6 +340,7 @@ def register(sub: Any) -> None:
     c.add_argument("--threshold", type=_threshold, default=5.0, metavar="PCT", help="tolerated change (default 5%%)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with a compare plot")
+    c.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per step and figure, for CI")
     c.set_defaults(func=cmd_compare)
 
     ls = ss.add_parser("list", help="shipped suites and past runs")

@@ -36,9 +36,9 @@ from appliance.switch.host import Host
 __all__ = [
     "MAX_DURATION_S", "MAX_REPETITIONS", "PPS_TYPES", "RR_TYPES", "Against", "Aggregate", "Event", "FlentExport",
     "OverrideError", "Overrides", "Result", "Row", "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult",
-    "SuiteRun", "against", "compare", "compare_page", "compare_runs", "compare_text", "export_flent", "list_runs",
-    "load_run", "load_suite", "parse_override", "parse_overrides", "plots_missing", "report_page", "report_text",
-    "run_dir", "shipped_suites", "suite_mod", "write_plots",
+    "SuiteRun", "against", "compare", "compare_junit", "compare_page", "compare_runs", "compare_text",
+    "export_flent", "list_runs", "load_run", "load_suite", "parse_override", "parse_overrides", "plots_missing",
+    "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod", "write_plots",
 ]  # fmt: skip
 
 
@@ -124,6 +124,14 @@ def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> Result:
 def compare_text(result: Result) -> str:
     """A comparison as the terminal shows it: the verdict table and its closing lines."""
     return compare_mod.text(result)
+
+
+def compare_junit(result: Result, new: SuiteResult) -> str:
+    """A comparison as JUnit XML (``--junit``): a test case per compared step and figure; regressions fail,
+    what could not be judged is skipped."""
+    from appliance.netperf.report import junit
+
+    return junit.document(result, new.meta.suite.name or "run")
 
 
 def compare_page(result: Result, base: SuiteResult, new: SuiteResult, names: tuple[str, str]) -> str:

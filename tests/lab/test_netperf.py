@@ -123,6 +123,23 @@ def test_report_regenerates_tables_and_plots(base_run: Path) -> None:
     assert any(r["run"] == str(base_run) for r in json.loads(listed.stdout)["runs"])
 
 
+def test_report_exports_the_streams_for_flent(base_run: Path) -> None:
+    """Every stream step's repetitions as flent files with their per-second series, read by flent's reader."""
+    resultset = pytest.importorskip("flent.resultset")
+    res = run_hvnet("suite", "report", str(base_run), "--format", "flent")
+    assert res.returncode == 0, res.stderr
+    files = sorted((base_run / "flent").glob("*.flent.gz"))
+    assert len(files) == 4 * 3 and len(res.stdout.splitlines()) == 12  # TCP and UDP streams, c1 and c4, 3 reps
+    assert "not exported: 2 TCP_RR step(s)" in res.stderr and "no interim results" not in res.stderr
+    doc = json.loads((base_run / "results.json").read_text())
+    for f in files:
+        r = resultset.load(str(f))
+        step = next(s for s in doc["steps"] if s["key"] == r.meta("HVNET")["step"])
+        rep = step["repetitions"][r.meta("HVNET")["repetition"] - 1]
+        (name,) = r.series_names
+        assert r.series(name) == rep["throughput_series"] and r.meta("HVNET")["interim_results"] is True
+
+
 def test_compare_flags_a_slowed_run_and_not_an_identical_one(lab: Lab, base_run: Path, tmp_path: Path) -> None:
     # An identical run is not flagged.  On a shared machine a burst of load can slow one run by
     # half (seen once); such a run is measured again, and an identical run flagged twice fails.
