@@ -193,7 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
     target = _html_target(args)
-    junit_target = htmlpage_target(args.junit, "--junit") if args.junit else None
+    junit_target = _file_target(args.junit, "--junit") if args.junit else None
     base, new = suites.load_run(args.base), suites.load_run(args.new)
     result = suites.compare(base, new, threshold_pct=args.threshold)
     if args.json:
@@ -213,7 +213,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.regressions else EXIT_OK
 
 
-def htmlpage_target(path: str, option: str) -> Path:
+def _file_target(path: str, option: str) -> Path:
     """A FILE option's target, checked writable before anything is read or computed."""
     from appliance.core import htmlpage
 

@@ -20,9 +20,9 @@ from appliance.isolation.report import problem_lines
 def cases(result: CheckResult) -> list[junit.Case]:
     """One case per method and ordered pair, in the matrix's order."""
     out = []
+    problems = problem_lines(result)
     for method, mr in result.methods.items():
         verdicts = result.verdicts(method)
-        lines = {line for line in problem_lines(result) if line.startswith(f"{method}: ")}
         for (listener, sender), verdict in sorted(verdicts.items()):
             name, classname = f"{listener} hears {sender}?", f"isolation.{result.scenario}.{method}"
             expected = result.expected.cells[(listener, sender)]
@@ -35,10 +35,18 @@ def cases(result: CheckResult) -> list[junit.Case]:
                 out.append(junit.Case(name, classname))
             else:
                 word = "LEAK" if verdict == "leak" else "UNEXPECTED BLOCK"
-                detail = next((x for x in lines if f"{listener} hears {sender}" in x or
-                               f"{listener} does not hear {sender}" in x), "")  # fmt: skip
-                out.append(junit.Case(name, classname, junit.FAILURE, f"{word}: expected {expected}", detail))
+                out.append(junit.Case(name, classname, junit.FAILURE, f"{word}: expected {expected}",
+                                      _evidence(problems, method, listener, sender, verdict)))  # fmt: skip
     return out
+
+
+def _evidence(problems: list[str], method: str, listener: str, sender: str, verdict: str) -> str:
+    """The terminal report's line for this cell (exactly this pair: VM1 is not VM10)."""
+    if verdict == "blocked":
+        line = f"{method}: UNEXPECTED BLOCK: {listener} does not hear {sender}"
+        return line if line in problems else ""
+    head = f"{method}: LEAK: {listener} hears {sender}"
+    return next((x for x in problems if x == head or x.startswith(f"{head}: ")), "")
 
 
 def document(result: CheckResult, timestamp: Optional[datetime] = None) -> str:

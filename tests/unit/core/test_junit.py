@@ -59,9 +59,16 @@ def test_an_isolation_leak_fails_its_pair_with_the_evidence() -> None:
               for m in result.methods for (a, b), v in result.verdicts(m).items() if v in ("leak", "blocked")}  # fmt: skip
     assert set(failed) == wanted and wanted
     leak = next(f for f in failed.values() if f.get("message", "").startswith("LEAK"))
-    assert "LEAK:" in (leak.text or "") and leak.get("type") == "failure"
+    assert leak.text in iso_report.problem_lines(result) and leak.get("type") == "failure"  # the report's line
     passed = [c for c in cases if outcome(c) == "passed"]
     assert len(passed) + len(failed) + int(ts.get("skipped")) + int(ts.get("errors")) == len(cases)
+
+
+def test_a_failures_evidence_is_its_own_pairs_line() -> None:
+    problems = ["traffic: LEAK: VM1 hears VM20: frame at ...", "traffic: LEAK: VM1 hears VM2: frame at 12:00"]
+    assert iso_junit._evidence(problems, "traffic", "VM1", "VM2", "leak") == problems[1]
+    assert iso_junit._evidence(problems, "trace", "VM1", "VM2", "leak") == ""
+    assert iso_junit._evidence(["trace: UNEXPECTED BLOCK: VM1 does not hear VM2"], "trace", "VM1", "VM2", "blocked")
 
 
 def test_undecided_pairs_are_skipped_never_passed() -> None:
