@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, Optional
 
 from appliance.core import htmlpage, render
 from appliance.frontdoor.guests import scenario_measurement
@@ -17,6 +18,7 @@ from appliance.services import isolation
 def cmd_isolation_check(args: argparse.Namespace) -> int:
     sc = isolation.load_scenario(args.file)  # validated whole before anything is touched
     html_target = htmlpage.check_target(args.html) if args.html else None  # refused before the check runs
+    junit_target = htmlpage.check_target(args.junit, "--junit") if args.junit else None
     if sc.topology.ovn or getattr(args, "pool", None):  # an OVN pool: its logical network, ovn-trace
         from appliance.cli.pool import check_pool_scenario
         from appliance.lab import Lab
@@ -39,12 +41,21 @@ def cmd_isolation_check(args: argparse.Namespace) -> int:
     if html_target is not None:
         htmlpage.write(html_target, isolation.result_page(result, source=f"checked on {where}", scenario=sc))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
+    _write_junit(junit_target, result, sys.stderr if args.json else sys.stdout)
     return result.exit_code
+
+
+def _write_junit(target: Optional[Path], result: Any, stream: Any) -> None:
+    """``--junit FILE``: the result as JUnit XML (a test case per method and pair), said where."""
+    if target is not None:
+        htmlpage.write(target, isolation.result_junit(result), option="--junit")
+        print(f"junit: {target}", file=stream)
 
 
 def cmd_isolation_report(args: argparse.Namespace) -> int:
     """A saved result (``isolation check --json``) printed again, or written as an HTML page."""
     html_target = htmlpage.check_target(args.html) if args.html else None
+    junit_target = htmlpage.check_target(args.junit, "--junit") if args.junit else None
     result = isolation.load_result(args.result)
     if args.json:  # the saved result, read back and written as check --json writes it
         render.print_json(isolation.result_json(result))
@@ -53,4 +64,5 @@ def cmd_isolation_report(args: argparse.Namespace) -> int:
     if html_target is not None:
         htmlpage.write(html_target, isolation.result_page(result, source=args.result))
         print(f"report: {html_target}", file=sys.stderr if args.json else sys.stdout)
+    _write_junit(junit_target, result, sys.stderr if args.json else sys.stdout)
     return result.exit_code

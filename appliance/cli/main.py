@@ -295,6 +295,7 @@ def build_parser(argv: Sequence[str] | None = None, *, only_named: bool = False)
     ic.add_argument("--json", action="store_true", help="machine-readable output")
     ic.add_argument("--out", metavar="DIR", help="where to keep the pcap files (default /var/lib/hvnet/isolation/...)")
     ic.add_argument("--html", metavar="FILE", help="also write the matrices and evidence as one self-contained page")
+    ic.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per method and pair, for CI")
     ic.set_defaults(func=lazy("appliance.cli.isolation", "cmd_isolation_check"))
     ir = isub.add_parser(
         "report", help="print a saved result (check --json) again, or write it as HTML; exits as the check did"
@@ -302,6 +303,7 @@ def build_parser(argv: Sequence[str] | None = None, *, only_named: bool = False)
     ir.add_argument("result", metavar="RESULT", help="a result saved with: hvnet isolation check ... --json > RESULT")
     ir.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead of printing")
     ir.add_argument("--json", action="store_true", help="print the result as check --json does (with --html too)")
+    ir.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per method and pair, for CI")
     ir.set_defaults(func=lazy("appliance.cli.isolation", "cmd_isolation_report"))
     if audit := _declare("appliance.cli.audit", named, only_named):
         audit.register(isub)

@@ -130,13 +130,19 @@ def _run_stoppable(run: Any) -> Any:
 def cmd_report(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
-    if args.against:
-        return _report_against(args)
-    if args.markdown:
+    if args.out and args.format != "flent":
         from appliance.core.errors import UsageError
 
-        raise UsageError("--markdown writes a run beside a study: it needs --against STUDY",
-                         hint="hvnet suite report RUN --against STUDY --markdown")  # fmt: skip
+        raise UsageError("--out DIR is where --format flent writes its files", hint="add --format flent")
+    if args.against:
+        return _report_against(args)
+    if args.format == "markdown":
+        from appliance.core.errors import UsageError
+
+        raise UsageError("--format markdown writes a run beside a study: it needs --against STUDY",
+                         hint="hvnet suite report RUN --against STUDY --format markdown")  # fmt: skip
+    if args.format == "flent":
+        return _report_flent(args)
     target = _html_target(args)
     doc = suites.load_run(args.run)
     if target is not None:
@@ -159,13 +165,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _report_flent(args: argparse.Namespace) -> int:
+    """``--format flent``: one .flent.gz per measured repetition of a stream step; what was left out on stderr."""
+    from appliance.core.errors import UsageError
+    from appliance.services import suites
+
+    if args.html or args.json:
+        raise UsageError("--format flent writes flent files; it prints no report", hint="drop --html/--json")
+    ex = suites.export_flent(suites.load_run(args.run), args.run, args.out)
+    for path, plot in ex.files:
+        print(f"flent: {path}  (flent -i FILE -p {plot})")
+    for note in ex.notes:
+        print(f"hvnet: {note}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _report_against(args: argparse.Namespace) -> int:
     from appliance.core.errors import UsageError
     from appliance.services import suites
 
     if args.html:
         raise UsageError("--against prints the study beside the run; it writes no HTML", hint="drop --html")
-    if args.markdown:
+    if args.format == "flent":
+        raise UsageError("--format flent writes a run's own series; a study has none", hint="drop --against")
+    if args.format == "markdown":
+        if args.json:
+            raise UsageError("--format markdown is a page, not JSON", hint="drop --json")
         print(suites.findings_page(suites.load_run(args.run), args.against), end="")
         return EXIT_OK
     result = suites.against(suites.load_run(args.run), args.against)
@@ -180,6 +205,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
     target = _html_target(args)
+    junit_target = _file_target(args.junit, "--junit") if args.junit else None
     base, new = suites.load_run(args.base), suites.load_run(args.new)
     result = suites.compare(base, new, threshold_pct=args.threshold)
     if args.json:
@@ -191,7 +217,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         htmlpage.write(target, suites.compare_page(result, base, new, (args.base, args.new)))
         print(f"report: {target}", file=sys.stderr if args.json else sys.stdout)
+    if junit_target is not None:
+        from appliance.core import htmlpage
+
+        htmlpage.write(junit_target, suites.compare_junit(result, new), option="--junit")
+        print(f"junit: {junit_target}", file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAILED if result.regressions else EXIT_OK
+
+
+def _file_target(path: str, option: str) -> Path:
+    """A FILE option's target, checked writable before anything is read or computed."""
+    from appliance.core import htmlpage
+
+    return htmlpage.check_target(path, option)
 
 
 def _html_target(args: argparse.Namespace) -> Optional[Path]:
@@ -300,11 +338,17 @@ def register(sub: Any) -> None:
     rp.add_argument("--no-plots", action="store_true", help="skip the plots (PNG files, or SVG in --html)")
     rp.add_argument("--against", metavar="STUDY", help="only the run beside a study's tables and conclusions, "
                     "no plots (with --json: as JSON); STUDY: " + ", ".join(STUDIES))  # fmt: skip
+    rp.add_argument(
+        "--format",
+        choices=("text", "flent", "markdown"),
+        default="text",
+        help="flent: write one .flent.gz per repetition of each netperf stream step, for flent's plots; "
+        "markdown (with --against): the run beside the study as a findings page of the manual",
+    )
+    rp.add_argument("--out", metavar="DIR", help="with --format flent: where (default RUN/flent)")  # fmt: skip
     out = rp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print results.json")
     out.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (tables, SVG plots)")
-    out.add_argument("--markdown", action="store_true", help="with --against: the run beside the study as markdown "
-                     "for a findings page (the run's identity, the tables, the verdicts)")  # fmt: skip
     rp.set_defaults(func=cmd_report)
 
     c = ss.add_parser("compare", help="compare two runs; exit 1 on a significant regression beyond the threshold")
@@ -313,6 +357,7 @@ def register(sub: Any) -> None:
     c.add_argument("--threshold", type=_threshold, default=5.0, metavar="PCT", help="tolerated change (default 5%%)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with a compare plot")
+    c.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per step and figure, for CI")
     c.set_defaults(func=cmd_compare)
 
     ls = ss.add_parser("list", help="shipped suites and past runs")

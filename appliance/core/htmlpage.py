@@ -142,20 +142,22 @@ def page(title: str, sections: Iterable[str], *, subtitle: str = "") -> str:
     )
 
 
-def check_target(path: str) -> Path:
-    """The ``--html FILE`` an operator gave, refused before any work if it cannot be written."""
+def check_target(path: str, option: str = "--html") -> Path:
+    """The ``--html FILE`` (or ``option`` FILE) an operator gave, refused before any work if it cannot be
+    written."""
     p = Path(path)
+    example = "report.xml" if option == "--junit" else "report.html"
     if p.is_dir():
-        raise UsageError(f"--html {path}: is a directory; give a file name (e.g. {p / 'report.html'})")
+        raise UsageError(f"{option} {path}: is a directory; give a file name (e.g. {p / example})")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"--html {path}: directory {parent} does not exist")
+        raise UsageError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
-        raise UsageError(f"--html {path}: directory {parent} is not writable")
+        raise UsageError(f"{option} {path}: directory {parent} is not writable")
     return p
 
 
-def write(path: Path, text: str) -> None:
+def write(path: Path, text: str, option: str = "--html") -> None:
     """Write the page whole: a reader (a browser, a mail attachment) never sees half a report.
 
     The page is written to a temporary file of an unpredictable name made beside the target with
@@ -165,7 +167,7 @@ def write(path: Path, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
     except OSError as exc:
-        raise HvnetError(f"--html {path}: cannot write: {exc.strerror or exc}") from None
+        raise HvnetError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             os.fchmod(fh.fileno(), 0o666 & ~_umask())  # not mkstemp's 0600: the umask decides, as for any file
@@ -173,7 +175,7 @@ def write(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise HvnetError(f"--html {path}: cannot write: {exc.strerror or exc}") from None
+        raise HvnetError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _umask() -> int:

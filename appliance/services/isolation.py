@@ -29,7 +29,7 @@ METHODS = check.METHODS
 
 __all__ = [
     "METHODS", "CheckResult", "Scenario", "load_result", "load_scenario", "methods_of", "model", "result_json",
-    "result_page", "result_text", "run_check",
+    "result_junit", "result_page", "result_text", "run_check",
 ]  # fmt: skip
 
 
@@ -61,6 +61,14 @@ def result_text(result: CheckResult) -> str:
 def result_json(result: CheckResult) -> dict[str, Any]:
     """A check's or an audit's result as ``--json`` prints it (what :func:`load_result` reads back)."""
     return report.to_json(result)
+
+
+def result_junit(result: CheckResult) -> str:
+    """A check's or an audit's result as JUnit XML (``--junit``): a test case per method and ordered pair;
+    leaks and unexpected blocks fail, undecided cells are skipped, a method that could not run errs."""
+    from appliance.isolation import junit
+
+    return junit.document(result)
 
 
 def result_page(result: CheckResult, *, source: str = "", scenario: Optional[Scenario] = None) -> str:

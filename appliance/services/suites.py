@@ -34,11 +34,11 @@ from appliance.switch.host import Host
 
 # What front ends show, named here so that they depend on this module, not on the engine's inside.
 __all__ = [
-    "MAX_DURATION_S", "MAX_REPETITIONS", "PPS_TYPES", "RR_TYPES", "Against", "Aggregate", "Event", "OverrideError",
-    "Overrides", "Result", "Row", "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult", "SuiteRun", "against",
-    "compare", "compare_page", "compare_runs", "compare_text", "list_runs", "load_run", "load_suite", "parse_override",
-    "parse_overrides", "plots_missing", "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod",
-    "write_plots",
+    "MAX_DURATION_S", "MAX_REPETITIONS", "PPS_TYPES", "RR_TYPES", "Against", "Aggregate", "Event", "FlentExport",
+    "OverrideError", "Overrides", "Result", "Row", "ShippedSuite", "Step", "StepResult", "Suite", "SuiteResult",
+    "SuiteRun", "against", "compare", "compare_junit", "compare_page", "compare_runs", "compare_text",
+    "export_flent", "list_runs", "load_run", "load_suite", "parse_override", "parse_overrides", "plots_missing",
+    "report_page", "report_text", "run_dir", "shipped_suites", "suite_mod", "write_plots",
 ]  # fmt: skip
 
 
@@ -94,6 +94,31 @@ def write_plots(doc: SuiteResult, run: str) -> list[Path]:
     return plots.write(doc, Path(run) if Path(run).is_dir() else Path(run).parent)
 
 
+@dataclass(frozen=True)
+class FlentExport:
+    """The flent files written for a run, the plot each opens with, and what was left out (and why)."""
+
+    files: list[tuple[Path, str]]  # (path, ``flent -p`` plot)
+    notes: list[str]
+
+
+def export_flent(doc: SuiteResult, run: str, out: Optional[str] = None) -> FlentExport:
+    """The run's netperf streams as flent data files, one per measured repetition of a step, in ``out``
+    (default: the run directory's ``flent``).  A directory that cannot be made is a usage error naming it."""
+    from appliance.netperf.report import flent
+
+    base = Path(run) if Path(run).is_dir() else Path(run).parent
+    target = Path(out) if out else base / "flent"
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"--out {target}: is not a directory")
+    ex = flent.export(doc)
+    try:
+        paths = flent.write(ex, target)
+    except OSError as e:
+        raise UsageError(f"--out {target}: cannot write there: {e.strerror or e}") from None
+    return FlentExport([(p, flent.plot_of(d)) for p, (_, d) in zip(paths, ex.files)], ex.notes)
+
+
 def compare(base: SuiteResult, new: SuiteResult, threshold_pct: float = 5.0) -> Result:
     """Two loaded runs step by step: what differs beyond the threshold and noise."""
     return compare_mod.compare(base, new, threshold_pct=threshold_pct)
@@ -107,6 +132,14 @@ def compare_runs(base: str, new: str, threshold_pct: float = 5.0) -> Result:
 def compare_text(result: Result) -> str:
     """A comparison as the terminal shows it: the verdict table and its closing lines."""
     return compare_mod.text(result)
+
+
+def compare_junit(result: Result, new: SuiteResult) -> str:
+    """A comparison as JUnit XML (``--junit``): a test case per compared step and figure; regressions fail,
+    what could not be judged is skipped."""
+    from appliance.netperf.report import junit
+
+    return junit.document(result, new.meta.suite.name or "run")
 
 
 def compare_page(result: Result, base: SuiteResult, new: SuiteResult, names: tuple[str, str]) -> str:

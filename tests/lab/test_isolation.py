@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -74,8 +75,12 @@ def test_misconfigured_scenario_reports_the_leak_and_restores_the_tag(lab: Lab, 
 def test_the_check_writes_its_matrices_and_evidence_as_one_html_page(lab: Lab, tmp_path) -> None:
     page = tmp_path / "report.html"
     res = run_hvnet("isolation", "check", str(VLAN_TESTS / "misconfigured.yaml"), "--out", str(tmp_path / "pcaps"),
-                    "--html", str(page))  # fmt: skip
+                    "--html", str(page), "--junit", str(tmp_path / "junit.xml"))  # fmt: skip
     assert res.returncode == 1 and f"report: {page}" in res.stdout and "LEAK" in res.stdout
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")  # the same check, for CI
+    assert suite is not None and suite.get("failures") == "4" and suite.get("tests") == "12"  # 6 pairs x 2 methods
+    assert {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None} == {
+        "VM3 hears VM1?", "VM3 hears VM2?"}  # fmt: skip
     html = page.read_text()
     assert "FAIL: isolation differs from expected" in html and html.count("Yes (LEAK)") == 4  # 2 cells x 2 methods
     assert "<td>VM3</td><td>unchanged</td><td>cleared</td>" in html  # the setting the check applied, shown

@@ -80,7 +80,10 @@ def test_quick_runs_end_to_end(lab: Lab, base_run: Path) -> None:
             assert rep["start_spread_ms"] is not None and rep["start_spread_ms"] < 200
             assert rep["cpu"]["vswitchd_pct_of_core"] > 0 and rep["cpu"]["samples"] >= 2
             assert rep["counters"]["vif1.0"]["rx_packets"] > 0  # the switch's own count of VM1's packets
-            assert (base_run / rep["raw"] / "instance-000.out").read_text().startswith("THROUGHPUT=")
+            out = (base_run / rep["raw"] / "instance-000.out").read_text()
+            assert out.startswith("NETPERF_INTERIM_RESULT[0]=") and "\nTHROUGHPUT=" in out  # -D 1, then the result
+            series = rep["throughput_series"]  # every step's interim results, summed per second
+            assert series and len(series) >= DURATION and all(v is not None and v >= 0 for v in series)
         units = {i["units"] for r in step["repetitions"] for i in r["instances"]}
         assert units == ({"Trans/s"} if step["type"].endswith("RR") else {"10^6bits/s"})
         if step["type"].endswith("RR"):
@@ -118,6 +121,23 @@ def test_report_regenerates_tables_and_plots(base_run: Path) -> None:
     assert html.count("<svg") == 5 and "avg transaction rate (trans/s)" in html and "netserver started by hvnet" in html
     listed = run_hvnet("suite", "list", "--runs", str(base_run.parent), "--json")
     assert any(r["run"] == str(base_run) for r in json.loads(listed.stdout)["runs"])
+
+
+def test_report_exports_the_streams_for_flent(base_run: Path) -> None:
+    """Every stream step's repetitions as flent files with their per-second series, read by flent's reader."""
+    resultset = pytest.importorskip("flent.resultset")
+    res = run_hvnet("suite", "report", str(base_run), "--format", "flent")
+    assert res.returncode == 0, res.stderr
+    files = sorted((base_run / "flent").glob("*.flent.gz"))
+    assert len(files) == 4 * 3 and len(res.stdout.splitlines()) == 12  # TCP and UDP streams, c1 and c4, 3 reps
+    assert "not exported: 2 TCP_RR step(s)" in res.stderr and "no interim results" not in res.stderr
+    doc = json.loads((base_run / "results.json").read_text())
+    for f in files:
+        r = resultset.load(str(f))
+        step = next(s for s in doc["steps"] if s["key"] == r.meta("HVNET")["step"])
+        rep = step["repetitions"][r.meta("HVNET")["repetition"] - 1]
+        (name,) = r.series_names
+        assert r.series(name) == rep["throughput_series"] and r.meta("HVNET")["interim_results"] is True
 
 
 def test_compare_flags_a_slowed_run_and_not_an_identical_one(lab: Lab, base_run: Path, tmp_path: Path) -> None:

@@ -240,7 +240,7 @@ def parse_interim(stdout: str) -> list[tuple[float, float, float]]:
 
 
 def interim_series(
-    instances: list[list[tuple[float, float, float]]], start: float, seconds: int, bin_s: float = 1.0
+    instances: list[list[tuple[float, float, float]]], start: float, seconds: float, bin_s: float = 1.0
 ) -> list[Optional[float]]:
     """The instances' interim rates summed in ``bin_s`` bins from ``start`` (Unix time) for ``seconds``.
 
@@ -259,3 +259,24 @@ def interim_series(
                     volume[b] += rate * overlap
                     covered[b] += overlap
     return [round(v / bin_s, 3) if c > 0 else None for v, c in zip(volume, covered)]
+
+
+def aligned_series(
+    instances: list[list[tuple[float, float, float]]], offsets_s: list[Optional[float]], bin_s: float = 1.0
+) -> Optional[list[Optional[float]]]:
+    """The instances' interim rates summed in ``bin_s`` bins from the batch's release, each instance on its own
+    clock: its first interim result starts when it started (``offsets_s``, after the release, as the launcher
+    saw it; None: 0), so a client VM's clock that differs from this machine's shifts nothing.
+
+    The series runs to the last interim result's end (all of a confidence run's iterations).  None when no
+    instance printed one (a run without ``-D``, or none finished an interval): not measured, never zeros."""
+    shifted = []
+    for series, offset in zip(instances, offsets_s):
+        if not series:
+            continue
+        shift = (offset or 0.0) - (series[0][0] - series[0][1])
+        shifted.append([(ending + shift, interval, rate) for ending, interval, rate in series])
+    if not shifted:
+        return None
+    end = max(ending for series in shifted for ending, _, _ in series)
+    return interim_series(shifted, 0.0, max(1, round(end / bin_s)) * bin_s, bin_s)

@@ -88,8 +88,11 @@ def repetition_record(
         arrival=arrived,
         perf_stat=got.perf_stat,
     )
-    if r.watch is not None:
-        stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(len(batch.argvs))]
+    stdouts = [batch.out_path(i).read_text(errors="replace") for i in range(len(batch.argvs))]
+    if not (step.test.is_pps or step.test.is_flows):  # netperf's interim results: the step's rate over time
+        offsets = [None if i.start_offset_ms is None else i.start_offset_ms / 1e3 for i in instances]
+        result.throughput_series = omni.aligned_series([omni.parse_interim(out) for out in stdouts], offsets)
+    if r.watch is not None:  # a phased case's series is re-read on the phases' clock
         r.watch.finish(result, got.after, r.sampler, stdouts)
     return result
 

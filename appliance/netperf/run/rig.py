@@ -26,6 +26,10 @@ from appliance.policy.apply import tcpolice
 from appliance.policy.apply.openflow import OpenFlow
 from appliance.switch.host import Host
 
+# Every measured netperf instance prints an interim result about once a second (demo mode, ``-D``): one short
+# line group per second is cheap, and gives every step a time series (the report's, a flent export's).
+INTERIM_S = 1.0
+
 
 def now() -> str:
     """The time a run records (UTC, to the second)."""
@@ -168,7 +172,7 @@ class Rig:
         return [
             omni.argv(
                 self.netperf, t, address, self.port, message_size=step.message_size,
-                seconds=seconds, confidence=not warmup, interim_s=1.0 if step.case.phases and not warmup else None,
+                seconds=seconds, confidence=not warmup, interim_s=None if warmup else INTERIM_S,
             )
             for _ in range(step.concurrency)
         ]  # fmt: skip

@@ -203,7 +203,9 @@ class RepetitionResult(Record):
     # monitored cases (sFlow/IPFIX to the lab's collector): what it received against what was expected
     collector: Optional[Json] = None
     phases: Optional[list[Json]] = None  # phased cases: each phase's figures (see .monitoring)
-    throughput_series: Optional[list[Optional[float]]] = None  # netperf's interim results summed, 1 s bins
+    # netperf's interim results summed in 1 s bins from the release (phased cases: from the phases' clock);
+    # None: not recorded (iperf3 steps, runs before every step recorded them)
+    throughput_series: Optional[list[Optional[float]]] = None
     captures: Optional[list[Json]] = None  # a case's listeners: each capture's port, counts and offered packets
     arrival: Optional[Json] = None  # a remote collector's receive counters (deltas) and the tunnel's overhead
     # the suite's perf_stat: each event's count on ovs-vswitchd's threads or why not measured, CPI, thread groups

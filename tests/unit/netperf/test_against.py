@@ -296,7 +296,7 @@ def test_one_repetition_a_side_is_said() -> None:
 def test_a_findings_page_names_the_run_and_carries_tables_and_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
     from appliance.cli.main import main
 
-    assert main(["suite", "report", str(SEED_RUN), "--against", "seed-2010", "--markdown"]) == 0
+    assert main(["suite", "report", str(SEED_RUN), "--against", "seed-2010", "--format", "markdown"]) == 0
     page = capsys.readouterr().out
     doc = results.load(SEED_RUN)
     lines = page.splitlines()
@@ -308,9 +308,9 @@ def test_a_findings_page_names_the_run_and_carries_tables_and_verdicts(capsys: p
     assert "## The study's conclusions, decided from this run" in lines
     assert any(ln.startswith("- **not comparable here**: ") for ln in lines)
     assert lines[-1] == "Study: OVS on XenServer, Test 2 (performance) (2010), seeds/ovs-xenserver-2010-study.txt."
-    # --markdown alone is a usage error: it is a run beside a study
-    assert main(["suite", "report", str(SEED_RUN), "--markdown"]) == EXIT_USAGE
-    assert "--markdown writes a run beside a study: it needs --against STUDY" in capsys.readouterr().err
+    # markdown alone is a usage error: it is a run beside a study
+    assert main(["suite", "report", str(SEED_RUN), "--format", "markdown"]) == EXIT_USAGE
+    assert "--format markdown writes a run beside a study: it needs --against STUDY" in capsys.readouterr().err
 
 
 def test_a_planted_host_name_is_literal_text_on_a_findings_page() -> None:

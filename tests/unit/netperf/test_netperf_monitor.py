@@ -182,6 +182,59 @@ def test_interim_argv() -> None:
     assert "-D" not in omni.argv("netperf", t, "192.0.2.1", 12865, message_size=None, seconds=9)
 
 
+LOOPBACK = DATA / "netperf"
+
+
+def loopback(name: str) -> str:
+    """netperf 2.7.0 -D 1 against a netserver on 127.0.0.1 (see the data README)."""
+    return (LOOPBACK / f"omni-demo-interim-loopback-{name}.out").read_text()
+
+
+def test_interim_results_of_a_tcp_rr_are_transactions_per_second() -> None:
+    out = loopback("tcp-rr")
+    series = omni.parse_interim(out)
+    assert series == [
+        (1795808632.799, 1.0, 84164.41),
+        (1795808633.8, 1.001, 87751.06),
+        (1795808634.799, 0.999, 83337.92),
+    ]
+    inst = omni.parse(0, NetperfTest("r", "TCP_RR", 3, (1,)), out, "", 0)
+    assert inst.ok and inst.throughput == 85082.90 and inst.units == "Trans/s"  # the final result, as before
+    bins = omni.aligned_series([series], [0.0])
+    assert bins is not None and len(bins) == 3 and bins[0] == pytest.approx(84164.41, abs=0.1)
+
+
+def test_interim_results_of_a_udp_stream_are_the_sending_rate() -> None:
+    out = loopback("udp-stream")
+    series = omni.parse_interim(out)
+    inst = omni.parse(0, NetperfTest("u", "UDP_STREAM", 3, (1,)), out, "", 0)
+    assert len(series) == 3 and inst.ok and inst.sent_mbps and inst.received_mbps
+    mean = sum(rate for _, _, rate in series) / len(series)
+    # what netperf's demo mode counts is what the client sent, not what arrived: near the sent figure
+    assert abs(mean - inst.sent_mbps) < abs(mean - inst.received_mbps)
+
+
+def test_interim_results_of_a_confidence_run_cover_every_iteration() -> None:
+    out = loopback("tcp-stream-confidence")  # -l 3 -I 99,5 -i 3,2: three iterations, numbered on
+    series = omni.parse_interim(out)
+    assert len(series) == 9 and [round(e - series[0][0]) for e, _, _ in series] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    bins = omni.aligned_series([series], [0.0])
+    assert bins is not None and len(bins) == 9 and all(b is not None for b in bins)
+
+
+def test_aligned_series_puts_each_instance_on_its_own_start() -> None:
+    a = omni.parse_interim(loopback("tcp-rr"))
+    # the same output from a client whose clock is 1000 s ahead, started 1 s after the release
+    b = [(e + 1000.0, i, r) for e, i, r in a]
+    bins = omni.aligned_series([a, b], [0.0, 1.0])
+    assert bins is not None and len(bins) == 4
+    assert bins[0] == pytest.approx(84164.41, abs=0.1)  # a alone in the first second
+    assert bins[3] == pytest.approx(83337.92, rel=1e-3)  # b alone in its last second (ms of its previous)
+    assert abs(bins[1] - (87751.06 + 84164.41)) < 100  # both running
+    assert omni.aligned_series([[], []], [0.0, None]) is None  # no interim result: not measured, never zeros
+    assert omni.aligned_series([a, []], [None, 0.0]) == omni.aligned_series([a], [0.0])
+
+
 def test_socket_drops_from_proc_net_udp() -> None:
     table = DATA / "proc-net-udp-drops.txt"  # a socket with a 4 kB buffer sent 200 datagrams of 1000 bytes
     assert socket_drops(47258, str(table)) == 197

@@ -142,6 +142,8 @@ def test_every_pairs_client_runs_its_concurrency_to_its_server(tmp_path: Path) -
     (step,) = s.steps()
     argvs = rig.argvs(step, 2, warmup=False)
     assert len(argvs) == 4 and all("10.0.0.3" in a for a in argvs)
+    assert all(a[a.index("-D") + 1] == "1" for a in argvs)  # every measured step records interim results
+    assert all("-D" not in a for a in rig.argvs(step, 2, warmup=True))  # a warm-up's are not read
     assert [c.name for c in rig.instance_clients(step)] == ["VM1", "VM1", "VM2", "VM2"]
     assert [p.client for p in rig.step_pairs()] == ["VM1", "VM2"]
 
