@@ -144,13 +144,19 @@ class Vif:
         return (self.counters.rx_errors or 0) + (self.counters.tx_errors or 0)
 
     def to_json(self) -> dict[str, Any]:
-        """Machine-readable form; units are part of the key names.
+        """Machine-readable form; units are part of the key names, spelled out (``_bits_per_s``, ``_bits``).
 
-        Field by field rather than ``asdict`` (which deep-copies the counters
-        and rates only to have them replaced below): a third of ``status
-        --json``'s time on a 1000-VIF host went there.
+        The limits are kept in kbit/s and kbit as OVS stores them, and written in
+        bit/s and bits (status version 2, see :data:`STATUS_RENAMED`).  Field by
+        field rather than ``asdict`` (which deep-copies the counters and rates
+        only to have them replaced below): a third of ``status --json``'s time on
+        a 1000-VIF host went there.
         """
-        d = {f: _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS}
+        d = {_JSON_KEY.get(f, f): _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS}
+        d["ingress_policing_rate_bits_per_s"] = self.ingress_policing_rate_kbps * 1000
+        d["ingress_policing_burst_bits"] = self.ingress_policing_burst_kbit * 1000
+        egress = self.egress_max_rate_kbps
+        d["egress_max_rate_bits_per_s"] = None if egress is None else round(egress * 1000)
         d["counters"] = self.counters.as_dict()
         d["rates"] = (
             None
@@ -168,6 +174,16 @@ class Vif:
 
 
 _VIF_JSON_FIELDS = tuple(f.name for f in fields(Vif))  # counters and rates are replaced in to_json
+
+# ``hvnet status --json``: its schema and version, and the keys version 2 renamed (old key, new key, x factor)
+STATUS_SCHEMA = "hvnet.status"
+STATUS_VERSION = 2
+STATUS_RENAMED = (
+    ("ingress_policing_rate_kbps", "ingress_policing_rate_bits_per_s", 1000),
+    ("ingress_policing_burst_kbit", "ingress_policing_burst_bits", 1000),
+    ("egress_max_rate_kbps", "egress_max_rate_bits_per_s", 1000),
+)
+_JSON_KEY = {old: new for old, new, _ in STATUS_RENAMED}
 
 
 def _plain(value: Any) -> Any:
@@ -235,6 +251,8 @@ class Inventory:
 
     def to_json(self, all_ports: bool = False) -> dict[str, Any]:
         return {
+            "schema": STATUS_SCHEMA,
+            "version": STATUS_VERSION,
             "host": asdict(self.host),
             "bridges": [asdict(b) for b in self.bridges],
             "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],

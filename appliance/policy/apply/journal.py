@@ -86,6 +86,11 @@ def _name_of(uid: int) -> str:
             return str(uid)
 
 
+# Each audit line names its schema; a line written before it did is version 1 all the same (nothing was renamed).
+AUDIT_SCHEMA = "hvnet.audit"
+AUDIT_VERSION = 1
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -280,6 +285,8 @@ class Journal:
     def audit(self, command: str, changes: list[Change], result: str, **extra: Any) -> Path:
         """Append one line to the audit log (creating its directory) and return its path."""
         entry = {
+            "schema": AUDIT_SCHEMA,
+            "version": AUDIT_VERSION,
             "time": now_iso(),
             "user": user(),
             "command": command,
