@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from appliance.isolation import model
 from appliance.isolation.check import CheckResult, Evidence, MethodResult
@@ -20,8 +20,8 @@ MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
 
 # What ``isolation check --json`` (and ``isolation audit --json``) prints and ``isolation report`` reads back.
 # A result saved before the document named its schema is version 1 all the same: no key has been renamed.
-SCHEMA = "hvnet.isolation.result"
-SCHEMA_VERSION = 1
+SCHEMA = documents.ISOLATION_RESULT.name
+SCHEMA_VERSION = documents.ISOLATION_RESULT.version
 
 
 def _table(result: CheckResult, cell_text) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from appliance.core import documents
 from appliance.core.ovsdb import c_json_parser_in_use
 from appliance.core.runner import CommandRunner, LocalRunner
 from appliance.core.vlan import VlanCols
@@ -175,9 +176,7 @@ class Vif:
 
 _VIF_JSON_FIELDS = tuple(f.name for f in fields(Vif))  # counters and rates are replaced in to_json
 
-# ``hvnet status --json``: its schema and version, and the keys version 2 renamed (old key, new key, x factor)
-STATUS_SCHEMA = "hvnet.status"
-STATUS_VERSION = 2
+# the keys ``hvnet status --json`` version 2 renamed (old key, new key, x factor)
 STATUS_RENAMED = (
     ("ingress_policing_rate_kbps", "ingress_policing_rate_bits_per_s", 1000),
     ("ingress_policing_burst_kbit", "ingress_policing_burst_bits", 1000),
@@ -250,15 +249,15 @@ class Inventory:
         return next((v for v in self.vifs if v.port == name or name in v.alias_ports), None)
 
     def to_json(self, all_ports: bool = False) -> dict[str, Any]:
-        return {
-            "schema": STATUS_SCHEMA,
-            "version": STATUS_VERSION,
-            "host": asdict(self.host),
-            "bridges": [asdict(b) for b in self.bridges],
-            "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
-            "mirrors": [asdict(m) for m in self.mirrors],
-            "taps": self.taps,
-        }
+        return documents.STATUS.stamp(
+            {
+                "host": asdict(self.host),
+                "bridges": [asdict(b) for b in self.bridges],
+                "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
+                "mirrors": [asdict(m) for m in self.mirrors],
+                "taps": self.taps,
+            }
+        )
 
 
 def _stat_int(stats: dict[str, int], key: str) -> int | None:

@@ -15,12 +15,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from appliance.core.documents import SUITE_RESULTS
 from appliance.core.errors import HvnetError, UsageError
 from appliance.netperf.store.records import RepetitionResult, StepResult, SuiteResult
 from appliance.netperf.store.retention import PIN_FILE
 from appliance.netperf.store.upgrade import CURRENT, upgrade
 
-SCHEMA = "hvnet.netperf.results"
+SCHEMA = SUITE_RESULTS.name
 SCHEMA_VERSION = CURRENT
 RESULTS = "results.json"
 CSV = "results.csv"

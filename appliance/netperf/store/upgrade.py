@@ -16,9 +16,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+from appliance.core.documents import SUITE_RESULTS
+
 Json = dict[str, Any]
 
-CURRENT = 2
+CURRENT = SUITE_RESULTS.version
 # a renamed key, its new name and the factor its value is multiplied by
 POLICING_1_TO_2 = (("rate_kbps", "rate_bits_per_s", 1000), ("burst_kbit", "burst_bits", 1000))
 
@@ -53,7 +55,7 @@ def _one_to_two(doc: Json) -> Json:
     return doc
 
 
-STEPS: dict[int, Callable[[Json], Json]] = {1: _one_to_two}
+STEPS: dict[int, Callable[[Json], Json]] = {1: _one_to_two}  # version -> to the next one
 
 
 def upgrade(doc: Json) -> Json:
