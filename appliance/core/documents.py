@@ -43,7 +43,10 @@ class Document:
 
 STATUS = Document("hvnet.status", 2, "status.schema.json", "hvnet status --json (each host's under --hosts)")
 SUITE_RESULTS = Document(
-    "hvnet.netperf.results", 2, "netperf-results.schema.json", "a suite run's results.json; hvnet suite show RUN --json"
+    "hvnet.netperf.results",
+    2,
+    "netperf-results.schema.json",
+    "a suite run's results.json; hvnet suite report RUN --json",
 )
 ISOLATION_RESULT = Document(
     "hvnet.isolation.result", 1, "isolation-result.schema.json",

@@ -183,6 +183,22 @@ STATUS_RENAMED = (
     ("egress_max_rate_kbps", "egress_max_rate_bits_per_s", 1000),
 )
 _JSON_KEY = {old: new for old, new, _ in STATUS_RENAMED}
+# a bridge's sampling settings are kept as a policy file writes them (no unit: ``polling: 30``); version 2
+# writes the unit in the key, the value unchanged
+SAMPLING_RENAMED = (
+    ("polling", "polling_s"),
+    ("header", "header_bytes"),
+    ("cache_active_timeout", "cache_active_timeout_s"),
+)
+_SAMPLING_KEY = dict(SAMPLING_RENAMED)
+
+
+def _bridge_json(b: BridgeInfo) -> dict[str, Any]:
+    d = asdict(b)
+    for kind in sampling.KINDS:
+        if d[kind] is not None:
+            d[kind] = {_SAMPLING_KEY.get(k, k): v for k, v in d[kind].items()}
+    return d
 
 
 def _plain(value: Any) -> Any:
@@ -252,7 +268,7 @@ class Inventory:
         return documents.STATUS.stamp(
             {
                 "host": asdict(self.host),
-                "bridges": [asdict(b) for b in self.bridges],
+                "bridges": [_bridge_json(b) for b in self.bridges],
                 "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
                 "mirrors": [asdict(m) for m in self.mirrors],
                 "taps": self.taps,

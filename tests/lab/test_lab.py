@@ -7,11 +7,13 @@ import subprocess
 
 import pytest
 
+from appliance.core import documents
 from appliance.endpoints.topology import DEFAULT_TOPOLOGY
 from appliance.endpoints.topology import load as load_topology
 from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
 from appliance.switch import api
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 
 TOPO = load_topology(DEFAULT_TOPOLOGY)
@@ -91,7 +93,7 @@ def test_status_json_reports_the_three_vifs(lab: Lab) -> None:
         assert v["counters_source"] == "kernel" and v["counters"]["rx_packets"] is not None
     assert out["host"]["ovs_version"] and out["host"]["bridge_datapath_types"] == ["netdev"]
     assert (out["schema"], out["version"]) == ("hvnet.status", 2)
-    schemas.check("status", out)  # the real output is what docs/reference/json.md publishes
+    jsonschemas.check(documents.STATUS, out)  # the real output is what docs/reference/json.md publishes
     assert out["host"]["db_target"] == lab.db
     assert [b["name"] for b in out["bridges"]] == ["xenbr0"]
 
