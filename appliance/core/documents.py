@@ -63,10 +63,14 @@ POLICY_APPLY = Document(
     "hvnet apply --json, and the --json of rollback and of the verbs that change one setting (vif set, qos set, "
     "mirror add, tap add, sflow set, ...)",
 )  # fmt: skip
+POOL_STATUS = Document("hvnet.pool.status", 2, "pool-status.schema.json", "hvnet status --pool NAME --json")
+POOL_OUTCOME = Document(
+    "hvnet.pool.outcome", 2, "pool-outcome.schema.json", "hvnet plan|apply|verify|rollback --pool NAME --json"
+)
 MIRROR_LIST = Document("hvnet.mirror.list", 1, "mirror-list.schema.json", "hvnet mirror list --json")
 TAP_LIST = Document("hvnet.tap.list", 1, "tap-list.schema.json", "hvnet tap list --json")
 
 ALL = (
-    STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, MIRROR_LIST,
-    TAP_LIST,
+    STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
+    POOL_OUTCOME, MIRROR_LIST, TAP_LIST,
 )  # fmt: skip

@@ -230,3 +230,40 @@ def test_the_tap_list_validates() -> None:
     jsonschemas.check(documents.TAP_LIST, doc)
     doc["taps"][0]["bytes"] = "4200"
     assert jsonschemas.problems(documents.TAP_LIST, doc)
+
+
+# -- an OVN pool (snapshots of the lab pool's NB and SB) -----------------------------------------
+
+
+def test_the_pool_status_validates_and_writes_its_limits_in_bits() -> None:
+    from tests.unit.ovn.test_ovn_plan import _view
+
+    doc = _view().to_json()
+    jsonschemas.check(documents.POOL_STATUS, doc)
+    ports = {p["vm"]: p for s in doc["switches"] for p in s["ports"]}
+    assert (ports["VM2"]["qos_max_rate_bits_per_s"], ports["VM2"]["qos_burst_bits"]) == (20_000_000, 2_000_000)
+    rule = doc["switches"][0]["qos"][0]
+    assert (rule["rate_bits_per_s"], rule["burst_bits"]) == (10_000_000, 1_000_000)  # the NB's 10000 kbit/s, 1000 kbit
+    doc["switches"][0]["qos"][0] = rename(rule, "rate_bits_per_s", "rate_kbps", 1000)
+    assert any("rate_kbps" in p for p in jsonschemas.problems(documents.POOL_STATUS, doc))
+
+
+def test_a_pool_outcome_validates_and_writes_its_limits_in_bits() -> None:
+    from appliance.cli.pool import outcome_json
+    from appliance.ovn import plan as ovn_plan
+    from appliance.ovn.write import Acks
+    from appliance.services.ovn.mirrors import Mirrored
+    from appliance.services.ovn.pool import Enforced, PoolOutcome
+    from tests.unit.ovn.test_ovn_plan import _policy, _view
+
+    view = _view()
+    plan = ovn_plan.plan(view, _policy("version: 1\nvifs:\n  - vm: VM1\n    ingress: {rate: 10000, burst: 1000}\n"))
+    (lim,) = plan.add
+    out = PoolOutcome(view, plan, nb_cfg=5, acks=Acks(5, 0.4213), enforced=[Enforced(lim, "hv1", "enforced", "")],
+                      mirrored=[Mirrored("span", lim.port, "VM1", "hv1", "present")])  # fmt: skip
+    doc = outcome_json(out)
+    jsonschemas.check(documents.POOL_OUTCOME, doc)
+    assert (doc["enforced"][0]["rate_bits_per_s"], doc["enforced"][0]["burst_bits"]) == (10_000_000, 1_000_000)
+    assert doc["acknowledged_s"] == 0.421 and doc["changes"]
+    doc["enforced"][0] = rename(doc["enforced"][0], "burst_bits", "burst_kbit", 1000)
+    assert any("burst_kbit" in p for p in jsonschemas.problems(documents.POOL_OUTCOME, doc))
