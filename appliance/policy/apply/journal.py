@@ -125,11 +125,18 @@ def _police_from_json(data: dict[str, Any]) -> PoliceCols:
     return PoliceCols(**values)
 
 
+# The sampling rows' durations and sizes, kept as the policy file names them: written with their unit (same value)
+SAMPLING_KEYS = {"polling": "polling_s", "header": "header_bytes", "cache_active_timeout": "cache_active_timeout_s"}
+_SAMPLING_OLD = {new: old for old, new in SAMPLING_KEYS.items()}
+
+
 def value_to_json(kind: str, value: Any) -> Any:
     if value is None:
         return None
     if kind == "ingress":
         return _police_to_json(value)
+    if kind in ("sflow", "ipfix"):
+        return {SAMPLING_KEYS.get(k, k): v for k, v in asdict(value).items()}
     if kind == "protocols":
         return list(value)
     if kind == "tap":
@@ -179,6 +186,8 @@ def value_from_json(kind: str, data: Any) -> Any:
         from appliance.policy.plan.taps import TapCols
 
         return TapCols.from_text(json.dumps(data))
+    if kind in ("sflow", "ipfix"):
+        data = {_SAMPLING_OLD.get(k, k): v for k, v in data.items()}  # version 1 wrote the columns' own names
     if kind == "sflow":
         return SflowCols(**{**data, "targets": tuple(data["targets"]), "external_ids": _pairs(data["external_ids"])})
     if kind == "ipfix":

@@ -184,12 +184,13 @@ def test_a_rollback_value_that_is_no_whole_kbit_is_refused() -> None:
 def test_plan_and_apply_output_validate() -> None:
     plan = planner.plan(document.parse(POLICY, "p.yaml"), lab_state(), PlanOptions())
     assert sorted(c.kind for c in plan.changes) == ["ingress", "vlan"]
-    out = plan_json(plan)
+    out = json.loads(json.dumps(plan_json(plan)))  # as --json prints it
     jsonschemas.check(documents.POLICY_PLAN, out)
     ingress = next(c for c in out["changes"] if c["kind"] == "ingress")
     assert (ingress["after"]["rate_bits_per_s"], ingress["after"]["burst_bits"]) == (10_240_000, 1_024_000)
     enforced = [Enforcement("vif1.0", "ingress", "meter", True, "meter 3: 10240 kbit/s burst 1024 kbit installed")]
     applied = ApplyResult(plan, "applied", attempts=1, enforcement=enforced, record_id="3b3888e3836f").to_json()
+    applied = json.loads(json.dumps(applied))
     jsonschemas.check(documents.POLICY_APPLY, applied)
     ingress["after"] = {k.replace("bits_per_s", "kbps"): v for k, v in ingress["after"].items()}
     assert jsonschemas.problems(documents.POLICY_PLAN, out)
@@ -267,3 +268,30 @@ def test_a_pool_outcome_validates_and_writes_its_limits_in_bits() -> None:
     assert doc["acknowledged_s"] == 0.421 and doc["changes"]
     doc["enforced"][0] = rename(doc["enforced"][0], "burst_bits", "burst_kbit", 1000)
     assert any("burst_kbit" in p for p in jsonschemas.problems(documents.POOL_OUTCOME, doc))
+
+
+SAMPLING_POLICY = """\
+version: 1
+bridges:
+  xenbr0:
+    sflow: {targets: ["192.0.2.9:6343"], sampling: 64, polling: 10, header: 128}
+    ipfix: {targets: ["192.0.2.9:4739"], sampling: 400, obs_domain_id: 1, obs_point_id: 1,
+            cache_active_timeout: 60, cache_max_flows: 1000}
+"""
+
+
+def test_sampling_changes_write_durations_and_sizes_with_their_unit_and_read_back() -> None:
+    plan = planner.plan(document.parse(SAMPLING_POLICY, "p.yaml"), lab_state(), PlanOptions())
+    out = json.loads(json.dumps(plan_json(plan)))  # as --json prints it (tuples are lists there)
+    jsonschemas.check(documents.POLICY_PLAN, out)
+    after = {c["kind"]: c["after"] for c in out["changes"]}
+    assert (after["sflow"]["polling_s"], after["sflow"]["header_bytes"]) == (10, 128)
+    assert after["ipfix"]["cache_active_timeout_s"] == 60
+    rec = journal.new_record("unix:/x.sock", "hvnet apply p.yaml", plan.changes)
+    jsonschemas.check(documents.ROLLBACK_RECORD, json.loads(json.dumps(rec)))
+    assert journal.record_changes(json.loads(json.dumps(rec))) == plan.changes
+    # as version 1 wrote them: the columns' own names
+    v1 = [{**c, "after": {{"polling_s": "polling", "header_bytes": "header"}.get(k, k): v for k, v in c["after"].items()}}
+          for c in rec["changes"]]  # fmt: skip
+    assert journal.record_changes({"changes": v1}) == plan.changes
+    assert jsonschemas.problems(documents.ROLLBACK_RECORD, {**rec, "changes": v1})
