@@ -157,7 +157,8 @@ def load(path: str | Path) -> SuiteResult:
     try:
         doc = upgrade(doc)  # a run an older hvnet saved reads as this one writes it
     except ValueError as exc:
-        raise NotARun(f"{f}: {exc}", hint="a newer hvnet wrote it: read it with that one") from None
+        newer = isinstance(doc.get("version"), int) and doc["version"] > SCHEMA_VERSION
+        raise NotARun(f"{f}: {exc}", hint="a newer hvnet wrote it: read it with that one" if newer else None) from None
     try:
         return SuiteResult.from_json(doc)
     except (TypeError, ValueError, AttributeError) as exc:
