@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.core import config, render, units
+from appliance.core import config, documents, render, units
 from appliance.core.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -129,7 +129,8 @@ def plan_on(
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
-    return {"changes": [change_json(c) for c in plan.changes], "warnings": plan.warnings, "matched": plan.matched}
+    changes = [change_json(c) for c in plan.changes]
+    return documents.POLICY_PLAN.stamp({"changes": changes, "warnings": plan.warnings, "matched": plan.matched})
 
 
 def plan_text(plan: Plan) -> str:
@@ -422,7 +423,7 @@ def cmd_mirror_list(args: argparse.Namespace) -> int:
     rows = [[m["bridge"], m["name"], m["owner"], m["config"], render.count(m["tx_packets"]) + " pkt",
              "-" if m["tx_bytes"] is None else render.si(m["tx_bytes"], "B")] for m in out]  # fmt: skip
     if args.json:
-        render.print_json({"mirrors": out})
+        render.print_json(documents.MIRROR_LIST.stamp({"mirrors": out}))
     elif rows:
         print(render.table(["BRIDGE", "MIRROR", "OWNER", "SELECT -> OUTPUT", "TX", "TX BYTES"], rows))
     else:

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from appliance.core import config, labstate, render
+from appliance.core import config, documents, labstate, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, UsageError
 from appliance.core.hostlist import Inventory, InventoryPool, load
 from appliance.core.target import SslOptions
@@ -188,24 +188,28 @@ def cmd_pool_export(args: argparse.Namespace) -> int:
 
 
 def outcome_json(out: pools.PoolOutcome) -> dict[str, object]:
-    return {
-        "pool": out.view.name,
-        "changes": out.plan.lines(),
-        "moves": [{"port": m.port, "vm": m.vm, "from": m.src, "to": m.dst, "vlan": m.vlan} for m in out.plan.moves],
-        "nb_cfg": out.nb_cfg,
-        "acknowledged_s": round(out.acks.seconds, 3) if out.acks else None,
-        "behind": out.acks.behind if out.acks else [],
-        "enforced": [_enforced_json(e) for e in out.enforced],
-        "mirrored": [vars(m) for m in out.mirrored],
-        **({"undone": out.undone} if out.undone else {}),
-        "settled": out.settled,
-    }
+    return documents.POOL_OUTCOME.stamp(
+        {
+            "pool": out.view.name,
+            "changes": out.plan.lines(),
+            "moves": [{"port": m.port, "vm": m.vm, "from": m.src, "to": m.dst, "vlan": m.vlan} for m in out.plan.moves],
+            "nb_cfg": out.nb_cfg,
+            "acknowledged_s": round(out.acks.seconds, 3) if out.acks else None,
+            "behind": out.acks.behind if out.acks else [],
+            "enforced": [_enforced_json(e) for e in out.enforced],
+            "mirrored": [vars(m) for m in out.mirrored],
+            **({"undone": out.undone} if out.undone else {}),
+            "settled": out.settled,
+        }
+    )
 
 
 def _enforced_json(e: pools.Enforced) -> dict[str, object]:
     lim = e.limit
-    return {"port": lim.port, "vm": lim.vm, "direction": lim.direction, "rate_kbps": lim.rate_kbps,
-            "burst_kbit": lim.burst_kbit, "chassis": e.chassis, "state": e.state, "detail": e.detail}  # fmt: skip
+    # version 2: the limit in bit/s and bits (the pool keeps it in kbit/s and kbit, as OVN's QoS rows do)
+    return {"port": lim.port, "vm": lim.vm, "direction": lim.direction, "rate_bits_per_s": lim.rate_kbps * 1000,
+            "burst_bits": lim.burst_kbit * 1000, "chassis": e.chassis, "state": e.state,
+            "detail": e.detail}  # fmt: skip
 
 
 def format_outcome(out: pools.PoolOutcome, verb: str) -> str:

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from appliance.cli.tap_args import MATCH_FLAGS
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_OK, UsageError
 
 
@@ -69,7 +69,7 @@ def cmd_tap_list(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
         rows = taps.list_taps(eng)
     if args.json:
-        render.print_json({"taps": [r.to_json() for r in rows]})
+        render.print_json(documents.TAP_LIST.stamp({"taps": [r.to_json() for r in rows]}))
         return EXIT_OK
     if not rows:
         print("no TAPs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED
 from appliance.isolation import model
 from appliance.isolation.check import CheckResult, Evidence, MethodResult
@@ -17,6 +17,11 @@ VERDICT = {  # by the check's exit code
     EXIT_UNDECIDED: "INCOMPLETE: not every cell could be decided",
 }
 MARK = {"ok": "", "leak": "!", "blocked": "!", "unknown": ""}
+
+# What ``isolation check --json`` (and ``isolation audit --json``) prints and ``isolation report`` reads back.
+# A result saved before the document named its schema is version 1 all the same: no key has been renamed.
+SCHEMA = documents.ISOLATION_RESULT.name
+SCHEMA_VERSION = documents.ISOLATION_RESULT.version
 
 
 def _table(result: CheckResult, cell_text) -> str:
@@ -160,6 +165,8 @@ def to_json(result: CheckResult) -> dict[str, Any]:
         return [{"listener": k[0], "sender": k[1], "value": v} for k, v in sorted(d.items())]
 
     out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
         "scenario": result.scenario,
         "guests": result.guests,
         **({"senders": result.senders} if result.senders else {}),
@@ -194,6 +201,7 @@ def from_json(doc: dict[str, Any]) -> CheckResult:
     ``to_json(from_json(doc)) == doc`` for any result this hvnet wrote.  Raises
     ``KeyError``/``TypeError``/``ValueError`` on a document that is not one.
     """
+    _check_schema(doc)
     expected = model.Expected(
         guests=list(doc["guests"]),
         cells=_cells(doc["expected"], "value"),
@@ -226,3 +234,14 @@ def _method(name: str, m: dict[str, Any]) -> MethodResult:
         error=m["error"],
         stats=m["stats"],
     )
+
+
+def _check_schema(doc: Any) -> None:
+    """Refuse another document, or a result a newer hvnet wrote; one saved before the key existed is version 1."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"expected an object, found {type(doc).__name__}")
+    schema, version = doc.get("schema", SCHEMA), doc.get("version", 1)
+    if schema != SCHEMA:
+        raise ValueError(f"schema {schema!r}, not {SCHEMA!r}")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{SCHEMA} version {version!r}; this hvnet reads version {SCHEMA_VERSION}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from appliance.core import documents
 from appliance.core.ovsdb import column as col
 from appliance.core.ovsdb import opt
 
@@ -153,9 +154,23 @@ class PoolView:
         return [(s.name, p) for s in self.switches for p in s.ports]
 
     def to_json(self) -> dict[str, Any]:
+        """``hvnet status --pool --json`` (version 2: the QoS rules' rate and burst in bit/s and bits, as the
+        ports' already were, and ``qos_max_rate_bits_per_s`` for the ports' ``qos_max_rate_bps``)."""
         d = asdict(self)
         d["behind"] = self.behind
-        return d
+        for s in d["switches"]:
+            s["ports"] = [{_PORT_KEY.get(k, k): v for k, v in p.items()} for p in s["ports"]]
+            s["qos"] = [_qos_json(q) for q in s["qos"]]
+        return documents.POOL_STATUS.stamp(d)
+
+
+_PORT_KEY = {"qos_max_rate_bps": "qos_max_rate_bits_per_s"}
+
+
+def _qos_json(q: dict[str, Any]) -> dict[str, Any]:
+    """A QoS rule's NB bandwidth (kbit/s, kbit) in bit/s and bits, in the same places."""
+    kilo = {"rate_kbps": "rate_bits_per_s", "burst_kbit": "burst_bits"}
+    return {kilo.get(k, k): (v * 1000 if k in kilo and v is not None else v) for k, v in q.items()}
 
 
 def _int(options: dict[str, str], key: str) -> int | None:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from appliance.core import documents
 from appliance.core.ovsdb import c_json_parser_in_use
 from appliance.core.runner import CommandRunner, LocalRunner
 from appliance.core.vlan import VlanCols
@@ -146,13 +147,19 @@ class Vif:
         return (self.counters.rx_errors or 0) + (self.counters.tx_errors or 0)
 
     def to_json(self) -> dict[str, Any]:
-        """Machine-readable form; units are part of the key names.
+        """Machine-readable form; units are part of the key names, spelled out (``_bits_per_s``, ``_bits``).
 
-        Field by field rather than ``asdict`` (which deep-copies the counters
-        and rates only to have them replaced below): a third of ``status
-        --json``'s time on a 1000-VIF host went there.
+        The limits are kept in kbit/s and kbit as OVS stores them, and written in
+        bit/s and bits (status version 2, see :data:`STATUS_RENAMED`).  Field by
+        field rather than ``asdict`` (which deep-copies the counters and rates
+        only to have them replaced below): a third of ``status --json``'s time on
+        a 1000-VIF host went there.
         """
-        d = {f: _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS}
+        d = {_JSON_KEY.get(f, f): _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS}
+        d["ingress_policing_rate_bits_per_s"] = self.ingress_policing_rate_kbps * 1000
+        d["ingress_policing_burst_bits"] = self.ingress_policing_burst_kbit * 1000
+        egress = self.egress_max_rate_kbps
+        d["egress_max_rate_bits_per_s"] = None if egress is None else round(egress * 1000)
         d["counters"] = self.counters.as_dict()
         d["rates"] = (
             None
@@ -170,6 +177,30 @@ class Vif:
 
 
 _VIF_JSON_FIELDS = tuple(f.name for f in fields(Vif))  # counters and rates are replaced in to_json
+
+# the keys ``hvnet status --json`` version 2 renamed (old key, new key, x factor)
+STATUS_RENAMED = (
+    ("ingress_policing_rate_kbps", "ingress_policing_rate_bits_per_s", 1000),
+    ("ingress_policing_burst_kbit", "ingress_policing_burst_bits", 1000),
+    ("egress_max_rate_kbps", "egress_max_rate_bits_per_s", 1000),
+)
+_JSON_KEY = {old: new for old, new, _ in STATUS_RENAMED}
+# a bridge's sampling settings are kept as a policy file writes them (no unit: ``polling: 30``); version 2
+# writes the unit in the key, the value unchanged
+SAMPLING_RENAMED = (
+    ("polling", "polling_s"),
+    ("header", "header_bytes"),
+    ("cache_active_timeout", "cache_active_timeout_s"),
+)
+_SAMPLING_KEY = dict(SAMPLING_RENAMED)
+
+
+def _bridge_json(b: BridgeInfo) -> dict[str, Any]:
+    d = asdict(b)
+    for kind in sampling.KINDS:
+        if d[kind] is not None:
+            d[kind] = {_SAMPLING_KEY.get(k, k): v for k, v in d[kind].items()}
+    return d
 
 
 def _plain(value: Any) -> Any:
@@ -236,13 +267,15 @@ class Inventory:
         return next((v for v in self.vifs if v.port == name or name in v.alias_ports), None)
 
     def to_json(self, all_ports: bool = False) -> dict[str, Any]:
-        return {
-            "host": asdict(self.host),
-            "bridges": [asdict(b) for b in self.bridges],
-            "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
-            "mirrors": [asdict(m) for m in self.mirrors],
-            "taps": self.taps,
-        }
+        return documents.STATUS.stamp(
+            {
+                "host": asdict(self.host),
+                "bridges": [_bridge_json(b) for b in self.bridges],
+                "vifs": [v.to_json() for v in self.vifs if all_ports or v.is_vif],
+                "mirrors": [asdict(m) for m in self.mirrors],
+                "taps": self.taps,
+            }
+        )
 
 
 def _stat_int(stats: dict[str, int], key: str) -> int | None:

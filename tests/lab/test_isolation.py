@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import ROOT, run_hvnet
 
 VLAN_TESTS = ROOT / "vlan-tests"
@@ -18,7 +20,9 @@ def check(scenario: str, out: Path, *extra: str) -> tuple[int, dict]:
     res = run_hvnet("isolation", "check", str(VLAN_TESTS / scenario), "--json", "--out", str(out), *extra)
     assert res.returncode in (0, 1, 7), res.stderr  # 2 is invalid input, never a verdict
     assert "Traceback" not in res.stderr
-    return res.returncode, json.loads(res.stdout)
+    doc = json.loads(res.stdout)
+    jsonschemas.check(documents.ISOLATION_RESULT, doc)  # the real result is what docs/reference/json.md publishes
+    return res.returncode, doc
 
 
 def cells(result: dict, method: str, key: str) -> dict[tuple[str, str], object]:

@@ -7,11 +7,13 @@ import subprocess
 
 import pytest
 
+from appliance.core import documents
 from appliance.endpoints.topology import DEFAULT_TOPOLOGY
 from appliance.endpoints.topology import load as load_topology
 from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
 from appliance.switch import api
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 
 TOPO = load_topology(DEFAULT_TOPOLOGY)
@@ -87,9 +89,11 @@ def test_status_json_reports_the_three_vifs(lab: Lab) -> None:
         v = vifs[g.vif]
         assert (v["vm_name"], v["vm_name_source"], v["tag"], v["vlan_mode"]) == (g.name, "lab", g.tag, "access")
         assert v["mac"] == g.mac and v["hypervisor"] == "xenserver" and v["xen_domid"] == g.domid
-        assert v["ingress_policing_rate_kbps"] == 0 and "ingress_policing_burst_kbit" in v
+        assert v["ingress_policing_rate_bits_per_s"] == 0 and "ingress_policing_burst_bits" in v
         assert v["counters_source"] == "kernel" and v["counters"]["rx_packets"] is not None
     assert out["host"]["ovs_version"] and out["host"]["bridge_datapath_types"] == ["netdev"]
+    assert (out["schema"], out["version"]) == ("hvnet.status", 2)
+    jsonschemas.check(documents.STATUS, out)  # the real output is what docs/reference/json.md publishes
     assert out["host"]["db_target"] == lab.db
     assert [b["name"] for b in out["bridges"]] == ["xenbr0"]
 
@@ -230,12 +234,12 @@ def test_qos_policing_and_mirrors_in_inventory(lab: Lab) -> None:
     try:
         out = json.loads(run_hvnet("status", "--json").stdout)
         vifs = {v["port"]: v for v in out["vifs"]}
-        assert (vifs["vif1.0"]["ingress_policing_rate_kbps"], vifs["vif1.0"]["ingress_policing_burst_kbit"]) == (
-            10240,
-            1024,
+        assert (vifs["vif1.0"]["ingress_policing_rate_bits_per_s"], vifs["vif1.0"]["ingress_policing_burst_bits"]) == (
+            10240000,
+            1024000,
         )
         assert vifs["vif2.0"]["egress_qos_type"] == "linux-htb"
-        assert vifs["vif2.0"]["egress_max_rate_kbps"] == 20000
+        assert vifs["vif2.0"]["egress_max_rate_bits_per_s"] == 20000000
         assert vifs["vif1.0"]["mirrors"] == [{"mirror": "m1", "role": "source"}]
         assert vifs["vif3.0"]["mirrors"] == [{"mirror": "m1", "role": "output"}]
         (m,) = out["mirrors"]

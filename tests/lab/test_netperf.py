@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import HVNET, ROOT, run_hvnet
 from tests.lab.policy_helpers import vsctl
 
@@ -62,7 +64,8 @@ def base_run(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
 
 def test_quick_runs_end_to_end(lab: Lab, base_run: Path) -> None:
     doc = json.loads((base_run / "results.json").read_text())
-    assert doc["schema"] == "hvnet.netperf.results" and doc["version"] == 1
+    assert doc["schema"] == "hvnet.netperf.results" and doc["version"] == 2
+    jsonschemas.check(documents.SUITE_RESULTS, doc)  # the real run is what docs/reference/json.md publishes
     assert doc["state"] == "complete" and doc["partial"] is False
     meta = doc["meta"]
     assert meta["ovs_version"] and meta["datapath_types"] == ["netdev"]

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab, ovn
+from tests import jsonschemas
 from tests.conftest import ROOT, run_hvnet
 from tests.lab.conftest import lab_up
 
@@ -112,6 +114,7 @@ def test_the_pool_status_names_each_ports_vm_and_chassis(pool: Lab) -> None:
     res = run_hvnet("--pool", "ovn-pool", "status", "--json", env={"HVNET_LAB_DIR": str(pool.run_dir)})
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(res.stdout)
+    jsonschemas.check(documents.POOL_STATUS, doc)  # the real output is what docs/reference/json.md publishes
     seen = {p["vm"]: (s["name"], p["chassis"], p["up"]) for s in doc["switches"] for p in s["ports"]}
     assert seen == {"VM1": ("vlan1", "hv1", True), "VM2": ("vlan1", "hv2", True), "VM3": ("vlan2", "hv3", True)}
     assert doc["behind"] == [] and doc["notes"] == [] and doc["nb_cfg"] == doc["hv_cfg"]
@@ -167,6 +170,7 @@ def test_policing_applies_as_qos_rules_acknowledged_and_metered_on_the_binding_c
     res = run_hvnet("--pool", "ovn-pool", "apply", str(policy), "--json", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(res.stdout)
+    jsonschemas.check(documents.POOL_OUTCOME, doc)
     assert doc["behind"] == [] and doc["nb_cfg"] and len(doc["changes"]) == 2
     assert {(e["vm"], e["chassis"], e["state"]) for e in doc["enforced"]} == {
         ("VM1", "hv1", "enforced"), ("VM2", "hv2", "enforced")}  # fmt: skip

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import HVNET, ROOT, run_hvnet
 from tests.lab.policy_helpers import config, ofctl, reset, vsctl, write
 
@@ -241,7 +243,9 @@ def test_imperative_commands(lab: Lab) -> None:
     name = vsctl(lab, "get", "port", tunnel, "name")
     assert vsctl(lab, "get", "interface", name, "type") == "gre"
     assert vsctl(lab, "get", "interface", name, "options:remote_ip") == '"192.0.2.10"'
-    listing = json.loads(hv("mirror", "list", "--json").stdout)["mirrors"]
+    doc = json.loads(hv("mirror", "list", "--json").stdout)
+    jsonschemas.check(documents.MIRROR_LIST, doc)  # the real output is what docs/reference/json.md publishes
+    listing = doc["mirrors"]
     assert [m["name"] for m in listing] == ["toremote"] and listing[0]["owner"] == "hvnet"
     assert "tx_packets" in listing[0]
     assert hv("mirror", "add", "toremote", "--bridge", "xenbr0", "--all", "--output-vlan", "9").returncode == 2

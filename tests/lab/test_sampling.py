@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
 from appliance.lab.collector import Collector
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import vsctl, write
 from tests.lab.test_policy_agent import AgentProc, wait_until
@@ -55,11 +57,14 @@ def free_udp_port() -> int:
 def test_apply_verify_export_rollback(lab: Lab, tmp_path: Path) -> None:
     f = write(tmp_path / "p.yaml", POLICY)
     plan = json.loads(hv("plan", f, "--json").stdout)
+    jsonschemas.check(documents.POLICY_PLAN, plan)  # the real output is what docs/reference/json.md publishes
+    assert plan["changes"][0]["after"]["polling_s"] == 10
     assert [(c["kind"], c["name"]) for c in plan["changes"]] == [("sflow", "xenbr0"), ("ipfix", "xenbr0")]
     assert listed(lab, "sflow") == [] and listed(lab, "ipfix") == []  # plan touched nothing
 
     res = hv("apply", f, "--json")
     assert res.returncode == 0, res.stdout + res.stderr
+    jsonschemas.check(documents.POLICY_APPLY, json.loads(res.stdout))
     (sflow,) = listed(lab, "sflow")
     assert (sflow["targets"], sflow["sampling"], sflow["polling"], sflow["header"]) == ("192.0.2.9:6343", 64, 10, 128)
     assert sflow["external_ids"] == ["map", [["hvnet-owner", "hvnet"]]]

@@ -35,9 +35,9 @@ def test_snapshot_and_replica_give_the_same_inventory(switch) -> None:
     v3 = next(v for v in once["vifs"] if v["port"] == "vif3.0")
     assert v3["trunks_all_vlans"] is True and v3["mirrors"] == [{"mirror": "m[/]", "role": "output"}]
     v2 = next(v for v in once["vifs"] if v["port"] == "vif2.0")
-    assert (v2["vlan_mode"], v2["tag"], v2["trunks"], v2["egress_max_rate_kbps"]) == (
+    assert (v2["vlan_mode"], v2["tag"], v2["trunks"], v2["egress_max_rate_bits_per_s"]) == (
         "native-untagged",
         20,
         [20, 30],
-        20000.0,
+        20000000,
     )

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.core.errors import HvnetError
 from appliance.lab import Lab
 from appliance.policy.apply.openflow import COOKIE, OpenFlow
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import ofctl, reset, vsctl, write
 
@@ -126,7 +128,9 @@ def test_a_tap_copies_exactly_its_match(lab: Lab, mon: str, tmp_path: Path, meth
     assert not [x for x in lines if vm3_mac in x or IP["VM3"] in x], lines
     assert len(lines) == PINGS, lines
 
-    [tap] = hv("tap", "list")["taps"]
+    listed = hv("tap", "list")
+    jsonschemas.check(documents.TAP_LIST, listed)  # the real output is what docs/reference/json.md publishes
+    [tap] = listed["taps"]
     assert (tap["name"], tap["method"], tap["packets"]) == ("icmp12", method, PINGS)
     assert tap["bytes"] == PINGS * 98  # 84-byte ICMP datagrams in 14-byte Ethernet headers
     assert run_hvnet("verify", f).returncode == 0

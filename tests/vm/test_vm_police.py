@@ -255,8 +255,8 @@ def test_seed_2010s_policed_steps_on_the_vm_host_are_the_tc_policer(
     assert set(steps) == {"tcp-stream", "udp-stream", "tcp-crr", "udp-rr"}, list(steps)
     for name, step in steps.items():
         pol = step["policing"]
-        assert (pol["port"], pol["rate_kbps"], pol["burst_kbit"], pol["mechanism"], pol["verified"]) == (
-            "vif1.0", RATE_KBPS, BURST_KBIT, "tc", True), (name, pol)  # fmt: skip
+        assert (pol["port"], pol["rate_bits_per_s"], pol["burst_bits"], pol["mechanism"], pol["verified"]) == (
+            "vif1.0", RATE_KBPS * 1000, BURST_KBIT * 1000, "tc", True), (name, pol)  # fmt: skip
         (rep,) = step["repetitions"]
         assert rep["aggregate"]["lost"] == 0, (name, rep["aggregate"])
         assert rep["meter_drops"] is not None, name  # tc's police counter, read around the repetition

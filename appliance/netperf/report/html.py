@@ -185,7 +185,15 @@ def _policing_text(p: object) -> str:
         return "none"
     v = p.get("verified")
     verdict = VERIFIED[v] if isinstance(v, (bool, type(None))) else "not verified"
-    return f"{p.get('rate_kbps')} kbit/s, burst {p.get('burst_kbit')} kbit, {p.get('mechanism') or '?'}: {verdict}"
+    rate, burst = (_kilo(p.get(k)) for k in ("rate_bits_per_s", "burst_bits"))
+    return f"{rate} kbit/s, burst {burst} kbit, {p.get('mechanism') or '?'}: {verdict}"
+
+
+def _kilo(value: object) -> object:
+    """A count of bits (or bit/s) in kilo, as OVS and a policy set it: exact when it is a whole number of them."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value // 1000 if value % 1000 == 0 else value / 1000
+    return value
 
 
 def _enforcement_text(items: object) -> str:

@@ -94,7 +94,7 @@ class Fragments:
         verified = next((e["verified"] for e in enforcement if e["port"] == port.name and e["kind"] == "ingress"), None)
         if verified is False:
             self.warn(f"{label}: policing on {port.name} is configured but NOT enforced by this host")
-        return Policing(port.name, ingress.rate_kbps, ingress.burst_kbit, ingress.mechanism, verified)
+        return Policing(port.name, ingress.rate_kbps * 1000, ingress.burst_kbit * 1000, ingress.mechanism, verified)
 
 
 def copies(policy: Policy, snap: Any) -> list[MirrorInfo]:

@@ -1,9 +1,10 @@
 """A run's results as typed records: what the runner builds and every reader reads back.
 
-``results.json`` (schema ``hvnet.netperf.results`` version 1) is the contract
+``results.json`` (schema ``hvnet.netperf.results`` version 2) is the contract
 with operators' scripts and with older runs, so each record's ``to_json``
 writes exactly the keys, values and order the file has always had, and
-``from_json`` reads any version 1 file.  Two fields keep a load/save round
+``from_json`` reads any version 2 file (an older version is upgraded first, by
+:mod:`appliance.netperf.store.upgrade`).  Two fields keep a load/save round
 trip exact: ``extra`` holds keys this hvnet does not know (written back after
 the known ones), and ``absent`` names known keys the record does not carry --
 a figure that does not apply to the test type (no latency for a stream), or a
@@ -320,12 +321,21 @@ class Policing(Record):
     """The ingress policing in force on the client VIF during a step, and whether it was enforced."""
 
     port: str = ""
-    rate_kbps: int = 0
-    burst_kbit: int = 0
+    rate_bits_per_s: int = 0
+    burst_bits: int = 0
     mechanism: str = ""
     verified: Optional[bool] = None  # False: configured but NOT enforced; None: not checked
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
+
+    # OVS sets policing in kbit/s and kbit, which is how the verdict and the reports speak of it
+    @property
+    def rate_kbps(self) -> int:
+        return self.rate_bits_per_s // 1000
+
+    @property
+    def burst_kbit(self) -> int:
+        return self.burst_bits // 1000
 
 
 @dataclass

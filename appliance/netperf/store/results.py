@@ -15,12 +15,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from appliance.core.documents import SUITE_RESULTS
 from appliance.core.errors import HvnetError, UsageError
 from appliance.netperf.store.records import RepetitionResult, StepResult, SuiteResult
 from appliance.netperf.store.retention import PIN_FILE
+from appliance.netperf.store.upgrade import CURRENT, upgrade
 
-SCHEMA = "hvnet.netperf.results"
-SCHEMA_VERSION = 1
+SCHEMA = SUITE_RESULTS.name
+SCHEMA_VERSION = CURRENT
 RESULTS = "results.json"
 CSV = "results.csv"
 
@@ -167,8 +169,11 @@ def load(path: str | Path) -> SuiteResult:
         raise NotARun(f"{f} is not a readable hvnet run: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise NotARun(f"{f} is not an hvnet run (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
-    if doc.get("version") != SCHEMA_VERSION:
-        raise NotARun(f"{f}: results version {doc.get('version')!r}; this hvnet reads version {SCHEMA_VERSION}")
+    try:
+        doc = upgrade(doc)  # a run an older hvnet saved reads as this one writes it
+    except ValueError as exc:
+        newer = isinstance(doc.get("version"), int) and doc["version"] > SCHEMA_VERSION
+        raise NotARun(f"{f}: {exc}", hint="a newer hvnet wrote it: read it with that one" if newer else None) from None
     try:
         return SuiteResult.from_json(doc)
     except (TypeError, ValueError, AttributeError) as exc:

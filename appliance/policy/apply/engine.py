@@ -33,6 +33,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from appliance.core import documents
 from appliance.core.errors import HvnetError, OutcomeUnknown
 from appliance.core.ovsdb import Connection, TxnContext
 from appliance.core.vlan import DEAD, VlanCols
@@ -75,17 +76,19 @@ class ApplyResult:
         return self.status in ("applied", "unchanged", "dry-run") and not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "ok": self.ok,
-            "attempts": self.attempts,
-            "changes": [change_json(c) for c in self.plan.changes],
-            "warnings": self.plan.warnings,
-            "problems": self.problems,
-            "isolated": self.isolated,
-            "enforcement": [e.to_json() for e in self.enforcement],
-            "record_id": self.record_id,
-        }
+        return documents.POLICY_APPLY.stamp(
+            {
+                "status": self.status,
+                "ok": self.ok,
+                "attempts": self.attempts,
+                "changes": [change_json(c) for c in self.plan.changes],
+                "warnings": self.plan.warnings,
+                "problems": self.problems,
+                "isolated": self.isolated,
+                "enforcement": [e.to_json() for e in self.enforcement],
+                "record_id": self.record_id,
+            }
+        )
 
 
 def change_json(c: Change) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.core import documents
 from appliance.core.errors import HvnetError
 from appliance.core.vlan import VlanCols
 from appliance.policy.plan.planner import Change, describe
@@ -97,9 +98,45 @@ def _summary(c: Change, value: Any) -> dict[str, Any]:
 # -- serialising changes (rollback records) ---------------------------------
 
 
+# OVS keeps ingress policing in kbit/s and kbit; a record (version 2) and ``plan``/``apply --json`` write
+# bit/s and bits like every JSON key.  A version 1 record (the kbit keys) still reads: a pending or last
+# apply saved by an older hvnet can be committed or rolled back by this one.
+POLICE_KEYS = (
+    ("rate_kbps", "rate_bits_per_s"),
+    ("burst_kbit", "burst_bits"),
+    ("meter_rate_kbps", "meter_rate_bits_per_s"),
+    ("meter_burst_kbit", "meter_burst_bits"),
+)
+
+
+def _police_to_json(p: PoliceCols) -> dict[str, Any]:
+    return {new: None if getattr(p, old) is None else getattr(p, old) * 1000 for old, new in POLICE_KEYS}
+
+
+def _police_from_json(data: dict[str, Any]) -> PoliceCols:
+    if any(old in data for old, _ in POLICE_KEYS):  # version 1
+        return PoliceCols(**data)
+    values = {}
+    for old, new in POLICE_KEYS:
+        v = data[new]
+        if v is not None and (not isinstance(v, int) or v % 1000):
+            raise ValueError(f"{new}: {v!r} is not a whole number of kbit (OVS's unit)")
+        values[old] = None if v is None else v // 1000
+    return PoliceCols(**values)
+
+
+# The sampling rows' durations and sizes, kept as the policy file names them: written with their unit (same value)
+SAMPLING_KEYS = {"polling": "polling_s", "header": "header_bytes", "cache_active_timeout": "cache_active_timeout_s"}
+_SAMPLING_OLD = {new: old for old, new in SAMPLING_KEYS.items()}
+
+
 def value_to_json(kind: str, value: Any) -> Any:
     if value is None:
         return None
+    if kind == "ingress":
+        return _police_to_json(value)
+    if kind in ("sflow", "ipfix"):
+        return {SAMPLING_KEYS.get(k, k): v for k, v in asdict(value).items()}
     if kind == "protocols":
         return list(value)
     if kind == "tap":
@@ -117,7 +154,7 @@ def value_from_json(kind: str, data: Any) -> Any:
     if kind == "vlan":
         return VlanCols(data["vlan_mode"], data["tag"], tuple(data["trunks"]))
     if kind == "ingress":
-        return PoliceCols(**data)
+        return _police_from_json(data)
     if kind == "egress":
         return QosCols(
             data["type"],
@@ -149,6 +186,8 @@ def value_from_json(kind: str, data: Any) -> Any:
         from appliance.policy.plan.taps import TapCols
 
         return TapCols.from_text(json.dumps(data))
+    if kind in ("sflow", "ipfix"):
+        data = {_SAMPLING_OLD.get(k, k): v for k, v in data.items()}  # version 1 wrote the columns' own names
     if kind == "sflow":
         return SflowCols(**{**data, "targets": tuple(data["targets"]), "external_ids": _pairs(data["external_ids"])})
     if kind == "ipfix":
@@ -189,14 +228,16 @@ def change_from_json(d: dict[str, Any]) -> Change:
 
 
 def new_record(remote: str, command: str, changes: list[Change]) -> dict[str, Any]:
-    return {
-        "id": uuid.uuid4().hex[:12],
-        "time": now_iso(),
-        "user": user(),
-        "command": command,
-        "target": remote,
-        "changes": [change_to_json(c) for c in changes],
-    }
+    return documents.ROLLBACK_RECORD.stamp(
+        {
+            "id": uuid.uuid4().hex[:12],
+            "time": now_iso(),
+            "user": user(),
+            "command": command,
+            "target": remote,
+            "changes": [change_to_json(c) for c in changes],
+        }
+    )
 
 
 def record_changes(record: dict[str, Any]) -> list[Change]:
@@ -279,7 +320,10 @@ class Journal:
 
     def audit(self, command: str, changes: list[Change], result: str, **extra: Any) -> Path:
         """Append one line to the audit log (creating its directory) and return its path."""
+        # a line written before lines named their schema is version 1 all the same: nothing was renamed
         entry = {
+            "schema": documents.AUDIT_LINE.name,
+            "version": documents.AUDIT_LINE.version,
             "time": now_iso(),
             "user": user(),
             "command": command,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from appliance.isolation import model, report
 from appliance.isolation.check import CheckResult, Evidence, MethodResult
 
@@ -14,10 +16,21 @@ SAVED = Path(__file__).resolve().parents[1] / "data" / "isolation-seed-three-vm.
 
 
 def test_a_saved_check_round_trips_to_the_same_json() -> None:
+    # saved before results named their schema: read as version 1, written back with the two keys first
     text = SAVED.read_text()
     result = report.from_json(json.loads(text))
     assert isinstance(result, CheckResult)
-    assert json.dumps(report.to_json(result), indent=2) + "\n" == text  # what --json printed, byte for byte
+    stamped = text.replace("{\n", '{\n  "schema": "hvnet.isolation.result",\n  "version": 1,\n', 1)
+    assert json.dumps(report.to_json(result), indent=2) + "\n" == stamped  # what --json printed, byte for byte
+    again = report.to_json(report.from_json(json.loads(stamped)))
+    assert json.dumps(again, indent=2) + "\n" == stamped
+
+
+def test_another_document_or_a_newer_result_is_refused() -> None:
+    doc = json.loads(SAVED.read_text())
+    for bad, said in (({"schema": "hvnet.status"}, "schema 'hvnet.status'"), ({"version": 2}, "version 2")):
+        with pytest.raises(ValueError, match=said):
+            report.from_json({**doc, **bad})
 
 
 def test_a_saved_check_reads_as_the_check_returned_it() -> None:

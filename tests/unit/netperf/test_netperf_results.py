@@ -515,7 +515,7 @@ def test_report_of_a_run_without_steps() -> None:
 def test_report_policing_and_mirror_rows() -> None:
     base = step_doc("ts/default/m1400/c1", [9.0, 9.2])
     policed = step_doc("ts/policed/m1400/c1", [4.5, 4.7])
-    policed["policing"] = {"rate_kbps": 5000, "burst_kbit": 4000, "mechanism": "meter", "verified": False}
+    policed["policing"] = {"rate_bits_per_s": 5000000, "burst_bits": 4000000, "mechanism": "meter", "verified": False}
     for rep in policed["repetitions"]:
         rep["meter_drops"] = 1200
     mirrored = step_doc("ts/mirrored/m1400/c1", [8.0, 8.2])
@@ -539,7 +539,7 @@ def test_report_policing_and_mirror_rows() -> None:
 
 
 def test_achieved_ratio() -> None:
-    pol = {"rate_kbps": 10000, "burst_kbit": 8000, "mechanism": "tc", "verified": True}
+    pol = {"rate_bits_per_s": 10000000, "burst_bits": 8000000, "mechanism": "tc", "verified": True}
     tcp = {"type": "TCP_STREAM", "policing": pol, "summary": {"sum": {"mean": 9.5, "ci95": None, "n": 1}}}
     assert report.achieved_ratio(StepResult.from_json(tcp)) == pytest.approx(0.95)
     udp = {

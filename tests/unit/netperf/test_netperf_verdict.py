@@ -189,7 +189,7 @@ def test_the_burst_of_a_short_test_is_counted_not_hidden() -> None:
     doc = _run(VMHOST)
     step = copy.deepcopy(_step(doc, "tcp-stream/default/m10000/c10"))
     assert step.policing is not None
-    step.duration, step.policing.burst_kbit = 3, 8192
+    step.duration, step.policing.burst_bits = 3, 8192000
     step.repetitions[0].aggregate.sum = 12.29
     v = _verdict(doc, step)
     assert v.verdict == "policer"
@@ -203,7 +203,7 @@ def test_without_a_drop_count_only_rate_plus_burst_is_the_policer() -> None:
     doc = _run(VMHOST)
     step = copy.deepcopy(_step(doc, "tcp-stream/default/m10000/c10"))
     assert step.policing is not None
-    step.duration, step.policing.burst_kbit = 3, 8192
+    step.duration, step.policing.burst_bits = 3, 8192000
     step.repetitions[0].meter_drops = None
     step.repetitions[0].aggregate.sum = 12.29  # within rate + burst over 3 s
     v = _verdict(doc, step)

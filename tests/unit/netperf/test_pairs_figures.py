@@ -93,7 +93,7 @@ def test_a_single_pairs_step_has_no_pair_figures_and_keeps_its_json() -> None:
 
 
 def test_pair_figures_survive_results_json(tmp_path: Path) -> None:
-    doc = SuiteResult(schema="hvnet.netperf.results", version=1, state="complete", partial=False,
+    doc = SuiteResult(schema="hvnet.netperf.results", version=results.SCHEMA_VERSION, state="complete", partial=False,
                       steps=[step_of_pairs()])  # fmt: skip
     results.write(tmp_path, doc)
     back = results.load(tmp_path)

@@ -42,14 +42,14 @@ def readings(runner: TcRunner) -> SwitchReadings:
 
 def test_tc_policing_records_the_police_actions_drop_count() -> None:
     runner = TcRunner()
-    pol = Policing(port="vif1.0", rate_kbps=10240, burst_kbit=1024, mechanism="tc", verified=True)
+    pol = Policing(port="vif1.0", rate_bits_per_s=10240000, burst_bits=1024000, mechanism="tc", verified=True)
     assert readings(runner).policer_drops(pol, "xenbr0", 2) == 1105
     assert ["tc", "-s", "filter", "show", "dev", "vif1.0", "ingress"] in runner.ran
 
 
 def test_no_count_is_none_not_zero() -> None:
-    tc = Policing(port="vif9.0", rate_kbps=10240, burst_kbit=1024, mechanism="tc", verified=True)
+    tc = Policing(port="vif9.0", rate_bits_per_s=10240000, burst_bits=1024000, mechanism="tc", verified=True)
     assert readings(TcRunner()).policer_drops(tc, "xenbr0", 9) is None  # tc could not read that interface
     assert readings(TcRunner(tc=False)).policer_drops(tc, "xenbr0", 9) is None  # no tc on the host
-    meter = Policing(port="vif1.0", rate_kbps=10240, burst_kbit=1024, mechanism="meter", verified=True)
+    meter = Policing(port="vif1.0", rate_bits_per_s=10240000, burst_bits=1024000, mechanism="meter", verified=True)
     assert readings(TcRunner()).policer_drops(meter, "xenbr0", 2) is None  # no OpenFlow access: not read

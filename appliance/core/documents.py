@@ -1,0 +1,76 @@
+"""Every JSON document hvnet prints or stores, by name and version: the contract other tools read.
+
+Each document starts with ``"schema"`` (its name) and ``"version"`` (an integer),
+as suite results always have, and is described by a JSON Schema (draft 2020-12)
+shipped in ``appliance/schemas/`` and published in ``docs/reference/json.md``.
+
+The one unit rule for keys: the unit is the key's suffix, spelled out --
+``_bits_per_s`` for rates, ``_bits`` for burst sizes, ``_bytes``, ``_packets``,
+``_s`` for durations, ``_pct`` for percentages.  A version changes when a key is
+renamed or its unit changes (never when a key is added); a stored document of
+an older version keeps loading, upgraded by its reader.  The modules that write
+a document take its name and version from here, so the registry, the schema
+files and the writers cannot drift apart unnoticed (``tests/unit/core/
+test_documents.py`` checks the real outputs against the files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+
+
+@dataclass(frozen=True)
+class Document:
+    """One kind of JSON document: its name, current version, schema file and who writes it."""
+
+    name: str
+    version: int
+    file: str  # under appliance/schemas/
+    written_by: str
+
+    @property
+    def schema_path(self) -> Path:
+        return SCHEMA_DIR / self.file
+
+    def stamp(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the document's name and version first (where a reader looks for them)."""
+        return {"schema": self.name, "version": self.version, **body}
+
+
+STATUS = Document("hvnet.status", 2, "status.schema.json", "hvnet status --json (each host's under --hosts)")
+SUITE_RESULTS = Document(
+    "hvnet.netperf.results",
+    2,
+    "netperf-results.schema.json",
+    "a suite run's results.json; hvnet suite report RUN --json",
+)
+ISOLATION_RESULT = Document(
+    "hvnet.isolation.result", 1, "isolation-result.schema.json",
+    "hvnet isolation check --json, hvnet isolation audit --json; read back by hvnet isolation report",
+)  # fmt: skip
+AUDIT_LINE = Document("hvnet.audit", 1, "audit-line.schema.json", "each line of the audit log (audit.jsonl)")
+ROLLBACK_RECORD = Document(
+    "hvnet.rollback", 2, "rollback-record.schema.json",
+    "the rollback records last-apply.json and pending.json under the state directory",
+)  # fmt: skip
+POLICY_PLAN = Document("hvnet.policy.plan", 2, "policy-plan.schema.json", "hvnet plan --json")
+POLICY_APPLY = Document(
+    "hvnet.policy.apply", 2, "policy-apply.schema.json",
+    "hvnet apply --json, and the --json of rollback and of the verbs that change one setting (vif set, qos set, "
+    "mirror add, tap add, sflow set, ...)",
+)  # fmt: skip
+POOL_STATUS = Document("hvnet.pool.status", 2, "pool-status.schema.json", "hvnet status --pool NAME --json")
+POOL_OUTCOME = Document(
+    "hvnet.pool.outcome", 2, "pool-outcome.schema.json", "hvnet plan|apply|verify|rollback --pool NAME --json"
+)
+MIRROR_LIST = Document("hvnet.mirror.list", 1, "mirror-list.schema.json", "hvnet mirror list --json")
+TAP_LIST = Document("hvnet.tap.list", 1, "tap-list.schema.json", "hvnet tap list --json")
+
+ALL = (
+    STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
+    POOL_OUTCOME, MIRROR_LIST, TAP_LIST,
+)  # fmt: skip
