@@ -44,7 +44,9 @@ def _policing(value: Any) -> Any:
 
 
 def _one_to_two(doc: Json) -> Json:
-    for step in doc.get("steps") or []:
+    """A hand-edited or damaged document is upgraded where its shape allows; the loader refuses the rest."""
+    steps = doc.get("steps")
+    for step in steps if isinstance(steps, list) else []:
         if isinstance(step, dict) and "policing" in step:
             step["policing"] = _policing(step["policing"])
     meta = doc.get("meta")
