@@ -16,6 +16,13 @@ Grammar (spaces allowed before the unit; ``/s`` optional on a rate, refused on a
 
 A value that is not a whole kbit (``1220KiB/s`` is 9994.24 kbit/s) is rounded to the nearest kbit, and
 :func:`rounding_note` says so; a bare number is already kbit and must be whole.
+
+Files are stricter (``in_file=True``: policy and probe files).  hvnet once read any ``b`` in a file's
+unit as bits, so ``10MB`` in a file written then meant 10 Mbit/s; read now as bytes it would raise the
+limit 8-fold without a word.  A file therefore takes the 1000-based byte units (``B``, ``KB``, ``MB``,
+``GB``) as an error naming both readings, and the 1024-based ones (``KiB``, ``MiB``), which no older
+hvnet took, as bytes.  A file's value must also come to a whole kbit: what is applied from a file is
+exactly what it says, never a rounded neighbour nobody sees.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ _BITS = {"bit": 1, "k": 1000, "kbit": 1000, "m": 10**6, "mbit": 10**6, "g": 10**
          "kibit": 1024, "mibit": 1024**2, "gibit": 1024**3}  # fmt: skip
 _BYTES = {"B": 8, "KB": 8000, "MB": 8 * 10**6, "GB": 8 * 10**9, "KIB": 8 * 1024, "MIB": 8 * 1024**2,
           "GIB": 8 * 1024**3}  # fmt: skip
+_DECIMAL_BYTES = {"B", "KB", "MB", "GB"}  # what a file written for an older hvnet may hold, meaning bits
 _VALUE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*(/\s*[sS])?\s*$")
 _PREFIXES = {"": "", "k": "kilo", "m": "mega", "g": "giga", "t": "tera", "ki": "kibi", "mi": "mebi",
              "gi": "gibi", "ti": "tebi"}  # fmt: skip
@@ -44,19 +52,23 @@ class UnitError(ValueError):
     """A rate or size hvnet cannot take; the message says what is allowed."""
 
 
-def parse_rate(value: Any, what: str = "rate") -> int:
-    """``value`` (a number of kbit/s, or text with a unit) as a whole number of kbit/s, rounded to the nearest."""
-    return _nearest(exact_kbit(value, what, rate=True), what, value)
+def parse_rate(value: Any, what: str = "rate", *, in_file: bool = False) -> int:
+    """``value`` (a number of kbit/s, or text with a unit) as a whole number of kbit/s, rounded to the nearest
+    (``in_file``: a file's value, see the module's docstring)."""
+    return _nearest(exact_kbit(value, what, rate=True, in_file=in_file), what, value, in_file)
 
 
-def parse_size(value: Any, what: str = "burst") -> int:
+def parse_size(value: Any, what: str = "burst", *, in_file: bool = False) -> int:
     """``value`` (a number of kbit, or text with a unit) as a whole number of kbit, rounded to the nearest."""
-    return _nearest(exact_kbit(value, what, rate=False), what, value)
+    return _nearest(exact_kbit(value, what, rate=False, in_file=in_file), what, value, in_file)
 
 
-def _nearest(exact: Fraction, what: str, given: Any) -> int:
+def _nearest(exact: Fraction, what: str, given: Any, in_file: bool = False) -> int:
     """``exact`` to the nearest whole kbit; something that rounds to nothing is refused, not taken as 0."""
     whole = _whole(exact)
+    if in_file and exact.denominator != 1:
+        raise UnitError(f"{what} {given!r} is {float(exact):.6g} kbit; a file's value must come to a whole kbit "
+                        f"(OVS takes no fraction): write {whole} (kbit) or another unit")  # fmt: skip
     if exact and not whole:
         raise UnitError(f"{what} {given!r} rounds to 0: OVS takes a whole number of kbit, 1 at least")
     return whole
@@ -71,7 +83,7 @@ def rounding_note(value: Any, what: str, *, rate: bool = True) -> str | None:
     return f"{what} {value} is {float(exact):.6g} {unit}; OVS takes whole kbit: {_whole(exact)} {unit}"
 
 
-def exact_kbit(value: Any, what: str, *, rate: bool) -> Fraction:
+def exact_kbit(value: Any, what: str, *, rate: bool, in_file: bool = False) -> Fraction:
     """``value`` in kbit(/s), exactly; :class:`UnitError` naming ``what`` and the units allowed."""
     allowed = RATE_UNITS if rate else SIZE_UNITS
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -96,6 +108,8 @@ def exact_kbit(value: Any, what: str, *, rate: bool) -> Fraction:
         return _bare(Fraction(number), what, text)
     if per_s and not rate:
         raise UnitError(f"{what} {text!r} is a rate; a burst is a size ({allowed})")
+    if in_file and unit.endswith("B") and unit[:-1].upper() + "B" in _DECIMAL_BYTES:
+        raise UnitError(_old_bits_in_a_file(what, text, unit))
     return _checked(Fraction(number) * _factor(unit, text, what, allowed) / 1000, what, text)
 
 
@@ -114,6 +128,18 @@ def _factor(unit: str, text: str, what: str, allowed: str) -> int:
     if unit.endswith("B") and unit[:-1].upper() + "B" in _BYTES:
         return _BYTES[unit[:-1].upper() + "B"]
     raise UnitError(_not_a(what, text, allowed) + f" -- {unit!r} is no unit hvnet knows")
+
+
+def _old_bits_in_a_file(what: str, text: str, unit: str) -> str:
+    """Why a file's ``KB``/``MB``/``GB``/``B`` is refused, and what to write instead."""
+    prefix = unit[:-1]
+    if not prefix:  # 'B' alone: an older hvnet read '10B' as 10 kbit
+        return (f"{what} {text!r}: in a file, 'B' is refused: hvnet once read '10B' as 10 kbit, and as bytes it "
+                "would be 125 times less; write the number alone for kbit, or 'KiB' for 1024-based bytes")  # fmt: skip
+    word = _PREFIXES[prefix.lower()]
+    return (f"{what} {text!r}: in a file, '{unit}' is refused: hvnet once read it as {word}bits, and as bytes "
+            f"it would be 8 times that; write '{prefix.lower()}bit' for bits, or '{prefix.upper()}iB' for "
+            "1024-based bytes")  # fmt: skip
 
 
 def _not_a(what: str, text: str, allowed: str) -> str:

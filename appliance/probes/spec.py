@@ -255,8 +255,8 @@ def _limits(
             continue
         problems += doc.unknown_keys(raw, (*path, key), _RATE_KEYS)
         try:
-            out[key] = (ingress_from_fields(raw.get("rate"), raw.get("burst"), "tc") if key == "ingress"
-                        else egress_from_fields(raw.get("rate"), raw.get("burst")))  # fmt: skip
+            out[key] = (ingress_from_fields(raw.get("rate"), raw.get("burst"), "tc", in_file=True) if key == "ingress"
+                        else egress_from_fields(raw.get("rate"), raw.get("burst"), in_file=True))  # fmt: skip
         except FieldError as exc:
             problems.append(doc.problem((*path, key, exc.field), str(exc)))
     return out.get("ingress"), out.get("egress")

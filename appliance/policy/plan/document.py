@@ -285,7 +285,7 @@ def _ingress(value: Any, path: yamldoc.PathKey, policing: str, bad: Any) -> Ingr
         if k not in _INGRESS_KEYS:
             bad((*path, k), "unknown key; allowed: burst, mechanism, rate")
     try:
-        return ingress_from_fields(value["rate"], value.get("burst"), value.get("mechanism", policing))
+        return ingress_from_fields(value["rate"], value.get("burst"), value.get("mechanism", policing), in_file=True)
     except FieldError as exc:
         bad((*path, exc.field), str(exc))
         return None
@@ -303,7 +303,7 @@ def _egress(value: Any, path: yamldoc.PathKey, bad: Any) -> Egress | object | No
         if k not in _EGRESS_KEYS:
             bad((*path, k), "unknown key; allowed: burst, rate")
     try:
-        return egress_from_fields(value["rate"], value.get("burst"))
+        return egress_from_fields(value["rate"], value.get("burst"), in_file=True)
     except FieldError as exc:
         bad((*path, exc.field), str(exc))
         return None

@@ -30,13 +30,13 @@ from appliance.policy.plan.model import (
 _OUTPUT_KEYS = {"port", "vlan", "gre", "erspan", "key", "idx"}
 
 
-def kbit(value: Any, what: str) -> int:
+def kbit(value: Any, what: str, in_file: bool = False) -> int:
     """A rate in kbit/s or a size in kbit: a number (kbit, the unit OVS takes) or text with a unit,
     ``"10mbit"``, ``"1250KB/s"`` -- the grammar of :mod:`appliance.core.units`, which refuses the
-    ambiguous ``kbps``."""
+    ambiguous ``kbps`` (``in_file``: a policy or probe file's value, stricter: see there)."""
     if what == "burst":
-        return units.parse_size(value, what)
-    return units.parse_rate(value, what)
+        return units.parse_size(value, what, in_file=in_file)
+    return units.parse_rate(value, what, in_file=in_file)
 
 
 def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
@@ -69,9 +69,9 @@ def parse_selector(value: Any, default_kind: str = "port") -> tuple[str, str]:
     return kind, pattern
 
 
-def ingress_from_fields(rate: Any, burst: Any, mechanism: Any) -> Ingress:
+def ingress_from_fields(rate: Any, burst: Any, mechanism: Any, in_file: bool = False) -> Ingress:
     try:
-        rate_v = kbit(rate, "rate")
+        rate_v = kbit(rate, "rate", in_file)
     except ValueError as exc:
         raise FieldError("rate", str(exc)) from None
     if rate_v == 0:
@@ -80,7 +80,7 @@ def ingress_from_fields(rate: Any, burst: Any, mechanism: Any) -> Ingress:
         burst_v = default_burst_kbit(rate_v)
     else:
         try:
-            burst_v = kbit(burst, "burst")
+            burst_v = kbit(burst, "burst", in_file)
         except ValueError as exc:
             raise FieldError("burst", str(exc)) from None
         if burst_v == 0:
@@ -94,9 +94,9 @@ def ingress_from_fields(rate: Any, burst: Any, mechanism: Any) -> Ingress:
     return Ingress(rate_v, burst_v, mechanism)
 
 
-def egress_from_fields(rate: Any, burst: Any) -> Egress:
+def egress_from_fields(rate: Any, burst: Any, in_file: bool = False) -> Egress:
     try:
-        rate_v = kbit(rate, "rate")
+        rate_v = kbit(rate, "rate", in_file)
     except ValueError as exc:
         raise FieldError("rate", str(exc)) from None
     if rate_v == 0:
@@ -104,7 +104,7 @@ def egress_from_fields(rate: Any, burst: Any) -> Egress:
     burst_v = None
     if burst is not None:
         try:
-            burst_v = kbit(burst, "burst")
+            burst_v = kbit(burst, "burst", in_file)
         except ValueError as exc:
             raise FieldError("burst", str(exc)) from None
         if burst_v == 0:
