@@ -20,9 +20,11 @@ from what a shell there reports (:func:`judge_dir`, :func:`judge_link`).
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from appliance.core.errors import HvnetError
 
@@ -125,3 +127,21 @@ def _check(fd: int, where: Path) -> None:
 def create_new(path: Path) -> int:
     """Open a new private file for writing, never following a symlink or reusing an existing file."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+
+
+def write_json_durably(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` atomically and durably: a temporary file of this process's own
+    beside it (concurrent hvnet processes never share one), fsync, rename, fsync of the directory -- so
+    after a crash or a power cut the file is the old one or the new one, never empty.  Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data) + "\n")  # one line: the C encoder
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Optional
 
+from appliance.core import safedirs
 from appliance.core.errors import CommandFailed, HvnetError, UsageError
 from appliance.core.runner import CommandRunner
 from appliance.netperf.define.cases import Case
@@ -111,6 +112,7 @@ class Pinning:
         self.targets = targets  # (label, runner, pids, cpu list)
         self.problem = problem  # what could not be given back: a restore problem of the run
         self.ledger = ledger
+        self.wrote_ledger = False
         self.saved: list[Saved] = []
         self.record: dict[str, Any] = {"asked": placement.to_json(), "read_back": {}}
 
@@ -137,16 +139,24 @@ class Pinning:
         self._restore()
 
     def _write_ledger(self) -> None:
+        """The saved lists, durably, before anything is pinned; refused while another live run's ledger
+        is there (two runs pinning one host at once would each save the other's pinned lists as own)."""
         if self.ledger is None or not self.saved:
             return
+        owner = _live_owner(self.ledger)
+        if owner is not None and owner != os.getpid():
+            raise HvnetError(f"cpus: another hvnet run (pid {owner}) has this host's CPUs pinned; run cases with "
+                             "cpus: one run at a time")  # fmt: skip
         entries = [{"label": label, "local": label == GUESTS, "pid": pid,
                     "start": _start_time(runner, pid), "threads": {str(t): c for t, c in threads.items()}}
                    for label, runner, pid, threads in self.saved]  # fmt: skip
-        self.ledger.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.ledger.with_name(self.ledger.name + ".tmp")
-        owner = {"pid": os.getpid(), "start": _local_start_time(os.getpid())}
-        tmp.write_text(json.dumps({"written": time.time(), "owner": owner, "pinned": entries}))
-        os.replace(tmp, self.ledger)
+        me = {"pid": os.getpid(), "start": _local_start_time(os.getpid())}
+        try:
+            safedirs.write_json_durably(self.ledger, {"written": time.time(), "owner": me, "pinned": entries})
+            self.wrote_ledger = True
+        except OSError as exc:
+            raise HvnetError(f"cpus: cannot record the CPUs to give back in {self.ledger}: {exc.strerror or exc}; "
+                             "nothing was pinned") from None  # fmt: skip
 
     def _restore(self) -> None:
         """Each saved thread gets its list back, and the ledger goes once nothing is left pinned."""
@@ -154,8 +164,9 @@ class Pinning:
         left = 0
         for label, runner, pid, threads in saved:
             left += give_back(label, runner, pid, threads, self.problem)
-        if self.ledger is not None and not left:
-            _remove(self.ledger)
+        if self.ledger is not None and self.wrote_ledger and not left:
+            _remove(self.ledger)  # only its own: another run's ledger is that run's to remove
+            self.wrote_ledger = False
 
 
 def give_back(label: str, runner: CommandRunner, pid: int, threads: dict[int, str],
@@ -189,8 +200,7 @@ def settle_left(ledger: Path, host_runner: CommandRunner, local: CommandRunner) 
     except ValueError as exc:
         _remove(ledger)
         return [f"cpus: an unreadable record of pinned CPUs was removed ({ledger}: {exc})"]
-    owner = doc.get("owner") if isinstance(doc, dict) else None
-    if isinstance(owner, dict) and owner.get("start") and _local_start_time(owner.get("pid")) == owner["start"]:
+    if _owner_runs(doc):
         return []  # the run that pinned is still running (another hvnet on this host): its exit gives back
     entries = doc.get("pinned") if isinstance(doc, dict) else None
     out: list[str] = []
@@ -214,6 +224,23 @@ def settle_left(ledger: Path, host_runner: CommandRunner, local: CommandRunner) 
                    f"own CPUs back ({lists})")  # fmt: skip
     _remove(ledger)
     return out + problems
+
+
+def _owner_runs(doc: Any) -> bool:
+    """Whether the ledger's writer is a process still running on this machine (its pid and start time)."""
+    owner = doc.get("owner") if isinstance(doc, dict) else None
+    return (
+        isinstance(owner, dict) and bool(owner.get("start")) and _local_start_time(owner.get("pid")) == owner["start"]
+    )
+
+
+def _live_owner(ledger: Path) -> Optional[int]:
+    """The pid of the running process whose ledger is there (None: none, or its writer is gone)."""
+    try:
+        doc = json.loads(ledger.read_text())
+    except (OSError, ValueError):
+        return None
+    return int(doc["owner"]["pid"]) if _owner_runs(doc) else None
 
 
 def _remove(ledger: Path) -> None:

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.core import documents
+from appliance.core import documents, safedirs
 from appliance.core.errors import HvnetError
 from appliance.core.vlan import VlanCols
 from appliance.policy.plan.planner import Change, describe
@@ -245,16 +245,9 @@ def record_changes(record: dict[str, Any]) -> list[Change]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (temporary file, fsync, rename, fsync of the directory)."""
+    """Replace ``path`` with ``data`` atomically and durably (see :func:`safedirs.write_json_durably`)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent hvnet processes
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data) + "\n")  # one line: the C encoder
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        safedirs.write_json_durably(path, data)
     except OSError as exc:
         raise JournalError(f"cannot write {path}: {exc.strerror or exc}", hint=_SPACE_HINT) from None
 

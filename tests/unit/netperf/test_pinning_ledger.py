@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core.errors import HvnetError
 from appliance.core.runner import LocalRunner
 from appliance.netperf.define.cpus import CpuPlacement
 from appliance.netperf.parse import taskset
@@ -131,3 +132,31 @@ def test_a_planted_ledger_never_reaches_taskset_with_text_that_is_not_a_cpu_list
                                               "threads": {str(worker.pid): "0; touch /tmp/x", "1": "--help"}}]}))  # fmt: skip
     assert pinning.settle_left(ledger, LocalRunner(), LocalRunner()) == []
     assert affinity(worker.pid) == before and not ledger.exists()
+
+
+def test_a_second_run_pinning_while_the_first_holds_the_ledger_is_refused(
+    tmp_path: Path, worker: subprocess.Popen[str]
+) -> None:
+    ledger = tmp_path / pinning.LEDGER
+    stat = Path("/proc/1/stat").read_text()
+    ledger.write_text(json.dumps({"owner": {"pid": 1, "start": stat.rpartition(")")[2].split()[19]}, "pinned": []}))
+    before = affinity(worker.pid)
+    with pytest.raises(HvnetError, match=r"another hvnet run \(pid 1\) has this host's CPUs pinned"):
+        with pinning.Pinning(CpuPlacement(vswitchd="0"), [("ovs-vswitchd", LocalRunner(), [worker.pid], "0")],
+                             print, ledger):  # fmt: skip
+            pass
+    assert affinity(worker.pid) == before  # nothing was pinned
+    assert json.loads(ledger.read_text())["owner"]["pid"] == 1  # and its ledger is left as it was
+
+
+def test_an_unwritable_ledger_is_an_error_before_anything_is_pinned(
+    tmp_path: Path, worker: subprocess.Popen[str]
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    before = affinity(worker.pid)
+    with pytest.raises(HvnetError, match="cannot record the CPUs to give back"):
+        with pinning.Pinning(CpuPlacement(vswitchd="0"), [("ovs-vswitchd", LocalRunner(), [worker.pid], "0")],
+                             print, blocked / "sub" / pinning.LEDGER):  # fmt: skip
+            pass
+    assert affinity(worker.pid) == before
