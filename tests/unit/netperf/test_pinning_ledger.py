@@ -141,10 +141,11 @@ def test_a_second_run_pinning_while_the_first_holds_the_ledger_is_refused(
     stat = Path("/proc/1/stat").read_text()
     ledger.write_text(json.dumps({"owner": {"pid": 1, "start": stat.rpartition(")")[2].split()[19]}, "pinned": []}))
     before = affinity(worker.pid)
+    pin = pinning.Pinning(
+        CpuPlacement(vswitchd="0"), [("ovs-vswitchd", LocalRunner(), [worker.pid], "0")], print, ledger
+    )
     with pytest.raises(HvnetError, match=r"another hvnet run \(pid 1\) has this host's CPUs pinned"):
-        with pinning.Pinning(CpuPlacement(vswitchd="0"), [("ovs-vswitchd", LocalRunner(), [worker.pid], "0")],
-                             print, ledger):  # fmt: skip
-            pass
+        pin.__enter__()
     assert affinity(worker.pid) == before  # nothing was pinned
     assert json.loads(ledger.read_text())["owner"]["pid"] == 1  # and its ledger is left as it was
 
@@ -155,8 +156,8 @@ def test_an_unwritable_ledger_is_an_error_before_anything_is_pinned(
     blocked = tmp_path / "file"
     blocked.write_text("")
     before = affinity(worker.pid)
+    pin = pinning.Pinning(CpuPlacement(vswitchd="0"), [("ovs-vswitchd", LocalRunner(), [worker.pid], "0")], print,
+                          blocked / "sub" / pinning.LEDGER)  # fmt: skip
     with pytest.raises(HvnetError, match="cannot record the CPUs to give back"):
-        with pinning.Pinning(CpuPlacement(vswitchd="0"), [("ovs-vswitchd", LocalRunner(), [worker.pid], "0")],
-                             print, blocked / "sub" / pinning.LEDGER):  # fmt: skip
-            pass
+        pin.__enter__()
     assert affinity(worker.pid) == before
