@@ -116,6 +116,10 @@ def export_flent(doc: SuiteResult, run: str, out: Optional[str] = None) -> Flent
         paths = flent.write(ex, target)
     except OSError as e:
         raise UsageError(f"--out {target}: cannot write there: {e.strerror or e}") from None
+    except ValueError:  # json.dumps(allow_nan=False): a hand-edited results.json with NaN or Infinity in it
+        raise UsageError(f"{run}: a figure in results.json is not a number (NaN or Infinity); nothing exported",
+                         hint="flent's files are JSON, which has no NaN: correct or remove that figure",
+                         ) from None  # fmt: skip
     return FlentExport([(p, flent.plot_of(d)) for p, (_, d) in zip(paths, ex.files)], ex.notes)
 
 

@@ -13,6 +13,7 @@ lost: it ran and measured 0 received, which is the finding.
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from dataclasses import asdict, dataclass
@@ -223,7 +224,9 @@ _INTERIM = re.compile(r"^NETPERF_(INTERIM_RESULT|UNITS|INTERVAL|ENDING)\[(\d+)\]
 def parse_interim(stdout: str) -> list[tuple[float, float, float]]:
     """Demo mode's interim results: (ending, as Unix time; interval, s; rate) in netperf's order.
 
-    An interim result cut short (the instance was stopped while printing it) is left out."""
+    An interim result cut short (the instance was stopped while printing it) is left out, and so is one
+    that is not a finite, non-negative rate over a positive interval: netperf's output may come from a
+    guest, and a planted ``nan`` must not reach results.json (whose JSON has no NaN)."""
     parts: dict[int, dict[str, str]] = {}
     for line in stdout.splitlines():
         m = _INTERIM.match(line.strip())
@@ -233,9 +236,11 @@ def parse_interim(stdout: str) -> list[tuple[float, float, float]]:
     for i in sorted(parts):
         p = parts[i]
         try:
-            out.append((float(p["ENDING"]), float(p["INTERVAL"]), float(p["INTERIM_RESULT"])))
+            got = (float(p["ENDING"]), float(p["INTERVAL"]), float(p["INTERIM_RESULT"]))
         except (KeyError, ValueError):
             continue
+        if all(math.isfinite(x) for x in got) and got[1] > 0 and got[2] >= 0:
+            out.append(got)
     return out
 
 

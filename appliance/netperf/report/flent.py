@@ -149,15 +149,18 @@ def repetition_file(doc: SuiteResult, step: StepResult, rep: RepetitionResult) -
 
 
 def write(ex: Export, directory: Path) -> list[Path]:
-    """Each document gzipped into ``directory`` (created); the paths written."""
+    """Each document gzipped into ``directory`` (created); the paths written.  Every document is
+    encoded before the first file is opened: one that cannot be (ValueError: a NaN) leaves no file."""
+    encoded = [(name, json.dumps(document, indent=1, sort_keys=True, allow_nan=False).encode())
+               for name, document in ex.files]  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, document in ex.files:
+    for name, data in encoded:
         path = directory / name
         # never through a link planted at the name (hvnet runs as root; the directory may be shared)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename=name) as gz:
-            gz.write(json.dumps(document, indent=1, sort_keys=True, allow_nan=False).encode())
+            gz.write(data)
         paths.append(path)
     return paths
 

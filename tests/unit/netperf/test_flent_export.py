@@ -136,3 +136,19 @@ def test_the_cli_refuses_what_it_cannot_do(tmp_path: Path, capsys, argv: list[st
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_hand_edited_nan_is_a_usage_error_and_writes_nothing(tmp_path: Path) -> None:
+    import json
+
+    from appliance.core.errors import UsageError
+    from appliance.services import suites
+
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = json.loads(QUICK.read_text())
+    doc["steps"][0]["repetitions"][0]["throughput_series"] = [1.0, float("nan")]
+    (run / "results.json").write_text(json.dumps(doc))  # Python writes NaN; JSON has none
+    with pytest.raises(UsageError, match="not a number"):
+        suites.export_flent(results.load(run), str(run))
+    assert not (run / "flent").exists()  # checked before anything was made

@@ -175,6 +175,22 @@ def test_interim_results_of_a_lab_run() -> None:
     assert omni.interim_series([], start, 3) == [None, None, None]  # nothing measured, never 0
 
 
+def test_planted_interim_results_that_are_no_rate_are_left_out() -> None:
+    """netperf's output may come from a guest: nan, inf, a negative rate or a zero interval never reach the
+    series (results.json has no NaN, and a flent export must not fail on one)."""
+    out = (DATA / "netperf" / "omni-demo-interim-lab-tcp-stream.out").read_text()
+    good = omni.parse_interim(out)
+    planted = "".join(
+        f"NETPERF_INTERIM_RESULT[{90 + i}]={rate}\nNETPERF_INTERVAL[{90 + i}]={interval}\n"
+        f"NETPERF_ENDING[{90 + i}]={ending}\n"
+        for i, (rate, interval, ending) in enumerate(
+            [("nan", "1.0", "1795476700.0"), ("inf", "1.0", "1795476701.0"), ("-5", "1.0", "1795476702.0"),
+             ("10", "0", "1795476703.0"), ("10", "1.0", "nan")]
+        )
+    )  # fmt: skip
+    assert omni.parse_interim(out + planted) == good
+
+
 def test_interim_argv() -> None:
     t = NetperfTest("s", "TCP_STREAM", 9, (1,))
     argv = omni.argv("netperf", t, "192.0.2.1", 12865, message_size=None, seconds=9, interim_s=1.0)
