@@ -85,9 +85,10 @@ class Collector:
         self.errors: dict[str, int] = {}
         self._schema: Optional[dict[str, Any]] = None
         # the host label: the same whether or not OVSDB answers (an alert on hvnet_up 0 must match its series)
-        self.name = host.label or socket.gethostname()
-        # shown only for another machine's switch: this machine's is Prometheus' own target (its instance)
-        self.host_label = not host.runner.local
+        self.name = host.label or _remote_host(host.target.remotes) or socket.gethostname()
+        # shown only for another machine's switch: this machine's is Prometheus' own target (its instance);
+        # a switch is another machine's over SSH (--host) and over a tcp:/ssl: remote (--db tcp:HOST:PORT)
+        self.host_label = not host.runner.local or not all(r.startswith("unix:") for r in host.target.remotes)
         self._lock = threading.Lock()  # guards the flight, the counts and the names lookup's flag
         self._flight: Optional[_Flight] = None
         self._names_busy = False
@@ -256,3 +257,13 @@ class Collector:
         out.add("hvnet_agent_last_change_timestamp_seconds", (host,), times.get("agent_change"))
         out.add("hvnet_agent_last_failure_timestamp_seconds", (host,), times.get("agent_failure"))
         out.add("hvnet_last_apply_timestamp_seconds", (host,), times.get("apply"))
+
+
+def _remote_host(remotes: list[str]) -> Optional[str]:
+    """The machine a ``tcp:HOST:PORT`` or ``ssl:HOST:PORT`` database is on (None: a unix socket, here)."""
+    for r in remotes:
+        kind, _, rest = r.partition(":")
+        if kind in ("tcp", "ssl") and rest:
+            host = rest if rest.endswith("]") or ":" not in rest else rest.rpartition(":")[0]  # [v6]:port
+            return host.strip("[]") or None
+    return None

@@ -115,6 +115,15 @@ def test_an_unreachable_switch_is_up_0_and_nothing_else_about_it(tmp_path: Path)
     assert set(fams) <= set(metrics.FAMILIES)
 
 
+def test_a_switch_reached_over_tcp_is_another_machines_and_labelled(tmp_path: Path) -> None:
+    """--db tcp:HOST:PORT runs the exporter here against another machine's database: host names it."""
+    host = Host(DbTarget("tcp:192.0.2.7:6640", "--db"), paths=DataPaths.for_lab(tmp_path))
+    collector = scrape.Collector(host, timeout=0.5)
+    assert collector.host_label is True and collector.name == "192.0.2.7"  # the switch's machine, not this one
+    six = scrape.Collector(Host(DbTarget("ssl:[2001:db8::7]:6640", "--db"), paths=DataPaths.for_lab(tmp_path)))
+    assert six.name == "2001:db8::7"
+
+
 def test_another_machines_switch_is_labelled_with_its_host(tmp_path: Path) -> None:
     """--host NAME: the exporter runs elsewhere, so its instance does not name the hypervisor; host does."""
     from appliance.core.runner import LocalRunner
