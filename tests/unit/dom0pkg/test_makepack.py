@@ -137,6 +137,19 @@ def test_check_pack_finds_a_tampered_or_incomplete_pack(tmp_path: Path) -> None:
     assert any(p.startswith("XS-REPOSITORY:") for p in packmeta.check_pack(disc))
 
 
+@needs_tools
+def test_an_rpm_dom0_cannot_read_is_refused_before_anything_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zstd = build_rpm(tmp_path, payload="w19.zstdio")
+    iso = tmp_path / "z.iso"
+    assert makepack.main(["--name", "z", "--version", "1", "--description", "d", "--out", str(iso), str(zstd)]) == 1
+    assert not iso.exists()
+    err = capsys.readouterr().err
+    assert "makepack: tiny: payload compressor 'zstd': rpm 4.11 reads bzip2, gzip, lzma, xz" in err
+    assert "makepack: tiny: requires rpmlib(PayloadIsZstd), which rpm 4.11 does not provide" in err
+
+
 def test_bad_command_lines_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fake = tmp_path / "a.rpm"
     fake.write_bytes(b"")
