@@ -136,7 +136,8 @@ def _resolve(lib: str, search: list[str], origin: Path, root: Path) -> Path | No
             continue
         rel = entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", str(origin), 1)
         candidate = Path(os.path.normpath(Path(rel) / lib))
-        if candidate.is_relative_to(root) and candidate.exists():
+        # resolved: a bundled name that is a symlink out of the tree is not bundled
+        if candidate.exists() and candidate.resolve().is_relative_to(root):
             return candidate
     return None
 

@@ -115,9 +115,12 @@ def test_origin_cannot_climb_out_of_the_tree(tmp_path: Path) -> None:
     (root / "bin").mkdir(parents=True)
     (tmp_path / "libevil.so.1").write_bytes(b"")
     info = elfcheck.ElfInfo(needed=["libevil.so.1"], search=["$ORIGIN/../.."])
-    assert [p.what for p in elfcheck.judge("bin/x", info, root / "bin", root, elfcheck.CEILINGS)] == [
-        "needs libevil.so.1, neither glibc's nor found in the tree through $ORIGIN"
-    ]
+    outside = ["needs libevil.so.1, neither glibc's nor found in the tree through $ORIGIN"]
+    assert [p.what for p in elfcheck.judge("bin/x", info, root / "bin", root, elfcheck.CEILINGS)] == outside
+    (root / "lib").mkdir()
+    (root / "lib" / "libevil.so.1").symlink_to(tmp_path / "libevil.so.1")  # inside by name, outside in fact
+    info.search = ["$ORIGIN/../lib"]
+    assert [p.what for p in elfcheck.judge("bin/x", info, root / "bin", root, elfcheck.CEILINGS)] == outside
 
 
 @pytest.mark.skipif(not Path("/usr/bin/true").exists(), reason="no /usr/bin/true")
