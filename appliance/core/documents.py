@@ -69,8 +69,12 @@ POOL_OUTCOME = Document(
 )
 MIRROR_LIST = Document("hvnet.mirror.list", 1, "mirror-list.schema.json", "hvnet mirror list --json")
 TAP_LIST = Document("hvnet.tap.list", 1, "tap-list.schema.json", "hvnet tap list --json")
+QOS_SHOW = Document("hvnet.qos.show", 1, "qos-show.schema.json", "hvnet qos show [VIF] --json")
+VIF_SHOW = Document("hvnet.vif.show", 1, "vif-show.schema.json", "hvnet vif show VIF --json")
+SFLOW_SHOW = Document("hvnet.sflow.show", 1, "sflow-show.schema.json", "hvnet sflow show [BRIDGE] --json")
+IPFIX_SHOW = Document("hvnet.ipfix.show", 1, "ipfix-show.schema.json", "hvnet ipfix show [BRIDGE] --json")
 
 ALL = (
     STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
-    POOL_OUTCOME, MIRROR_LIST, TAP_LIST,
+    POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
 )  # fmt: skip

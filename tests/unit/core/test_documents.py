@@ -295,3 +295,42 @@ def test_sampling_changes_write_durations_and_sizes_with_their_unit_and_read_bac
           for c in rec["changes"]]  # fmt: skip
     assert journal.record_changes({"changes": v1}) == plan.changes
     assert jsonschemas.problems(documents.ROLLBACK_RECORD, {**rec, "changes": v1})
+
+
+# -- the read verbs of limits and sampling (the lab switch's rows, as test_limits_view reads them) ----------------
+
+
+def test_qos_show_and_vif_show_validate_with_limits_in_bits() -> None:
+    from appliance.cli import limits as cli_limits
+    from appliance.services import limits
+    from tests.unit.services.test_limits_view import _inventory
+
+    inv = _inventory()
+    doc = json.loads(json.dumps(cli_limits.qos_json(limits.qos_view(inv))))  # as --json prints it
+    jsonschemas.check(documents.QOS_SHOW, doc)
+    assert [v["ingress"] and v["ingress"]["rate_bits_per_s"] for v in doc["vifs"]] == [10_240_000, None]
+    vif, lim = limits.vif_view(inv, "vif1.0")
+    shown = json.loads(json.dumps(cli_limits.vif_json(vif, lim)))
+    jsonschemas.check(documents.VIF_SHOW, shown)
+    assert shown["vif"]["egress"]["burst_bits"] == 1_000_000
+    doc["vifs"][0]["ingress"] = rename(doc["vifs"][0]["ingress"], "rate_bits_per_s", "rate_kbps", 1000)
+    assert any("rate_kbps" in p for p in jsonschemas.problems(documents.QOS_SHOW, doc))
+    shown["vif"]["egress"]["rate_bits_per_s"] = "10 Mbit/s"
+    assert jsonschemas.problems(documents.VIF_SHOW, shown)
+
+
+def test_sflow_and_ipfix_show_validate() -> None:
+    from appliance.cli import limits as cli_limits
+    from appliance.services import limits
+    from tests.unit.services.test_limits_view import _inventory, _sampled
+
+    for inv in (_inventory(_sampled()), _inventory()):  # configured, and none
+        for kind, doc_kind in (("sflow", documents.SFLOW_SHOW), ("ipfix", documents.IPFIX_SHOW)):
+            doc = json.loads(json.dumps(cli_limits.sampling_json(kind, limits.sampling_view(inv, kind))))
+            jsonschemas.check(doc_kind, doc)
+            assert doc["schema"] == doc_kind.name
+    sflow = cli_limits.sampling_json("sflow", limits.sampling_view(_inventory(_sampled()), "sflow"))
+    assert sflow["bridges"][0]["settings"]["sampling_1_in_packets"] == 64
+    sflow["bridges"][0]["settings"] = rename(sflow["bridges"][0]["settings"], "polling_interval_s", "polling")
+    assert any("polling" in p for p in jsonschemas.problems(documents.SFLOW_SHOW, sflow))
+    assert jsonschemas.problems(documents.IPFIX_SHOW, {**sflow, "schema": "hvnet.ipfix.show"})  # not the other kind
