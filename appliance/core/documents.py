@@ -73,8 +73,19 @@ QOS_SHOW = Document("hvnet.qos.show", 1, "qos-show.schema.json", "hvnet qos show
 VIF_SHOW = Document("hvnet.vif.show", 1, "vif-show.schema.json", "hvnet vif show VIF --json")
 SFLOW_SHOW = Document("hvnet.sflow.show", 1, "sflow-show.schema.json", "hvnet sflow show [BRIDGE] --json")
 IPFIX_SHOW = Document("hvnet.ipfix.show", 1, "ipfix-show.schema.json", "hvnet ipfix show [BRIDGE] --json")
+CAPTURE = Document(
+    "hvnet.capture", 2, "capture.schema.json",
+    "a capture's record capture.json; hvnet capture start --json",
+)  # fmt: skip
+CAPTURE_SHOW = Document(
+    "hvnet.capture.show", 2, "capture-show.schema.json", "hvnet capture show NAME --json, hvnet capture stop --json"
+)
+CAPTURE_LIST = Document("hvnet.capture.list", 2, "capture-list.schema.json", "hvnet capture list --json")
+CAPTURE_DELETE = Document("hvnet.capture.delete", 1, "capture-delete.schema.json", "hvnet capture delete NAME --json")
+CAPTURE_FETCH = Document("hvnet.capture.fetch", 1, "capture-fetch.schema.json", "hvnet capture fetch NAME --json")
 
 ALL = (
     STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
     POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
+    CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH,
 )  # fmt: skip

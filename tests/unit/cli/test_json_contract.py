@@ -152,9 +152,10 @@ def test_capture_delete_json(capsys, tmp_path: Path, monkeypatch) -> None:
     shutil.copy(DATA / "captures/vif2.capture.json", pcaps / "vif2-cap" / "capture.json")
     monkeypatch.setenv("HVNET_PCAP_DIR", str(pcaps))
     assert main(["--no-lab", "capture", "delete", "vif2-cap", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"name": "vif2-cap", "removed": str(pcaps / "vif2-cap")}
+    assert json.loads(capsys.readouterr().out) == {"schema": "hvnet.capture.delete", "version": 1, "name": "vif2-cap",
+                                                   "removed": str(pcaps / "vif2-cap")}  # fmt: skip
     assert not (pcaps / "vif2-cap").exists()
     assert main(["--no-lab", "capture", "delete", "vif2-cap", "--if-exists", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"name": "vif2-cap", "removed": None}
+    assert json.loads(capsys.readouterr().out)["removed"] is None
     e = _error(capsys, 2, ["--no-lab", "capture", "delete", "vif2-cap", "--json"])
     assert e["message"] == "no capture named 'vif2-cap'" and e["hint"] == "hvnet capture list"
