@@ -89,3 +89,31 @@ ALL = (
     POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
     CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH,
 )  # fmt: skip
+
+# Every verb whose --json prints a document, and the documents it may print (one per mode: a switch's, a
+# pool's).  tests/unit/cli/test_json_contract.py walks the parser: a verb with --json missing here fails it.
+_CHANGE = (POLICY_APPLY,)  # the verbs that change one setting answer as apply does
+BY_VERB: dict[str, tuple[Document, ...]] = {
+    "status": (STATUS, POOL_STATUS),
+    "plan": (POLICY_PLAN, POOL_OUTCOME),
+    "apply": (POLICY_APPLY, POOL_OUTCOME),
+    "rollback": (POLICY_APPLY, POOL_OUTCOME),
+    "isolation check": (ISOLATION_RESULT,),
+    "isolation audit": (ISOLATION_RESULT,),
+    "isolation report": (ISOLATION_RESULT,),
+    "suite report": (SUITE_RESULTS,),
+    "mirror list": (MIRROR_LIST,),
+    "tap list": (TAP_LIST,),
+    "qos show": (QOS_SHOW,),
+    "vif show": (VIF_SHOW,),
+    "sflow show": (SFLOW_SHOW,),
+    "ipfix show": (IPFIX_SHOW,),
+    "capture start": (CAPTURE,),
+    "capture show": (CAPTURE_SHOW,),
+    "capture stop": (CAPTURE_SHOW,),
+    "capture list": (CAPTURE_LIST,),
+    "capture delete": (CAPTURE_DELETE,),
+    "capture fetch": (CAPTURE_FETCH,),
+    **{verb: _CHANGE for verb in ("vif set", "qos set", "qos clear", "mirror add", "mirror del", "tap add", "tap del",
+                                   "sflow set", "sflow clear", "ipfix set", "ipfix clear")},
+}  # fmt: skip
