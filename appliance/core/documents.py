@@ -63,6 +63,12 @@ POLICY_APPLY = Document(
     "hvnet apply --json, and the --json of rollback and of the verbs that change one setting (vif set, qos set, "
     "mirror add, tap add, sflow set, ...)",
 )  # fmt: skip
+POLICY = Document(
+    "hvnet.policy", 1, "policy.schema.json",
+    "hvnet export --json (of a switch, or of a pool with --pool): a policy file, read back by plan and apply",
+)  # fmt: skip
+POLICY_VERIFY = Document("hvnet.policy.verify", 1, "policy-verify.schema.json", "hvnet verify --json")
+POLICY_COMMIT = Document("hvnet.policy.commit", 1, "policy-commit.schema.json", "hvnet commit --json")
 POOL_STATUS = Document("hvnet.pool.status", 2, "pool-status.schema.json", "hvnet status --pool NAME --json")
 POOL_OUTCOME = Document(
     "hvnet.pool.outcome", 2, "pool-outcome.schema.json", "hvnet plan|apply|verify|rollback --pool NAME --json"
@@ -87,7 +93,7 @@ CAPTURE_FETCH = Document("hvnet.capture.fetch", 1, "capture-fetch.schema.json", 
 ALL = (
     STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
     POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
-    CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH,
+    CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH, POLICY_VERIFY, POLICY_COMMIT, POLICY,
 )  # fmt: skip
 
 # Every verb whose --json prints a document, and the documents it may print (one per mode: a switch's, a
@@ -98,6 +104,9 @@ BY_VERB: dict[str, tuple[Document, ...]] = {
     "plan": (POLICY_PLAN, POOL_OUTCOME),
     "apply": (POLICY_APPLY, POOL_OUTCOME),
     "rollback": (POLICY_APPLY, POOL_OUTCOME),
+    "verify": (POLICY_VERIFY, POOL_OUTCOME),
+    "commit": (POLICY_COMMIT,),
+    "export": (POLICY,),
     "isolation check": (ISOLATION_RESULT,),
     "isolation audit": (ISOLATION_RESULT,),
     "isolation report": (ISOLATION_RESULT,),
