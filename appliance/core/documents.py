@@ -48,6 +48,16 @@ SUITE_RESULTS = Document(
     "netperf-results.schema.json",
     "a suite run's results.json; hvnet suite report RUN --json",
 )
+SUITE_RUN = Document("hvnet.suite.run", 1, "suite-run.schema.json", "hvnet suite run --json (the run's directory)")
+SUITE_LIST = Document("hvnet.suite.list", 2, "suite-list.schema.json", "hvnet suite list --json")
+SUITE_VALIDATE = Document("hvnet.suite.validate", 1, "suite-validate.schema.json", "hvnet suite validate FILE --json")
+SUITE_COMPARE = Document("hvnet.suite.compare", 1, "suite-compare.schema.json", "hvnet suite compare BASE NEW --json")
+SUITE_AGAINST = Document(
+    "hvnet.suite.against", 1, "suite-against.schema.json", "hvnet suite report RUN --against STUDY --json"
+)
+SUITE_PRUNE = Document("hvnet.suite.prune", 1, "suite-prune.schema.json", "hvnet suite prune --json")
+SUITE_PIN = Document("hvnet.suite.pin", 1, "suite-pin.schema.json", "hvnet suite pin RUN --json")
+SUITE_UNPIN = Document("hvnet.suite.unpin", 1, "suite-unpin.schema.json", "hvnet suite unpin RUN --json")
 ISOLATION_RESULT = Document(
     "hvnet.isolation.result", 1, "isolation-result.schema.json",
     "hvnet isolation check --json, hvnet isolation audit --json; read back by hvnet isolation report",
@@ -94,6 +104,7 @@ ALL = (
     STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
     POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
     CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH, POLICY_VERIFY, POLICY_COMMIT, POLICY,
+    SUITE_RUN, SUITE_LIST, SUITE_VALIDATE, SUITE_COMPARE, SUITE_AGAINST, SUITE_PRUNE, SUITE_PIN, SUITE_UNPIN,
 )  # fmt: skip
 
 # Every verb whose --json prints a document, and the documents it may print (one per mode: a switch's, a
@@ -110,7 +121,14 @@ BY_VERB: dict[str, tuple[Document, ...]] = {
     "isolation check": (ISOLATION_RESULT,),
     "isolation audit": (ISOLATION_RESULT,),
     "isolation report": (ISOLATION_RESULT,),
-    "suite report": (SUITE_RESULTS,),
+    "suite report": (SUITE_RESULTS, SUITE_AGAINST),
+    "suite run": (SUITE_RUN,),
+    "suite list": (SUITE_LIST,),
+    "suite validate": (SUITE_VALIDATE,),
+    "suite compare": (SUITE_COMPARE,),
+    "suite prune": (SUITE_PRUNE,),
+    "suite pin": (SUITE_PIN,),
+    "suite unpin": (SUITE_UNPIN,),
     "mirror list": (MIRROR_LIST,),
     "tap list": (TAP_LIST,),
     "qos show": (QOS_SHOW,),
