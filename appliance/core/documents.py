@@ -99,24 +99,37 @@ CAPTURE_SHOW = Document(
 CAPTURE_LIST = Document("hvnet.capture.list", 2, "capture-list.schema.json", "hvnet capture list --json")
 CAPTURE_DELETE = Document("hvnet.capture.delete", 1, "capture-delete.schema.json", "hvnet capture delete NAME --json")
 CAPTURE_FETCH = Document("hvnet.capture.fetch", 1, "capture-fetch.schema.json", "hvnet capture fetch NAME --json")
+FLEET = Document(
+    "hvnet.fleet", 2, "fleet.schema.json",
+    "VERB --hosts ... --json (status, plan, apply, verify): each host's exit, time and document",
+)  # fmt: skip
+HOSTS = Document("hvnet.hosts", 2, "hosts.schema.json", "hvnet hosts --json")
+CONFIG = Document("hvnet.config", 1, "config.schema.json", "hvnet config show --json")
+PROBES_LIST = Document("hvnet.probes.list", 1, "probes-list.schema.json", "hvnet probes list --json")
+PROBES_CLEAN = Document("hvnet.probes.clean", 1, "probes-clean.schema.json", "hvnet probes clean --json")
 
 ALL = (
     STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
     POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
     CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH, POLICY_VERIFY, POLICY_COMMIT, POLICY,
     SUITE_RUN, SUITE_LIST, SUITE_VALIDATE, SUITE_COMPARE, SUITE_AGAINST, SUITE_PRUNE, SUITE_PIN, SUITE_UNPIN,
+    FLEET, HOSTS, CONFIG, PROBES_LIST, PROBES_CLEAN,
 )  # fmt: skip
 
 # Every verb whose --json prints a document, and the documents it may print (one per mode: a switch's, a
 # pool's).  tests/unit/cli/test_json_contract.py walks the parser: a verb with --json missing here fails it.
 _CHANGE = (POLICY_APPLY,)  # the verbs that change one setting answer as apply does
 BY_VERB: dict[str, tuple[Document, ...]] = {
-    "status": (STATUS, POOL_STATUS),
-    "plan": (POLICY_PLAN, POOL_OUTCOME),
-    "apply": (POLICY_APPLY, POOL_OUTCOME),
+    "status": (STATUS, POOL_STATUS, FLEET),
+    "plan": (POLICY_PLAN, POOL_OUTCOME, FLEET),
+    "apply": (POLICY_APPLY, POOL_OUTCOME, FLEET),
     "rollback": (POLICY_APPLY, POOL_OUTCOME),
-    "verify": (POLICY_VERIFY, POOL_OUTCOME),
+    "verify": (POLICY_VERIFY, POOL_OUTCOME, FLEET),
     "commit": (POLICY_COMMIT,),
+    "hosts": (HOSTS,),
+    "config show": (CONFIG,),
+    "probes list": (PROBES_LIST,),
+    "probes clean": (PROBES_CLEAN,),
     "export": (POLICY,),
     "isolation check": (ISOLATION_RESULT,),
     "isolation audit": (ISOLATION_RESULT,),

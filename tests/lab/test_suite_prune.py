@@ -59,6 +59,7 @@ def test_config_show_names_the_running_lab(lab: Lab, tmp_path: Path) -> None:
     conf.write_text("[data]\nstate_dir = /srv/hvnet/state\nruns_dir = /srv/hvnet/runs\n")
     res = run_hvnet("config", "show", "--json", env={"HVNET_CONFIG": str(conf), "HVNET_DB": "", "HVNET_STATE_DIR": ""})
     assert res.returncode == 0, res.stderr
+    jsonschemas.check(documents.CONFIG, json.loads(res.stdout))
     got = {s["name"]: (s["value"], s["source"]) for s in json.loads(res.stdout)["settings"]}
     where = f"running lab {lab.run_dir}"
     assert got["target.db"] == (f"unix:{lab.run_dir.resolve() / 'db.sock'}", where)
