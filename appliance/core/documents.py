@@ -107,13 +107,17 @@ HOSTS = Document("hvnet.hosts", 2, "hosts.schema.json", "hvnet hosts --json")
 CONFIG = Document("hvnet.config", 1, "config.schema.json", "hvnet config show --json")
 PROBES_LIST = Document("hvnet.probes.list", 1, "probes-list.schema.json", "hvnet probes list --json")
 PROBES_CLEAN = Document("hvnet.probes.clean", 1, "probes-clean.schema.json", "hvnet probes clean --json")
+LAB_STATUS = Document("hvnet.lab.status", 1, "lab-status.schema.json", "hvnet lab status --json")
+LAB_UP = Document("hvnet.lab.up", 1, "lab-up.schema.json", "hvnet lab up --json")
+LAB_DOWN = Document("hvnet.lab.down", 1, "lab-down.schema.json", "hvnet lab down --json")
+LAB_IMAGE = Document("hvnet.lab.image", 2, "lab-image.schema.json", "hvnet lab image --json")
 
 ALL = (
     STATUS, SUITE_RESULTS, ISOLATION_RESULT, AUDIT_LINE, ROLLBACK_RECORD, POLICY_PLAN, POLICY_APPLY, POOL_STATUS,
     POOL_OUTCOME, MIRROR_LIST, TAP_LIST, QOS_SHOW, VIF_SHOW, SFLOW_SHOW, IPFIX_SHOW,
     CAPTURE, CAPTURE_SHOW, CAPTURE_LIST, CAPTURE_DELETE, CAPTURE_FETCH, POLICY_VERIFY, POLICY_COMMIT, POLICY,
     SUITE_RUN, SUITE_LIST, SUITE_VALIDATE, SUITE_COMPARE, SUITE_AGAINST, SUITE_PRUNE, SUITE_PIN, SUITE_UNPIN,
-    FLEET, HOSTS, CONFIG, PROBES_LIST, PROBES_CLEAN,
+    FLEET, HOSTS, CONFIG, PROBES_LIST, PROBES_CLEAN, LAB_STATUS, LAB_UP, LAB_DOWN, LAB_IMAGE,
 )  # fmt: skip
 
 # Every verb whose --json prints a document, and the documents it may print (one per mode: a switch's, a
@@ -130,6 +134,10 @@ BY_VERB: dict[str, tuple[Document, ...]] = {
     "config show": (CONFIG,),
     "probes list": (PROBES_LIST,),
     "probes clean": (PROBES_CLEAN,),
+    "lab status": (LAB_STATUS,),
+    "lab up": (LAB_UP,),
+    "lab down": (LAB_DOWN,),
+    "lab image": (LAB_IMAGE,),
     "export": (POLICY,),
     "isolation check": (ISOLATION_RESULT,),
     "isolation audit": (ISOLATION_RESULT,),
