@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.capture.spec import is_pcap_file_name
+from appliance.core.documents import CAPTURE_FETCH
 from appliance.core.errors import HvnetError, UsageError
 from appliance.core.runner import CommandRunner
 from appliance.core.safedirs import FILE_MODE
@@ -39,13 +40,16 @@ class Fetched:
         return sum(size for _, size in self.files)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "directory": str(self.directory),
-            "files": [{"name": n, "bytes": b} for n, b in self.files],
-            "bytes": self.bytes,
-        }
+        """Document ``hvnet.capture.fetch`` (``capture fetch --json``)."""
+        return CAPTURE_FETCH.stamp(
+            {
+                "name": self.name,
+                "source": self.source,
+                "directory": str(self.directory),
+                "files": [{"name": n, "bytes": b} for n, b in self.files],
+                "bytes": self.bytes,
+            }
+        )
 
 
 def plan(capture: str, listed: list[tuple[str, int]], out: Path) -> list[tuple[str, int]]:

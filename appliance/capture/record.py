@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.capture import upgrade
 from appliance.capture.spec import CaptureSpec
 from appliance.core.errors import HvnetError
 from appliance.core.safedirs import FILE_MODE
 
 META_FILE = "capture.json"
 LOG_FILE = "tcpdump.log"  # tcpdump's stderr: "listening on", its counts on SIGUSR1 and at exit
-FORMAT = 1
 
 # A capture's states.  "starting" and "running" are live; the others are final.
 LIVE_STATES = ("starting", "running")
@@ -61,13 +61,16 @@ class CaptureRecord:
         return self.spec.name
 
     def to_json(self) -> dict[str, Any]:
+        """Document ``hvnet.capture`` as this hvnet writes it (units in the keys, see :mod:`.upgrade`)."""
         data = {k: v for k, v in vars(self).items() if k != "spec"}
-        return {"format": FORMAT, "spec": self.spec.to_json(), **data}
+        return upgrade.to_document({"spec": self.spec.to_json(), **data})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaptureRecord:
-        fields_ = {k: v for k, v in data.items() if k not in ("format", "spec")}
-        return cls(spec=CaptureSpec.from_json(data["spec"]), **fields_)
+        """A record of any version this hvnet reads (ValueError, KeyError or TypeError: not one)."""
+        internal = upgrade.from_document(data)
+        fields_ = {k: v for k, v in internal.items() if k != "spec"}
+        return cls(spec=CaptureSpec.from_json(internal["spec"]), **fields_)
 
 
 def save(record: CaptureRecord) -> None:

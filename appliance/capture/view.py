@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from appliance.capture.record import CaptureRecord
+from appliance.core.documents import CAPTURE_SHOW
 
 
 @dataclass(frozen=True)
@@ -24,3 +26,14 @@ class CaptureView:
         if self.packets is None or not self.seconds:
             return None
         return self.packets / self.seconds
+
+    def body(self) -> dict[str, Any]:
+        """The record (current version, without its name and version) and the figures as of now."""
+        record = {k: v for k, v in self.record.to_json().items() if k not in ("schema", "version")}
+        return {**record, "state": self.state, "reason": self.reason, "packets": self.packets,
+                "dropped_packets": self.dropped, "elapsed_s": self.seconds, "bytes": self.bytes,
+                "rate_packets_per_s": self.rate_pps}  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """Document ``hvnet.capture.show`` (``capture show --json``, ``capture stop --json``)."""
+        return CAPTURE_SHOW.stamp(self.body())

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK
 from appliance.frontdoor.hosts import host_of
 
@@ -50,7 +50,7 @@ def cmd_capture_stop(args: argparse.Namespace) -> int:
     view = captures.stop_view(host_of(args), args.name)
     record = view.record
     if args.json:
-        render.print_json(_view_json(view))
+        render.print_json(view.to_json())
     else:
         print(f"capture {record.name}: {view.state} ({view.reason or '-'})")
         _print_stats(view)
@@ -62,7 +62,7 @@ def cmd_capture_list(args: argparse.Namespace) -> int:
 
     views = captures.list_captures(host_of(args))
     if args.json:
-        render.print_json({"directory": str(host_of(args).paths.pcap_dir), "captures": [_view_json(v) for v in views]})
+        render.print_json(list_json(str(host_of(args).paths.pcap_dir), views))
         return EXIT_OK
     heads = ["NAME", "STATE", "ON", "FILTER", "STARTED", "SECONDS", "PACKETS", "RATE", "DROPS", "SIZE", "COMPLETE"]
     print(render.table(heads, [_row(v) for v in views]))
@@ -74,7 +74,7 @@ def cmd_capture_show(args: argparse.Namespace) -> int:
 
     view = captures.show(host_of(args), args.name)
     if args.json:
-        render.print_json(_view_json(view))
+        render.print_json(view.to_json())
         return EXIT_OK
     rec = view.record
     print(f"capture {rec.name}: {view.state}" + (f" ({view.reason})" if view.reason else ""))
@@ -99,7 +99,8 @@ def cmd_capture_delete(args: argparse.Namespace) -> int:
 
     removed = captures.delete(host_of(args), args.name, if_exists=args.if_exists)
     if args.json:
-        render.print_json({"name": args.name, "removed": str(removed) if removed else None})
+        gone = str(removed) if removed else None
+        render.print_json(documents.CAPTURE_DELETE.stamp({"name": args.name, "removed": gone}))
     else:
         print(f"removed {removed}" if removed else f"no capture named {args.name!r} (--if-exists): nothing removed")
     return EXIT_OK
@@ -174,9 +175,9 @@ def _print_stats(view: CaptureView) -> None:
         print(f"  complete  {comp.describe()}")
 
 
-def _view_json(v: CaptureView) -> dict[str, Any]:
-    return {**v.record.to_json(), "state": v.state, "reason": v.reason, "packets": v.packets, "dropped": v.dropped,
-            "seconds": v.seconds, "bytes": v.bytes, "rate_pps": v.rate_pps}  # fmt: skip
+def list_json(directory: str, views: list[CaptureView]) -> dict[str, Any]:
+    """``capture list --json``: document ``hvnet.capture.list``, each capture as ``capture show`` has it."""
+    return documents.CAPTURE_LIST.stamp({"directory": directory, "captures": [v.body() for v in views]})
 
 
 def _limits(lim: Limits) -> str:

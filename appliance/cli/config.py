@@ -14,17 +14,17 @@ from appliance.core.errors import EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from appliance.core import config, render
+    from appliance.core import config, documents, render
     from appliance.frontdoor.hosts import effective_settings
 
     path, named = config.config_path()
     file = config.load()  # a broken file stops here: file:line, exit 2
     rows = effective_settings(args)
     if args.json:
-        render.print_json({
+        render.print_json(documents.CONFIG.stamp({
             "file": str(path), "file_present": file.path is not None,
             "named_by": config.CONFIG_VARIABLE if named else None, "settings": [r.to_json() for r in rows],
-        })  # fmt: skip
+        }))  # fmt: skip
         return EXIT_OK
     state = "" if file.path is not None else "  (absent: built-in defaults)"
     print(f"configuration file: {path}{state}" + (f"  (from ${config.CONFIG_VARIABLE})" if named else ""))

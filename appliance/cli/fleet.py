@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_UNKNOWN, EXIT_UNREACHABLE, UsageError, exit_word
 from appliance.core.hostlist import InventoryHost, load
 from appliance.frontdoor.hosts import build_host, inventory_file
@@ -85,14 +85,19 @@ def run(args: argparse.Namespace, verb: Verb) -> int:
     )
     code = fleet.worst([o.exit for o in outcomes])
     if args.json:
-        render.print_json({"hosts": {o.name: _json(o, verb) for o in outcomes}, "exit": code})
+        render.print_json(fleet_json(outcomes, verb, code))
     else:
         print(format_outcomes(outcomes, verb))
     return code
 
 
+def fleet_json(outcomes: list[fleet.HostOutcome[Any]], verb: Verb, code: int) -> dict[str, Any]:
+    """``VERB --hosts ... --json``: document ``hvnet.fleet``, each host's exit, time and document (or error)."""
+    return documents.FLEET.stamp({"hosts": {o.name: _json(o, verb) for o in outcomes}, "exit": code})
+
+
 def _json(o: fleet.HostOutcome[Any], verb: Verb) -> dict[str, Any]:
-    out: dict[str, Any] = {"exit": o.exit, "seconds": round(o.seconds, 3)}
+    out: dict[str, Any] = {"exit": o.exit, "elapsed_s": round(o.seconds, 3)}
     if o.value is not None:
         out["result"] = verb.json(o.value)
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_OK
 from appliance.core.hostlist import InventoryHost, load
 from appliance.frontdoor.hosts import build_host, inventory_file
@@ -27,7 +27,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     )
     rows = [_row(e, o) for e, o in zip(entries, outcomes)]
     if args.json:
-        render.print_json({"inventory": inventory.file, "hosts": rows})
+        render.print_json(documents.HOSTS.stamp({"inventory": inventory.file, "hosts": rows}))
     else:
         heads = ["HOST", "GROUP", "KIND", "UP", "OVS", "DATAPATH", "VIFS", "AGENT", "DRIFT", "S", "PROBLEM"]
         print(render.table(heads, [_line(r) for r in rows]))
@@ -40,7 +40,7 @@ def _row(entry: InventoryHost, outcome: fleet.HostOutcome[dict[str, Any]]) -> di
         row.update(reachable=True, **outcome.value)
     else:
         row.update(reachable=False, error=outcome.error or "no result", policy=entry.policy)
-    row["seconds"] = round(outcome.seconds, 3)
+    row["elapsed_s"] = round(outcome.seconds, 3)
     return row
 
 
@@ -49,4 +49,4 @@ def _line(r: dict[str, Any]) -> list[str]:
     problem = r.get("error") or (f"policy: {r['drift_error']}" if r.get("drift_error") else "")
     return [r["name"], r["group"] or "-", r["kind"], "yes" if up else "NO", r.get("ovs_version") or "-",
             ",".join(r.get("datapaths", [])) or "-", str(r["vifs"]) if up else "-", r.get("agent") or "-",
-            fleet.drift_text(r) if up else "-", f"{r['seconds']:.2f}", problem]  # fmt: skip
+            fleet.drift_text(r) if up else "-", f"{r['elapsed_s']:.2f}", problem]  # fmt: skip

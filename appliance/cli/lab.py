@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, UsageError
 from appliance.endpoints.topology import DEFAULT_TOPOLOGY
 from appliance.endpoints.topology import load as load_topology
@@ -31,15 +31,19 @@ def _runs_in(g: dict[str, Any]) -> str:
     return f"{g['namespace']} on {g['host']}" if g.get("host") else str(g["namespace"])
 
 
+def up_json(report: Any) -> dict[str, Any]:
+    """``lab up --json``: document ``hvnet.lab.up``, what was done and the guests as ``lab status`` has them."""
+    return documents.LAB_UP.stamp({"db": report.db, "actions": report.actions, "guests": report.guests,
+                                   "vm_access": report.vm_access})  # fmt: skip
+
+
 def cmd_lab_up(args: argparse.Namespace) -> int:
     # The default is resolved here: building the parser must not load the topology module (and YAML).
     topo = load_topology(DEFAULT_TOPOLOGY if args.topology is None else args.topology)  # validated whole first
     lab = Lab()
     report = lab.up(topo, vm_access=args.vm_access)
     if args.json:
-        render.print_json(
-            {"db": report.db, "actions": report.actions, "guests": report.guests, "vm_access": report.vm_access}
-        )
+        render.print_json(up_json(report))
         return EXIT_OK
     for action in report.actions or ["already up; nothing to do"]:
         print(f"  {action}")
@@ -91,7 +95,7 @@ def _hosts_hints(hosts: tuple[str, ...], bridge: str, lab: Lab) -> None:
 def cmd_lab_down(args: argparse.Namespace) -> int:
     report = Lab().down()
     if args.json:
-        render.print_json({"actions": report.actions})
+        render.print_json(documents.LAB_DOWN.stamp({"actions": report.actions}))
     else:
         for action in report.actions or ["no lab here; nothing to do"]:
             print(f"  {action}")
@@ -108,7 +112,7 @@ def _vm_access_status(vm: dict[str, Any]) -> None:
 def cmd_lab_status(args: argparse.Namespace) -> int:
     st = Lab().status(reach=True)
     if args.json:
-        render.print_json(st)
+        render.print_json(documents.LAB_STATUS.stamp(st))
     else:
         print(f"lab: {st['state']}" + (f" (topology {st['topology']})" if st["topology"] else ""))
         print(f"run directory: {st['run_dir']}")
@@ -168,7 +172,7 @@ def cmd_lab_image(args: argparse.Namespace) -> int:
 
     image = build_image(Path(args.cache) if args.cache else None, force=args.force)
     if args.json:
-        render.print_json(image.to_json())
+        render.print_json(documents.LAB_IMAGE.stamp(image.to_json()))
         return EXIT_OK
     info = image.to_json()
     print(f"probe image {image.digest[:16]} ({'built' if image.built else 'cached'} in {image.seconds:.2f} s)")

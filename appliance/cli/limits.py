@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_OK
 from appliance.frontdoor.hosts import host_of
 from appliance.services import limits as svc
@@ -60,7 +60,7 @@ def cmd_qos_show(args: argparse.Namespace) -> int:
     inv = svc.read(host_of(args), timeout=args.timeout)
     shown = svc.qos_view(inv, args.vif)
     if args.json:
-        render.print_json({"vifs": [lim.to_json() for lim in shown]})
+        render.print_json(qos_json(shown))
         return EXIT_OK
     rows = [[lim.bridge, lim.port, lim.vm or "-", _ingress(lim), _egress(lim)] for lim in shown
             if lim.limited or args.vif]  # fmt: skip
@@ -79,12 +79,28 @@ def cmd_vif_show(args: argparse.Namespace) -> int:
     inv = svc.read(host_of(args), timeout=args.timeout)
     vif, lim = svc.vif_view(inv, args.vif)
     if args.json:
-        render.print_json({"vif": {**lim.to_json(), "interface": vif.interface, "ofport": vif.ofport,
-                                   "vm_uuid": vif.vm_uuid, "link_state": vif.link_state, "mtu": vif.mtu,
-                                   "mirrors": vif.mirrors}})  # fmt: skip
+        render.print_json(vif_json(vif, lim))
         return EXIT_OK
     print(render.lines(_vif_lines(vif, lim)))
     return EXIT_OK
+
+
+def qos_json(shown: list[Limits]) -> dict[str, Any]:
+    """``hvnet qos show --json``: document ``hvnet.qos.show``."""
+    return documents.QOS_SHOW.stamp({"vifs": [lim.to_json() for lim in shown]})
+
+
+def vif_json(vif: Any, lim: Limits) -> dict[str, Any]:
+    """``hvnet vif show --json``: document ``hvnet.vif.show``, the limits and where the VIF is."""
+    return documents.VIF_SHOW.stamp({"vif": {**lim.to_json(), "interface": vif.interface, "ofport": vif.ofport,
+                                             "vm_uuid": vif.vm_uuid, "link_state": vif.link_state, "mtu": vif.mtu,
+                                             "mirrors": vif.mirrors}})  # fmt: skip
+
+
+def sampling_json(kind: str, shown: list[svc.Sampling]) -> dict[str, Any]:
+    """``hvnet sflow show --json`` / ``ipfix show --json``: document ``hvnet.sflow.show`` / ``hvnet.ipfix.show``."""
+    doc = documents.SFLOW_SHOW if kind == "sflow" else documents.IPFIX_SHOW
+    return doc.stamp({"kind": kind, "bridges": [s.to_json() for s in shown]})
 
 
 def _vif_lines(vif: Any, lim: Limits) -> list[str]:
@@ -103,7 +119,7 @@ def cmd_sampling_show(args: argparse.Namespace) -> int:
     inv = svc.read(host_of(args), timeout=args.timeout)
     shown = svc.sampling_view(inv, args.kind, args.bridge)
     if args.json:
-        render.print_json({"kind": args.kind, "bridges": [s.to_json() for s in shown]})
+        render.print_json(sampling_json(args.kind, shown))
         return EXIT_OK
     rows = [[s.bridge, s.text, "-" if s.settings is None else (s.owner or "not hvnet's")] for s in shown]
     print(render.table(["BRIDGE", "SETTINGS", "OWNER"], rows) if rows else "no bridges on this switch")

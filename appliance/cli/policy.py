@@ -195,7 +195,8 @@ def verify_on(
 
 
 def drift_json(found: svc.Drift) -> dict[str, Any]:
-    return {"in_sync": found.in_sync, "drift": found.drift, "warnings": found.warnings}
+    """``verify --json``: document ``hvnet.policy.verify``."""
+    return documents.POLICY_VERIFY.stamp({"in_sync": found.in_sync, "drift": found.drift, "warnings": found.warnings})
 
 
 def drift_text(found: svc.Drift, path: str) -> str:
@@ -250,7 +251,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
         out = svc.export(eng, by=args.by)
     if args.json:
-        render.print_json(out.document)
+        render.print_json(documents.POLICY.stamp(out.document))
     elif args.out:
         Path(args.out).write_text(out.yaml, encoding="utf-8")
         print(f"wrote {args.out} ({out.vifs} VIFs, {out.mirrors} mirrors)")
@@ -262,20 +263,27 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_commit(args: argparse.Namespace) -> int:
     with _engine(args) as eng:
         done = confirm.commit(eng)
-    if done is None:
-        msg = "nothing to commit: no --no-commit apply is pending"
-        _out(args, {"committed": False, "message": msg}, msg)
-        return EXIT_OK
-    msg = f"committed {done.id} ({done.changes} change(s)); automatic rollback cancelled"
-    _out(args, {"committed": True, "id": done.id}, msg)
+    if args.json:
+        render.print_json(commit_json(done))
+    else:
+        print(commit_json(done)["message"])
     return EXIT_OK
 
 
-def _out(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
-    if args.json:
-        render.print_json(obj)
-    else:
-        print(text)
+def commit_json(done: confirm.Pending | None) -> dict[str, Any]:
+    """``commit --json``: document ``hvnet.policy.commit``, the change kept (``committed`` false: none pending)."""
+    if done is None:
+        return documents.POLICY_COMMIT.stamp(
+            {
+                "committed": False,
+                "id": None,
+                "changes": 0,
+                "message": "nothing to commit: no --no-commit apply is pending",
+            }
+        )
+    return documents.POLICY_COMMIT.stamp({"committed": True, "id": done.id, "changes": done.changes,
+                                          "message": f"committed {done.id} ({done.changes} change(s)); automatic "
+                                          "rollback cancelled"})  # fmt: skip
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

@@ -178,7 +178,7 @@ def cmd_pool_export(args: argparse.Namespace) -> int:
     inventory, entry = _pool(args)
     out = pools.export_pool(entry, inventory, _connect(args), by=args.by, timeout=args.timeout, ssl=_ssl(args))
     if args.json:
-        render.print_json(out.document)
+        render.print_json(documents.POLICY.stamp(out.document))
     elif args.out:
         Path(args.out).write_text(out.yaml, encoding="utf-8")
         print(f"wrote {args.out} ({out.vifs} VIF rules, {out.mirrors} mirrors)")

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from appliance.cli.common import lazy
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_OK
 
 
@@ -28,7 +28,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     found = probes.list_probes(host_of(args), timeout=args.timeout)
     if args.json:
-        render.print_json({"probes": found})
+        render.print_json(documents.PROBES_LIST.stamp({"probes": found}))
         return EXIT_OK
     if not found:
         print("no probe ports on this switch")
@@ -49,7 +49,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
     done = probes.clean(host_of(args), all_probes=args.all, timeout=args.timeout)
     if args.json:
-        render.print_json({"done": done})
+        render.print_json(documents.PROBES_CLEAN.stamp({"done": done}))
     else:
         print("\n".join(_shown(d) for d in done) if done else "nothing to remove")
     return EXIT_OK

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from appliance.cli import suite_runs as cli_suite_runs
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -100,11 +100,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         run.check()  # refuse missing or different guests before connecting anywhere
         doc = _run_stoppable(run)
     if args.json:
-        render.print_json({"run": str(out_dir), "state": doc.state, "steps": len(doc.steps)})
+        render.print_json(run_json(out_dir, doc))
     else:
         print(suites.report_text(doc))
         print(f"\nrun directory: {out_dir}  (hvnet suite report {out_dir})")
     return EXIT_OK if doc.state == "complete" else EXIT_FAILED
+
+
+def run_json(out_dir: Path, doc: Any) -> dict[str, Any]:
+    """``suite run --json``: document ``hvnet.suite.run``, where the run is and how it ended."""
+    return documents.SUITE_RUN.stamp({"run": str(out_dir), "state": doc.state, "steps": len(doc.steps)})
 
 
 def _run_stoppable(run: Any) -> Any:
@@ -195,7 +200,7 @@ def _report_against(args: argparse.Namespace) -> int:
         return EXIT_OK
     result = suites.against(suites.load_run(args.run), args.against)
     if args.json:
-        render.print_json(result.to_json())
+        render.print_json(documents.SUITE_AGAINST.stamp(result.to_json()))
     else:
         print(result.text())
     return EXIT_OK
@@ -209,7 +214,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, new = suites.load_run(args.base), suites.load_run(args.new)
     result = suites.compare(base, new, threshold_pct=args.threshold)
     if args.json:
-        render.print_json(result.to_json())
+        render.print_json(documents.SUITE_COMPARE.stamp(result.to_json()))
     else:
         print(suites.compare_text(result))
     if target is not None:
@@ -245,26 +250,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     from appliance.frontdoor.hosts import host_of
     from appliance.services import suites
 
-    shipped = [x.to_json() for x in suites.shipped_suites()]
+    shipped = suites.shipped_suites()
     where = Path(args.runs) if args.runs else host_of(args).paths.runs_dir
     runs = suites.list_runs(host_of(args), where)
     if args.json:
-        render.print_json({"suites": shipped, "runs": runs})
+        render.print_json(list_json(shipped, runs))
         return EXIT_OK
-    print(
-        render.table(
-            ["suite", "steps", "min (at least)", "description"],
-            [
-                [
-                    s["suite"],
-                    str(s.get("steps", "-")),
-                    str(s.get("minutes", "-")),
-                    s.get("description") or s.get("error", ""),
-                ]
-                for s in shipped
-            ],
-        )
-    )
+    rows = [[x.name, "-" if x.error else str(x.steps), "-" if x.error else f"{x.minutes:.1f}",
+             x.error or x.description] for x in shipped]  # fmt: skip
+    print(render.table(["suite", "steps", "min (at least)", "description"], rows))
     if runs:
         print(f"\nruns in {where}:")
         print(
@@ -288,13 +282,24 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def list_json(shipped: list[Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``suite list --json``: document ``hvnet.suite.list``, the shipped suites and the runs kept."""
+    return documents.SUITE_LIST.stamp({"suites": [x.to_json() for x in shipped], "runs": runs})
+
+
+def validate_json(s: Any) -> dict[str, Any]:
+    """``suite validate --json``: document ``hvnet.suite.validate`` (a file with problems is an error, exit 2)."""
+    return documents.SUITE_VALIDATE.stamp({"file": str(s.file), "valid": True, "tests": len(s.tests),
+                                           "cases": len(s.cases), "steps": len(s.steps()),
+                                           "estimated_at_least_s": s.estimated_seconds()})  # fmt: skip
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from appliance.services import suites
 
     s = suites.load_suite(args.file)  # an invalid file is a ConfigError: exit 2, JSON under --json
     if args.json:
-        render.print_json({"file": str(s.file), "valid": True, "tests": len(s.tests), "cases": len(s.cases),
-                           "steps": len(s.steps()), "estimated_at_least_s": s.estimated_seconds()})  # fmt: skip
+        render.print_json(validate_json(s))
         return EXIT_OK
     print(
         f"{s.file}: valid: {len(s.tests)} test(s), {len(s.cases)} case(s), {len(s.steps())} step(s), "

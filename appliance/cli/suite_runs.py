@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from appliance.core import render
+from appliance.core import documents, render
 from appliance.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -46,7 +46,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     result = runs.prune(_runs_dir(args), keep=args.keep, older_than=args.older_than, dry_run=not args.yes)
     if args.json:
-        render.print_json(result.to_json())
+        render.print_json(documents.SUITE_PRUNE.stamp(result.to_json()))
         return EXIT_FAILED if result.failed else EXIT_OK
     gone, kept = result.removed, [d for d in result.decisions if not d.remove]
     verb = "would remove" if result.dry_run else "removed"
@@ -66,7 +66,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
     marker = runs.pin(Path(args.run), args.note or "")
     if args.json:
-        render.print_json({"run": args.run, "pinned": True, "marker": str(marker)})
+        render.print_json(documents.SUITE_PIN.stamp({"run": args.run, "pinned": True, "marker": str(marker)}))
     else:
         print(f"pinned: {args.run} ('hvnet suite prune' keeps it; {marker} says when and why)")
     return EXIT_OK
@@ -77,7 +77,7 @@ def cmd_unpin(args: argparse.Namespace) -> int:
 
     was = runs.unpin(Path(args.run))
     if args.json:
-        render.print_json({"run": args.run, "pinned": False, "was_pinned": was})
+        render.print_json(documents.SUITE_UNPIN.stamp({"run": args.run, "pinned": False, "was_pinned": was}))
     else:
         print(f"unpinned: {args.run}" if was else f"{args.run} was not pinned")
     return EXIT_OK

@@ -20,11 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from appliance.core.errors import EXIT_FAILED, EXIT_UNREACHABLE, HvnetError, worst_exit
 from appliance.core.hostlist import InventoryHost
 from appliance.switch.host import Host
+
+if TYPE_CHECKING:
+    from appliance.switch.inventory import Inventory
 
 log = logging.getLogger("hvnet.fleet")
 T = TypeVar("T")
@@ -152,12 +155,18 @@ def probe(host: Host, entry: InventoryHost | None, *, timeout: float) -> dict[st
     from appliance.switch import api
 
     inv = api.read_inventory_once(host, timeout=timeout)
+    return summary(inv, agent_state(host, timeout=timeout),
+                   policy_drift(host, entry.policy if entry is not None else None, timeout=timeout))  # fmt: skip
+
+
+def summary(inv: Inventory, agent: str, drift: dict[str, Any]) -> dict[str, Any]:
+    """A reachable host's figures in ``hvnet hosts`` (pure: the switch's inventory, its agent and its drift)."""
     return {
         "ovs_version": inv.host.ovs_version,
         "datapaths": sorted({b.datapath_type for b in inv.bridges}),
         "vifs": sum(1 for v in inv.vifs if v.is_vif),
-        "agent": agent_state(host, timeout=timeout),
-        **policy_drift(host, entry.policy if entry is not None else None, timeout=timeout),
+        "agent": agent,
+        **drift,
     }
 
 

@@ -147,7 +147,11 @@ class ProbeSource:
 def list_probes(host: Host, timeout: float = 10.0) -> list[dict[str, Any]]:
     """Every probe port on the host's switch, with whether any run may remove it and why."""
     with host.connect(lifecycle.columns(), timeout=timeout) as conn:
-        found = lifecycle.find(conn)
+        return listing(lifecycle.find(conn))
+
+
+def listing(found: list[FoundProbe]) -> list[dict[str, Any]]:
+    """Each probe found, with whether any run may remove it (its owner gone, or expired) and why."""
     why = {f.port: reason for f, reason in lifecycle.stale(found)}
     return [{**f.to_json(), "stale": f.port in why, "reason": why.get(f.port)} for f in found]
 

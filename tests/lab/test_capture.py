@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 
 VM2_IP = "192.168.0.151"
@@ -82,8 +84,12 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     limited = run_hvnet("capture", "start", "--port", VM2_VIF, "--name", "five", "--count", "5", env=pcaps)
     assert limited.returncode == 0 and "capture five started on port vif2.0" in limited.stdout, limited.stderr
     assert on_port["state"] == in_guest["state"] == "running"
+    jsonschemas.check(documents.CAPTURE, on_port)
+    jsonschemas.check(documents.CAPTURE, in_guest)
     ping(lab, 50)
-    live = {c["spec"]["name"]: c for c in hv(pcaps, "capture", "list")["captures"]}
+    listed = hv(pcaps, "capture", "list")
+    jsonschemas.check(documents.CAPTURE_LIST, listed)
+    live = {c["spec"]["name"]: c for c in listed["captures"]}
     assert live["vif2"]["state"] == "running" and live["vif2"]["packets"] >= 100, live["vif2"]
     assert live["five"]["state"] == "finished" and live["five"]["packets"] == 5, live["five"]
 
@@ -92,6 +98,7 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
 
     port = hv(pcaps, "capture", "stop", "vif2")
     assert port["state"] == "stopped" and port["tcpdump"]["dropped_by_kernel"] == 0
+    jsonschemas.check(documents.CAPTURE_SHOW, port)
     assert icmp_requests(Path(port["directory"])) >= 50
     comp = port["completeness"]
     assert comp["ratio"] is not None and 0.95 <= comp["ratio"] <= 1.0, comp
@@ -109,6 +116,7 @@ def test_pings_captured_on_the_vif_and_in_the_guest_with_completeness(lab: Lab, 
     assert text.returncode == 0 and f"complete  {comp['ratio']:.1%}" in text.stdout, text.stdout + text.stderr
     meta = json.loads((Path(port["directory"]) / "capture.json").read_text())
     assert meta["counters_before"]["tx_packets"] is not None and meta["stopped"] > meta["started"]
+    jsonschemas.check(documents.CAPTURE, meta)
     assert_private(Path(pcaps["HVNET_PCAP_DIR"]))
 
 
@@ -126,7 +134,8 @@ def test_rotation_by_size_and_by_time_with_a_duration(lab: Lab, pcaps: dict[str,
     capped = hv(pcaps, "capture", "start", "--port", VM2_VIF, "--name", "capped", "--rotate-seconds", "1",
                 "--max-mb", "1")  # fmt: skip
     assert (
-        capped["spec"]["limits"]["max_mb"] == 1 and capped["disk"]["bound"] == "at most 1 MB of files rotated every 1 s"
+        capped["spec"]["limits"]["max_bytes"] == 1_000_000
+        and capped["disk"]["bound"] == "at most 1 MB of files rotated every 1 s"
     )
     timed = hv(pcaps, "capture", "start", "--guest", "VM2", "--name", "timed", "--rotate-seconds", "1",
                "--duration", "2", "--snaplen", "64")  # fmt: skip
@@ -248,7 +257,7 @@ def test_a_capture_that_could_fill_the_disk_is_refused_and_one_running_stops_at_
 
     rec = hv(env, "capture", "start", "--port", VM2_VIF, "--name", "small", "--rotate-mb", "1", "--rotate-files", "2",
              "--free-floor", "4MB")  # fmt: skip
-    assert rec["disk"]["worst_case"] == 2 * (1_000_000 + 16 + 262144) and rec["disk"]["floor"] == 4_000_000
+    assert rec["disk"]["worst_case_bytes"] == 2 * (1_000_000 + 16 + 262144) and rec["disk"]["floor_bytes"] == 4_000_000
     res = run_hvnet(
         "capture",
         "start",
@@ -271,7 +280,9 @@ def test_a_capture_that_could_fill_the_disk_is_refused_and_one_running_stops_at_
     while (view := hv(env, "capture", "show", "small"))["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert view["state"] == "stopped" and view["reason"].startswith("stopped: free space fell to "), view
-    assert view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop"] < 4_000_000
+    assert (
+        view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop_bytes"] < 4_000_000
+    )
     assert view["tcpdump"]["captured"] >= 40 and icmp_requests(Path(view["directory"])) == 20
     text = run_hvnet("capture", "show", "small", env=env).stdout
     assert "  disk      worst case 2.5 MB (a ring of 2 files of 1 MB); floor 4.0 MB (4MB, --free-floor)" in text, text

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import HVNET, ROOT, run_hvnet
 from tests.lab.conftest import lab_up
 
@@ -124,8 +126,11 @@ def test_a_commit_in_time_disarms_the_hosts_timer(managed: Lab, env: dict[str, s
     assert res.returncode == 0 and "the host itself undoes 1 change(s)" in res.stdout, res.stdout + res.stderr
     (timer,) = (tmp_path / "state" / "no-commit").iterdir()
     assert (timer / "armed").exists() and oct(timer.stat().st_mode & 0o777) == "0o700"
-    res = run_hvnet("--host", "hm1", "commit", env=env)
-    assert res.returncode == 0 and "committed" in res.stdout, res.stdout + res.stderr
+    res = run_hvnet("--host", "hm1", "commit", "--json", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    committed = json.loads(res.stdout)
+    jsonschemas.check(documents.POLICY_COMMIT, committed)
+    assert committed["committed"] is True and committed["changes"] == 1, committed
     assert not timer.exists()
     time.sleep(5 + 3)
     assert _tag(managed, "vif1.0") == "5"  # the timer did nothing

@@ -13,8 +13,10 @@ import ovs.jsonrpc
 import ovs.stream
 import pytest
 
+from appliance.core import documents
 from appliance.lab.sshhost import SshHost
 from appliance.policy.apply.engine import AGENT_LOCK
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="openssh-server (make setup installs it)")
@@ -77,6 +79,7 @@ def test_status_over_a_group(fleet: list[SshHost], env: dict[str, str]) -> None:
     res = run_hvnet("--timeout", "3", "status", "--hosts", "trio", "--json", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(res.stdout)
+    jsonschemas.check(documents.FLEET, doc)
     assert sorted(doc["hosts"]) == list(NAMES) and doc["exit"] == 0
     for name in NAMES:
         assert doc["hosts"][name]["exit"] == 0
@@ -96,6 +99,7 @@ def test_apply_with_one_host_unreachable_applies_the_others(fleet: list[SshHost]
     assert res.returncode == 3 and "Traceback" not in res.stderr, res.stdout + res.stderr
     assert time.monotonic() - started < 40
     doc = json.loads(res.stdout)
+    jsonschemas.check(documents.FLEET, doc)
     assert doc["exit"] == 3 and doc["hosts"]["ghost"]["exit"] == 3 and GHOST in doc["hosts"]["ghost"]["error"]
     for h in fleet:
         assert doc["hosts"][h.name]["exit"] == 0 and doc["hosts"][h.name]["result"]["status"] == "applied"
@@ -136,6 +140,7 @@ def test_hosts_shows_agent_and_drift(fleet: list[SshHost], env: dict[str, str]) 
         assert not err and reply.result == {"locked": True}
         res = run_hvnet("--timeout", "3", "hosts", "--hosts", "trio", "--json", env=env)
         assert res.returncode == 0, res.stdout + res.stderr
+        jsonschemas.check(documents.HOSTS, json.loads(res.stdout))
         rows = {r["name"]: r for r in json.loads(res.stdout)["hosts"]}
         assert [rows[n]["agent"] for n in NAMES] == ["none", "running", "none"]
         assert [rows[n]["drift"] for n in NAMES] == [0, 1, None]  # fa2's vif2.0 is not on 42; fa3 names no policy

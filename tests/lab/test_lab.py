@@ -201,6 +201,7 @@ def test_lab_up_again_is_idempotent(lab: Lab) -> None:
     assert vsctl(lab, "get", "Port", "vif1.0", "_uuid") == uuid_before
     res = run_hvnet("lab", "status", "--json")
     assert res.returncode == 0 and json.loads(res.stdout)["state"] == "up"
+    jsonschemas.check(documents.LAB_STATUS, json.loads(res.stdout))
 
 
 def test_different_topology_while_up_is_refused(lab: Lab, tmp_path) -> None:

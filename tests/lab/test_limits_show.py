@@ -9,7 +9,9 @@ import subprocess
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 from tests.lab.policy_helpers import reset, vsctl
 
@@ -41,6 +43,7 @@ def test_qos_set_with_units_reads_back_in_bits_and_in_other_tools_units(lab: Lab
 
     shown = hv("qos", "show", "vif2.0", "--json")
     assert shown.returncode == 0, shown.stderr
+    jsonschemas.check(documents.QOS_SHOW, json.loads(shown.stdout))
     (vif,) = json.loads(shown.stdout)["vifs"]
     assert vif["port"] == "vif2.0" and vif["vm"] == "VM2"
     assert vif["ingress"] == {"rate_bits_per_s": 10_000_000, "burst_bits": 1_000_000, "burst_is_ovs_default": False,
@@ -53,6 +56,7 @@ def test_qos_set_with_units_reads_back_in_bits_and_in_other_tools_units(lab: Lab
     everyone = hv("qos", "show").stdout
     assert "vif2.0" in everyone and "10000 kbit/s burst 1000 kbit (tc)" in everyone and "max 20000 kbit/s" in everyone
 
+    jsonschemas.check(documents.VIF_SHOW, json.loads(hv("vif", "show", "vm:VM2", "--json").stdout))
     text = hv("vif", "show", "vm:VM2").stdout
     assert "qos_algorithm_params:kbps=1250 (kilobytes/s" in text
     assert "<bandwidth><outbound average='1250' burst='~122'/>" in text
@@ -75,12 +79,15 @@ def test_kbps_is_refused_as_json_and_changes_nothing(lab: Lab) -> None:
 def test_sflow_and_ipfix_show(lab: Lab) -> None:
     assert hv("sflow", "set", "xenbr0", "--target", "192.0.2.9:6343", "--sampling", "64").returncode == 0
     doc = json.loads(hv("sflow", "show", "--json").stdout)
+    jsonschemas.check(documents.SFLOW_SHOW, doc)
     (br,) = [b for b in doc["bridges"] if b["bridge"] == "xenbr0"]
     assert br["configured"] and br["owner"] == "hvnet"
     assert br["settings"]["targets"] == ["192.0.2.9:6343"] and br["settings"]["sampling_1_in_packets"] == 64
     assert "sFlow to 192.0.2.9:6343 1-in-64" in hv("sflow", "show", "xenbr0").stdout
 
-    (ipfix,) = json.loads(hv("ipfix", "show", "xenbr0", "--json").stdout)["bridges"]
+    ipfix_doc = json.loads(hv("ipfix", "show", "xenbr0", "--json").stdout)
+    jsonschemas.check(documents.IPFIX_SHOW, ipfix_doc)
+    (ipfix,) = ipfix_doc["bridges"]
     assert ipfix["configured"] is False and ipfix["settings"] is None
 
     missing = hv("ipfix", "show", "br-none", "--json")

@@ -93,11 +93,16 @@ def test_plan_changes_nothing_apply_verify_export_round_trip(lab: Lab, tmp_path:
     assert res.returncode == 0 and json.loads(res.stdout)["status"] == "unchanged", res.stdout
     assert json.loads(hv("plan", str(exported), "--json").stdout)["changes"] == []
     assert config(lab) == applied
+    as_json = tmp_path / "export.json"  # the JSON export validates and is a policy file too
+    as_json.write_text(hv("export", "--json").stdout)
+    jsonschemas.check(documents.POLICY, json.loads(as_json.read_text()))
+    assert json.loads(hv("plan", str(as_json), "--json").stdout)["changes"] == []
 
     # Drift made behind hvnet's back is reported, with a non-zero exit.
     vsctl(lab, "set", "port", "vif1.0", "tag=7")
     res = hv("verify", f, "--json")
     assert res.returncode == 1
+    jsonschemas.check(documents.POLICY_VERIFY, json.loads(res.stdout))
     drift = json.loads(res.stdout)["drift"]
     assert drift == [{"target": "vif1.0 (VM1)", "setting": "vlan", "expected": "access tag 1", "found": "access tag 7"}]
     # A meter lost from the switch is drift too.

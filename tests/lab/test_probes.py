@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.core.errors import UsageError
 from appliance.frontdoor.hosts import build_host
 from appliance.lab import Lab
@@ -20,6 +21,7 @@ from appliance.probes.spec import ProbeSpec
 from appliance.services import metrics
 from appliance.services.probes import ProbeSource
 from appliance.switch import inventory, reader
+from tests import jsonschemas
 from tests.conftest import HVNET, ROOT, links, netns_list, run_hvnet
 from tests.lab.policy_helpers import vsctl
 
@@ -104,7 +106,9 @@ def test_sigkilled_run_leaves_probes_that_the_next_run_removes(lab: Lab, tmp_pat
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert sorted(probe_ports(lab)) == ["hvp-P1", "hvp-P2"]  # a SIGKILL leaves them ...
-    listed = json.loads(run_hvnet("probes", "list", "--json").stdout)["probes"]
+    listing = json.loads(run_hvnet("probes", "list", "--json").stdout)
+    jsonschemas.check(documents.PROBES_LIST, listing)
+    listed = listing["probes"]
     assert {p["probe"] for p in listed if p["stale"] and "is gone" in p["reason"]} == {"P1", "P2"}
     # ... and the next run on this host removes them (and what ran in them) before adding its own
     short = tmp_path / "again"

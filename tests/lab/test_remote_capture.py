@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab.sshhost import SshHost
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 from tests.lab.remote_helpers import xen_ssh_host
 
@@ -97,14 +99,16 @@ def test_remote_capture_counts_live_stops_and_ends_by_its_duration(tc1: SshHost,
     rec = hv(env, "start", "--port", "vif2.0", "--name", "r1", "--filter", "icmp")
     assert rec["state"] == "running" and rec["directory"] == str(pcaps / "r1"), rec
     assert rec["host"].startswith("ssh:tc1:")
+    jsonschemas.check(documents.CAPTURE, rec)
     ping(1)  # the guest's ARP and the first exchange, then a known count
     ping(20)
     views = {c["spec"]["name"]: c for c in hv(env, "list")["captures"]}
     assert views["r1"]["state"] == "running" and views["r1"]["packets"] == 42, views  # tcpdump's own live count
-    assert views["r1"]["rate_pps"] > 0
+    assert views["r1"]["rate_packets_per_s"] > 0
 
     stopped = hv(env, "stop", "r1")
-    assert stopped["state"] == "stopped" and stopped["packets"] == 42 and stopped["dropped"] == 0, stopped
+    assert stopped["state"] == "stopped" and stopped["packets"] == 42 and stopped["dropped_packets"] == 0, stopped
+    jsonschemas.check(documents.CAPTURE_SHOW, stopped)
     assert stopped["tcpdump"]["captured"] == 42 and stopped["files"] == ["r1.pcap0"], stopped  # the default ring's
     assert stopped["completeness"]["ratio"] is None and "filter" in stopped["completeness"]["reason"]
     out = subprocess.run(["tcpdump", "-nn", "-r", str(pcaps / "r1" / "r1.pcap0"), "icmp[icmptype] == icmp-echo"],
@@ -217,14 +221,16 @@ def test_remote_capture_is_refused_above_the_hosts_floor_and_stopped_at_it(
 
     rec = hv(env, "start", "--port", "vif2.0", "--name", "r5", "--rotate-mb", "1", "--rotate-files", "2",
              "--free-floor", "4MB")  # fmt: skip
-    assert rec["disk"]["floor"] == 4_000_000 and rec["disk"]["free_at_start"] > 8_000_000, rec["disk"]
+    assert rec["disk"]["floor_bytes"] == 4_000_000 and rec["disk"]["free_at_start_bytes"] > 8_000_000, rec["disk"]
     ping(5)
     run(*there, "sh", "-c", 'head -c 4500000 /dev/zero >"$1"', "sh", str(mnt / "filler"))  # another writer
     deadline = time.monotonic() + 6
     while (view := hv(env, "show", "r5"))["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert view["state"] == "stopped" and view["reason"].startswith("stopped: free space fell to "), view
-    assert view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop"] < 4_000_000
+    assert (
+        view["reason"].endswith(", under the floor of 4.0 MB (4MB)") and view["disk"]["free_at_stop_bytes"] < 4_000_000
+    )
     assert view["tcpdump"]["captured"] >= 10, view
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.lab import Lab
+from tests import jsonschemas
 from tests.conftest import run_hvnet
 
 pytestmark = pytest.mark.lab
@@ -25,6 +27,7 @@ def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp
     for _ in range(3):
         res = run_hvnet("suite", "run", str(ONE_STEP), "--json", env=env, timeout=180)
         assert res.returncode == 0, res.stdout + res.stderr
+        jsonschemas.check(documents.SUITE_RUN, json.loads(res.stdout))
         made.append(Path(json.loads(res.stdout)["run"]))
     assert [p.parent for p in made] == [runs] * 3 and len(set(made)) == 3
     baseline, older, newest = made
@@ -33,6 +36,7 @@ def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp
     res = run_hvnet("suite", "prune", "--keep", "1", "--json", env=env)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
+    jsonschemas.check(documents.SUITE_PRUNE, doc)
     assert doc["dry_run"] and [r["run"] for r in doc["would_remove"]] == [str(older)]
     assert {r["run"]: r["reason"] for r in doc["kept"]} == {
         str(newest): "the newest of one-step",
@@ -44,7 +48,9 @@ def test_prune_keeps_the_pinned_baseline_and_removes_the_older_run(lab: Lab, tmp
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0] == f"{runs}: removed 1 run(s), keeping 2"
     assert sorted(runs.iterdir()) == sorted([baseline, newest])
-    listed = json.loads(run_hvnet("suite", "list", "--json", env=env).stdout)["runs"]
+    listing = json.loads(run_hvnet("suite", "list", "--json", env=env).stdout)
+    jsonschemas.check(documents.SUITE_LIST, listing)
+    listed = listing["runs"]
     assert [(r["run"], r["pinned"]) for r in listed] == [(str(newest), False), (str(baseline), True)]
 
 
@@ -53,6 +59,7 @@ def test_config_show_names_the_running_lab(lab: Lab, tmp_path: Path) -> None:
     conf.write_text("[data]\nstate_dir = /srv/hvnet/state\nruns_dir = /srv/hvnet/runs\n")
     res = run_hvnet("config", "show", "--json", env={"HVNET_CONFIG": str(conf), "HVNET_DB": "", "HVNET_STATE_DIR": ""})
     assert res.returncode == 0, res.stderr
+    jsonschemas.check(documents.CONFIG, json.loads(res.stdout))
     got = {s["name"]: (s["value"], s["source"]) for s in json.loads(res.stdout)["settings"]}
     where = f"running lab {lab.run_dir}"
     assert got["target.db"] == (f"unix:{lab.run_dir.resolve() / 'db.sock'}", where)

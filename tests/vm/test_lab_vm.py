@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from appliance.core import documents
 from appliance.endpoints.topology import load as load_topology
 from appliance.lab import Lab
 from appliance.lab.vm import libvirtd
 from appliance.lab.vm.domain import Nic, interface_xml
+from tests import jsonschemas
 from tests.conftest import ROOT, run_hvnet
 from tests.lab.conftest import lab_up
 from tests.lab.test_policy_agent import AgentProc, wait_until
@@ -89,6 +91,7 @@ def test_libvirt_plugs_each_vm_into_ovs(mixed: Lab) -> None:
     topo = load_topology(TOPOLOGY)
     st = json.loads(hv(mixed, "lab", "status", "--json").stdout)
     assert st["state"] == "up"
+    jsonschemas.check(documents.LAB_STATUS, st)  # with QEMU guests: their domains and channels
     for name in VMS:
         g = topo.guest(name)
         port = port_of(mixed, name)

@@ -96,7 +96,7 @@ class ProbeImage:
             "initrd": str(self.initrd),
             "digest": self.digest,
             "built": self.built,
-            "seconds": round(self.seconds, 3),
+            "elapsed_s": round(self.seconds, 3),  # to build it, or to find it in the cache
             "kernel_bytes": self.kernel.stat().st_size,
             "initrd_bytes": self.initrd.stat().st_size,
             "kernel_package": self.manifest.get("kernel_package"),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core import validate, yamldoc
+from appliance.core.documents import POLICY as POLICY_DOCUMENT
 from appliance.core.errors import ConfigError, Problem
 from appliance.core.validate import FieldError
 from appliance.core.vlan import Vlan, vlan_from_fields, vlan_list
@@ -35,7 +36,7 @@ from appliance.switch.sampling import KINDS as SAMPLING_KINDS
 
 DEFAULT_POLICY = DEFAULT_POLICY_FILE
 
-_TOP_KEYS = {"version", "policing", "vifs", "bridges"}
+_TOP_KEYS = {"schema", "version", "policing", "vifs", "bridges"}  # schema: as hvnet export --json writes it
 _VIF_KEYS = {*Selector.KINDS, "optional", "vlan", "ingress", "egress"}
 _VLAN_KEYS = {"mode", "tag", "trunks"}
 _INGRESS_KEYS = {"rate", "burst", "mechanism"}
@@ -93,8 +94,10 @@ def from_document(doc: yamldoc.Document) -> Policy:
 
 def _header(data: dict[str, Any], policy: Policy, bad: Any) -> None:
     """``version`` and ``policing``: read before the VIF rules, whose mechanism defaults to the policing."""
-    if "version" in data and data["version"] != 1:
-        bad(("version",), f"unsupported version {data['version']!r}; allowed: 1")
+    if "schema" in data and data["schema"] != POLICY_DOCUMENT.name:
+        bad(("schema",), f"{data['schema']!r} is not a policy; allowed: {POLICY_DOCUMENT.name}")
+    if "version" in data and data["version"] != POLICY_DOCUMENT.version:
+        bad(("version",), f"unsupported version {data['version']!r}; allowed: {POLICY_DOCUMENT.version}")
     if "policing" in data:
         if data["policing"] in MECHANISMS:
             policy.policing = data["policing"]

@@ -17,6 +17,7 @@ import pytest
 
 from appliance.cli import main as cli
 from appliance.cli.main import main
+from appliance.core import documents
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests/unit/data"
@@ -44,6 +45,26 @@ def test_every_verb_that_prints_a_result_has_json() -> None:
     for verb in ("suite validate", "isolation report", "suite pin", "suite unpin", "capture delete", "qos show",
                  "sflow show", "ipfix show", "vif show"):  # fmt: skip
         assert verb in leaves and verb not in NO_JSON
+
+
+def test_every_verb_with_json_prints_a_registered_document() -> None:
+    """A verb cannot ship --json without a schema: each is in documents.BY_VERB, with the documents it prints."""
+    leaves = _leaves(cli.build_parser())
+    with_json = {verb for verb, p in leaves.items() if "--json" in {o for a in p._actions for o in a.option_strings}}
+    assert not with_json - set(documents.BY_VERB), "verbs with --json and no registered document"
+    assert not set(documents.BY_VERB) - with_json  # no stale entry
+    for docs in documents.BY_VERB.values():
+        assert docs and all(d in documents.ALL for d in docs)
+    printed = {d for docs in documents.BY_VERB.values() for d in docs}
+    only_written = {documents.AUDIT_LINE, documents.ROLLBACK_RECORD}
+    assert printed | only_written == set(documents.ALL)
+
+
+def test_a_new_verb_with_json_and_no_document_is_caught(monkeypatch) -> None:
+    """The walk above fails for a verb added with --json that names no document (the test can fail)."""
+    monkeypatch.delitem(documents.BY_VERB, "qos show")
+    with pytest.raises(AssertionError, match="no registered document"):
+        test_every_verb_with_json_prints_a_registered_document()
 
 
 def _error(capsys: pytest.CaptureFixture[str], code: int, argv: list[str]) -> dict:
@@ -139,9 +160,11 @@ def test_suite_pin_and_unpin_json(capsys, tmp_path: Path) -> None:
     run.mkdir()
     shutil.copy(DATA / "netperf/quick-results.json", run / "results.json")
     assert main(["suite", "pin", str(run), "--note", "baseline", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"run": str(run), "pinned": True, "marker": str(run / "pinned")}
+    assert json.loads(capsys.readouterr().out) == {"schema": "hvnet.suite.pin", "version": 1, "run": str(run),
+                                                   "pinned": True, "marker": str(run / "pinned")}  # fmt: skip
     assert main(["suite", "unpin", str(run), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"run": str(run), "pinned": False, "was_pinned": True}
+    assert json.loads(capsys.readouterr().out) == {"schema": "hvnet.suite.unpin", "version": 1, "run": str(run),
+                                                   "pinned": False, "was_pinned": True}  # fmt: skip
     assert main(["suite", "unpin", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["was_pinned"] is False
 
@@ -152,9 +175,10 @@ def test_capture_delete_json(capsys, tmp_path: Path, monkeypatch) -> None:
     shutil.copy(DATA / "captures/vif2.capture.json", pcaps / "vif2-cap" / "capture.json")
     monkeypatch.setenv("HVNET_PCAP_DIR", str(pcaps))
     assert main(["--no-lab", "capture", "delete", "vif2-cap", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"name": "vif2-cap", "removed": str(pcaps / "vif2-cap")}
+    assert json.loads(capsys.readouterr().out) == {"schema": "hvnet.capture.delete", "version": 1, "name": "vif2-cap",
+                                                   "removed": str(pcaps / "vif2-cap")}  # fmt: skip
     assert not (pcaps / "vif2-cap").exists()
     assert main(["--no-lab", "capture", "delete", "vif2-cap", "--if-exists", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"name": "vif2-cap", "removed": None}
+    assert json.loads(capsys.readouterr().out)["removed"] is None
     e = _error(capsys, 2, ["--no-lab", "capture", "delete", "vif2-cap", "--json"])
     assert e["message"] == "no capture named 'vif2-cap'" and e["hint"] == "hvnet capture list"

@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from appliance.cli.policy import plan_json
 from appliance.core import documents
+from appliance.core.errors import ConfigError
 from appliance.isolation import report
 from appliance.policy.apply import journal
 from appliance.policy.apply.enforcement import Enforcement
@@ -295,3 +296,115 @@ def test_sampling_changes_write_durations_and_sizes_with_their_unit_and_read_bac
           for c in rec["changes"]]  # fmt: skip
     assert journal.record_changes({"changes": v1}) == plan.changes
     assert jsonschemas.problems(documents.ROLLBACK_RECORD, {**rec, "changes": v1})
+
+
+# -- the read verbs of limits and sampling (the lab switch's rows, as test_limits_view reads them) ----------------
+
+
+def test_qos_show_and_vif_show_validate_with_limits_in_bits() -> None:
+    from appliance.cli import limits as cli_limits
+    from appliance.services import limits
+    from tests.unit.services.test_limits_view import _inventory
+
+    inv = _inventory()
+    doc = json.loads(json.dumps(cli_limits.qos_json(limits.qos_view(inv))))  # as --json prints it
+    jsonschemas.check(documents.QOS_SHOW, doc)
+    assert [v["ingress"] and v["ingress"]["rate_bits_per_s"] for v in doc["vifs"]] == [10_240_000, None]
+    vif, lim = limits.vif_view(inv, "vif1.0")
+    shown = json.loads(json.dumps(cli_limits.vif_json(vif, lim)))
+    jsonschemas.check(documents.VIF_SHOW, shown)
+    assert shown["vif"]["egress"]["burst_bits"] == 1_000_000
+    doc["vifs"][0]["ingress"] = rename(doc["vifs"][0]["ingress"], "rate_bits_per_s", "rate_kbps", 1000)
+    assert any("rate_kbps" in p for p in jsonschemas.problems(documents.QOS_SHOW, doc))
+    shown["vif"]["egress"]["rate_bits_per_s"] = "10 Mbit/s"
+    assert jsonschemas.problems(documents.VIF_SHOW, shown)
+
+
+def test_sflow_and_ipfix_show_validate() -> None:
+    from appliance.cli import limits as cli_limits
+    from appliance.services import limits
+    from tests.unit.services.test_limits_view import _inventory, _sampled
+
+    for inv in (_inventory(_sampled()), _inventory()):  # configured, and none
+        for kind, doc_kind in (("sflow", documents.SFLOW_SHOW), ("ipfix", documents.IPFIX_SHOW)):
+            doc = json.loads(json.dumps(cli_limits.sampling_json(kind, limits.sampling_view(inv, kind))))
+            jsonschemas.check(doc_kind, doc)
+            assert doc["schema"] == doc_kind.name
+    sflow = cli_limits.sampling_json("sflow", limits.sampling_view(_inventory(_sampled()), "sflow"))
+    assert sflow["bridges"][0]["settings"]["sampling_1_in_packets"] == 64
+    sflow["bridges"][0]["settings"] = rename(sflow["bridges"][0]["settings"], "polling_interval_s", "polling")
+    assert any("polling" in p for p in jsonschemas.problems(documents.SFLOW_SHOW, sflow))
+    assert jsonschemas.problems(documents.IPFIX_SHOW, {**sflow, "schema": "hvnet.ipfix.show"})  # not the other kind
+
+
+# -- verify, commit ---------------------------------------------------------------------------------
+
+
+class _Verifier:
+    """What ``verify`` asks of the policy engine: a plan against the lab's switch, and whether meters drifted."""
+
+    def plan(self, policy: Any) -> Any:
+        return planner.plan(policy, lab_state(), PlanOptions())
+
+    def openflow_drift(self) -> bool:
+        return True
+
+
+def test_verify_validates_and_lists_each_drifted_setting_in_words() -> None:
+    from appliance.cli.policy import drift_json
+    from appliance.services import policy as svc
+
+    found = svc.verify(_Verifier(), document.parse(POLICY, "p.yaml"))  # type: ignore[arg-type]
+    doc = json.loads(json.dumps(drift_json(found)))
+    jsonschemas.check(documents.POLICY_VERIFY, doc)
+    assert doc["in_sync"] is False and sorted(d["setting"] for d in doc["drift"]) == ["ingress", "meters", "vlan"]
+    in_sync = drift_json(svc.Drift())
+    jsonschemas.check(documents.POLICY_VERIFY, in_sync)
+    assert in_sync["in_sync"] is True
+    doc["drift"][0]["found"] = None
+    assert jsonschemas.problems(documents.POLICY_VERIFY, doc)
+
+
+def test_commit_validates_with_and_without_a_pending_change() -> None:
+    from appliance.cli.policy import commit_json
+    from appliance.services.confirm import Pending
+
+    kept = commit_json(Pending("3b3888e3836f", deadline=1_800_000_000.0, changes=2, watcher_pid=4242))
+    jsonschemas.check(documents.POLICY_COMMIT, kept)
+    assert (kept["committed"], kept["id"], kept["changes"]) == (True, "3b3888e3836f", 2)
+    none = commit_json(None)
+    jsonschemas.check(documents.POLICY_COMMIT, none)
+    assert none["committed"] is False and none["id"] is None
+    assert jsonschemas.problems(documents.POLICY_COMMIT, {**kept, "changes": "2"})
+
+
+# -- export: a policy file as JSON -------------------------------------------------------------------
+
+
+def test_export_validates_and_reads_back_as_a_policy_that_plans_nothing() -> None:
+    from appliance.policy.plan import export
+    from appliance.switch.sampling import SflowCols
+
+    state = lab_state()
+    add_mirror(state, "span1", MirrorCols(src=("vif1.0",), dst=("vif1.0",), output_port="eth1"))
+    state.bridges["xenbr0"].sflow = SflowCols(("192.0.2.9:6343",), 64, 10, 128)
+    doc = json.loads(json.dumps(documents.POLICY.stamp(export.to_policy(state))))  # as export --json prints it
+    jsonschemas.check(documents.POLICY, doc)
+    assert list(doc)[:2] == ["schema", "version"] and doc["bridges"]["xenbr0"]["sflow"]["polling"] == 10
+    policy = document.parse(json.dumps(doc), "export.json")  # JSON is YAML: apply reads it back
+    assert planner.plan(policy, state, PlanOptions()).changes == []
+    with pytest.raises(ConfigError, match=r"'hvnet\.status' is not a policy"):
+        document.parse(json.dumps({**doc, "schema": "hvnet.status"}), "status.json")
+    doc["vifs"][0]["ingress"] = {"rate_kbps": 1000}
+    assert any("rate_kbps" in p for p in jsonschemas.problems(documents.POLICY, doc))
+
+
+def test_a_pools_export_validates() -> None:
+    from appliance.ovn import export
+    from tests.unit.ovn.test_ovn_plan import _applied
+
+    for by in ("mac", "port"):
+        doc = json.loads(json.dumps(documents.POLICY.stamp(export.to_policy(_applied(), by=by))))
+        jsonschemas.check(documents.POLICY, doc)
+    doc["bridges"]["br-int"]["mirrors"]["span2"]["select"] = 7
+    assert jsonschemas.problems(documents.POLICY, doc)

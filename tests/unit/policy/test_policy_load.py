@@ -548,7 +548,7 @@ def test_unsupported_version() -> None:
 
 def test_unknown_top_level_key() -> None:
     text = "version: 1\nvif:\n  - vm: VM1\n"
-    check(one_problem(text), 2, "vif", "unknown key", "bridges, policing, version, vifs")
+    check(one_problem(text), 2, "vif", "unknown key", "bridges, policing, schema, version, vifs")
 
 
 def test_unknown_vif_key() -> None:
