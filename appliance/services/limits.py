@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.core import units
 from appliance.core.errors import UsageError
+from appliance.switch.inventory import SAMPLING_KEY
 
 if TYPE_CHECKING:
     from appliance.switch.host import Host
@@ -67,8 +68,9 @@ class Limits:
         if self.ingress_rate_kbit is not None:
             out["xe"] = {"qos_algorithm_type": "ratelimit",
                          "qos_algorithm_params:kbps": units.xe_kbps(self.ingress_rate_kbit)}  # fmt: skip
-            libvirt["outbound"] = {"average": units.libvirt_average(self.ingress_rate_kbit),
-                                   "burst": units.libvirt_burst(self.ingress_burst_kbit or 0)}  # fmt: skip
+            libvirt["outbound"] = {"average": units.libvirt_average(self.ingress_rate_kbit)}
+            if self.ingress_burst_kbit:  # unknown (a meter's, unset): no burst, never a 0 libvirt would take
+                libvirt["outbound"]["burst"] = units.libvirt_burst(self.ingress_burst_kbit)
         if self.egress_rate_kbit is not None:
             libvirt["inbound"] = {"average": units.libvirt_average(round(self.egress_rate_kbit))}
             if self.egress_burst_bits:
@@ -141,14 +143,13 @@ def vif_view(inv: Inventory, selector: str) -> tuple[Vif, Limits]:
 
 # -- a bridge's sampling --------------------------------------------------------------------------
 
-# The settings of each kind, as the policy file names them, and the key --json gives each (its unit in the name).
-SAMPLING_JSON_KEYS = {
-    "sflow": {"targets": "targets", "sampling": "sampling_1_in_packets", "polling": "polling_interval_s",
-              "header": "header_bytes", "agent": "agent"},
-    "ipfix": {"targets": "targets", "sampling": "sampling_1_in_packets", "obs_domain_id": "obs_domain_id",
-              "obs_point_id": "obs_point_id", "cache_active_timeout": "cache_active_timeout_s",
-              "cache_max_flows": "cache_max_flows"},
-}  # fmt: skip
+# The settings of each kind, as the policy file names them, and the key --json gives each: the keys
+# 'hvnet status --json' gives the same settings (its unit in the name where it has one; sampling is 1 in N)
+_SAMPLING_KEYS = {
+    "sflow": ("targets", "sampling", "polling", "header", "agent"),
+    "ipfix": ("targets", "sampling", "obs_domain_id", "obs_point_id", "cache_active_timeout", "cache_max_flows"),
+}
+SAMPLING_JSON_KEYS = {kind: {k: SAMPLING_KEY.get(k, k) for k in keys} for kind, keys in _SAMPLING_KEYS.items()}
 
 
 @dataclass(frozen=True)

@@ -192,14 +192,14 @@ SAMPLING_RENAMED = (
     ("header", "header_bytes"),
     ("cache_active_timeout", "cache_active_timeout_s"),
 )
-_SAMPLING_KEY = dict(SAMPLING_RENAMED)
+SAMPLING_KEY = dict(SAMPLING_RENAMED)  # a setting's key in --json: status's, and the show verbs'
 
 
 def _bridge_json(b: BridgeInfo) -> dict[str, Any]:
     d = asdict(b)
     for kind in sampling.KINDS:
         if d[kind] is not None:
-            d[kind] = {_SAMPLING_KEY.get(k, k): v for k, v in d[kind].items()}
+            d[kind] = {SAMPLING_KEY.get(k, k): v for k, v in d[kind].items()}
     return d
 
 

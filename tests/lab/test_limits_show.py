@@ -82,7 +82,7 @@ def test_sflow_and_ipfix_show(lab: Lab) -> None:
     jsonschemas.check(documents.SFLOW_SHOW, doc)
     (br,) = [b for b in doc["bridges"] if b["bridge"] == "xenbr0"]
     assert br["configured"] and br["owner"] == "hvnet"
-    assert br["settings"]["targets"] == ["192.0.2.9:6343"] and br["settings"]["sampling_1_in_packets"] == 64
+    assert br["settings"]["targets"] == ["192.0.2.9:6343"] and br["settings"]["sampling"] == 64
     assert "sFlow to 192.0.2.9:6343 1-in-64" in hv("sflow", "show", "xenbr0").stdout
 
     ipfix_doc = json.loads(hv("ipfix", "show", "xenbr0", "--json").stdout)

@@ -331,8 +331,8 @@ def test_sflow_and_ipfix_show_validate() -> None:
             jsonschemas.check(doc_kind, doc)
             assert doc["schema"] == doc_kind.name
     sflow = cli_limits.sampling_json("sflow", limits.sampling_view(_inventory(_sampled()), "sflow"))
-    assert sflow["bridges"][0]["settings"]["sampling_1_in_packets"] == 64
-    sflow["bridges"][0]["settings"] = rename(sflow["bridges"][0]["settings"], "polling_interval_s", "polling")
+    assert sflow["bridges"][0]["settings"]["sampling"] == 64
+    sflow["bridges"][0]["settings"] = rename(sflow["bridges"][0]["settings"], "polling_s", "polling")
     assert any("polling" in p for p in jsonschemas.problems(documents.SFLOW_SHOW, sflow))
     assert jsonschemas.problems(documents.IPFIX_SHOW, {**sflow, "schema": "hvnet.ipfix.show"})  # not the other kind
 

@@ -92,7 +92,7 @@ def test_sflow_and_ipfix_show() -> None:
     (sf,) = limits.sampling_view(inv, "sflow")
     assert sf.to_json() == {
         "bridge": "xenbr0", "kind": "sflow", "configured": True, "owner": "hvnet",
-        "settings": {"targets": ["192.0.2.10:6343"], "sampling_1_in_packets": 64, "polling_interval_s": None,
+        "settings": {"targets": ["192.0.2.10:6343"], "sampling": 64, "polling_s": None,
                      "header_bytes": None, "agent": None},
         "text": "sFlow to 192.0.2.10:6343 1-in-64 polling 30 s header 128 B",
     }  # fmt: skip
