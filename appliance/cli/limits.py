@@ -105,8 +105,9 @@ def sampling_json(kind: str, shown: list[svc.Sampling]) -> dict[str, Any]:
 
 def _vif_lines(vif: Any, lim: Limits) -> list[str]:
     alias = f" (also {', '.join(lim.alias_ports)})" if lim.alias_ports else ""
+    owner = f"VM {lim.vm or vif.vm_uuid or '-'}" if vif.is_vif else "not a VM's interface"
     lines = [
-        f"{lim.port}{alias} on {lim.bridge}: VM {lim.vm or vif.vm_uuid or '-'}, MAC {lim.mac or '-'}",
+        f"{lim.port}{alias} on {lim.bridge}: {owner}, MAC {lim.mac or '-'}",
         f"  VLAN:     {lim.vlan}",
         f"  link:     {vif.link_state or '-'}, MTU {vif.mtu or '-'}, ofport {vif.ofport}",
         f"  ingress:  {_ingress(lim)}  (what the VM may send)",

@@ -104,3 +104,14 @@ def test_sflow_and_ipfix_show() -> None:
     assert none.to_json()["configured"] is False and none.text == "no sFlow"
     with pytest.raises(UsageError, match="no bridge named 'br9'"):
         limits.sampling_view(inv, "ipfix", "br9")
+
+
+def test_a_port_that_is_no_vms_interface_is_said_to_be_so() -> None:
+    db = Db()
+    iface = db.add("Interface", name="eth1", ingress_policing_rate=2000)  # an uplink: no VM's ids
+    port = db.add("Port", name="eth1", interfaces=refs(iface))
+    db.add("Open_vSwitch", bridges=refs(db.add("Bridge", name="xenbr0", ports=refs(port))))
+    vif, lim = limits.vif_view(_inventory(db), "eth1")
+    assert not vif.is_vif
+    assert cli_limits._vif_lines(vif, lim)[0] == "eth1 on xenbr0: not a VM's interface, MAC -"
+    assert [x.port for x in limits.qos_view(_inventory(db))] == []  # the VIF listing keeps to VMs' interfaces
