@@ -166,7 +166,8 @@ def test_status_verify_plan_and_exporter_ignore_probes(lab: Lab, tmp_path: Path)
             out = metrics.Families()
             with host.connect(reader.COLUMNS) as conn:
                 metrics.add_inventory(out, "lab", inventory.read(conn))
-            ports = {labels[2] for fam in out for labels, _ in fam.samples if len(labels) > 2}
+            # every VIF family's labels are (host, vif, ...): the port is the second
+            ports = {labels[1] for fam in out if fam.name.startswith("hvnet_vif_") for labels, _ in fam.samples}
             assert "vif1.0" in ports and "hvp-P1" not in ports
     finally:
         run_hvnet("rollback")
