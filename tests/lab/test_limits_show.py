@@ -54,7 +54,9 @@ def test_qos_set_with_units_reads_back_in_bits_and_in_other_tools_units(lab: Lab
     assert vif["equivalents"]["xe"]["qos_algorithm_params:kbps"] == 1250
 
     everyone = hv("qos", "show").stdout
-    assert "vif2.0" in everyone and "10000 kbit/s burst 1000 kbit (meter)" in everyone and "max 20000 kbit/s" in everyone
+    assert (
+        "vif2.0" in everyone and "10000 kbit/s burst 1000 kbit (meter)" in everyone and "max 20000 kbit/s" in everyone
+    )
 
     jsonschemas.check(documents.VIF_SHOW, json.loads(hv("vif", "show", "vm:VM2", "--json").stdout))
     text = hv("vif", "show", "vm:VM2").stdout
