@@ -155,11 +155,10 @@ class Vif:
         only to have them replaced below): a third of ``status --json``'s time on
         a 1000-VIF host went there.
         """
-        d = {_JSON_KEY.get(f, f): _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS}
-        d["ingress_policing_rate_bits_per_s"] = self.ingress_policing_rate_kbps * 1000
-        d["ingress_policing_burst_bits"] = self.ingress_policing_burst_kbit * 1000
-        egress = self.egress_max_rate_kbps
-        d["egress_max_rate_bits_per_s"] = None if egress is None else round(egress * 1000)
+        d = {f: _plain(getattr(self, f)) for f in _VIF_JSON_FIELDS if f not in _JSON_KEY}
+        for old, new, factor in STATUS_RENAMED:  # the table renames and scales: one place, never half of it
+            value = getattr(self, old)
+            d[new] = None if value is None else round(value * factor)
         d["counters"] = self.counters.as_dict()
         d["rates"] = (
             None

@@ -252,14 +252,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
         raise JournalError(f"cannot write {path}: {exc.strerror or exc}", hint=_SPACE_HINT) from None
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 _SPACE_HINT = "is the file system full or read-only, or is hvnet run by a user who may not write there?"
 
 
@@ -385,7 +377,7 @@ class Journal:
                 tmp.unlink(missing_ok=True)
                 os.link(intent, tmp)
                 os.replace(tmp, path)
-                _fsync_dir(path.parent)
+                safedirs.fsync_dir(path.parent)
                 return
             except OSError:
                 pass  # a file system without hard links: written out below
