@@ -16,9 +16,9 @@ run: setup
 	$(HVNET) lab up
 	@if [ -t 0 ] && [ -t 1 ]; then $(HVNET) tui; else echo "no terminal: skipping the TUI (run '$(HVNET) tui')"; $(HVNET) status; fi
 
-## test: set up, then run the whole test suite (needs root: real OVS, namespaces)
+## test: set up, then run the whole test suite (needs root: real OVS, namespaces); each test's time in build/test-results.xml
 test: setup
-	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=30 --junitxml=build/test-results.xml $(PYTEST_ARGS)
 
 lab: setup
 	$(HVNET) lab up
