@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 RPM_OUT     ?= build/rpms
 REPO_DIR    ?= build/repo
 
-.PHONY: setup run test lab lab-down lint bench clean rpm rpm-ovs rpm-dom0 repo docs
+.PHONY: setup run test lab lab-down lint bench bench-dom0 clean rpm rpm-ovs rpm-dom0 repo docs
 
 setup:
 	@./.ci/setup-host
@@ -38,6 +38,10 @@ docs: setup
 
 bench: setup
 	$(PY) tests/bench/run.py
+
+## bench-dom0: the dom0 package's runtime against the venv (sizes, status --json, console), on the lab; needs 'make rpm-dom0'
+bench-dom0: setup
+	$(PY) tests/bench/dom0_bench.py
 
 ## rpm: the hvnet and netperf RPMs, from the committed tree, into $(RPM_OUT) (see README)
 rpm:
