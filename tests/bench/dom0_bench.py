@@ -3,7 +3,8 @@
 
 * size: /opt/hvnet installed (du), the RPM file, the RPM's installed size;
 * ``hvnet status --json`` wall time: the installed launcher (the runtime's own CPython
-  3.11, built with zig cc for glibc 2.17) against the venv's ``hvnet``, on the same lab,
+  3.11, built with zig cc for glibc 2.17) against the venv's Python running this tree's
+  hvnet (``python -m appliance``, the code the RPM packages), on the same lab,
   interleaved, median of N (target: within 1.2x);
 * the console's first VIF table, measured as tests/bench/tui_bench.py does (Textual's
   Pilot, 120x40, from before the connection is opened until the table holds every VIF),
@@ -86,15 +87,13 @@ def mib(n: float) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rpm", type=Path, help="the hvnet-dom0 RPM (default: the newest in build/rpms)")
-    p.add_argument("--venv-hvnet", type=Path, default=Path(sys.executable).parent / "hvnet",
-                   help="the venv's hvnet to compare with (default: next to this Python)")  # fmt: skip
+    p.add_argument("--venv-python", type=Path, default=Path(sys.executable),
+                   help="the venv's Python to compare with (default: the one running this)")  # fmt: skip
     p.add_argument("-n", type=int, default=9, help="repetitions of each measurement (default 9)")
     args = p.parse_args()
     rpm = args.rpm or max(ROOT.glob("build/rpms/hvnet-dom0-*.x86_64.rpm"), key=os.path.getmtime, default=None)
     if rpm is None or not rpm.exists():
         raise SystemExit("no hvnet-dom0 RPM: build it with 'make rpm-dom0' (or give --rpm)")
-    if not args.venv_hvnet.exists():
-        raise SystemExit(f"{args.venv_hvnet} does not exist: give --venv-hvnet")
     if os.geteuid() != 0:
         raise SystemExit("needs root (the lab: namespaces, OVS)")
 
@@ -107,7 +106,7 @@ def main() -> None:
         installed = subprocess.run(["rpm", "-qp", "--qf", "%{SIZE}", str(rpm)], capture_output=True, text=True,
                                    check=True).stdout  # fmt: skip
         lines = [
-            f"hvnet-dom0 ({rpm.name}) against the venv ({args.venv_hvnet}), same lab, same run",
+            f"hvnet-dom0 ({rpm.name}) against the venv ({args.venv_python}), same lab, same run",
             f"  /opt/hvnet on disk (du)                  {mib(du(scratch / 'opt' / 'hvnet'))}",
             f"  the RPM file (xz -9)                     {mib(rpm.stat().st_size)}",
             f"  the RPM's installed size (all files)     {mib(int(installed))}",
@@ -118,31 +117,31 @@ def main() -> None:
         lab = Lab(run_dir)
         try:
             lab.up(load_topology(DEFAULT_TOPOLOGY))
-            lines += measure(scratch, args.venv_hvnet, env, args.n)
+            lines += measure(scratch, args.venv_python, env, args.n)
         finally:
             Lab(run_dir).down()
             shutil.rmtree(scratch, ignore_errors=True)
     print("\n".join(lines))
 
 
-def measure(scratch: Path, venv_hvnet: Path, env: dict[str, str], n: int) -> list[str]:
+def measure(scratch: Path, venv_python: Path, env: dict[str, str], n: int) -> list[str]:
     import json
 
+    venv_env = {**env, "PYTHONPATH": str(ROOT)}  # the venv runs this tree's hvnet; the runtime its packaged copy
     dom0 = [str(scratch / "usr" / "bin" / "hvnet")]
-    venv = [str(venv_hvnet)]
-    _, out = timed([*venv, "status", "--json"], env)
+    venv = [str(venv_python), "-m", "appliance"]
+    _, out = timed([*venv, "status", "--json"], venv_env)
     want = len(json.loads(out)["vifs"])
     runtime_py = str(scratch / "opt" / "hvnet" / "python" / "bin" / "python3")
-    venv_py = str(venv_hvnet.parent / "python")
-    venv_env = {**env, "PYTHONPATH": str(ROOT)}  # the venv runs this tree's hvnet; the runtime its packaged copy
-    for argv in (dom0, venv):  # warm both (page cache, bytecode)
-        timed([*argv, "status", "--json"], env)
+    venv_py = str(venv_python)
+    timed([*dom0, "status", "--json"], env)  # warm both (page cache, bytecode)
+    timed([*venv, "status", "--json"], venv_env)
     status: dict[str, list[float]] = {"dom0": [], "venv": []}
     inner: dict[str, list[float]] = {"dom0": [], "venv": []}
     whole: dict[str, list[float]] = {"dom0": [], "venv": []}
     for _ in range(n):  # interleaved, so both see the same machine load
         status["dom0"].append(timed([*dom0, "status", "--json"], env)[0])
-        status["venv"].append(timed([*venv, "status", "--json"], env)[0])
+        status["venv"].append(timed([*venv, "status", "--json"], venv_env)[0])
         for name, argv, e in (("dom0", [runtime_py, "-I"], env), ("venv", [venv_py], venv_env)):
             _, out = timed([*argv, "-c", FIRST_TABLE, str(want)], e)
             a, b = (float(x) for x in out.split())
