@@ -56,7 +56,7 @@ async def main(want):
             if tables and tables.first().row_count >= want:
                 await pilot.pause()
                 table = tables.first()
-                print(" ".join(str(table.get_row_at(i)[0]) for i in range(table.row_count)))
+                print(" ".join(str(table.get_row_at(i)[1]) for i in range(table.row_count)))  # VM, Port, ...
                 return
             await asyncio.sleep(0.05)
     sys.exit("the VIF table never filled")
@@ -151,14 +151,21 @@ def test_installed_console_shows_the_lab(lab: Lab, dom0_root: Path) -> None:
 def test_installed_console_starts_in_a_terminal(lab: Lab, dom0_root: Path) -> None:
     """'hvnet tui' on a real pseudo-terminal (termios, the Linux driver): it draws the lab's
     VIFs and quits on 'q'."""
+    import fcntl
     import pty
     import select
+    import struct
+    import termios
     import time
 
     pid, fd = pty.fork()
-    if pid == 0:  # the child: the launcher on the terminal
-        os.environ.update({"TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"})
-        os.execv(str(dom0_root / "usr" / "bin" / "hvnet"), ["hvnet", "tui"])
+    if pid == 0:  # the child: the launcher on a 120x40 terminal
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.environ["TERM"] = "xterm-256color"
+        try:
+            os.execv(str(dom0_root / "usr" / "bin" / "hvnet"), ["hvnet", "tui"])
+        finally:
+            os._exit(127)
     seen = b""
     try:
         end = time.monotonic() + 60
