@@ -15,6 +15,10 @@ Needs root, OVS and the RPM 'make rpm-dom0' built; it brings the built-in lab up
 itself, so run it under the lab lock:
 
     flock /tmp/hvnet-lab.lock .venv/bin/python tests/bench/dom0_bench.py [--rpm FILE] [-n N]
+
+``--no-lab`` measures what needs no switch instead: ``hvnet --version`` (interpreter start),
+importing the CLI and the console (most of a command's start), and a pure-Python loop (the
+interpreter's own speed: Debian's CPython is built with PGO and LTO, the runtime without).
 """
 
 from __future__ import annotations
@@ -87,12 +91,13 @@ def main() -> None:
     p.add_argument("--venv-python", type=Path, default=Path(sys.executable),
                    help="the venv's Python to compare with (default: the one running this)")  # fmt: skip
     p.add_argument("-n", type=int, default=9, help="repetitions of each measurement (default 9)")
+    p.add_argument("--no-lab", action="store_true", help="only what needs no switch (no root, no OVS)")
     args = p.parse_args()
     rpm = args.rpm or max(ROOT.glob("build/rpms/hvnet-dom0-*.x86_64.rpm"), key=os.path.getmtime, default=None)
     if rpm is None or not rpm.exists():
         raise SystemExit("no hvnet-dom0 RPM: build it with 'make rpm-dom0' (or give --rpm)")
-    if os.geteuid() != 0:
-        raise SystemExit("needs root (the lab: namespaces, OVS)")
+    if os.geteuid() != 0 and not args.no_lab:
+        raise SystemExit("needs root (the lab: namespaces, OVS); --no-lab measures without it")
 
     with tempfile.TemporaryDirectory(prefix="hvnet-bench-dom0-") as tmp:
         scratch = Path(tmp) / "root"
@@ -103,11 +108,16 @@ def main() -> None:
         installed = subprocess.run(["rpm", "-qp", "--qf", "%{SIZE}", str(rpm)], capture_output=True, text=True,
                                    check=True).stdout  # fmt: skip
         lines = [
-            f"hvnet-dom0 ({rpm.name}) against the venv ({args.venv_python}), same lab, same run",
+            f"hvnet-dom0 ({rpm.name}) against the venv ({args.venv_python}), "
+            + ("same run, no switch" if args.no_lab else "same lab, same run"),
             f"  /opt/hvnet on disk (du)                  {mib(du(scratch / 'opt' / 'hvnet'))}",
             f"  the RPM file (xz -9)                     {mib(rpm.stat().st_size)}",
             f"  the RPM's installed size (all files)     {mib(int(installed))}",
         ]
+        if args.no_lab:
+            lines += measure_without_switch(scratch, args.venv_python, args.n)
+            print("\n".join(lines))
+            return
         run_dir = Path(tmp) / "lab"
         env = {**os.environ, "HVNET_LAB_DIR": str(run_dir)}
         os.environ["HVNET_LAB_DIR"] = str(run_dir)
@@ -119,6 +129,45 @@ def main() -> None:
             Lab(run_dir).down()
             shutil.rmtree(scratch, ignore_errors=True)
     print("\n".join(lines))
+
+
+IMPORTS = "import appliance.cli.main, appliance.services.status, tui.app"
+LOOP = "import time; t = time.perf_counter(); sum(i * i for i in range(2_000_000)); print(time.perf_counter() - t)"
+
+
+def measure_without_switch(scratch: Path, venv_python: Path, n: int) -> list[str]:
+    env = {**os.environ, "HVNET_LAB_DIR": "/nonexistent"}
+    venv_env = {**env, "PYTHONPATH": str(ROOT)}
+    runtime = [str(scratch / "opt" / "hvnet" / "python" / "bin" / "python3"), "-I"]
+    venv = [str(venv_python)]
+    cases = {
+        "hvnet --version": (
+            [str(scratch / "usr" / "bin" / "hvnet"), "--version"],
+            [*venv, "-m", "appliance", "--version"],
+        ),
+        "import the CLI and the console": ([*runtime, "-c", IMPORTS], [*venv, "-c", IMPORTS]),
+    }
+    got: dict[str, dict[str, list[float]]] = {k: {"dom0": [], "venv": []} for k in [*cases, "loop"]}
+    for argv_d, argv_v in cases.values():  # warm
+        timed(argv_d, env)
+        timed(argv_v, venv_env)
+    for _ in range(n):  # interleaved
+        for label, (argv_d, argv_v) in cases.items():
+            got[label]["dom0"].append(timed(argv_d, env)[0])
+            got[label]["venv"].append(timed(argv_v, venv_env)[0])
+        got["loop"]["dom0"].append(float(timed([*runtime, "-c", LOOP], env)[1]))
+        got["loop"]["venv"].append(float(timed([*venv, "-c", LOOP], venv_env)[1]))
+    return [
+        f"  {'(runtime vs venv, median of ' + str(n) + '; no switch)':<40}",
+        *(_row(label, got[label]) for label in cases),
+        _row("pure-Python loop (2e6 squares), in process", got["loop"]),
+    ]
+
+
+def _row(label: str, d: dict[str, list[float]], target: float | None = None) -> str:
+    r, v = statistics.median(d["dom0"]), statistics.median(d["venv"])
+    verdict = "" if target is None else f"; target <= {target}x: {'MET' if r <= target * v else 'NOT MET'}"
+    return f"  {label:<40} {r * 1000:7.1f} ms vs {v * 1000:7.1f} ms   ({r / v:.2f}x{verdict})"
 
 
 def measure(scratch: Path, venv_python: Path, env: dict[str, str], n: int) -> list[str]:
@@ -146,16 +195,11 @@ def measure(scratch: Path, venv_python: Path, env: dict[str, str], n: int) -> li
             inner[name].append(in_app)
             whole[name].append(shown - launched)  # interpreter start and imports included
 
-    def row(label: str, d: dict[str, list[float]], target: float | None = None) -> str:
-        r, v = statistics.median(d["dom0"]), statistics.median(d["venv"])
-        verdict = "" if target is None else f"; target <= {target}x: {'MET' if r <= target * v else 'NOT MET'}"
-        return f"  {label:<40} {r * 1000:7.1f} ms vs {v * 1000:7.1f} ms   ({r / v:.2f}x{verdict})"
-
     return [
         f"  {'(runtime vs venv, median of ' + str(n) + ')':<40}",
-        row("hvnet status --json, wall time", status, TARGET),
-        row(f"console: first table ({want} VIFs), in app", inner),
-        row("console: process start -> first table", whole, TARGET),
+        _row("hvnet status --json, wall time", status, TARGET),
+        _row(f"console: first table ({want} VIFs), in app", inner),
+        _row("console: process start -> first table", whole, TARGET),
     ]
 
 
