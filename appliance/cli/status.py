@@ -49,7 +49,7 @@ def _platform_text(p: dict | None) -> str:
     """``  XCP-ng 8.2.1 dom0`` after the host line when hvnet runs against a dom0's switch; else nothing."""
     if not p or not p.get("dom0"):
         return ""
-    return "  " + " ".join(x for x in (p.get("product"), p.get("version"), "dom0") if x)
+    return "  " + render.terminal(" ".join(x for x in (p.get("product"), p.get("version"), "dom0") if x))
 
 
 def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
