@@ -81,3 +81,15 @@ def test_the_isolation_trace_is_refused(old_lab: Lab, before: dict, tmp_path: Pa
     res = run_hvnet("--db", old_lab.db, "isolation", "audit", "vif1.0", "vif2.0", "--method", "trace")
     refused(res, "2.8")
     assert config(old_lab) == before
+
+
+def test_what_2_5_can_do_still_works(old_lab: Lab, before: dict, tmp_path: Path) -> None:
+    """A VLAN and tc policing: no OpenFlow read of a pipeline hvnet never installed (2.5 has no --no-names)."""
+    text = "version: 1\nvifs:\n  - vm: VM1\n    vlan: {tag: 7}\n    ingress: {rate: 10240, mechanism: tc}\n"
+    res = run_hvnet("apply", write(tmp_path / "v.yaml", text), env={"HVNET_STATE_DIR": str(tmp_path / "state")})
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert vsctl(old_lab, "get", "port", "vif1.0", "tag") == "7"
+    assert vsctl(old_lab, "get", "interface", "vif1.0", "ingress_policing_rate") == "10240"
+    reset(old_lab, TAGS)
+    assert config(old_lab) == before
