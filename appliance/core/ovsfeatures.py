@@ -7,8 +7,8 @@ found and the one needed, instead of sending a command the switch misreads or re
 
 Every version below is the first release whose entry in OVS's ``NEWS`` names the feature (the
 ``source`` says which line); where ``NEWS`` is silent the reason is written out.  The version
-compared is the ``Open_vSwitch`` row's ``ovs_version`` (what ``ovs-vsctl --version`` and the
-lab write there); a switch that does not say its version is not refused -- hvnet cannot tell,
+compared is the ``Open_vSwitch`` row's ``ovs_version`` (what the distribution's ``ovs-ctl``
+writes there at start, and the lab likewise); a switch that does not say its version is not refused -- hvnet cannot tell,
 and every switch hvnet was built against is newer than any floor here.
 """
 
@@ -67,7 +67,7 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
 
 
 def missing(key: str, ovs_version: str | None) -> str | None:
-    """Why this switch cannot do ``key`` ("Open vSwitch 2.5.3 has no ERSPAN tunnels: they need 2.10
+    """Why this switch cannot do ``key`` ("Open vSwitch 2.5.3 has no ERSPAN tunnels: it needs 2.10
     or later"), or None when it can or does not say its version."""
     feature = FEATURES[key]  # a KeyError here is a typo in hvnet, not a switch without the feature
     v = parse_version(ovs_version)

@@ -348,14 +348,13 @@ class XapiNames:
             raise _Unusable("timeout", f"no answer within {self.timeout:g} s") from exc
         except ssl.SSLError as exc:
             raise _Unusable("tls", f"TLS failed: {exc}") from exc
-        except FileNotFoundError as exc:
-            where = self.url[len("unix:") :] if self.local else self.url
-            raise _Unusable("unreachable", f"no socket at {where} (is xapi running?)" if self.local
-                            else f"unreachable: {exc}") from exc  # fmt: skip
-        except PermissionError as exc:
-            if self.local:
-                raise _Unusable("unreachable", f"permission denied on {self.url[5:]}: only root may use it") from exc
-            raise _Unusable("unreachable", f"unreachable: {exc}") from exc
+        except (FileNotFoundError, PermissionError) as exc:
+            if not self.local:
+                raise _Unusable("unreachable", f"unreachable: {exc}") from exc
+            path = self.url[len("unix:") :]
+            if isinstance(exc, FileNotFoundError):
+                raise _Unusable("unreachable", f"no socket at {path} (is xapi running?)") from exc
+            raise _Unusable("unreachable", f"permission denied on {path}: only root may use it") from exc
         except OSError as exc:
             raise _Unusable("unreachable", f"unreachable: {exc}") from exc
         except (xmlrpc.client.Error, http.client.HTTPException, ValueError, KeyError, TypeError, AttributeError) as exc:
