@@ -8,8 +8,9 @@ found and the one needed, instead of sending a command the switch misreads or re
 Every version below is the first release whose entry in OVS's ``NEWS`` names the feature (the
 ``source`` says which line); where ``NEWS`` is silent the reason is written out.  The version
 compared is the ``Open_vSwitch`` row's ``ovs_version`` (what the distribution's ``ovs-ctl``
-writes there at start, and the lab likewise); a switch that does not say its version is not refused -- hvnet cannot tell,
-and every switch hvnet was built against is newer than any floor here.
+writes there at start, and the lab likewise); a switch that does not say its version is not
+refused -- hvnet cannot tell, and every switch hvnet was built against is newer than any floor
+here.
 """
 
 from __future__ import annotations
