@@ -45,11 +45,18 @@ def _traffic_cells(v: Vif, with_rates: bool) -> list[str]:
     return [render.count(v.counters.rx_packets) + " pkt", render.count(v.counters.tx_packets) + " pkt"]
 
 
+def _platform_text(p: dict | None) -> str:
+    """``  XCP-ng 8.2.1 dom0`` after the host line when hvnet runs against a dom0's switch; else nothing."""
+    if not p or not p.get("dom0"):
+        return ""
+    return "  " + render.terminal(" ".join(x for x in (p.get("product"), p.get("version"), "dom0") if x))
+
+
 def format_status(inv: Inventory, *, all_ports: bool, with_rates: bool) -> str:
     h = inv.host
     dps = ", ".join(f"{b.name} ({b.datapath_type})" for b in inv.bridges) or "none"
     lines = [
-        f"host {h.hostname}  OVS {h.ovs_version or '?'}  db {h.db_target}",
+        f"host {h.hostname}  OVS {h.ovs_version or '?'}  db {h.db_target}" + _platform_text(h.platform),
         f"bridges: {dps}",
         "",
     ]
@@ -160,4 +167,6 @@ def status_of(host: Host, args: argparse.Namespace) -> Inventory:
     from appliance.services.taps import host_taps
 
     inv.taps = [t.to_json() for t in host_taps(host, bridge_ids) if not args.bridge or t.bridge == args.bridge]
+    where = status_svc.platform_of(host)
+    inv.host.platform = where.to_json() if where is not None else None
     return inv

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from appliance.core import ovsfeatures
 from appliance.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, HvnetError, UsageError
 from appliance.core.ovsdb import Connection
 from appliance.core.vlan import VlanCols
@@ -28,7 +29,7 @@ from appliance.policy.apply.engine import PolicyEngine
 from appliance.policy.plan.model import OWNER_KEY as OWNER
 from appliance.policy.plan.planner import Change
 from appliance.policy.plan.state import MirrorCols, State
-from appliance.switch import inventory
+from appliance.switch import inventory, reader
 from appliance.switch.host import Host
 from appliance.switch.inventory import Inventory
 
@@ -356,6 +357,19 @@ def _expected(sc: Scenario, views: list[SiteView], vif_of: dict[str, str]) -> mo
     return model.derive(ports, mirrors, sc.guests, tagged)
 
 
+def _check_trace(sites: list[Site]) -> None:
+    """Refuse the trace method, before any setting is applied, on a switch whose ``ofproto/trace`` prints
+    what the parser does not read (OVS older than 2.8), naming its version."""
+    for site in sites:
+        why = ovsfeatures.first_missing(["trace", "packet-out"], reader.ovs_version(site.conn))
+        if why is not None:
+            where = f"{site.name}: " if site.name else ""
+            raise UsageError(
+                f"{where}{why}; the trace method cannot run there",
+                hint="check with --method traffic, or on a host with Open vSwitch 2.8 or later",
+            )
+
+
 def run_check(
     conn: Connection,
     host: Host,
@@ -377,6 +391,8 @@ def run_sites(
 ) -> CheckResult:
     """The check over one or more switches: settings applied on each (all undone, whatever happens), then
     the methods; the expected matrix from the scenario or from the configuration then in force."""
+    if "trace" in methods:
+        _check_trace(sites)
     started = time.monotonic()
     # A QEMU guest's VIF is whatever libvirt named it when the domain started.
     vif_of = {name: sc.topology.guest(name).vif or guests[name].vif for name in sc.guests}

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from appliance.core import yamldoc
+from appliance.core import ovsfeatures, yamldoc
 from appliance.core.errors import UsageError
 from appliance.core.ovsdb import Connection
 from appliance.isolation.audit import inject
@@ -86,6 +86,9 @@ def run_audit_hosts(
     with ExitStack() as stack:
         conns = {n: stack.enter_context(h.connect(reader.COLUMNS, timeout=timeout)) for n, h in hosts.items()}
         invs = {n: inventory.read(conns[n], names=h.name_sources()) for n, h in hosts.items()}
+        for n, inv in invs.items():  # the switch's own word, as well as its tools' (a dom0's OVS is its own)
+            if (why := ovsfeatures.first_missing(["packet-out", "trace"], inv.host.ovs_version)) is not None:
+                raise UsageError(f"{hosts[n].label or 'this host'}: {why}; the audit is not supported there")
         ports = audit.select_hosts(invs, sels)
         plan = audit.probes(ports)
         links = {(n, br): ups for n, inv in invs.items() for br, ups in audit.uplinks(inv).items()}

@@ -16,6 +16,7 @@ from appliance.switch import snapshot
 from appliance.switch.reader import COLUMNS
 
 if TYPE_CHECKING:
+    from appliance.switch import platform
     from appliance.switch.host import Host
     from appliance.switch.inventory import Inventory
 
@@ -30,3 +31,13 @@ def read_once_with_bridge_ids(host: Host, *, timeout: float = 5.0) -> tuple[Inve
         pending.close()
         raise
     return api.read_once_with_bridge_ids(host, timeout=timeout, started=pending)
+
+
+def platform_of(host: Host) -> platform.Platform | None:
+    """What the switch's host is (a XenServer/XCP-ng dom0?), from its files; None when the files hvnet can
+    read are not that host's (a database reached over TCP without SSH)."""
+    from appliance.switch import platform  # after the select has gone out, like the reader
+
+    if host.label is None and not host.remote.startswith("unix:"):
+        return None
+    return platform.read(host.runner)

@@ -164,7 +164,10 @@ class Host:
         if self._sources is None:
             from appliance.switch import names
 
-            self._sources = names.default_sources(dict(self.names.static), self.names.environ, self.names.libvirt_uri)
+            self._sources = names.default_sources(
+                dict(self.names.static), self.names.environ, self.names.libvirt_uri,
+                this_host=self.label is None and isinstance(self.runner, LocalRunner),
+            )  # fmt: skip
         return self._sources
 
     # -- OVS's own tools -------------------------------------------------------------

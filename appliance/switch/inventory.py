@@ -247,6 +247,9 @@ class HostInfo:
     bridge_datapath_types: list[str]
     db_target: str
     c_json_parser: bool
+    # What the host is (XenServer/XCP-ng dom0 or not), from its files (switch.platform), when they
+    # are the switch's host's: filled by status, None where it was not asked or cannot be told.
+    platform: dict[str, Any] | None = None
 
 
 @dataclass

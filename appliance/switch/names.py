@@ -416,11 +416,36 @@ def libvirt_uri(choice: str | None = None, env: dict[str, str] | os._Environ[str
     return None if uri.strip().lower() == "none" else uri
 
 
+def local_xapi(
+    socket_path: str | None = None, inventory: str = "/etc/xensource-inventory", euid: int | None = None
+) -> XapiConfig | None:
+    """XAPI through the local socket when this machine is a XenServer/XCP-ng dom0 and hvnet is root; else None.
+
+    Only in a dom0 (its inventory names the host and the control domain) and only for root, who alone may
+    open the socket: anywhere else an absent socket is the rule, not a failure worth a warning."""
+    from appliance.switch import platform
+
+    if (os.geteuid() if euid is None else euid) != 0:
+        return None
+    try:
+        with open(inventory, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(65536)
+    except OSError:
+        return None
+    if not platform.detect(text, None).dom0:
+        return None
+    from appliance.switch.xapi import LOCAL_SOCKET, local_config  # XenAPI: loaded only where it is used
+
+    return local_config(socket_path or LOCAL_SOCKET)
+
+
 def default_sources(
     lab_names: dict[str, str] | None,
     env: Mapping[str, str] | None = None,
     libvirt_choice: str | None = None,
     xapi: XapiConfig | None = None,
+    *,
+    this_host: bool = False,
 ) -> list[NameSource]:
     """libvirt (when the binding and a URI are there), XAPI (when configured), the lab.
 
@@ -432,6 +457,8 @@ def default_sources(
         from appliance.switch.xapi import XapiConfig  # XenAPI and its HTTP stack: loaded only where XAPI is configured
 
         xapi = XapiConfig.from_env(env)
+    if xapi is None and this_host and not (env or {}).get("HVNET_XAPI_URL"):
+        xapi = local_xapi()  # a dom0's own XAPI, when hvnet runs there as root and nothing else is configured
     env = config.environ() if env is None else env
     sources: list[NameSource] = []
     uri = libvirt_uri(libvirt_choice, env)

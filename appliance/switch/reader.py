@@ -317,6 +317,11 @@ def vm_uuids(source: Source) -> set[str]:
         return {u for u in found if u}
 
 
+def ovs_version(source: Source) -> str | None:
+    """The switch's ``ovs_version`` alone: what a refusal of a too-new feature needs before any reading."""
+    return opt(col(source.root(), "ovs_version"))
+
+
 def _walk(source: Source) -> SwitchRows:
     tables = source.idl.tables
     root = _root(source)

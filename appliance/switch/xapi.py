@@ -33,6 +33,14 @@ log = logging.getLogger("hvnet.names")
 
 
 DEFAULT_XAPI_TIMEOUT = 3.0
+# XAPI's own socket in a dom0 (XenAPI.xapi_local() reaches it the same way).  xapi treats a request on it as
+# pre-authenticated root (Context.preauth = `root in xapi_session.ml): login_with_password is not checked
+# against any password there, and the socket is root's alone.
+LOCAL_SOCKET = "/var/lib/xcp/xapi"
+LOCAL_HINT = (
+    "hvnet asks XAPI through dom0's local socket when it runs there as root with no XAPI URL set; "
+    "elsewhere set xapi_url and xapi_credentials"
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,45 @@ class XapiConfig:
                 timeout = DEFAULT_XAPI_TIMEOUT
         pin = env.get("HVNET_XAPI_FINGERPRINT") or None
         return cls(url, cred_file, timeout, env.get("HVNET_XAPI_CA") or None, pin and sha256_fingerprint(pin))
+
+
+def local_config(socket_path: str = LOCAL_SOCKET, timeout: float = DEFAULT_XAPI_TIMEOUT) -> XapiConfig:
+    """XAPI through a dom0's local socket: root, no password (see :data:`LOCAL_SOCKET`)."""
+    return XapiConfig(f"unix:{socket_path}", "", timeout)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket at ``path``, every socket operation bounded by the timeout."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class _UnixTransport(xmlrpc.client.Transport):
+    """xmlrpc's transport to XAPI's local socket (what XenAPI's UDSTransport does, with a timeout)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__()
+        self.path = path
+        self.timeout = timeout
+
+    def make_connection(self, host: Any) -> http.client.HTTPConnection:
+        if self._connection and host == self._connection[0]:
+            return self._connection[1]
+        conn = _UnixConnection(self.path, self.timeout)
+        self._connection = host, conn
+        return conn
 
 
 class _TimeoutTransport(xmlrpc.client.Transport):
@@ -152,6 +199,8 @@ def tls_context(ca_file: str | None, pinned: bool) -> ssl.SSLContext:
 
 
 def _transport(url: str, timeout: float, ca_file: str | None = None, pin: str | None = None) -> xmlrpc.client.Transport:
+    if url.startswith("unix:"):
+        return _UnixTransport(url[len("unix:") :], timeout)
     if urllib.parse.urlsplit(url).scheme == "https":
         return _TimeoutSafeTransport(timeout, tls_context(ca_file, pin is not None), pin)
     return _TimeoutTransport(timeout)
@@ -213,9 +262,13 @@ class XapiNames:
         ca_file: str | None = None,
         fingerprint: str | None = None,
     ) -> None:
-        if (user is None) == (credentials_file is None):
+        self.local = url.startswith("unix:")
+        if self.local:  # dom0's own socket: xapi logs root in without a password there
+            user, password, credentials_file = "root", "", None
+        elif (user is None) == (credentials_file is None):
             raise ValueError("XapiNames needs either user and password or a credentials file")
-        xapi_url(url)  # never credentials in the URL: it is in every log line about this source
+        else:
+            xapi_url(url)  # never credentials in the URL: it is in every log line about this source
         self.url = url
         self.user = user
         self.password = password or ""
@@ -232,6 +285,8 @@ class XapiNames:
 
     @classmethod
     def from_config(cls, config: XapiConfig) -> XapiNames:
+        if config.url.startswith("unix:"):
+            return cls(config.url, timeout=config.timeout)
         return cls(config.url, credentials_file=config.credentials_file, timeout=config.timeout,
                    ca_file=config.ca_file, fingerprint=config.fingerprint)  # fmt: skip
 
@@ -272,7 +327,8 @@ class XapiNames:
                     transport = _transport(self.url, self.timeout, self.ca_file, self.fingerprint)
                 except (UsageError, UnicodeDecodeError, OSError) as exc:  # ssl.SSLError: no certificate in it
                     raise _Unusable("tls", f"CA file {self.ca_file}: {exc}") from None
-                session = XenAPI.Session(self.url, transport=transport)
+                # a unix socket has no host: XenAPI needs an http URI, the transport says where it goes
+                session = XenAPI.Session("http://localhost/" if self.local else self.url, transport=transport)
                 user, password = self._credentials()
                 session.xenapi.login_with_password(user, password, "1.0", self.originator)
                 self._session = session
@@ -292,6 +348,13 @@ class XapiNames:
             raise _Unusable("timeout", f"no answer within {self.timeout:g} s") from exc
         except ssl.SSLError as exc:
             raise _Unusable("tls", f"TLS failed: {exc}") from exc
+        except (FileNotFoundError, PermissionError) as exc:
+            if not self.local:
+                raise _Unusable("unreachable", f"unreachable: {exc}") from exc
+            path = self.url[len("unix:") :]
+            if isinstance(exc, FileNotFoundError):
+                raise _Unusable("unreachable", f"no socket at {path} (is xapi running?)") from exc
+            raise _Unusable("unreachable", f"permission denied on {path}: only root may use it") from exc
         except OSError as exc:
             raise _Unusable("unreachable", f"unreachable: {exc}") from exc
         except (xmlrpc.client.Error, http.client.HTTPException, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -319,7 +382,11 @@ class XapiNames:
             # it is still valid when XAPI comes back (if not, XAPI says SESSION_INVALID).
             self._session = None
         report = log.warning if exc.kind != self._failure_kind else log.debug
-        report("XAPI at %s not usable: %s; VMs keep their uuids, next try in %g s", self.url, exc, self.retry_s)
+        if self.local:
+            report("XAPI through dom0's socket %s (as root, no password) not usable: %s; VMs keep their uuids, "
+                   "next try in %g s (%s)", self.url[len("unix:"):], exc, self.retry_s, LOCAL_HINT)  # fmt: skip
+        else:
+            report("XAPI at %s not usable: %s; VMs keep their uuids, next try in %g s", self.url, exc, self.retry_s)
         self._failure_kind = exc.kind
 
     def close(self) -> None:

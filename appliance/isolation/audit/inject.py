@@ -26,6 +26,7 @@ import re
 import struct
 from dataclasses import dataclass
 
+from appliance.core import ovsfeatures
 from appliance.isolation.pcap import ArpFrame
 
 MARK_NET = ipaddress.IPv4Network("192.0.2.0/24")  # TEST-NET-1 (RFC 5737)
@@ -33,7 +34,7 @@ MARK_PREFIX = b"\x68\x76"  # "hv"
 CONTROL_MAC = "02:68:76:6e:65:74"  # the controls' sender (as the lab's traffic method)
 KIND_PROBE, KIND_LINK, KIND_CONTROL, KIND_CLOSING = 1, 253, 254, 255
 UNTAGGED = 0xFFFF
-MIN_OVS = (2, 8)  # packet-out's field=value syntax and bundles of packet-outs
+MIN_OVS = ovsfeatures.FEATURES["packet-out"].since  # packet-out's field=value syntax, bundles of packet-outs
 _VERSION = re.compile(r"Open vSwitch\)? ([0-9]{1,3})\.([0-9]{1,3})")
 
 

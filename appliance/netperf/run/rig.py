@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from appliance.core import ovsfeatures
 from appliance.core.errors import HvnetError
 from appliance.netperf.define.pairs import Pair
 from appliance.netperf.define.suite import Step
@@ -45,6 +46,17 @@ class SwitchReadings:
     engine: PolicyEngine
     of: Optional[OpenFlow]
     warn: Callable[[str], None]
+    _too_old: Optional[str] = field(default=None, init=False)  # "" once asked and new enough
+
+    def not_measured(self) -> Optional[str]:
+        """Why this switch's ``ovs-ofctl`` cannot give the port counters as hvnet reads them (OVS older than
+        2.8 has no ``--names``), asked once and said once; None when it can or does not say its version."""
+        if self._too_old is None:
+            why = ovsfeatures.missing("ofctl-names", self.engine.snapshot().ovs_version)
+            self._too_old = why or ""
+            if why:
+                self.warn(f"port counters not measured: {why}")
+        return self._too_old or None
 
     def client_port(self, vif: Optional[str]) -> tuple[Optional[str], Optional[int]]:
         """The bridge and OpenFlow port of the client's VIF (None, None: not on the switch)."""
@@ -53,7 +65,7 @@ class SwitchReadings:
 
     def port_counters(self, bridge: Optional[str]) -> dict[str, Any]:
         """Every port's counters on ``bridge`` by name ({}: not readable, with a warning when it failed)."""
-        if self.of is None or bridge is None or not self.of.available(bridge):
+        if self.of is None or bridge is None or not self.of.available(bridge) or self.not_measured():
             return {}
         try:
             return {k: v.as_dict() for k, v in self.of.port_counters(bridge).items()}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.core import ovsfeatures
 from appliance.core.errors import HvnetError
 from appliance.core.runner import CommandRunner, LocalRunner
 from appliance.policy.apply import ofchannel
@@ -292,6 +293,10 @@ class OpenFlow:
         """Whether any bridge's meters/flows differ from what ``state`` (the OVSDB record) wants."""
         for br in state.bridges:
             want = wanted(state, br)
+            if _too_old(state, br, want):
+                return True
+            if _never_piped(state, br, want):
+                continue
             if not self.available(br):
                 if want or state.bridges[br].taps:
                     return True
@@ -307,6 +312,13 @@ class OpenFlow:
             if br not in state.bridges:
                 continue
             want = wanted(state, br)
+            if (why := _too_old(state, br, want)) is not None:
+                raise HvnetError(
+                    f"cannot install meters or TAPs on {br}: {why}",
+                    hint="police with mechanism: tc and mirror instead of TAPs on this switch",
+                )
+            if _never_piped(state, br, want):
+                continue
             if not self.available(br):
                 if want or state.bridges[br].taps:
                     raise HvnetError(
@@ -522,3 +534,20 @@ def _lowest_free(used: set[int]) -> int:
     while i in used:
         i += 1
     return i
+
+
+def _too_old(state: State, bridge: str, want: dict[int, Wanted]) -> str | None:
+    """Why hvnet's pipeline cannot be on this switch although ``bridge`` asks for meters or TAPs (an OVS older
+    than ``ovs-ofctl --no-names``, with which hvnet reads its pipeline back), or None."""
+    if not (want or state.bridges[bridge].taps):
+        return None
+    return ovsfeatures.missing("ofctl-names", state.ovs_version)
+
+
+def _never_piped(state: State, bridge: str, want: dict[int, Wanted]) -> bool:
+    """A bridge that asks for nothing on a switch too old for hvnet's pipeline: hvnet never installed one there
+    (the planner refuses meters and TAPs first), so there is nothing to read back or take away -- and asking
+    would fail on ``--no-names`` on every apply of a VLAN-only policy (a XCP-ng 8.2 dom0's OVS 2.5)."""
+    return (
+        not (want or state.bridges[bridge].taps) and ovsfeatures.missing("ofctl-names", state.ovs_version) is not None
+    )

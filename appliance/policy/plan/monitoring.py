@@ -14,6 +14,7 @@ import zlib
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
+from appliance.core import ovsfeatures
 from appliance.policy.plan.model import (
     MAX_MIRRORS_PER_BRIDGE,
     OWNER,
@@ -165,6 +166,9 @@ def _mirror_output(
             "physical switch on the path, or the copies will be learned and dropped"
         )
         return None, out.vlan, None
+    if out.kind == "erspan" and (why := ovsfeatures.missing("erspan", state.ovs_version)) is not None:
+        problems.add((*rule.path, "output"), f"{why}; use gre, or a port or an RSPAN VLAN")
+        return None
     name = tunnel_port_name(rule.bridge, rule.name)
     existing = state.ports.get(name)
     if existing is not None and existing.owner_mirror != rule.name:
@@ -224,7 +228,8 @@ def _check_mirror_columns(rule: MirrorRule, state: State, problems: Any) -> None
             f"this OVS ({state.ovs_version or 'unknown version'}) has no Mirror filter column; remove the filter",
         )
     if rule.snaplen is not None and not state.has_mirror_snaplen:
-        problems.add((*rule.path, "snaplen"), "this OVS has no Mirror snaplen column; remove snaplen")
+        why = ovsfeatures.missing("mirror-snaplen", state.ovs_version) or "this OVS has no Mirror snaplen column"
+        problems.add((*rule.path, "snaplen"), f"{why}; remove snaplen")
 
 
 def _mirror_cols(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from appliance.core import ovsfeatures
 from appliance.core.errors import ConfigError, Problem
 from appliance.core.vlan import DEAD, Vlan, VlanCols
 from appliance.core.yamldoc import dotted
@@ -291,6 +292,9 @@ def _vif_changes(
     for name in sorted(wanted):
         port = state.ports[name]
         for kind, (value, path) in wanted[name].items():
+            if kind == "ingress" and (why := _meter_missing(value, port, state, opts)) is not None:
+                problems.add(path, f"{why}; use mechanism: tc")
+                continue
             change = _vif_change(kind, value, port, path, opts, problems, result)
             if name in conflicted and kind == "vlan":
                 result.dead[name] = "two policy rules give this VIF different VLANs: isolated in dead VLAN 4095"
@@ -303,6 +307,21 @@ def _vif_changes(
                 if mech == "meter":
                     protocols_needed.add(port.bridge)
     return protocols_needed
+
+
+def _meter_missing(value: Any, port: PortState, state: State, opts: PlanOptions) -> str | None:
+    """Why this switch cannot police ``port`` with a meter (too old an OVS), or None.
+
+    A meter lives in hvnet's OpenFlow pipeline, installed as one bundle and read back with
+    ``--no-names``; the kernel datapath has meters only from OVS 2.10."""
+    if not isinstance(value, Ingress):
+        return None
+    mech = value.mechanism if value.mechanism != "auto" else ("tc" if opts.tc_police else "meter")
+    if mech != "meter":
+        return None
+    bridge = state.bridges.get(port.bridge)
+    dp = ovsfeatures.meter_feature(bridge.datapath_type if bridge is not None else "system")
+    return ovsfeatures.first_missing(["ofctl-bundle", "ofctl-names", dp], state.ovs_version)
 
 
 def _protocol_changes(protocols_needed: set[str], state: State) -> list[Change]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from appliance.core import ovsfeatures
 from appliance.policy.plan.model import MAX_TAPS_PER_BRIDGE, TapRule, TunnelCols
 from appliance.policy.plan.state import State
 from appliance.policy.plan.taps import TapCols, max_taps_message, owner, tunnel_port_name
@@ -48,6 +49,10 @@ def _change(rule: TapRule, state: State, opts: Any, problems: Any, result: Any, 
     current = bridge.taps.get(rule.name)
     if rule.remove:
         return (rule.bridge, rule.name, current, None) if current is not None else None
+    needs = ["ofctl-bundle", "ofctl-names"] + (["erspan"] if rule.output and rule.output.kind == "erspan" else [])
+    if (why := ovsfeatures.first_missing(needs, state.ovs_version)) is not None:
+        problems.add(rule.path, f"TAP {rule.name}: {why}")
+        return None
     vifs = _vifs(rule, state, opts, problems, select)
     if not vifs:
         if opts.lenient:

@@ -23,7 +23,7 @@ from appliance.policy.plan import document, planner
 from appliance.policy.plan.planner import PlanOptions
 from appliance.policy.plan.state import MirrorCols, PoliceCols
 from appliance.services import mirrors, taps
-from appliance.switch import counters, inventory
+from appliance.switch import counters, inventory, platform
 from appliance.switch.sampling import IpfixCols, SflowCols
 from tests import jsonschemas
 from tests.unit.policy.test_policy_export import CHANGES, add_mirror, lab_state
@@ -94,6 +94,18 @@ def test_status_validates_and_writes_its_limits_in_bits() -> None:
     sflow, ipfix = doc["bridges"][0]["sflow"], doc["bridges"][0]["ipfix"]
     assert (sflow["polling_s"], sflow["header_bytes"], sflow["owner"], ipfix["cache_active_timeout_s"]) == (
         10, 256, "hvnet", 60)  # fmt: skip
+
+
+def test_status_says_what_the_host_is() -> None:
+    doc = status_doc()
+    assert doc["host"]["platform"] is None  # not asked (the status verb fills it from the host's files)
+    jsonschemas.check(documents.STATUS, doc)
+    where = platform.detect("INSTALLATION_UUID='a'\nCONTROL_DOMAIN_UUID='b'\nPRODUCT_BRAND='XCP-ng'\n", None)
+    doc["host"]["platform"] = where.to_json()
+    jsonschemas.check(documents.STATUS, doc)
+    assert doc["host"]["platform"] == {"product": "XCP-ng", "version": None, "dom0": True, "build": None}
+    doc["host"]["platform"]["dom0"] = "yes"
+    assert any("dom0" in p for p in jsonschemas.problems(documents.STATUS, doc))
 
 
 def test_status_with_a_version_1_sampling_key_is_refused() -> None:

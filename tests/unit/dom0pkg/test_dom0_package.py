@@ -44,7 +44,7 @@ def test_the_spec_is_what_rpm_411_reads() -> None:
 
 
 def test_the_dom0_unit_uses_only_what_systemd_219_knows() -> None:
-    unit = (DOM0 / "hvnet-agent.service").read_text(encoding="utf-8")
+    unit = (DOM0 / "units" / "hvnet-agent.service").read_text(encoding="utf-8")
     used = settings(unit)
     newer = [k for k, _ in used if AFTER_219.get(k, 0) > 219]
     assert not newer, newer

@@ -53,3 +53,33 @@ def test_no_count_is_none_not_zero() -> None:
     assert readings(TcRunner(tc=False)).policer_drops(tc, "xenbr0", 9) is None  # no tc on the host
     meter = Policing(port="vif1.0", rate_bits_per_s=10240000, burst_bits=1024000, mechanism="meter", verified=True)
     assert readings(TcRunner()).policer_drops(meter, "xenbr0", 2) is None  # no OpenFlow access: not read
+
+
+class Of:
+    """An OpenFlow reader whose counters must not be asked for on a switch too old for ``--names``."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def available(self, bridge: str) -> bool:
+        return True
+
+    def port_counters(self, bridge: str) -> dict[str, Any]:
+        self.asked += 1
+        return {}
+
+
+def test_port_counters_are_not_measured_on_ovs_2_5_and_that_is_said_once() -> None:
+    said: list[str] = []
+    snapshots = []
+    engine = SimpleNamespace(snapshot=lambda: snapshots.append(1) or SimpleNamespace(ovs_version="2.5.3"))
+    of = Of()
+    rig = SwitchReadings(engine, of, said.append)  # type: ignore[arg-type]
+    assert rig.port_counters("xenbr0") == {} and rig.port_counters("xenbr0") == {}
+    assert of.asked == 0 and len(snapshots) == 1
+    assert said == [
+        "port counters not measured: Open vSwitch 2.5.3 has no ovs-ofctl --names/--no-names "
+        "(the form hvnet reads flows and ports in): it needs 2.8 or later"
+    ]
+    new = SwitchReadings(SimpleNamespace(snapshot=lambda: SimpleNamespace(ovs_version="2.17.7")), of, said.append)  # type: ignore[arg-type]
+    assert new.port_counters("xenbr0") == {} and of.asked == 1 and len(said) == 1

@@ -237,3 +237,41 @@ def test_a_refused_meter_says_when_the_datapath_has_none() -> None:
     )
     kernel = OpenFlow("/run/openvswitch", FeaturesRunner(data("ofctl-meter-features-kernel.txt")))  # type: ignore[arg-type]
     assert kernel._no_meters("xenbr0") == ""  # it has meters: the refusal was something else, said as it was
+
+
+class NoRunner:
+    """A switch nothing may be asked of: OVS 2.5's ovs-ofctl would refuse --no-names."""
+
+    local = True
+
+    def exists(self, path: str) -> bool:
+        return True
+
+    def run(self, argv: list[str], **_: object) -> object:
+        raise AssertionError(f"asked the switch: {argv}")
+
+
+def _old_state(police: PoliceCols) -> State:
+    port = PortState("vif1.0", "xenbr0", "vif1.0", "system", VlanCols(), police, None, 1, None, None, None)
+    return State(ports={"vif1.0": port}, bridges={"xenbr0": BridgeState("xenbr0", (), "system", ("vif1.0",), ())},
+                 ovs_version="2.5.3")  # fmt: skip
+
+
+def test_a_switch_too_old_for_the_pipeline_is_not_read_when_nothing_is_asked_of_it() -> None:
+    of = OpenFlow("/run/openvswitch", NoRunner())  # type: ignore[arg-type]
+    state = _old_state(PoliceCols())
+    assert of.sync_bridges(state) == {}
+    assert of.drifted_any(state) is False
+
+
+def test_a_meter_recorded_on_a_switch_too_old_for_it_is_refused_by_name() -> None:
+    of = OpenFlow("/run/openvswitch", NoRunner())  # type: ignore[arg-type]
+    state = _old_state(PoliceCols(0, 0, 1000, 100))
+    assert of.drifted_any(state) is True
+    try:
+        of.sync_bridges(state)
+    except openflow.HvnetError as exc:
+        assert str(exc).startswith("cannot install meters or TAPs on xenbr0: Open vSwitch 2.5.3 has no ovs-ofctl")
+        assert exc.hint == "police with mechanism: tc and mirror instead of TAPs on this switch"
+    else:
+        raise AssertionError("a meter on OVS 2.5 was not refused")

@@ -803,3 +803,47 @@ def test_inverse_of_a_planned_plan_restores_the_stored_columns() -> None:
 def test_change_target() -> None:
     assert Change("vlan", "xenbr0", "vif1.0", None, None, "VM1").target == "vif1.0 (VM1)"
     assert Change("egress", "xenbr0", "eth1", None, None).target == "eth1"
+
+
+# An old Open vSwitch (XCP-ng 8.2's 2.5.3): refused at the rule, naming both versions, nothing planned.
+
+
+def test_erspan_mirror_refused_on_ovs_2_5() -> None:
+    text = mirror_text("select: all\noutput: {erspan: 192.0.2.8}\n")
+    (p,) = refused(text, lab_state(ovs_version="2.5.3"))
+    assert p.field == "bridges.xenbr0.mirrors.m.output"
+    assert p.message == (
+        "Open vSwitch 2.5.3 has no ERSPAN tunnels: it needs 2.10 or later; use gre, or a port or an RSPAN VLAN"
+    )
+    assert only(plan(mirror_text("select: all\noutput: {gre: 192.0.2.8}\n"), lab_state(ovs_version="2.5.3")).changes)
+    assert only(plan(text, lab_state(ovs_version="2.10.0")).changes)
+
+
+def test_snaplen_refusal_names_the_version_when_it_explains_it() -> None:
+    text = mirror_text("select: all\noutput: {port: eth1}\nsnaplen: 128\n")
+    (p,) = refused(text, lab_state(has_mirror_snaplen=False, ovs_version="2.5.3"))
+    assert p.message == "Open vSwitch 2.5.3 has no Mirror snaplen column: it needs 2.6 or later; remove snaplen"
+    (p,) = refused(text, lab_state(has_mirror_snaplen=False, ovs_version="2.17.7"))
+    assert p.message == "this OVS has no Mirror snaplen column; remove snaplen"
+
+
+@pytest.mark.parametrize("mechanism", ["meter", "auto"])
+def test_meter_refused_on_ovs_2_5(mechanism) -> None:
+    text = f"vifs:\n  - vm: VM1\n    ingress: {{rate: 1000, mechanism: {mechanism}}}\n"
+    (p,) = refused(text, lab_state(ovs_version="2.5.3"), openflow=True)
+    assert p.field == "vifs[0].ingress"
+    assert p.message == (
+        "Open vSwitch 2.5.3 has no OpenFlow meters on the kernel datapath: it needs 2.10 or later; use mechanism: tc"
+    )
+    c = only(plan(text.replace(mechanism, "tc"), lab_state(ovs_version="2.5.3"), openflow=True).changes)
+    assert c.after.effective().mechanism == "tc"
+
+
+def test_meter_on_the_userspace_datapath_needs_2_8_for_hvnets_pipeline() -> None:
+    state = lab_state(ovs_version="2.7.0")
+    state.bridges["xenbr0"].datapath_type = "netdev"
+    text = "vifs:\n  - vm: VM1\n    ingress: {rate: 1000, mechanism: meter}\n"
+    (p,) = refused(text, state, openflow=True)
+    assert "Open vSwitch 2.7.0 has no ovs-ofctl --names/--no-names" in p.message
+    state.ovs_version = "2.8.0"
+    assert plan(text, state, openflow=True).changes

@@ -258,3 +258,18 @@ def test_ports_without_an_openflow_number_get_no_flows() -> None:
 def test_plan_options_lenient_keeps_a_tap_whose_vifs_are_gone() -> None:
     plan = planner.plan(parse("vifs: [vm:VM9]\noutput: {port: mon0}"), lab_state(), PlanOptions(lenient=True))
     assert plan.changes == [] and any("none of its VIFs" in w for w in plan.warnings)
+
+
+def test_a_tap_is_refused_on_ovs_2_5_and_erspan_below_2_10() -> None:
+    state = lab_state()
+    state.ovs_version = "2.5.3"
+    with pytest.raises(ConfigError) as exc:
+        planner.plan(parse(ICMP_TAP), state)
+    [p] = exc.value.problems
+    assert p.field == "bridges.xenbr0.taps.t1"
+    assert p.message.startswith("TAP t1: Open vSwitch 2.5.3 has no ovs-ofctl --names/--no-names")
+    state.ovs_version = "2.8.0"
+    assert planner.plan(parse(ICMP_TAP), state).changes
+    with pytest.raises(ConfigError) as exc:
+        planner.plan(parse("vifs: [vif1.0]\noutput: {erspan: 10.9.9.9}"), state)
+    assert "has no ERSPAN tunnels: it needs 2.10 or later" in exc.value.problems[0].message

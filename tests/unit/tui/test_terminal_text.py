@@ -91,6 +91,17 @@ def test_status_names_a_screen_clearing_vm_visibly() -> None:
     assert "\x1b" not in text and "\x07" not in text
 
 
+def test_status_shows_a_dom0_and_its_product_escaped() -> None:
+    inv = _inventory("VM1", "vif1.0", "m")
+    inv.host.platform = {"product": "XCP-ng", "version": "8.2.1", "dom0": True, "build": None}
+    assert format_status(inv, all_ports=True, with_rates=False).splitlines()[0].endswith("  XCP-ng 8.2.1 dom0")
+    inv.host.platform = {"product": CLEAR, "version": None, "dom0": True, "build": None}
+    text = format_status(inv, all_ports=True, with_rates=False)
+    assert "\x1b" not in text and "\\x1b[2J" in text.splitlines()[0]
+    inv.host.platform = {"product": "Rocky Linux", "version": "9.4", "dom0": False, "build": None}
+    assert "Rocky" not in format_status(inv, all_ports=True, with_rates=False)  # only a dom0 is worth the line
+
+
 @EXAMPLES
 @given(NAMES, NAMES)
 def test_the_pool_shows_any_vm_and_logical_port_name_escaped(vm: str, port: str) -> None:
