@@ -1,7 +1,7 @@
 """Programs inside a QEMU guest through libvirt's guest agent (``virsh qemu-agent-command``), for real:
 the lab's guests run Debian's qemu-ga on their ``org.qemu.guest_agent.0`` channel.
 
-One mixed lab for the module (``vlan-tests/topologies/mixed-qemu.yaml``); the tests that stop or
+The mixed lab (``vlan-tests/topologies/mixed-qemu.yaml``, shared with ``test_lab_vm``); the tests that stop or
 restrict qemu-ga do it in VMQ2 and restart it through the lab's own channel agent.
 """
 
@@ -34,7 +34,6 @@ from appliance.endpoints.jobs import Job
 from appliance.lab import Lab
 from appliance.lab.vm import libvirtd
 from tests.conftest import ROOT
-from tests.vm.test_lab_vm import mixed  # noqa: F401 -- the module's lab
 
 pytestmark = pytest.mark.vm
 
@@ -60,7 +59,7 @@ def wait_agent(ch: AgentChannel, timeout: float = 60.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def vm(mixed: Lab) -> Iterator[AgentRunner]:  # noqa: F811
+def vm(mixed: Lab) -> Iterator[AgentRunner]:
     ch = channel("VMQ1")
     wait_agent(ch)
     yield AgentRunner(ch)
@@ -224,7 +223,7 @@ def restart_qga(lab: Lab, *flags: str) -> None:
     lab.guest_exec("VMQ2", ["sh", "-c", script, "qga", *QGA, *flags], check=True)
 
 
-def test_stopped_or_restricted_agent_is_a_clear_error(mixed: Lab) -> None:  # noqa: F811
+def test_stopped_or_restricted_agent_is_a_clear_error(mixed: Lab) -> None:
     ch = channel("VMQ2", timeout=5)
     wait_agent(ch)
     try:

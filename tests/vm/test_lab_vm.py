@@ -2,9 +2,9 @@
 suites and isolation checks use them like namespace guests, and the agent keeps its policy in force
 while libvirt re-plugs their VIFs (destroy + start, detach + attach).
 
-One mixed lab for the module (two namespace guests and two QEMU guests across VLANs 10 and 20,
-``vlan-tests/topologies/mixed-qemu.yaml``), torn down afterwards and checked to leave no domain,
-tap device, libvirt file or process behind.
+The mixed lab (two namespace guests and two QEMU guests across VLANs 10 and 20,
+``vlan-tests/topologies/mixed-qemu.yaml``), shared with the guest agent's tests (:mod:`tests.vm.qemumixed`), torn
+down after them and checked to leave no domain, tap device, libvirt file or process behind.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,54 +19,13 @@ import pytest
 from appliance.core import documents
 from appliance.endpoints.topology import load as load_topology
 from appliance.lab import Lab
-from appliance.lab.vm import libvirtd
 from appliance.lab.vm.domain import Nic, interface_xml
 from tests import jsonschemas
-from tests.conftest import ROOT, run_hvnet
-from tests.lab.conftest import lab_up
+from tests.conftest import run_hvnet
 from tests.lab.test_policy_agent import AgentProc, wait_until
+from tests.vm.qemumixed import TOPOLOGY, VMS, virsh
 
 pytestmark = pytest.mark.vm
-
-TOPOLOGY = ROOT / "vlan-tests" / "topologies" / "mixed-qemu.yaml"
-VMS = ("VMQ1", "VMQ2")
-
-
-def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["virsh", "-q", "-c", libvirtd.URI, *args], capture_output=True, text=True, timeout=60,
-                          check=check)  # fmt: skip
-
-
-def leftovers() -> dict[str, list[str]]:
-    """What a lab with QEMU guests could leave behind, as the host's own tools see it."""
-    domains = []
-    if libvirtd.reachable():
-        domains = [d for d in virsh("list", "--all", "--name", check=False).stdout.split() if d in VMS]
-    return {
-        "domains": domains,
-        "taps": sorted(n for n in os.listdir("/sys/class/net") if n.startswith("vnet")),
-        "libvirt files": sorted(
-            str(p)
-            for d in ("/etc/libvirt/qemu", "/var/log/libvirt/qemu", "/run/libvirt/qemu")
-            for p in Path(d).glob("VMQ*")
-        ),
-        "qemu": subprocess.run(["pgrep", "-f", "guest=VMQ"], capture_output=True, text=True).stdout.split(),
-    }
-
-
-@pytest.fixture(scope="module")
-def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    why = libvirtd.available()
-    if why:
-        pytest.skip(f"QEMU guests cannot run here: {why}")
-    before = leftovers()
-    assert not any(before.values()), f"left over before the test: {before}"
-    try:
-        with lab_up(TOPOLOGY, tmp_path_factory.mktemp("mixed") / "run") as lab:
-            yield lab
-    finally:
-        after = leftovers()
-        assert not any(after.values()), f"the lab left {after}"
 
 
 def port_of(lab: Lab, guest: str) -> str:
