@@ -49,7 +49,7 @@ rpm:
 
 ## rpm-dom0: hvnet-dom0, for a XenServer 8 / XCP-ng 8.x dom0: its own Python for glibc 2.17 (rpm/dom0/build-rpm; ~10 min the first time)
 rpm-dom0:
-	@nice -n 19 ./rpm/dom0/build-rpm $(RPM_OUT)
+	@./rpm/dom0/build-rpm $(RPM_OUT)
 
 ## rpm-ovs: Open vSwitch RPMs (Debian's OVS source, upstream Fedora/RHEL spec) into $(RPM_OUT)
 rpm-ovs:
