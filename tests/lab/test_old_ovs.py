@@ -60,7 +60,7 @@ def test_an_erspan_mirror_is_refused(old_lab: Lab, before: dict) -> None:
 def test_meter_policing_is_refused(old_lab: Lab, before: dict, tmp_path: Path) -> None:
     f = write(tmp_path / "p.yaml", "version: 1\nvifs:\n  - vm: VM1\n    ingress: {rate: 10240, mechanism: meter}\n")
     res = run_hvnet("apply", f, env={"HVNET_STATE_DIR": str(tmp_path / "state")})
-    refused(res, "2.10")
+    refused(res, "2.8")  # the lab's bridge is userspace (netdev): its meters need the --no-names read-back first
     assert "use mechanism: tc" in res.stderr
     assert config(old_lab) == before
 
@@ -88,7 +88,13 @@ def test_what_2_5_can_do_still_works(old_lab: Lab, before: dict, tmp_path: Path)
     text = "version: 1\nvifs:\n  - vm: VM1\n    vlan: {tag: 7}\n    ingress: {rate: 10240, mechanism: tc}\n"
     res = run_hvnet("apply", write(tmp_path / "v.yaml", text), env={"HVNET_STATE_DIR": str(tmp_path / "state")})
     assert "Traceback" not in res.stderr, res.stderr
-    assert res.returncode == 0, res.stdout + res.stderr
+    # applied; a kernel without tc's police action (this lab's) is said as such, with exit 1, and nothing else
+    problems = [line for line in res.stdout.splitlines() if line.startswith("problem:")]
+    if res.returncode == 1:
+        assert problems and all("not enforced by tc" in line for line in problems), res.stdout + res.stderr
+    else:
+        assert res.returncode == 0 and not problems, res.stdout + res.stderr
+    assert "has no" not in res.stdout + res.stderr  # nothing refused for the switch's age
     assert vsctl(old_lab, "get", "port", "vif1.0", "tag") == "7"
     assert vsctl(old_lab, "get", "interface", "vif1.0", "ingress_policing_rate") == "10240"
     reset(old_lab, TAGS)
