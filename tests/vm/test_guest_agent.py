@@ -205,6 +205,7 @@ def test_sweep_after_hvnet_was_killed(vm: AgentRunner, tmp_path: Path) -> None:
     assert AgentLauncher(vm.channel, records=records).sweep() == []
 
 
+@pytest.mark.usefixtures("mixed")  # libvirtd up, as the lab runs it: its own "no such domain"
 def test_absent_domain_is_a_clear_error() -> None:
     for name in ("no-such-domain", "-x\x1b[2J"):
         with pytest.raises(DomainNotFound) as err:
