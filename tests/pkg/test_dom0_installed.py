@@ -24,7 +24,7 @@ from appliance import __version__
 from appliance.lab import Lab
 from tests.conftest import ROOT
 from tests.pkg.conftest import run
-from tests.pkg.test_installed import port_tag, started, wait_for
+from tests.pkg.test_installed import agent_applies_and_reloads, port_tag, wait_for
 
 pytestmark = [pytest.mark.pkg]
 
@@ -228,17 +228,7 @@ def test_installed_console_starts_in_a_terminal(lab: Lab, dom0_root: Path) -> No
 
 @pytest.mark.lab
 def test_installed_agent_applies_and_reloads_a_policy(lab: Lab, dom0_root: Path, tmp_path: Path) -> None:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("version: 1\nvifs:\n  - port: vif3.0\n    vlan: {mode: access, tag: 7}\n")
-    assert port_tag(lab, "vif3.0") == "2"
-    argv = [str(dom0_root / "usr" / "bin" / "hvnet"), "agent", "--policy", str(policy)]
-    with started(argv, tmp_path / "agent.log") as agent:
-        assert wait_for(lambda: port_tag(lab, "vif3.0") == "7", 30), (tmp_path / "agent.log").read_text()
-        policy.write_text("version: 1\nvifs:\n  - port: vif3.0\n    vlan: {mode: access, tag: 2}\n")
-        os.kill(agent.pid, signal.SIGHUP)
-        assert wait_for(lambda: port_tag(lab, "vif3.0") == "2", 30), (tmp_path / "agent.log").read_text()
-        agent.send_signal(signal.SIGTERM)
-        assert agent.wait(timeout=15) == 0, (tmp_path / "agent.log").read_text()
+    agent_applies_and_reloads(lab, dom0_root / "usr" / "bin" / "hvnet", tmp_path)
 
 
 @pytest.mark.lab

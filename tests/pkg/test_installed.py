@@ -129,10 +129,15 @@ def test_shipped_and_kickstart_policies_plan_nothing(lab: Lab, installed_root: P
 
 
 def test_installed_agent_applies_and_reloads_a_policy(lab: Lab, installed_root: Path, tmp_path: Path) -> None:
+    agent_applies_and_reloads(lab, installed_root / "usr" / "bin" / "hvnet", tmp_path)
+
+
+def agent_applies_and_reloads(lab: Lab, launcher: Path, tmp_path: Path) -> None:
+    """An installed ``hvnet agent`` puts a policy in force, re-reads it on SIGHUP and exits 0 on SIGTERM."""
     policy = tmp_path / "policy.yaml"
     policy.write_text("version: 1\nvifs:\n  - port: vif3.0\n    vlan: {mode: access, tag: 7}\n")
     assert port_tag(lab, "vif3.0") == "2"
-    argv = [str(installed_root / "usr" / "bin" / "hvnet"), "agent", "--policy", str(policy)]
+    argv = [str(launcher), "agent", "--policy", str(policy)]
     with started(argv, tmp_path / "agent.log") as agent:
         assert wait_for(lambda: port_tag(lab, "vif3.0") == "7", 30), (tmp_path / "agent.log").read_text()
         # what the unit's ExecReload does
